@@ -1,0 +1,3 @@
+module github.com/nearstore/nearstore
+
+go 1.26.8

@@ -1,0 +1,177 @@
+package nvme
+
+import "fmt"
+
+// Status is the 15-bit Status field of a completion (bits 15:1 of DW3's
+// upper half): SC in bits 7:0, SCT in bits 10:8, CRD bits 12:11, More bit 13,
+// DNR bit 14.
+type Status uint16
+
+// Status code types.
+const (
+	SCTGeneric         = 0x0
+	SCTCommandSpecific = 0x1
+	SCTMediaError      = 0x2
+	SCTPath            = 0x3
+	SCTVendor          = 0x7
+)
+
+// DNR is the Do Not Retry bit.
+const DNR Status = 1 << 14
+
+// Generic command status values (SCT 0).
+const (
+	StatusSuccess             Status = 0x00
+	StatusInvalidOpcode       Status = 0x01
+	StatusInvalidField        Status = 0x02
+	StatusCIDConflict         Status = 0x03
+	StatusDataTransferError   Status = 0x04
+	StatusInternal            Status = 0x06
+	StatusAbortRequested      Status = 0x07
+	StatusAbortSQDeleted      Status = 0x08
+	StatusInvalidNamespace    Status = 0x0B
+	StatusCommandSequence     Status = 0x0C
+	StatusSGLDataLenInvalid   Status = 0x0F
+	StatusSGLTypeInvalid      Status = 0x11
+	StatusSGLOffsetInvalid    Status = 0x16
+	StatusHostIDInconsistent  Status = 0x18
+	StatusKATimeoutExpired    Status = 0x19
+	StatusKATimeoutInvalid    Status = 0x1A
+	StatusTransientTransport  Status = 0x22
+	StatusLBAOutOfRange       Status = 0x80
+	StatusCapacityExceeded    Status = 0x81
+	StatusNamespaceNotReady   Status = 0x82
+	StatusInvalidQueueID      Status = SCTCommandSpecific<<8 | 0x01
+	StatusAbortLimit          Status = SCTCommandSpecific<<8 | 0x03
+	StatusAsyncLimit          Status = SCTCommandSpecific<<8 | 0x05
+	StatusInvalidLogPage      Status = SCTCommandSpecific<<8 | 0x09
+	StatusFeatureNotSaveable  Status = SCTCommandSpecific<<8 | 0x0D
+	StatusFeatureNotChangable Status = SCTCommandSpecific<<8 | 0x0E
+	// Fabrics Connect command specific statuses.
+	StatusConnectIncompatibleFormat Status = SCTCommandSpecific<<8 | 0x80
+	StatusConnectControllerBusy     Status = SCTCommandSpecific<<8 | 0x81
+	StatusConnectInvalidParameters  Status = SCTCommandSpecific<<8 | 0x82
+	StatusConnectInvalidHost        Status = SCTCommandSpecific<<8 | 0x84
+	// StatusMediaWriteFault and StatusMediaReadError report backend I/O
+	// failures (SCT 2).
+	StatusMediaWriteFault Status = SCTMediaError<<8 | 0x80
+	StatusMediaReadError  Status = SCTMediaError<<8 | 0x81
+)
+
+// SCT returns the status code type.
+func (s Status) SCT() uint8 { return uint8(s>>8) & 7 }
+
+// SC returns the status code.
+func (s Status) SC() uint8 { return uint8(s) }
+
+// Code returns SCT and SC without the CRD, More and DNR bits, for comparing
+// against the Status* constants.
+func (s Status) Code() Status { return s & 0x7ff }
+
+// OK reports whether the status is success.
+func (s Status) OK() bool { return s.Code() == StatusSuccess }
+
+// DoNotRetry reports whether the DNR bit is set.
+func (s Status) DoNotRetry() bool { return s&DNR != 0 }
+
+// name returns the spec's name for a status code, or "" if unnamed.
+func (s Status) name() string {
+	switch s.Code() {
+	case StatusSuccess:
+		return "success"
+	case StatusInvalidOpcode:
+		return "invalid command opcode"
+	case StatusInvalidField:
+		return "invalid field in command"
+	case StatusCIDConflict:
+		return "command ID conflict"
+	case StatusDataTransferError:
+		return "data transfer error"
+	case StatusInternal:
+		return "internal error"
+	case StatusAbortRequested:
+		return "command abort requested"
+	case StatusAbortSQDeleted:
+		return "command aborted due to SQ deletion"
+	case StatusInvalidNamespace:
+		return "invalid namespace or format"
+	case StatusCommandSequence:
+		return "command sequence error"
+	case StatusSGLDataLenInvalid:
+		return "data SGL length invalid"
+	case StatusSGLTypeInvalid:
+		return "SGL descriptor type invalid"
+	case StatusSGLOffsetInvalid:
+		return "SGL offset invalid"
+	case StatusHostIDInconsistent:
+		return "host identifier inconsistent format"
+	case StatusKATimeoutExpired:
+		return "keep alive timer expired"
+	case StatusKATimeoutInvalid:
+		return "keep alive timeout invalid"
+	case StatusTransientTransport:
+		return "transient transport error"
+	case StatusLBAOutOfRange:
+		return "LBA out of range"
+	case StatusCapacityExceeded:
+		return "capacity exceeded"
+	case StatusNamespaceNotReady:
+		return "namespace not ready"
+	case StatusInvalidQueueID:
+		return "invalid queue identifier"
+	case StatusAbortLimit:
+		return "abort command limit exceeded"
+	case StatusAsyncLimit:
+		return "asynchronous event request limit exceeded"
+	case StatusInvalidLogPage:
+		return "invalid log page"
+	case StatusFeatureNotSaveable:
+		return "feature identifier not saveable"
+	case StatusFeatureNotChangable:
+		return "feature not changeable"
+	case StatusConnectIncompatibleFormat:
+		return "connect: incompatible format"
+	case StatusConnectControllerBusy:
+		return "connect: controller busy"
+	case StatusConnectInvalidParameters:
+		return "connect: invalid parameters"
+	case StatusConnectInvalidHost:
+		return "connect: invalid host"
+	case StatusMediaWriteFault:
+		return "write fault"
+	case StatusMediaReadError:
+		return "unrecovered read error"
+	}
+	return ""
+}
+
+// String names the status, with its SCT/SC in hex.
+func (s Status) String() string {
+	name := s.name()
+	if name == "" {
+		name = "status"
+	}
+	str := fmt.Sprintf("%s (sct 0x%x sc 0x%02x)", name, s.SCT(), s.SC())
+	if s.DoNotRetry() {
+		str += " dnr"
+	}
+	return str
+}
+
+// StatusError is the error a command completes with when its status is not
+// success. Callers match a particular status with errors.As and Code.
+type StatusError struct {
+	Status Status
+	Opcode uint8
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("nvme: opcode 0x%02x: %s", e.Opcode, e.Status)
+}
+
+// Is makes errors.Is(err, &StatusError{Status: x}) match on the status code
+// alone, ignoring DNR and the opcode.
+func (e *StatusError) Is(target error) bool {
+	t, ok := target.(*StatusError)
+	return ok && t.Status.Code() == e.Status.Code()
+}

@@ -1,0 +1,46 @@
+package target
+
+import (
+	"math/bits"
+	"sync"
+)
+
+// bufPool recycles data buffers in power-of-two size classes from 4 KiB to
+// 16 MiB, so a busy queue does not turn every command into garbage.
+type bufPool struct {
+	classes [13]sync.Pool
+}
+
+const minBufShift = 12
+
+func class(n int) int {
+	if n <= 1<<minBufShift {
+		return 0
+	}
+	return bits.Len(uint(n-1)) - minBufShift
+}
+
+// get returns a buffer of at least n bytes.
+func (p *bufPool) get(n int) []byte {
+	c := class(n)
+	if c >= len(p.classes) {
+		return make([]byte, n)
+	}
+	if b, ok := p.classes[c].Get().(*[]byte); ok {
+		return (*b)[:cap(*b)]
+	}
+	return make([]byte, 1<<(c+minBufShift))
+}
+
+// put returns a buffer from get; nil is ignored.
+func (p *bufPool) put(b []byte) {
+	if b == nil {
+		return
+	}
+	c := class(cap(b))
+	if c >= len(p.classes) || cap(b) != 1<<(c+minBufShift) {
+		return
+	}
+	b = b[:cap(b)]
+	p.classes[c].Put(&b)
+}

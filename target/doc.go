@@ -1,0 +1,23 @@
+// Package target is nearstore's NVMe over Fabrics target for the TCP
+// transport: it exports volumes as namespaces that any NVMe/TCP host — the
+// Linux kernel's nvme-tcp, or nearstore's own host package — can connect to.
+//
+// A Server owns one listener, a discovery controller and any number of NVM
+// subsystems, each with its namespaces. Every TCP connection is one queue:
+// the first command on it is a Fabrics Connect, which either creates a
+// controller (queue 0, the admin queue) or attaches an I/O queue to an
+// existing one.
+//
+// Each queue has one goroutine that reads PDUs and decides; it never waits on
+// a volume. Admin commands are cheap and run inline; every NVM command runs
+// in its own goroutine, so many commands per queue and many queues per host
+// are in flight at once, and completions go out through a tcp.Writer that
+// coalesces them into as few system calls as load allows.
+//
+// The target checks everything a host sends before acting on it: a
+// malformed PDU ends the connection with a C2HTermReq naming the bad field;
+// a bad command (unknown opcode, LBA out of range, a transfer longer than
+// MDTS, an SGL that disagrees with the command) fails with the status the
+// NVMe specification names, and no data is written unless the whole command
+// checked out. A write whose data never fully arrives is never executed.
+package target

@@ -1,0 +1,188 @@
+package target
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/nearstore/nearstore/nvme"
+)
+
+// span converts an LBA range to a byte range, refusing one that leaves the
+// namespace (with overflow in mind: slba near 2^64 must not wrap).
+func (ns *namespace) span(slba uint64, nlb uint64) (off, n int64, ok bool) {
+	if slba > ns.blocks || nlb > ns.blocks-slba {
+		return 0, 0, false
+	}
+	return int64(slba << ns.lbaShift), int64(nlb << ns.lbaShift), true
+}
+
+// prepareIO checks an NVM command and returns the bytes of data it needs
+// from the host. ok is false when the command fails with st.
+func (q *queue) prepareIO(cmd *command) (want int, st nvme.Status, ok bool) {
+	sqe := &cmd.sqe
+	if sqe.Opcode == nvme.IOFlush && sqe.NSID == 0xFFFFFFFF {
+		return 0, 0, true
+	}
+	ns := q.ss.namespace(sqe.NSID)
+	if ns == nil {
+		return 0, nvme.StatusInvalidNamespace | nvme.DNR, false
+	}
+	cmd.ns = ns
+	switch sqe.Opcode {
+	case nvme.IORead, nvme.IOWrite:
+		off, n, inRange := ns.span(sqe.SLBA(), uint64(sqe.NLB()))
+		_ = off
+		if !inRange {
+			return 0, nvme.StatusLBAOutOfRange | nvme.DNR, false
+		}
+		if n > int64(q.maxXfer) {
+			return 0, nvme.StatusInvalidField | nvme.DNR, false
+		}
+		if sqe.Opcode == nvme.IOWrite {
+			return int(n), 0, true
+		}
+		return 0, 0, true
+	case nvme.IODSM:
+		return (int(uint8(sqe.CDW10)) + 1) * 16, 0, true
+	case nvme.IOFlush, nvme.IOWriteZeroes:
+		return 0, 0, true
+	}
+	return 0, nvme.StatusInvalidOpcode | nvme.DNR, false
+}
+
+// execIO runs an NVM command against its namespace's backend. It runs on
+// its own goroutine.
+func (q *queue) execIO(cmd *command) {
+	sqe := &cmd.sqe
+	ns := cmd.ns
+	switch sqe.Opcode {
+	case nvme.IORead:
+		cmd.op = "read"
+		off, n, _ := ns.span(sqe.SLBA(), uint64(sqe.NLB()))
+		if sqe.DPTR.Type != nvme.SGLTransportDataBlock || int64(sqe.DPTR.Length) != n {
+			q.complete(cmd, sgDataStatus(sqe.DPTR, n), 0)
+			return
+		}
+		buf := q.srv.bufs.get(int(n))
+		_, err := ns.backend.ReadAt(buf[:n], off)
+		if err != nil {
+			q.srv.bufs.put(buf)
+			q.ioFailed(cmd, err, true)
+			return
+		}
+		q.countIO(true, n)
+		q.completeWith(cmd, nvme.StatusSuccess, 0, buf[:n])
+		q.srv.bufs.put(buf)
+	case nvme.IOWrite:
+		cmd.op = "write"
+		off, n, _ := ns.span(sqe.SLBA(), uint64(sqe.NLB()))
+		if _, err := ns.backend.WriteAt(cmd.data, off); err != nil {
+			q.ioFailed(cmd, err, false)
+			return
+		}
+		q.countIO(false, n)
+		q.complete(cmd, nvme.StatusSuccess, 0)
+	case nvme.IOFlush:
+		cmd.op = "flush"
+		var err error
+		if ns == nil {
+			err = q.ss.flushAll()
+		} else {
+			err = ns.backend.Flush()
+		}
+		if err != nil {
+			q.ioFailed(cmd, err, false)
+			return
+		}
+		q.complete(cmd, nvme.StatusSuccess, 0)
+	case nvme.IOWriteZeroes:
+		cmd.op = "write_zeroes"
+		off, n, ok := ns.span(sqe.SLBA(), uint64(sqe.NLB()))
+		if !ok {
+			q.complete(cmd, nvme.StatusLBAOutOfRange|nvme.DNR, 0)
+			return
+		}
+		var err error
+		if sqe.CDW12&(1<<25) != 0 { // DEAC: deallocate instead of writing
+			err = ns.backend.Deallocate(off, n)
+		} else {
+			err = ns.backend.WriteZeroes(off, n)
+		}
+		if err != nil {
+			q.ioFailed(cmd, err, false)
+			return
+		}
+		q.complete(cmd, nvme.StatusSuccess, 0)
+	case nvme.IODSM:
+		cmd.op = "dsm"
+		q.complete(cmd, q.dsm(cmd), 0)
+	}
+}
+
+// dsm runs Dataset Management. Its data is NR+1 ranges of 16 bytes:
+// context attributes (bytes 0-3), length in blocks (4-7), starting LBA
+// (8-15). Every range is checked before any is deallocated, so a bad range
+// changes nothing.
+func (q *queue) dsm(cmd *command) nvme.Status {
+	ns := cmd.ns
+	if cmd.sqe.CDW11&(1<<2) == 0 { // no Attribute Deallocate: hints only
+		return nvme.StatusSuccess
+	}
+	type rng struct{ off, n int64 }
+	ranges := make([]rng, 0, len(cmd.data)/16)
+	for i := 0; i+16 <= len(cmd.data); i += 16 {
+		nlb := binary.LittleEndian.Uint32(cmd.data[i+4:])
+		slba := binary.LittleEndian.Uint64(cmd.data[i+8:])
+		off, n, ok := ns.span(slba, uint64(nlb))
+		if !ok {
+			return nvme.StatusLBAOutOfRange | nvme.DNR
+		}
+		if n > 0 {
+			ranges = append(ranges, rng{off, n})
+		}
+	}
+	for _, r := range ranges {
+		if err := ns.backend.Deallocate(r.off, r.n); err != nil {
+			q.log.Error("deallocate failed", "nsid", ns.id, "err", err)
+			return nvme.StatusMediaWriteFault
+		}
+	}
+	return nvme.StatusSuccess
+}
+
+// sgDataStatus explains why a data SGL does not fit its command.
+func sgDataStatus(sgl nvme.SGL, n int64) nvme.Status {
+	if sgl.Type != nvme.SGLTransportDataBlock {
+		return nvme.StatusSGLTypeInvalid | nvme.DNR
+	}
+	return nvme.StatusSGLDataLenInvalid | nvme.DNR
+}
+
+// errOutOfRange is matched structurally so target need not import volume:
+// any backend error that says so maps to LBA Out of Range.
+type outOfRanger interface{ OutOfRange() bool }
+
+func (q *queue) ioFailed(cmd *command, err error, read bool) {
+	q.log.Error("backend I/O failed", "nsid", cmd.sqe.NSID, "op", cmd.op, "err", err)
+	var oor outOfRanger
+	st := nvme.StatusMediaWriteFault
+	if read {
+		st = nvme.StatusMediaReadError
+	}
+	if errors.As(err, &oor) && oor.OutOfRange() {
+		st = nvme.StatusLBAOutOfRange | nvme.DNR
+	}
+	q.ctrl.smart.mediaErrors.Add(1)
+	q.complete(cmd, st, 0)
+}
+
+func (q *queue) countIO(read bool, n int64) {
+	sm := &q.ctrl.smart
+	if read {
+		sm.readCmds.Add(1)
+		sm.readBlocks512.Add(uint64(n) >> 9)
+	} else {
+		sm.writeCmds.Add(1)
+		sm.writeBlocks512.Add(uint64(n) >> 9)
+	}
+}

@@ -1,0 +1,328 @@
+package target
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nearstore/nearstore/nvme"
+)
+
+// Backend is the block store behind a namespace. volume.Volume satisfies it.
+type Backend interface {
+	io.ReaderAt
+	io.WriterAt
+	Size() int64
+	BlockSize() int
+	Flush() error
+	WriteZeroes(off, n int64) error
+	Deallocate(off, n int64) error
+}
+
+// NamespaceConfig is one namespace of a subsystem.
+type NamespaceConfig struct {
+	// ID is the NSID, 1-based; zero assigns the next free one.
+	ID uint32
+	// Backend stores the data.
+	Backend Backend
+	// Name identifies the backend (its volume spec) and feeds the namespace's
+	// stable NGUID and UUID: the same subsystem, NSID and name always give
+	// the same identifiers, across restarts.
+	Name string
+}
+
+// SubsystemConfig is one NVM subsystem.
+type SubsystemConfig struct {
+	NQN        string
+	Namespaces []NamespaceConfig
+	// Model is reported in Identify Controller; default "nearstore".
+	Model string
+}
+
+// Config configures a Server. Zero values take the defaults noted.
+type Config struct {
+	Subsystems []SubsystemConfig
+	// MaxIOQueues is the number of I/O queues a controller may have
+	// (default 16).
+	MaxIOQueues int
+	// QueueDepth is the maximum entries per queue, CAP.MQES+1 (default 1024).
+	QueueDepth int
+	// InCapsuleData is the in-capsule data size I/O queues accept (default
+	// 16 KiB); the admin queue always accepts 8 KiB, as the Linux host expects.
+	InCapsuleData int
+	// MaxH2CData is the largest H2CData PDU accepted (default 128 KiB).
+	MaxH2CData int
+	// C2HChunk is the largest C2HData PDU sent (default 128 KiB): reads
+	// longer than this go out in several PDUs.
+	C2HChunk int
+	// MDTS is the maximum data transfer size as a power of two of 4 KiB
+	// pages (default 7: 512 KiB), which bounds the memory one command holds.
+	MDTS uint8
+	// IdleTimeout bounds the time from accept to a completed Fabrics
+	// Connect (default 10s).
+	IdleTimeout time.Duration
+	// Logger receives the server's logs; nil discards them.
+	Logger *slog.Logger
+	// Metrics, when not nil, receives per-command metrics.
+	Metrics *Metrics
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxIOQueues <= 0 {
+		c.MaxIOQueues = 16
+	}
+	if c.QueueDepth <= 0 {
+		c.QueueDepth = 1024
+	}
+	if c.InCapsuleData <= 0 {
+		c.InCapsuleData = 16 << 10
+	}
+	if c.MaxH2CData <= 0 {
+		c.MaxH2CData = 128 << 10
+	}
+	if c.C2HChunk <= 0 {
+		c.C2HChunk = 128 << 10
+	}
+	if c.MDTS == 0 {
+		c.MDTS = 7
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// adminInCapsuleData is the in-capsule data the admin queue accepts: the
+// Linux host sends up to 8 KiB in-capsule on it without asking.
+const adminInCapsuleData = 8 << 10
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("target: server closed")
+
+// Server is an NVMe/TCP target.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	subsys  map[string]*subsystem
+	order   []*subsystem // configuration order, for the discovery log
+	metrics *Metrics
+
+	mu        sync.Mutex
+	listeners map[net.Listener]struct{}
+	queues    map[*queue]struct{}
+	closing   atomic.Bool
+	done      chan struct{}
+
+	// inflight counts commands executing, so Shutdown can wait for them.
+	inflight tracker
+	bufs     bufPool
+	disc     *subsystem
+	conns    sync.WaitGroup
+}
+
+// New checks cfg and builds a server. It does not listen.
+func New(cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if cfg.QueueDepth < 2 || cfg.QueueDepth > 65536 {
+		return nil, fmt.Errorf("target: queue depth %d outside [2, 65536]", cfg.QueueDepth)
+	}
+	if cfg.MDTS > 12 {
+		return nil, fmt.Errorf("target: MDTS %d too large (max 12: 16 MiB)", cfg.MDTS)
+	}
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		subsys:    make(map[string]*subsystem),
+		metrics:   cfg.Metrics,
+		listeners: make(map[net.Listener]struct{}),
+		queues:    make(map[*queue]struct{}),
+		done:      make(chan struct{}),
+	}
+	if len(cfg.Subsystems) == 0 {
+		return nil, errors.New("target: no subsystems configured")
+	}
+	for _, sc := range cfg.Subsystems {
+		if err := validNQN(sc.NQN); err != nil {
+			return nil, err
+		}
+		if sc.NQN == nvme.DiscoveryNQN {
+			return nil, fmt.Errorf("target: %s is reserved for the discovery controller", sc.NQN)
+		}
+		if _, dup := s.subsys[sc.NQN]; dup {
+			return nil, fmt.Errorf("target: subsystem %s configured twice", sc.NQN)
+		}
+		ss := newSubsystem(s, sc)
+		for _, nc := range sc.Namespaces {
+			if _, err := ss.addNamespace(nc); err != nil {
+				return nil, err
+			}
+		}
+		s.subsys[sc.NQN] = ss
+		s.order = append(s.order, ss)
+	}
+	s.disc = newSubsystem(s, SubsystemConfig{NQN: nvme.DiscoveryNQN, Model: "nearstore discovery"})
+	return s, nil
+}
+
+func validNQN(nqn string) error {
+	if nqn == "" || len(nqn) > 223 {
+		return fmt.Errorf("target: NQN %q must be 1 to 223 bytes", nqn)
+	}
+	return nil
+}
+
+// AddNamespace adds a namespace to a running subsystem and tells connected
+// hosts with a Namespace Attribute Changed event. It returns the NSID.
+func (s *Server) AddNamespace(nqn string, nc NamespaceConfig) (uint32, error) {
+	ss, ok := s.subsys[nqn]
+	if !ok {
+		return 0, fmt.Errorf("target: no subsystem %s", nqn)
+	}
+	id, err := ss.addNamespace(nc)
+	if err != nil {
+		return 0, err
+	}
+	ss.namespaceChanged(id)
+	return id, nil
+}
+
+// ListenAndServe listens on addr and serves until Shutdown or Close.
+func (s *Server) ListenAndServe(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("target: %w", err)
+	}
+	return s.Serve(ln)
+}
+
+// Serve accepts connections on ln until Shutdown or Close. It always
+// returns a non-nil error; after Shutdown or Close, ErrServerClosed.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closing.Load() {
+		s.mu.Unlock()
+		if ln != nil {
+			ln.Close()
+		}
+		return ErrServerClosed
+	}
+	s.listeners[ln] = struct{}{}
+	s.mu.Unlock()
+	s.log.Info("target listening", "addr", ln.Addr().String(), "subsystems", len(s.order))
+	var delay time.Duration
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			if s.closing.Load() {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				// Transient (out of file descriptors and the like): back off.
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("target: accept: %w", err)
+		}
+		delay = 0
+		q := newQueue(s, c)
+		s.mu.Lock()
+		if s.closing.Load() {
+			s.mu.Unlock()
+			c.Close()
+			return ErrServerClosed
+		}
+		s.queues[q] = struct{}{}
+		s.conns.Add(1)
+		s.mu.Unlock()
+		s.metrics.connOpened()
+		go func() {
+			defer s.conns.Done()
+			q.serve()
+			s.mu.Lock()
+			delete(s.queues, q)
+			s.mu.Unlock()
+			s.metrics.connClosed()
+		}()
+	}
+}
+
+// Shutdown stops the server gracefully: it stops accepting, stops reading
+// new commands, lets the commands already executing finish and send their
+// completions, closes every connection and flushes every namespace. If ctx
+// ends first, the remaining connections are closed at once and ctx's error
+// is returned (volumes are still flushed).
+func (s *Server) Shutdown(ctx context.Context) error {
+	if !s.closing.CompareAndSwap(false, true) {
+		<-s.done
+		return nil
+	}
+	defer close(s.done)
+	s.mu.Lock()
+	for ln := range s.listeners {
+		ln.Close()
+	}
+	qs := make([]*queue, 0, len(s.queues))
+	for q := range s.queues {
+		qs = append(qs, q)
+	}
+	s.mu.Unlock()
+	for _, q := range qs {
+		q.stopReading()
+	}
+	drained := make(chan struct{})
+	go func() { <-s.inflight.idle(); close(drained) }()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	for _, q := range qs {
+		q.close()
+	}
+	s.conns.Wait()
+	for _, ss := range s.order {
+		if ferr := ss.flushAll(); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
+	s.log.Info("target stopped")
+	return err
+}
+
+// Close stops the server at once: in-flight commands are not waited for.
+func (s *Server) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.Shutdown(ctx)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// stableID derives a namespace's NGUID/UUID from what names it, so hosts
+// see the same identifiers every time the same configuration is served.
+func stableID(parts ...string) [16]byte {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	var id [16]byte
+	copy(id[:], h.Sum(nil))
+	id[6] = id[6]&0x0f | 0x50 // RFC 4122 version 5 layout
+	id[8] = id[8]&0x3f | 0x80
+	return id
+}

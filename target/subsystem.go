@@ -1,0 +1,376 @@
+package target
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nearstore/nearstore/nvme"
+)
+
+// namespace is one exported volume.
+type namespace struct {
+	id        uint32
+	backend   Backend
+	name      string
+	blockSize int
+	lbaShift  uint8
+	blocks    uint64
+	nguid     [16]byte
+	uuid      [16]byte
+}
+
+// subsystem is an NVM subsystem: namespaces plus the controllers hosts have
+// created on it.
+type subsystem struct {
+	srv    *Server
+	nqn    string
+	model  string
+	serial string
+
+	mu          sync.RWMutex
+	namespaces  map[uint32]*namespace
+	controllers map[uint16]*controller
+	nextCNTLID  uint16
+}
+
+func newSubsystem(s *Server, sc SubsystemConfig) *subsystem {
+	id := stableID("serial", sc.NQN)
+	model := sc.Model
+	if model == "" {
+		model = "nearstore"
+	}
+	return &subsystem{
+		srv:         s,
+		nqn:         sc.NQN,
+		model:       model,
+		serial:      hex.EncodeToString(id[:10]),
+		namespaces:  make(map[uint32]*namespace),
+		controllers: make(map[uint16]*controller),
+		nextCNTLID:  1,
+	}
+}
+
+func (ss *subsystem) addNamespace(nc NamespaceConfig) (uint32, error) {
+	if nc.Backend == nil {
+		return 0, fmt.Errorf("target: %s: namespace without a backend", ss.nqn)
+	}
+	bs := nc.Backend.BlockSize()
+	shift := uint8(0)
+	for 1<<shift < bs {
+		shift++
+	}
+	if bs < 512 || bs > 65536 || 1<<shift != bs {
+		return 0, fmt.Errorf("target: %s: block size %d is not a power of two in [512, 65536]", ss.nqn, bs)
+	}
+	if nc.Backend.Size() < int64(bs) {
+		return 0, fmt.Errorf("target: %s: volume of %d bytes is smaller than a block", ss.nqn, nc.Backend.Size())
+	}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	id := nc.ID
+	if id == 0 {
+		id = 1
+		for ss.namespaces[id] != nil {
+			id++
+		}
+	}
+	if id == 0xFFFFFFFF {
+		return 0, fmt.Errorf("target: %s: NSID %#x is reserved", ss.nqn, id)
+	}
+	if ss.namespaces[id] != nil {
+		return 0, fmt.Errorf("target: %s: NSID %d configured twice", ss.nqn, id)
+	}
+	idstr := fmt.Sprint(id)
+	ss.namespaces[id] = &namespace{
+		id:        id,
+		backend:   nc.Backend,
+		name:      nc.Name,
+		blockSize: bs,
+		lbaShift:  shift,
+		blocks:    uint64(nc.Backend.Size()) >> shift,
+		nguid:     stableID("nguid", ss.nqn, idstr, nc.Name),
+		uuid:      stableID("uuid", ss.nqn, idstr, nc.Name),
+	}
+	return id, nil
+}
+
+func (ss *subsystem) namespace(id uint32) *namespace {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	return ss.namespaces[id]
+}
+
+// nsids returns the active NSIDs in ascending order.
+func (ss *subsystem) nsids() []uint32 {
+	ss.mu.RLock()
+	ids := make([]uint32, 0, len(ss.namespaces))
+	for id := range ss.namespaces {
+		ids = append(ids, id)
+	}
+	ss.mu.RUnlock()
+	sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
+	return ids
+}
+
+func (ss *subsystem) flushAll() error {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	var errs []error
+	for _, ns := range ss.namespaces {
+		if err := ns.backend.Flush(); err != nil {
+			errs = append(errs, fmt.Errorf("target: flush nsid %d: %w", ns.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// newController creates a controller for a host's admin queue.
+func (ss *subsystem) newController(hostNQN string, hostID [16]byte, kato time.Duration, discovery bool) (*controller, error) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if len(ss.controllers) >= 0xFFEF {
+		return nil, errors.New("target: no controller IDs left")
+	}
+	for ss.controllers[ss.nextCNTLID] != nil || ss.nextCNTLID == 0 || ss.nextCNTLID >= 0xFFF0 {
+		ss.nextCNTLID++
+		if ss.nextCNTLID >= 0xFFF0 {
+			ss.nextCNTLID = 1
+		}
+	}
+	c := &controller{
+		ss:          ss,
+		id:          ss.nextCNTLID,
+		hostNQN:     hostNQN,
+		hostID:      hostID,
+		discovery:   discovery,
+		kato:        kato,
+		ioQueues:    ss.srv.cfg.MaxIOQueues,
+		queues:      make(map[uint16]*queue),
+		vwc:         true,
+		aenEnabled:  aenNamespaceAttr,
+		created:     time.Now(),
+		changedNS:   make(map[uint32]struct{}),
+		aenMaskedNS: false,
+	}
+	ss.nextCNTLID++
+	ss.controllers[c.id] = c
+	return c, nil
+}
+
+func (ss *subsystem) controller(id uint16) *controller {
+	ss.mu.RLock()
+	defer ss.mu.RUnlock()
+	return ss.controllers[id]
+}
+
+func (ss *subsystem) removeController(c *controller) {
+	ss.mu.Lock()
+	if ss.controllers[c.id] == c {
+		delete(ss.controllers, c.id)
+	}
+	ss.mu.Unlock()
+}
+
+// namespaceChanged records a namespace change on every controller and
+// completes a waiting Asynchronous Event Request where one is enabled.
+func (ss *subsystem) namespaceChanged(nsid uint32) {
+	ss.mu.RLock()
+	cs := make([]*controller, 0, len(ss.controllers))
+	for _, c := range ss.controllers {
+		cs = append(cs, c)
+	}
+	ss.mu.RUnlock()
+	for _, c := range cs {
+		c.noteNamespaceChanged(nsid)
+	}
+}
+
+// Asynchronous event bits (Set Features 0Bh) and the event nearstore raises.
+const (
+	aenNamespaceAttr = 1 << 8
+	// aenNotice is AEN type 2h (notice), info 00h (namespace attribute
+	// changed), log page 04h, packed as completion DW0.
+	aenNoticeNSChanged = 0x2 | 0x00<<8 | nvme.LogChangedNS<<16
+	maxAER             = 4
+	errorLogEntries    = 64
+)
+
+// controller is one host's association with a subsystem: the admin queue
+// plus its I/O queues.
+type controller struct {
+	ss        *subsystem
+	id        uint16
+	hostNQN   string
+	hostID    [16]byte
+	discovery bool
+	created   time.Time
+
+	mu       sync.Mutex
+	cc       uint32
+	csts     uint32
+	kato     time.Duration
+	kaTimer  *time.Timer
+	ioQueues int // granted by Set Features Number of Queues
+	queues   map[uint16]*queue
+	vwc      bool
+	dead     bool
+
+	aenEnabled  uint32
+	aers        []pendingAER
+	aenPending  bool // an event the host has not yet been told of
+	aenMaskedNS bool // a namespace notice was sent and the log not yet read
+	changedNS   map[uint32]struct{}
+
+	errorCount uint64
+	errorLog   [errorLogEntries][64]byte
+	errorNext  int
+	smart      smartCounters
+}
+
+type pendingAER struct {
+	q   *queue
+	cid uint16
+}
+
+// smartCounters feed the SMART log. They are atomics because every I/O
+// goroutine of every queue bumps them.
+type smartCounters struct {
+	readCmds, writeCmds, readBlocks512, writeBlocks512, mediaErrors atomic.Uint64
+}
+
+// attach registers an I/O or admin queue with the controller.
+func (c *controller) attach(qid uint16, q *queue) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return errors.New("controller is gone")
+	}
+	if c.queues[qid] != nil {
+		return fmt.Errorf("queue %d already connected", qid)
+	}
+	c.queues[qid] = q
+	return nil
+}
+
+// detach removes a queue; losing the admin queue ends the controller, as it
+// does in the Linux target: its I/O queues are closed and its ID freed.
+func (c *controller) detach(qid uint16, q *queue) {
+	c.mu.Lock()
+	if c.queues[qid] == q {
+		delete(c.queues, qid)
+	}
+	var rest []*queue
+	if qid == 0 {
+		rest = c.teardownLocked()
+	}
+	c.mu.Unlock()
+	for _, o := range rest {
+		o.close()
+	}
+	if qid == 0 {
+		c.ss.removeController(c)
+	}
+}
+
+func (c *controller) teardownLocked() []*queue {
+	c.dead = true
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+	}
+	c.aers = nil
+	rest := make([]*queue, 0, len(c.queues))
+	for _, o := range c.queues {
+		rest = append(rest, o)
+	}
+	return rest
+}
+
+// startKeepAlive arms the keep-alive timer. Any command received counts as
+// traffic (Traffic Based Keep Alive, advertised in CTRATT), so a busy host
+// need not send Keep Alive commands.
+func (c *controller) startKeepAlive() {
+	if c.kato <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.kaTimer = time.AfterFunc(c.kato, c.keepAliveExpired)
+}
+
+func (c *controller) touch() {
+	c.mu.Lock()
+	if c.kaTimer != nil {
+		c.kaTimer.Reset(c.kato)
+	}
+	c.mu.Unlock()
+}
+
+func (c *controller) keepAliveExpired() {
+	c.ss.srv.log.Warn("keep alive timeout: tearing down controller",
+		"subsystem", c.ss.nqn, "cntlid", c.id, "host", c.hostNQN, "kato", c.kato)
+	c.ss.srv.metrics.error("keep_alive_timeout")
+	c.mu.Lock()
+	qs := c.teardownLocked()
+	c.mu.Unlock()
+	for _, q := range qs {
+		q.close()
+	}
+	c.ss.removeController(c)
+}
+
+func (c *controller) noteNamespaceChanged(nsid uint32) {
+	c.mu.Lock()
+	if len(c.changedNS) < 1024 {
+		c.changedNS[nsid] = struct{}{}
+	}
+	if c.aenEnabled&aenNamespaceAttr != 0 && !c.aenMaskedNS {
+		c.aenPending = true
+	}
+	a, ok := c.takeAERLocked()
+	c.mu.Unlock()
+	if ok {
+		a.q.completeAER(a.cid, aenNoticeNSChanged)
+	}
+}
+
+// takeAERLocked pairs a pending event with a waiting AER.
+func (c *controller) takeAERLocked() (pendingAER, bool) {
+	if !c.aenPending || len(c.aers) == 0 {
+		return pendingAER{}, false
+	}
+	a := c.aers[0]
+	c.aers = c.aers[1:]
+	c.aenPending = false
+	c.aenMaskedNS = true
+	return a, true
+}
+
+// recordError appends an Error Information log entry:
+//
+//	bytes 0-7   error count
+//	bytes 8-9   SQID
+//	bytes 10-11 CID
+//	bytes 12-13 status field (with phase bit 0)
+//	bytes 14-15 parameter error location (0xFFFF: unknown)
+//	bytes 16-23 LBA
+//	bytes 24-27 NSID
+func (c *controller) recordError(qid, cid uint16, st nvme.Status, nsid uint32, lba uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errorCount++
+	e := &c.errorLog[c.errorNext]
+	c.errorNext = (c.errorNext + 1) % errorLogEntries
+	*e = [64]byte{}
+	le64(e[0:], c.errorCount)
+	le16(e[8:], qid)
+	le16(e[10:], cid)
+	le16(e[12:], uint16(st)<<1)
+	le16(e[14:], 0xFFFF)
+	le64(e[16:], lba)
+	le32(e[24:], nsid)
+}

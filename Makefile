@@ -1,0 +1,48 @@
+# nearstore — everything a fresh Debian machine needs is installed from here.
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+FUZZTIME    ?= 30s
+
+.PHONY: all build demo test test-short lint fuzz interop-deps bench-deps clean
+
+all: build
+
+build:
+	$(GO) build -o bin/nearstore ./cmd/nearstore
+
+# The main job on embedded defaults.
+demo:
+	$(GO) run ./cmd/nearstore demo
+
+# The whole suite, as CI runs it: lint, then every test with the race
+# detector, including the QEMU interop tests against the Linux kernel's
+# NVMe/TCP host and target (their packages are installed on first use).
+test: lint interop-deps
+	$(GO) test -race -timeout 45m ./...
+
+# Unit and integration tests without the QEMU guest.
+test-short:
+	$(GO) test -short -race ./...
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+# Runs every fuzz target for FUZZTIME each (CI runs only their seed corpora,
+# as part of go test).
+fuzz:
+	@for spec in ./nvme:FuzzDecoders ./nvme/tcp:FuzzReadPDU ./target:FuzzTargetConn ./host:FuzzHostReceive; do \
+	  pkg=$${spec%%:*}; fn=$${spec##*:}; \
+	  echo "== $$fn ($$pkg)"; $(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done
+
+interop-deps:
+	bash tests/interop/setup.sh >/dev/null
+
+bench-deps:
+	bash scripts/bench-deps.sh
+
+clean:
+	rm -rf bin

@@ -47,6 +47,10 @@ const (
 	StatusInvalidLogPage      Status = SCTCommandSpecific<<8 | 0x09
 	StatusFeatureNotSaveable  Status = SCTCommandSpecific<<8 | 0x0D
 	StatusFeatureNotChangable Status = SCTCommandSpecific<<8 | 0x0E
+	// StatusONCSNotSupported is what the Linux target answers for an
+	// optional NVM command its backend cannot do (Write Zeroes on a file
+	// system without FALLOC_FL_ZERO_RANGE, for one).
+	StatusONCSNotSupported Status = SCTCommandSpecific<<8 | 0x83
 	// Fabrics Connect command specific statuses.
 	StatusConnectIncompatibleFormat Status = SCTCommandSpecific<<8 | 0x80
 	StatusConnectControllerBusy     Status = SCTCommandSpecific<<8 | 0x81
@@ -129,6 +133,8 @@ func (s Status) name() string {
 		return "feature identifier not saveable"
 	case StatusFeatureNotChangable:
 		return "feature not changeable"
+	case StatusONCSNotSupported:
+		return "optional command not supported"
 	case StatusConnectIncompatibleFormat:
 		return "connect: incompatible format"
 	case StatusConnectControllerBusy:

@@ -43,7 +43,15 @@ func (q *queue) prepareIO(cmd *command) (want int, st nvme.Status, ok bool) {
 		}
 		return 0, 0, true
 	case nvme.IODSM:
-		return (int(uint8(sqe.CDW10)) + 1) * 16, 0, true
+		// The data holds NR+1 ranges, but hosts may send more: Linux always
+		// sends a whole 4 KiB range buffer (some devices ignore NR). Accept
+		// any length from the ranges named up to 256 ranges.
+		need := dsmLen(sqe)
+		got := int(sqe.DPTR.Length)
+		if got < need || got > 256*16 {
+			return 0, nvme.StatusSGLDataLenInvalid | nvme.DNR, false
+		}
+		return got, 0, true
 	case nvme.IOFlush, nvme.IOWriteZeroes:
 		return 0, 0, true
 	}
@@ -129,10 +137,11 @@ func (q *queue) dsm(cmd *command) nvme.Status {
 		return nvme.StatusSuccess
 	}
 	type rng struct{ off, n int64 }
-	ranges := make([]rng, 0, len(cmd.data)/16)
-	for i := 0; i+16 <= len(cmd.data); i += 16 {
-		nlb := binary.LittleEndian.Uint32(cmd.data[i+4:])
-		slba := binary.LittleEndian.Uint64(cmd.data[i+8:])
+	data := cmd.data[:dsmLen(&cmd.sqe)]
+	ranges := make([]rng, 0, len(data)/16)
+	for i := 0; i+16 <= len(data); i += 16 {
+		nlb := binary.LittleEndian.Uint32(data[i+4:])
+		slba := binary.LittleEndian.Uint64(data[i+8:])
 		off, n, ok := ns.span(slba, uint64(nlb))
 		if !ok {
 			return nvme.StatusLBAOutOfRange | nvme.DNR
@@ -149,6 +158,10 @@ func (q *queue) dsm(cmd *command) nvme.Status {
 	}
 	return nvme.StatusSuccess
 }
+
+// dsmLen is the bytes of the ranges a Dataset Management command names:
+// NR (CDW10 bits 7:0) is zero-based.
+func dsmLen(sqe *nvme.Command) int { return (int(uint8(sqe.CDW10)) + 1) * 16 }
 
 // sgDataStatus explains why a data SGL does not fit its command.
 func sgDataStatus(sgl nvme.SGL, n int64) nvme.Status {

@@ -52,7 +52,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-
 func (m *Metrics) connOpened() {
 	if m != nil {
 		m.connections.Inc()

@@ -31,7 +31,6 @@ type queue struct {
 	noSQFlow   bool
 	maxXfer    int
 	sqhd       atomic.Uint32
-	inCapsule  int
 	discovery  bool
 	readerDone chan struct{}
 
@@ -47,17 +46,16 @@ type queue struct {
 
 // command is one command from capsule to completion.
 type command struct {
-	sqe      nvme.Command
-	ns       *namespace
-	data     []byte // host-to-controller data, once gathered
-	buf      []byte // pooled buffer behind data, if any
-	want     int    // bytes of H2C data expected
-	got      int
-	ttag     uint16
-	status   nvme.Status // a failure found while gathering data
-	start    time.Time
-	op       string
-	execNeed bool
+	sqe    nvme.Command
+	ns     *namespace
+	data   []byte // host-to-controller data, once gathered
+	buf    []byte // pooled buffer behind data, if any
+	want   int    // bytes of H2C data expected
+	got    int
+	ttag   uint16
+	status nvme.Status // a failure found while gathering data
+	start  time.Time
+	op     string
 }
 
 func newQueue(s *Server, c net.Conn) *queue {

@@ -136,6 +136,19 @@ func TestIO(t *testing.T) {
 			if got := readBack(t, q, 10, 8); !bytes.Equal(got, make([]byte, 4096)) {
 				t.Fatal("deallocated blocks do not read as zeroes")
 			}
+			// Linux sends a whole 4 KiB range buffer whatever NR says; only
+			// the NR+1 ranges named count (the rest here would be out of range).
+			full := make([]byte, 4096)
+			copy(full, dsmRange(200, 4))
+			for i := 16; i < len(full); i += 16 {
+				copy(full[i:], dsmRange(^uint64(0)>>1, 1))
+			}
+			q.ok(q.exec(rw(nvme.IOWrite, 1, 199, 6), pattern(3072, 6), nil, true))
+			q.ok(q.exec(&nvme.Command{Opcode: nvme.IODSM, NSID: 1, CDW10: 0, CDW11: 1 << 2}, full, nil, true))
+			got := readBack(t, q, 199, 6)
+			if !bytes.Equal(got[512:5*512], make([]byte, 4*512)) || !bytes.Equal(got[:512], pattern(3072, 6)[:512]) || !bytes.Equal(got[5*512:], pattern(3072, 6)[5*512:]) {
+				t.Fatal("DSM with a 4 KiB range buffer deallocated the wrong blocks")
+			}
 			q.ok(q.exec(&nvme.Command{Opcode: nvme.IOFlush, NSID: 1}, nil, nil, false))
 		})
 	}
@@ -167,6 +180,7 @@ func TestBadCommands(t *testing.T) {
 		{"longer than MDTS", rw(nvme.IORead, 1, 0, 2048), nil, make([]byte, 1<<20), nvme.StatusInvalidField},
 		{"SGL shorter than the blocks", &nvme.Command{Opcode: nvme.IOWrite, NSID: 1, CDW12: 1}, make([]byte, 512), nil, nvme.StatusSGLDataLenInvalid},
 		{"DSM range past the end", &nvme.Command{Opcode: nvme.IODSM, NSID: 1, CDW11: 1 << 2}, dsmRange(blocks-1, 2), nil, nvme.StatusLBAOutOfRange},
+		{"DSM data shorter than its ranges", &nvme.Command{Opcode: nvme.IODSM, NSID: 1, CDW10: 1, CDW11: 1 << 2}, dsmRange(0, 1), nil, nvme.StatusSGLDataLenInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := q.exec(tc.cmd, tc.out, tc.in, tc.out != nil && len(tc.out) <= 4096)

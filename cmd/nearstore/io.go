@@ -1,0 +1,237 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/nearstore/nearstore/bench"
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/iocheck"
+	"github.com/nearstore/nearstore/volume"
+)
+
+// target flags shared by the host-side commands.
+type conn struct {
+	addr, nqn string
+	nsid      uint32
+	digests   bool
+}
+
+func (c *conn) flags(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.StringVar(&c.addr, "addr", "127.0.0.1:4420", "target address (host:port)")
+	f.StringVar(&c.nqn, "nqn", "nqn.2026-11.io.nearstore:default", "subsystem NQN")
+	f.Uint32Var(&c.nsid, "nsid", 1, "namespace ID")
+	f.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C)")
+}
+
+func (c *conn) open(ctx context.Context, g *globals, opts host.Options) (*host.Controller, *host.Namespace, error) {
+	opts.HeaderDigest, opts.DataDigest = c.digests, c.digests
+	opts.Logger = g.logger()
+	ctrl, err := host.Connect(ctx, c.addr, c.nqn, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	ns, err := ctrl.Namespace(c.nsid)
+	if err != nil {
+		ctrl.Close()
+		return nil, nil, err
+	}
+	return ctrl, ns, nil
+}
+
+func newDiscoverCmd(g *globals) *cobra.Command {
+	var addr string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "discover",
+		Short: "List the subsystems a target's discovery controller reports",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			entries, err := host.Discover(cmd.Context(), addr, host.Options{Logger: g.logger()})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(entries)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "SUBNQN\tTRADDR\tTRSVCID\tTRTYPE")
+			for _, e := range entries {
+				fmt.Fprintf(tw, "%s\t%s\t%s\ttcp\n", e.SubNQN, e.TrAddr, e.TrSvcID)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:4420", "target address (host:port)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func newIOCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "io", Short: "Check and measure a namespace's block I/O"}
+	cmd.AddCommand(newVerifyCmd(g), newBenchIOCmd(g))
+	return cmd
+}
+
+func newVerifyCmd(g *globals) *cobra.Command {
+	var c conn
+	var size string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify",
+		Short: "Write patterns through every I/O path and read them back; exit 0 only if all match",
+		Long: `verify overwrites the first --size bytes of the namespace with patterns
+that encode their own offsets, through aligned and unaligned transfers, large
+transfers that need R2T, Write Zeroes and Dataset Management deallocate, reads
+everything back and compares it byte for byte.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := volume.ParseSize(size)
+			if err != nil {
+				return err
+			}
+			ctrl, ns, err := c.open(cmd.Context(), g, host.Options{IOQueues: 2})
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			rep := iocheck.Run(cmd.Context(), ns, iocheck.Options{Size: n})
+			return printVerify(cmd.OutOrStdout(), rep, asJSON)
+		},
+	}
+	c.flags(cmd)
+	cmd.Flags().StringVar(&size, "size", "64MiB", "bytes from the start of the namespace to check (overwritten)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON report")
+	return cmd
+}
+
+// errVerifyFailed makes the process exit non-zero after the report printed.
+var errVerifyFailed = errors.New("verify found mismatches")
+
+func printVerify(w io.Writer, rep iocheck.Report, asJSON bool) error {
+	if asJSON {
+		if err := json.NewEncoder(w).Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, s := range rep.Steps {
+			res := "ok"
+			if s.Err != "" {
+				res = "FAIL: " + s.Err
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Duration.Round(time.Microsecond), res)
+		}
+		tw.Flush()
+		if rep.OK {
+			fmt.Fprintf(w, "verify: all %d checks passed (seed %d)\n", len(rep.Steps), rep.Seed)
+		}
+	}
+	if !rep.OK {
+		return errVerifyFailed
+	}
+	return nil
+}
+
+func newBenchIOCmd(g *globals) *cobra.Command {
+	var c conn
+	var cfg bench.BlockIOConfig
+	var bs, region string
+	var asJSON, quiet bool
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure IOPS, bandwidth and latency of a namespace",
+		Example: `  nearstore io bench --rw randread --bs 4k --qd 32 --queues 2 --duration 10s
+  nearstore io bench --rw write --bs 128k --qd 8 --duration 5s --json`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := volume.ParseSize(bs)
+			if err != nil {
+				return err
+			}
+			cfg.BlockSize = int(n)
+			if region != "" {
+				if cfg.Region, err = volume.ParseSize(region); err != nil {
+					return err
+				}
+			}
+			ctrl, ns, err := c.open(cmd.Context(), g, host.Options{IOQueues: cfg.Queues, QueueDepth: cfg.QueueDepth})
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			var p *mpb.Progress
+			if !quiet {
+				p, cfg.Progress = progressBar(cfg.Duration, fmt.Sprintf("%s %s qd%d×%d", cfg.Pattern, bs, cfg.QueueDepth, cfg.Queues))
+			}
+			res, err := bench.RunBlockIO(cmd.Context(), ns, cfg)
+			if p != nil {
+				p.Wait()
+			}
+			if err != nil {
+				return err
+			}
+			return printBlockIO(cmd.OutOrStdout(), []bench.BlockIOResult{res}, asJSON)
+		},
+	}
+	c.flags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&cfg.Pattern, "rw", "randread", "randread, randwrite, read or write")
+	f.StringVar(&bs, "bs", "4k", "transfer size")
+	f.IntVar(&cfg.QueueDepth, "qd", 32, "commands in flight per queue")
+	f.IntVar(&cfg.Queues, "queues", 1, "I/O queues (TCP connections)")
+	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long to run")
+	f.StringVar(&region, "region", "", "bytes of the namespace to touch (default: all)")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	f.BoolVar(&quiet, "quiet", false, "no live progress")
+	return cmd
+}
+
+// progressBar shows elapsed time against the run's duration and the live
+// operation rate on stderr.
+func progressBar(d time.Duration, name string) (*mpb.Progress, func(time.Duration, int64)) {
+	p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(200*time.Millisecond))
+	total := d.Milliseconds()
+	var rate string
+	bar := p.AddBar(total,
+		mpb.PrependDecorators(decor.Name(name+" ")),
+		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string { return rate })),
+	)
+	var lastOps int64
+	var lastT time.Duration
+	return p, func(el time.Duration, ops int64) {
+		if dt := el - lastT; dt > 0 {
+			rate = fmt.Sprintf(" %8.0f IOPS", float64(ops-lastOps)/dt.Seconds())
+		}
+		lastOps, lastT = ops, el
+		bar.SetCurrent(min(el.Milliseconds(), total))
+		if el >= d {
+			bar.SetTotal(total, true)
+		}
+	}
+}
+
+func printBlockIO(w io.Writer, rs []bench.BlockIOResult, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		if len(rs) == 1 {
+			return enc.Encode(rs[0])
+		}
+		return enc.Encode(rs)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "system\trw\tbs\tqd\tqueues\tIOPS\tMB/s\tp50 µs\tp99 µs\tp99.9 µs\t")
+	for _, r := range rs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t\n", r.System, r.Pattern,
+			volume.FormatSize(int64(r.BlockSize)), r.QueueDepth, r.Queues, r.IOPS, r.MBps, r.P50us, r.P99us, r.P999us)
+	}
+	return tw.Flush()
+}

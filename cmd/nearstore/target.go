@@ -1,0 +1,107 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+
+	"github.com/nearstore/nearstore/target"
+	"github.com/nearstore/nearstore/volume"
+)
+
+func newTargetCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "target", Short: "Run the NVMe/TCP storage target"}
+	var (
+		listen, nqn, metrics string
+		specs                []string
+		queues, depth        int
+		grace                time.Duration
+	)
+	serve := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve volumes as NVMe/TCP namespaces until SIGINT/SIGTERM",
+		Example: `  nearstore target serve --listen 127.0.0.1:4420 --nqn nqn.2026-11.io.nearstore:vol1 --volume mem:1GiB
+  nearstore target serve --nqn nqn.2026-11.io.nearstore:vol1 --volume file:/var/lib/nearstore/vol1?size=10GiB --metrics :9100
+  nearstore target serve --nqn nqn.2026-11.io.nearstore:sim --volume sim:nand:4GiB --volume sim:optane:1GiB`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log := g.logger()
+			if len(specs) == 0 {
+				return errors.New("at least one --volume is needed")
+			}
+			var nss []target.NamespaceConfig
+			for _, sp := range specs {
+				v, err := volume.Open(sp)
+				if err != nil {
+					return err
+				}
+				defer v.Close()
+				nss = append(nss, target.NamespaceConfig{Backend: v, Name: sp})
+				log.Info("volume", "spec", sp, "size", volume.FormatSize(v.Size()), "block", v.BlockSize())
+			}
+			cfg := target.Config{
+				Subsystems:  []target.SubsystemConfig{{NQN: nqn, Namespaces: nss}},
+				MaxIOQueues: queues,
+				QueueDepth:  depth,
+				Logger:      log,
+			}
+			var mux *http.Server
+			if metrics != "" {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+				cfg.Metrics = target.NewMetrics(reg)
+				ml, err := net.Listen("tcp", metrics)
+				if err != nil {
+					return fmt.Errorf("metrics listener: %w", err)
+				}
+				h := http.NewServeMux()
+				h.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+				mux = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+				go func() { _ = mux.Serve(ml) }()
+				log.Info("metrics", "url", "http://"+ml.Addr().String()+"/metrics")
+			}
+			srv, err := target.New(cfg)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "serving %s on %s (%d namespace(s)); Ctrl-C stops\n", nqn, ln.Addr(), len(nss))
+			served := make(chan error, 1)
+			go func() { served <- srv.Serve(ln) }()
+			select {
+			case err := <-served:
+				return err
+			case <-cmd.Context().Done():
+			}
+			log.Info("shutting down: finishing in-flight commands", "grace", grace)
+			ctx, cancel := context.WithTimeout(context.Background(), grace)
+			defer cancel()
+			err = srv.Shutdown(ctx)
+			if mux != nil {
+				_ = mux.Shutdown(ctx)
+			}
+			<-served
+			return err
+		},
+	}
+	f := serve.Flags()
+	f.StringVar(&listen, "listen", "127.0.0.1:4420", "address to listen on (host:port)")
+	f.StringVar(&nqn, "nqn", "nqn.2026-11.io.nearstore:default", "subsystem NQN")
+	f.StringArrayVar(&specs, "volume", nil, "volume spec, one namespace each: mem:SIZE, file:PATH?size=SIZE[&direct=1], dev:/dev/X, sim:nand:SIZE, sim:optane:SIZE")
+	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
+	f.IntVar(&queues, "max-io-queues", 16, "I/O queues a host may create")
+	f.IntVar(&depth, "queue-depth", 1024, "maximum queue depth")
+	f.DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for in-flight commands")
+	cmd.AddCommand(serve)
+	return cmd
+}

@@ -1,0 +1,176 @@
+package host
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+)
+
+// ErrConnectionLost is wrapped by the error of every command that was in
+// flight when its connection broke, and by submissions that waited longer
+// than Options.MaxReconnectWait for a new connection. Whether such a command
+// executed is unknown.
+var ErrConnectionLost = errors.New("host: connection to controller lost")
+
+// ErrClosed is returned by every operation on a Controller after Close, and
+// wrapped by the error of commands still in flight when Close ran.
+var ErrClosed = errors.New("host: controller closed")
+
+// Defaults for Options fields left zero.
+const (
+	DefaultQueueDepth       = 128
+	DefaultKeepAlive        = 10 * time.Second
+	DefaultDialTimeout      = 5 * time.Second
+	DefaultReconnectDelay   = 200 * time.Millisecond
+	DefaultMaxReconnectWait = 30 * time.Second
+	// maxReconnectDelay caps the exponential reconnect backoff.
+	maxReconnectDelay = 5 * time.Second
+	// adminDepth is the admin queue's size (SQSIZE 31), as in Linux.
+	adminDepth = 32
+	// adminInline is the in-capsule data the admin queue accepts: the
+	// NVMe/TCP binding requires 8 KiB (Linux's NVME_TCP_ADMIN_CCSZ).
+	adminInline = 8192
+)
+
+// Options configure Connect and Discover. The zero value is usable.
+type Options struct {
+	// HostNQN identifies the host. Default:
+	// "nqn.2014-08.org.nvmexpress:uuid:<uuid>", with the UUID being HostID.
+	HostNQN string
+	// HostID is the 16-byte host identifier. Default: random per Connect
+	// (kept across reconnections, so the target sees the same host).
+	HostID [16]byte
+	// IOQueues is the number of I/O queues, each its own TCP connection.
+	// Default 1; fewer may be granted by the controller.
+	IOQueues int
+	// QueueDepth is the number of commands each I/O queue keeps in flight.
+	// Default 128, capped by the controller's CAP.MQES. The queue is created
+	// with QueueDepth+1 entries, because a submission queue of N entries is
+	// full at N-1 commands.
+	QueueDepth int
+	// HeaderDigest and DataDigest request CRC32C digests; the controller
+	// may refuse them, in which case they are off.
+	HeaderDigest bool
+	DataDigest   bool
+	// DisableSQFlowControl asks the controller, in every Connect, to
+	// disable submission queue flow control (CATTR bit 2), as Linux's
+	// disable_sqflow option does. Controllers may then elide the
+	// CapsuleResp of a successful read (C2HData SUCCESS flag).
+	DisableSQFlowControl bool
+	// KeepAlive is the keep-alive timeout (KATO) sent in Connect; the host
+	// sends a Keep Alive command every KeepAlive/2. Default 10 s; negative
+	// disables keep-alive (KATO 0).
+	KeepAlive time.Duration
+	// DialTimeout bounds each TCP dial and connection setup. Default 5 s.
+	DialTimeout time.Duration
+	// ReconnectDelay is the first wait before reconnecting after a
+	// connection loss; it doubles on each failure up to 5 s. Default 200 ms.
+	ReconnectDelay time.Duration
+	// MaxReconnectWait bounds how long a submission waits for a reconnect
+	// before failing with ErrConnectionLost. Default 30 s.
+	MaxReconnectWait time.Duration
+	// Logger receives connection and reconnection events. Default: discard.
+	Logger *slog.Logger
+}
+
+// withDefaults fills zero fields. It generates the host identity once, so
+// every association of a Controller presents the same one.
+func (o Options) withDefaults() (Options, error) {
+	if o.HostID == ([16]byte{}) {
+		if _, err := rand.Read(o.HostID[:]); err != nil {
+			return o, fmt.Errorf("host: generating host ID: %w", err)
+		}
+		// Make it a version 4 UUID, so the NQN below is well formed.
+		o.HostID[6] = o.HostID[6]&0x0f | 0x40
+		o.HostID[8] = o.HostID[8]&0x3f | 0x80
+	}
+	if o.HostNQN == "" {
+		o.HostNQN = "nqn.2014-08.org.nvmexpress:uuid:" + uuidString(o.HostID)
+	}
+	if len(o.HostNQN) > 223 {
+		return o, fmt.Errorf("host: host NQN is %d bytes, the limit is 223", len(o.HostNQN))
+	}
+	if o.IOQueues <= 0 {
+		o.IOQueues = 1
+	}
+	if o.IOQueues > 0xfffe {
+		return o, fmt.Errorf("host: %d I/O queues requested, at most 65534", o.IOQueues)
+	}
+	if o.QueueDepth <= 0 {
+		o.QueueDepth = DefaultQueueDepth
+	}
+	if o.QueueDepth > 0xffff {
+		o.QueueDepth = 0xffff
+	}
+	if o.KeepAlive == 0 {
+		o.KeepAlive = DefaultKeepAlive
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = DefaultDialTimeout
+	}
+	if o.ReconnectDelay <= 0 {
+		o.ReconnectDelay = DefaultReconnectDelay
+	}
+	if o.MaxReconnectWait <= 0 {
+		o.MaxReconnectWait = DefaultMaxReconnectWait
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// kato returns the KATO value, in milliseconds, sent in the admin Connect.
+func (o *Options) kato() uint32 {
+	if o.KeepAlive < 0 {
+		return 0
+	}
+	ms := o.KeepAlive.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	if ms > 0xffffffff {
+		ms = 0xffffffff
+	}
+	return uint32(ms)
+}
+
+func uuidString(u [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", u[0:4], u[4:6], u[6:8], u[8:10], u[10:16])
+}
+
+// Stats are a Controller's counters since Connect.
+type Stats struct {
+	Commands     uint64 // commands submitted to a queue
+	Completions  uint64 // commands completed by the controller (any status)
+	Errors       uint64 // commands that completed with a non-success status
+	Abandoned    uint64 // commands whose context ended while in flight
+	ConnLosses   uint64 // association failures
+	Reconnects   uint64 // successful re-associations
+	BytesRead    uint64 // controller-to-host data received
+	BytesWritten uint64 // host-to-controller data sent
+	DroppedDone  uint64 // Calls not delivered because their Done channel was full
+}
+
+type stats struct {
+	commands, completions, errors, abandoned atomic.Uint64
+	connLosses, reconnects                   atomic.Uint64
+	bytesRead, bytesWritten, droppedDone     atomic.Uint64
+}
+
+func (s *stats) snapshot() Stats {
+	return Stats{
+		Commands:     s.commands.Load(),
+		Completions:  s.completions.Load(),
+		Errors:       s.errors.Load(),
+		Abandoned:    s.abandoned.Load(),
+		ConnLosses:   s.connLosses.Load(),
+		Reconnects:   s.reconnects.Load(),
+		BytesRead:    s.bytesRead.Load(),
+		BytesWritten: s.bytesWritten.Load(),
+		DroppedDone:  s.droppedDone.Load(),
+	}
+}

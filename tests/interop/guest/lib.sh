@@ -1,0 +1,244 @@
+# lib.sh — helpers shared by /init and the scenario scripts (busybox ash).
+#
+# Console protocol (parsed by the Go harness; one marker per line):
+#   INTEROP-STEP: <text>                progress
+#   INTEROP-VAL <key>=<value>           a value for the host side
+#   INTEROP-MD5 <offset> <len> <md5>    md5 of bytes [offset, offset+len) of the namespace
+#   INTEROP-MARKER <offset> <len> <md5> <text>   the marker block written at offset
+#   INTEROP-READY                       target side is serving (ours-to-linux)
+#   INTEROP-RESULT: PASS | FAIL <reason>   printed once by /init
+
+export PATH=/usr/sbin:/usr/bin:/sbin:/bin
+FAIL_FILE=/run/interop-fail
+MIB=1048576
+
+log() { echo "interop: $*"; }
+step() { echo "INTEROP-STEP: $* (t=$(uptime_s)s)"; }
+val() { echo "INTEROP-VAL $1=$2"; }
+
+# fail REASON: record the reason for /init and stop the scenario.
+fail() {
+	echo "$*" >"$FAIL_FILE"
+	log "FAIL: $*"
+	exit 1
+}
+
+# must DESCRIPTION CMD...: run CMD, fail with DESCRIPTION if it fails.
+must() {
+	_desc=$1
+	shift
+	"$@" || fail "$_desc (exit $?)"
+}
+
+# param NAME DEFAULT: value of NAME=... on the kernel command line.
+param() {
+	for _w in $(cat /proc/cmdline); do
+		case $_w in
+		"$1"=*)
+			echo "${_w#*=}"
+			return
+			;;
+		esac
+	done
+	echo "$2"
+}
+
+uptime_s() { cut -d' ' -f1 /proc/uptime; }
+
+# md5_of FILE OFFSET LEN [iflag]: md5 of a byte range (GNU dd; direct if iflag=direct).
+md5_of() {
+	_flags=skip_bytes,count_bytes
+	[ -n "${4:-}" ] && _flags="$_flags,$4"
+	dd if="$1" bs=$MIB skip="$2" count="$3" iflag="$_flags" status=none | md5sum | cut -d' ' -f1
+}
+
+# --- Linux kernel target (nvmet) ------------------------------------------------
+
+# nvmet_setup NQN FILE SIZE_MIB ADDR PORT: export FILE (created sparse, on
+# tmpfs, so buffered_io=1) as namespace 1 of subsystem NQN on tcp ADDR:PORT.
+nvmet_setup() {
+	_nqn=$1 _file=$2 _size=$3 _addr=$4 _port=$5
+	_cfs=/sys/kernel/config/nvmet
+	[ -d $_cfs ] || fail "nvmet configfs missing (nvmet module not loaded?)"
+	must "create backing file" truncate -s "${_size}M" "$_file"
+	_s=$_cfs/subsystems/$_nqn
+	must "mkdir subsystem $_nqn" mkdir "$_s"
+	echo 1 >"$_s/attr_allow_any_host" || fail "attr_allow_any_host"
+	echo "NEARSTORE-IOP" >"$_s/attr_serial" 2>/dev/null || true
+	must "mkdir namespace" mkdir "$_s/namespaces/1"
+	printf '%s' "$_file" >"$_s/namespaces/1/device_path" || fail "device_path"
+	echo 1 >"$_s/namespaces/1/buffered_io" || fail "buffered_io"
+	echo 1 >"$_s/namespaces/1/enable" || fail "enable namespace"
+	_p=$_cfs/ports/1
+	must "mkdir port" mkdir "$_p"
+	echo "$_addr" >"$_p/addr_traddr" || fail "addr_traddr"
+	echo tcp >"$_p/addr_trtype" || fail "addr_trtype"
+	echo ipv4 >"$_p/addr_adrfam" || fail "addr_adrfam"
+	echo "$_port" >"$_p/addr_trsvcid" || fail "addr_trsvcid"
+	must "link subsystem to port" ln -s "$_s" "$_p/subsystems/$_nqn"
+	log "nvmet: $_nqn ns 1 = $_file (${_size} MiB, buffered) on tcp $_addr:$_port"
+}
+
+nvmet_teardown() {
+	_nqn=$1
+	_cfs=/sys/kernel/config/nvmet
+	rm -f "$_cfs/ports/1/subsystems/$_nqn"
+	rmdir "$_cfs/ports/1" 2>/dev/null
+	echo 0 >"$_cfs/subsystems/$_nqn/namespaces/1/enable" 2>/dev/null
+	rmdir "$_cfs/subsystems/$_nqn/namespaces/1" "$_cfs/subsystems/$_nqn" 2>/dev/null
+	true
+}
+
+# --- Linux kernel host (nvme-tcp + nvme-cli) ------------------------------------
+
+# nvme_discover_connect ADDR PORT NQN: discover, check NQN is offered, connect.
+nvme_discover_connect() {
+	_addr=$1 _port=$2 _nqn=$3
+	step "nvme discover -t tcp -a $_addr -s $_port"
+	_out=$(nvme discover -t tcp -a "$_addr" -s "$_port" 2>&1)
+	_rc=$?
+	echo "$_out"
+	[ $_rc -eq 0 ] || fail "nvme discover failed (exit $_rc)"
+	case $_out in
+	*"$_nqn"*) ;;
+	*) fail "discovery log does not list $_nqn" ;;
+	esac
+	step "nvme connect -t tcp -a $_addr -s $_port -n $_nqn"
+	# A short controller-loss timeout makes I/O fail (and the scenario
+	# report it) soon after the target goes away, instead of retrying for
+	# the default 10 minutes.
+	must "nvme connect" nvme connect -t tcp -a "$_addr" -s "$_port" -n "$_nqn" \
+		--ctrl-loss-tmo="$(param ctrl_loss_tmo 15)"
+}
+
+# nvme_ns_dev NQN TIMEOUT_S: print /dev/nvmeXnY of namespace 1 of subsystem NQN.
+nvme_ns_dev() {
+	_nqn=$1 _t=$2 _i=0
+	while [ $_i -lt $((_t * 10)) ]; do
+		for _sub in /sys/class/nvme-subsystem/*; do
+			[ -f "$_sub/subsysnqn" ] || continue
+			[ "$(cat "$_sub/subsysnqn")" = "$_nqn" ] || continue
+			for _ns in "$_sub"/nvme*n1 /sys/class/nvme/*/nvme*n1; do
+				[ -e "$_ns" ] || continue
+				case $_ns in /sys/class/nvme/*)
+					# non-multipath kernels: namespace under the controller
+					[ "$(cat "${_ns%/*}/subsysnqn" 2>/dev/null)" = "$_nqn" ] || continue ;;
+				esac
+				_dev=/dev/${_ns##*/}
+				if [ -b "$_dev" ] && [ "$(cat "$_ns/size")" != 0 ]; then
+					echo "$_dev"
+					return 0
+				fi
+			done
+		done
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	return 1
+}
+
+# --- the host-side workload --------------------------------------------------------
+
+# raw_write/raw_check DEV DEVOFF LEN BS SRCOFF: write LEN bytes of /tmp/pattern (from
+# SRCOFF) at DEVOFF with O_DIRECT in BS-sized transfers, then read back with
+# O_DIRECT and compare.
+raw_write() {
+	_dev=$1 _off=$2 _len=$3 _bs=$4 _src=$5
+	dd if=/tmp/pattern of="$_dev" bs="$_bs" skip="$_src" seek="$_off" count="$_len" \
+		iflag=skip_bytes,count_bytes oflag=seek_bytes,direct conv=notrunc status=none ||
+		fail "write $_len bytes at $_off (bs $_bs)"
+}
+raw_check() {
+	_dev=$1 _off=$2 _len=$3 _bs=$4 _src=$5
+	_want=$(md5_of /tmp/pattern "$_src" "$_len")
+	_got=$(dd if="$_dev" bs="$_bs" skip="$_off" count="$_len" iflag=skip_bytes,count_bytes,direct status=none | md5sum | cut -d' ' -f1)
+	[ "$_want" = "$_got" ] || fail "readback mismatch: $_len bytes at $_off (bs $_bs): want $_want got $_got"
+}
+
+# host_workload DEV: the Linux-host side of the interop check. Raw O_DIRECT
+# writes/reads at several offsets and sizes, then ext4 (mkfs, mount, files,
+# remount + verify, umount, e2fsck -fn), then a marker block in the tail MiB
+# that the file system does not cover, then INTEROP-MD5 lines for the host.
+host_workload() {
+	dev=$1
+	name=${dev#/dev/}
+	lbs=$(cat /sys/block/"$name"/queue/logical_block_size)
+	size=$(($(cat /sys/block/"$name"/size) * 512))
+	val dev "$dev"
+	val dev_size "$size"
+	val lbs "$lbs"
+	val max_hw_kb "$(cat /sys/block/"$name"/queue/max_hw_sectors_kb)"
+	[ "$size" -ge $((32 * MIB)) ] || fail "namespace too small: $size bytes (need >= 32 MiB)"
+
+	step "raw O_DIRECT I/O on $dev ($size bytes, lbs $lbs)"
+	must "make pattern" dd if=/dev/urandom of=/tmp/pattern bs=$MIB count=8 status=none
+	tail=$((size - MIB))
+	# devoff len bs srcoff — disjoint ranges, small to multi-MiB transfers
+	cases="0 4096 4096 0
+12288 8192 4096 4096
+65536 61440 61440 8192
+$MIB $MIB $MIB 65536
+$((2 * MIB + 4096)) $((2 * MIB)) 131072 $((3 * MIB))
+$((8 * MIB)) $((8 * MIB)) $((4 * MIB)) 0
+$((16 * MIB)) $((3 * MIB)) $((3 * MIB)) $((5 * MIB))
+$tail $MIB 262144 $((7 * MIB))"
+	echo "$cases" | while read -r o l b s; do raw_write "$dev" "$o" "$l" "$b" "$s"; done || exit 1
+	# read back only after all writes, so a misdirected write shows up too
+	echo "$cases" | while read -r o l b s; do raw_check "$dev" "$o" "$l" "$b" "$s"; done || exit 1
+	log "raw I/O ok ($(echo "$cases" | wc -l) ranges)"
+
+	step "mkfs.ext4 on $dev (all but the last MiB)"
+	fs_kib=$(((size - MIB) / 1024))
+	must "mkfs.ext4" mkfs.ext4 -F -q -L nsinterop "$dev" "${fs_kib}k"
+	must "mount" mount -t ext4 "$dev" /mnt
+	step "write files"
+	must "write hello" sh -c 'echo "hello from the interop guest" >/mnt/hello.txt'
+	must "copy big file" cp /tmp/pattern /mnt/big.bin
+	must "mkdir" mkdir /mnt/many
+	i=0
+	while [ $i -lt 64 ]; do
+		echo "file $i $(date +%s)" >/mnt/many/f$i || fail "write many/f$i"
+		i=$((i + 1))
+	done
+	(cd /mnt && md5sum hello.txt big.bin many/*) >/tmp/files.md5
+	must "sync" sync
+	must "umount" umount /mnt
+
+	step "remount and verify files"
+	must "remount" mount -t ext4 -o ro "$dev" /mnt
+	(cd /mnt && md5sum -c -s /tmp/files.md5) || { umount /mnt; fail "file contents differ after remount"; }
+	must "umount (ro)" umount /mnt
+
+	step "e2fsck -fn $dev"
+	e2fsck -fn "$dev"
+	rc=$?
+	[ $rc -eq 0 ] || fail "e2fsck -fn exit $rc"
+
+	step "marker block"
+	moff=$((size - 512 * 1024))
+	mtext=NSIOP-MARKER-$moff-
+	m=$mtext
+	while [ ${#m} -lt 4096 ]; do m=$m$m; done
+	printf '%s' "$m" | head -c 4096 >/tmp/marker
+	dd if=/tmp/marker of="$dev" bs=4096 seek="$moff" oflag=seek_bytes,direct conv=notrunc status=none ||
+		fail "write marker"
+	msum=$(md5sum </tmp/marker | cut -d' ' -f1)
+	got=$(md5_of "$dev" "$moff" 4096 direct)
+	[ "$msum" = "$got" ] || fail "marker readback mismatch"
+	echo "INTEROP-MARKER $moff 4096 $msum $mtext"
+
+	step "checksums for the host side"
+	echo "INTEROP-MD5 0 $((4 * MIB)) $(md5_of "$dev" 0 $((4 * MIB)) direct)"
+	echo "INTEROP-MD5 $tail $MIB $(md5_of "$dev" "$tail" $MIB direct)"
+	# The whole namespace too, if asked (full_md5=1) or small (the default,
+	# full_md5=auto: <= 128 MiB). Reading through QEMU user-net under TCG
+	# runs at a few MB/s.
+	full_md5=
+	want_full=$(param full_md5 auto)
+	[ "$want_full" = auto ] && [ "$size" -le $((128 * MIB)) ] && want_full=1
+	if [ "$want_full" = 1 ]; then
+		full_md5=$(md5_of "$dev" 0 "$size" direct)
+		echo "INTEROP-MD5 0 $size $full_md5"
+	fi
+	step "workload done"
+}

@@ -1,0 +1,67 @@
+/*
+ * nearstore.h — the function ABI (docs/ABI.md). One source compiles to both
+ * runtimes:
+ *   clang --target=wasm32 -O2 -nostdlib ...   (sandbox/wasm)
+ *   clang -target bpf -O2 -c ...              (sandbox/ebpf)
+ *
+ * A function defines one or both entry points:
+ *   NS_PUSHDOWN int pushdown(struct bpf_xrp *ctx);
+ *   NS_COMPUTE  int compute(const unsigned char *in, unsigned int in_len,
+ *                           unsigned char *out, unsigned int out_cap);
+ * pushdown returns 0 (then ctx->done or ctx->size[0] say what next) or a
+ * negative error; compute returns the output length (<= out_cap) or a
+ * negative error. Functions never block, allocate or do I/O.
+ */
+#ifndef NEARSTORE_H
+#define NEARSTORE_H
+
+typedef unsigned char      u8;
+typedef unsigned short     u16;
+typedef unsigned int       u32;
+typedef unsigned long long u64;
+typedef int                s32;
+typedef long long          s64;
+
+#define NS_MAX_FANOUT   16
+#define NS_SCRATCH_SIZE 4096
+
+/*
+ * The pushdown context. The first five fields are XRP's struct bpf_xrp, so
+ * programs written for XRP compile unchanged; the rest are BPF-oF's
+ * per-file fields. Pointers are 32-bit in wasm32 and 64-bit in BPF; the
+ * byte layouts of both are in docs/ABI.md.
+ */
+struct bpf_xrp {
+	char *data;                      /* the block(s) just read */
+	int done;                        /* set to 1 when the request is complete */
+	u64 next_addr[NS_MAX_FANOUT];    /* byte offsets (in files) of the next reads */
+	u64 size[NS_MAX_FANOUT];         /* their lengths; the first 0 ends the list */
+	char *scratch;                   /* NS_SCRATCH_SIZE bytes, kept across steps, returned to the host */
+	/* BPF-oF / nearstore */
+	u32 next_file[NS_MAX_FANOUT];    /* file-table index of each next read */
+	u32 cur_file;                    /* file-table index data came from */
+	u32 data_len;                    /* bytes in data */
+	u64 cur_addr;                    /* offset in cur_file data came from */
+};
+
+#if defined(__wasm__)
+#define NS_PUSHDOWN __attribute__((export_name("pushdown")))
+#define NS_COMPUTE  __attribute__((export_name("compute")))
+#elif defined(__bpf__)
+#define NS_PUSHDOWN __attribute__((section("nearstore/pushdown"), used))
+#define NS_COMPUTE  __attribute__((section("nearstore/compute"), used))
+#else
+#define NS_PUSHDOWN
+#define NS_COMPUTE
+#endif
+
+/* Error codes a function may return (any negative value is passed on). */
+#define NS_EINVAL  (-22)  /* malformed input */
+#define NS_ERANGE  (-34)  /* output does not fit */
+#define NS_ENOENT  (-2)   /* key not found (a result, not a failure, for lookups) */
+
+/* Little-endian loads that compile to plain loads on both targets. */
+static inline u64 ns_load64(const void *p) { return *(const u64 *)p; }
+static inline u32 ns_load32(const void *p) { return *(const u32 *)p; }
+
+#endif

@@ -1,0 +1,241 @@
+// Package sandbox is the one interface nearstore's function runtimes share.
+// A function is a small module a host ships to the storage node (or runs
+// itself); it never does I/O and never blocks. Two entry shapes exist
+// (docs/ABI.md has the byte layouts):
+//
+//   - a pushdown step (XRP / BPF-oF): called with the block(s) just read and
+//     a scratch buffer, it answers done, resubmit (the next file, offset and
+//     length, written into its context), or an error. The caller owns the
+//     I/O and loops.
+//   - compute (λ-IO): compute(input, output) returns the output length.
+//
+// Runtimes: sandbox/wasm (wazero, compiled to native code) and sandbox/ebpf
+// (an interpreter with λ-IO's sBPF rules). Both enforce Limits on every call
+// and report violations as errors wrapping the sentinels below, so callers
+// can tell a hostile function from a broken runtime.
+package sandbox
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Kind is a module's format.
+type Kind uint8
+
+// Module kinds; the values travel on the wire (docs/PROTOCOL.md).
+const (
+	KindWasm Kind = 1
+	KindEBPF Kind = 2
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindWasm:
+		return "wasm"
+	case KindEBPF:
+		return "ebpf"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// DetectKind tells a module's kind from its magic bytes.
+func DetectKind(module []byte) (Kind, error) {
+	switch {
+	case len(module) >= 4 && string(module[:4]) == "\x00asm":
+		return KindWasm, nil
+	case len(module) >= 4 && string(module[:4]) == "\x7fELF":
+		return KindEBPF, nil
+	}
+	return 0, fmt.Errorf("%w: neither a wasm module nor an ELF object", ErrBadModule)
+}
+
+// ID identifies a module: the SHA-256 of its bytes.
+type ID [32]byte
+
+// IDOf returns the ID of a module.
+func IDOf(module []byte) ID { return sha256.Sum256(module) }
+
+func (id ID) String() string { return hex.EncodeToString(id[:]) }
+
+// ParseID parses the hex form String returns.
+func ParseID(s string) (ID, error) {
+	var id ID
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(id) {
+		return id, fmt.Errorf("sandbox: function ID %q is not 64 hex digits", s)
+	}
+	copy(id[:], b)
+	return id, nil
+}
+
+// Limits bound every call into a function. Zero fields take the defaults.
+type Limits struct {
+	// MemoryBytes caps a wasm instance's linear memory (default 16 MiB).
+	MemoryBytes int
+	// Time caps one call's wall time (default 100 ms); a runaway loop is
+	// interrupted.
+	Time time.Duration
+	// MaxOutput caps a compute call's output (default 16 MiB).
+	MaxOutput int
+	// MaxSteps caps the steps (one read plus one call each) of a pushdown
+	// request, so the resubmissions are MaxSteps-1 (default 64).
+	MaxSteps int
+	// MaxStepBytes caps the bytes one step may ask to read (default 64 KiB).
+	MaxStepBytes int
+	// MaxInstructions caps eBPF instructions executed per call (default
+	// 1<<24); MaxBackJumps caps taken backward jumps (default 1<<20).
+	MaxInstructions uint64
+	MaxBackJumps    uint64
+}
+
+// WithDefaults returns l with zero fields set to their defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MemoryBytes <= 0 {
+		l.MemoryBytes = 16 << 20
+	}
+	if l.Time <= 0 {
+		l.Time = 100 * time.Millisecond
+	}
+	if l.MaxOutput <= 0 {
+		l.MaxOutput = 16 << 20
+	}
+	if l.MaxSteps <= 0 {
+		l.MaxSteps = 64
+	}
+	if l.MaxStepBytes <= 0 {
+		l.MaxStepBytes = 64 << 10
+	}
+	if l.MaxInstructions == 0 {
+		l.MaxInstructions = 1 << 24
+	}
+	if l.MaxBackJumps == 0 {
+		l.MaxBackJumps = 1 << 20
+	}
+	return l
+}
+
+// Errors a runtime wraps so callers can classify failures with errors.Is.
+var (
+	// ErrBadModule: the module is malformed, fails verification, or lacks
+	// the entry point asked for.
+	ErrBadModule = errors.New("sandbox: bad module")
+	// ErrTimeout: the call ran past Limits.Time (or the instruction or
+	// backward-jump budget of an eBPF program).
+	ErrTimeout = errors.New("sandbox: function ran too long")
+	// ErrMemory: an out-of-bounds access, or more memory than allowed.
+	ErrMemory = errors.New("sandbox: memory access out of bounds or over limit")
+	// ErrOutput: output larger than its buffer or Limits.MaxOutput.
+	ErrOutput = errors.New("sandbox: output too large")
+	// ErrFunction: the function itself returned an error code (see
+	// FunctionError for the code).
+	ErrFunction = errors.New("sandbox: function returned an error")
+	// ErrNoEntry: the module has no entry point of the shape called.
+	ErrNoEntry = errors.New("sandbox: module has no such entry point")
+)
+
+// FunctionError carries the negative code a function returned.
+type FunctionError struct{ Code int32 }
+
+func (e *FunctionError) Error() string {
+	return fmt.Sprintf("sandbox: function returned error %d", e.Code)
+}
+
+// Unwrap makes errors.Is(err, ErrFunction) hold.
+func (e *FunctionError) Unwrap() error { return ErrFunction }
+
+// MaxFanout is how many next reads one pushdown step may ask for.
+const MaxFanout = 16
+
+// ScratchSize is the size of a pushdown request's scratch buffer.
+const ScratchSize = 4096
+
+// Next is one read a step asks for: Len bytes at Offset of file File (an
+// index into the request's file table).
+type Next struct {
+	File   uint32
+	Offset uint64
+	Len    uint64
+}
+
+// Module is a loaded, verified, compiled function. It is safe for
+// concurrent use: each request acquires its own Instance, and runtimes pool
+// instances so that acquiring is cheap.
+type Module interface {
+	ID() ID
+	Kind() Kind
+	// HasPushdown and HasCompute report which entry points exist.
+	HasPushdown() bool
+	HasCompute() bool
+	// Acquire returns an instance for one request. Its scratch is zeroed.
+	Acquire(ctx context.Context) (Instance, error)
+	// Close releases the module and its pooled instances.
+	Close(ctx context.Context) error
+}
+
+// Instance runs one request's calls, one at a time. Its buffers live inside
+// the sandbox's own memory (a wasm instance's linear memory, an eBPF
+// program's regions), so the caller reads blocks straight into them and no
+// copy is made. A buffer stays valid until the next call that returns one,
+// or Release.
+type Instance interface {
+	// Data returns the n-byte buffer the next Step sees as the block(s)
+	// just read; n is at most Limits.MaxStepBytes.
+	Data(n int) ([]byte, error)
+	// Scratch returns the request's ScratchSize-byte scratch, which persists
+	// across Steps.
+	Scratch() []byte
+	// Step calls the pushdown entry with the first n bytes of Data, which
+	// came from file curFile at curOffset. It returns whether the function
+	// is done and, if not, the reads it asks for next (at most MaxFanout,
+	// each within Limits.MaxStepBytes in total). An error that is not a
+	// *FunctionError means the function broke a rule.
+	Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (done bool, next []Next, err error)
+	// Input and Output return the compute entry's buffers.
+	Input(n int) ([]byte, error)
+	Output(n int) ([]byte, error)
+	// Compute calls compute(input[:inLen], output[:outCap]) and returns the
+	// output length, at most outCap.
+	Compute(ctx context.Context, inLen, outCap int) (int, error)
+	// Release returns the instance to its module's pool.
+	Release()
+}
+
+// Runtime loads modules of one kind.
+type Runtime interface {
+	Kind() Kind
+	// Load verifies and compiles a module; every call on it obeys lim.
+	Load(ctx context.Context, module []byte, lim Limits) (Module, error)
+	Close(ctx context.Context) error
+}
+
+// Compute runs m's compute entry on in and returns its output, copying
+// through a fresh instance: the convenient form for hosts and tests.
+func Compute(ctx context.Context, m Module, in []byte, outCap int) ([]byte, error) {
+	inst, err := m.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer inst.Release()
+	ib, err := inst.Input(len(in))
+	if err != nil {
+		return nil, err
+	}
+	copy(ib, in)
+	if _, err := inst.Output(outCap); err != nil {
+		return nil, err
+	}
+	n, err := inst.Compute(ctx, len(in), outCap)
+	if err != nil {
+		return nil, err
+	}
+	ob, err := inst.Output(outCap)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), ob[:n]...), nil
+}

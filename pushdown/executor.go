@@ -1,0 +1,324 @@
+package pushdown
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// Errors the executor returns; each wraps into what the caller sees.
+var (
+	// ErrOutsideFile: a read or write outside the request's file table, or
+	// past a file's end.
+	ErrOutsideFile = errors.New("pushdown: access outside the request's files")
+	// ErrBadExtent: an extent outside the device, or a map shorter than its
+	// file.
+	ErrBadExtent = errors.New("pushdown: extent outside the device")
+	// ErrStepLimit: the function asked for more steps than allowed.
+	ErrStepLimit = errors.New("pushdown: step limit reached")
+	// ErrStepSize: one step asked for more bytes than allowed.
+	ErrStepSize = errors.New("pushdown: step reads too much")
+	// ErrNoProgress: a step neither finished nor asked for a read.
+	ErrNoProgress = errors.New("pushdown: function neither finished nor asked for more")
+	// ErrStale: the target does not hold the extent-map version a file
+	// names.
+	ErrStale = errors.New("pushdown: stale extent map version")
+)
+
+// Device is the block device requests run against: a namespace's backend
+// at the target, or the namespace itself on a host.
+type Device interface {
+	io.ReaderAt
+	io.WriterAt
+	Size() int64
+	BlockSize() int
+}
+
+// VersionChecker refuses files whose extent-map versions it has not got.
+// nil accepts every version (raw namespaces have no file system).
+type VersionChecker interface {
+	CheckVersions(files []File) error
+}
+
+// Executor runs requests under limits.
+type Executor struct {
+	Limits   sandbox.Limits
+	Versions VersionChecker
+}
+
+// span is a run of device bytes.
+type span struct{ off, n int64 }
+
+// check validates a request's file table against the device: every extent
+// inside it, every map covering its file's size.
+func (e *Executor) check(dev Device, req *Request) error {
+	bs := uint64(dev.BlockSize())
+	blocks := uint64(dev.Size()) / bs
+	for i, f := range req.Files {
+		var total uint64
+		for _, x := range f.Extents {
+			if x.LBA > blocks || uint64(x.Blocks) > blocks-x.LBA {
+				return fmt.Errorf("%w: file %d extent at LBA %d (+%d) of %d blocks", ErrBadExtent, i, x.LBA, x.Blocks, blocks)
+			}
+			total += uint64(x.Blocks) * bs
+		}
+		if total < f.Size {
+			return fmt.Errorf("%w: file %d maps %d bytes of its %d", ErrBadExtent, i, total, f.Size)
+		}
+	}
+	if e.Versions != nil {
+		if err := e.Versions.CheckVersions(req.Files); err != nil {
+			return fmt.Errorf("%w: %w", ErrStale, err)
+		}
+	}
+	return nil
+}
+
+// mapRange turns [off, off+n) of file fi into device spans, refusing any
+// byte outside the file.
+func mapRange(files []File, fi uint32, off, n uint64, bs int64) ([]span, error) {
+	if int(fi) >= len(files) {
+		return nil, fmt.Errorf("%w: file %d of %d", ErrOutsideFile, fi, len(files))
+	}
+	f := &files[fi]
+	if off > f.Size || n > f.Size-off {
+		return nil, fmt.Errorf("%w: bytes [%d, +%d) of file %d, which has %d", ErrOutsideFile, off, n, fi, f.Size)
+	}
+	var out []span
+	pos := uint64(0)
+	for _, x := range f.Extents {
+		if n == 0 {
+			break
+		}
+		xlen := uint64(x.Blocks) * uint64(bs)
+		if off < pos+xlen {
+			in := off - pos
+			k := min(xlen-in, n)
+			out = append(out, span{off: int64(x.LBA)*bs + int64(in), n: int64(k)})
+			off += k
+			n -= k
+		}
+		pos += xlen
+	}
+	return out, nil
+}
+
+// readInto reads file bytes into dst, counting device reads.
+func readInto(dev Device, files []File, nx sandbox.Next, dst []byte, st *Result) error {
+	spans, err := mapRange(files, nx.File, nx.Offset, nx.Len, int64(dev.BlockSize()))
+	if err != nil {
+		return err
+	}
+	for _, s := range spans {
+		if _, err := dev.ReadAt(dst[:s.n], s.off); err != nil {
+			return fmt.Errorf("pushdown: read %d bytes at %d: %w", s.n, s.off, err)
+		}
+		dst = dst[s.n:]
+		st.Reads++
+		st.BytesRead += uint64(s.n)
+	}
+	return nil
+}
+
+// Pushdown runs a pushdown request: it reads the start range, calls the
+// function, reads what each step asks for and calls it again, until the
+// function is done. The result's output is the scratch buffer. Work done
+// is counted in the result even when an error ends the request.
+func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, req *Request) (Result, error) {
+	var res Result
+	lim := e.Limits.WithDefaults()
+	if !m.HasPushdown() {
+		return res, fmt.Errorf("%w: %s has no pushdown entry", sandbox.ErrNoEntry, m.ID())
+	}
+	if err := e.check(dev, req); err != nil {
+		return res, err
+	}
+	if len(req.Params) > sandbox.ScratchSize {
+		return res, fmt.Errorf("%w: %d bytes of scratch, at most %d", ErrMalformed, len(req.Params), sandbox.ScratchSize)
+	}
+	inst, err := m.Acquire(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer inst.Release()
+	copy(inst.Scratch(), req.Params)
+	next := []sandbox.Next{{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}}
+	for {
+		if int(res.Steps) >= lim.MaxSteps {
+			return res, fmt.Errorf("%w: %d steps", ErrStepLimit, res.Steps)
+		}
+		var total uint64
+		for _, nx := range next {
+			total += nx.Len
+		}
+		if total > uint64(lim.MaxStepBytes) {
+			return res, fmt.Errorf("%w: %d bytes, at most %d", ErrStepSize, total, lim.MaxStepBytes)
+		}
+		buf, err := inst.Data(int(total))
+		if err != nil {
+			return res, err
+		}
+		at := buf
+		for _, nx := range next {
+			if err := readInto(dev, req.Files, nx, at[:nx.Len], &res); err != nil {
+				return res, err
+			}
+			at = at[nx.Len:]
+		}
+		done, more, err := inst.Step(ctx, next[0].File, next[0].Offset, int(total))
+		res.Steps++
+		if err != nil {
+			var fe *sandbox.FunctionError
+			if errors.As(err, &fe) {
+				res.Code = fe.Code
+				res.Output = append([]byte(nil), inst.Scratch()...)
+			}
+			return res, err
+		}
+		if done {
+			res.Done = true
+			res.Output = append([]byte(nil), inst.Scratch()...)
+			return res, nil
+		}
+		if len(more) == 0 {
+			return res, ErrNoProgress
+		}
+		next = more
+	}
+}
+
+// LambdaRead runs a λ read: the function's input is the request's
+// parameters followed by the start range of the start file, read straight
+// into the sandbox; the result's output is what compute wrote, at most
+// outCap bytes.
+func (e *Executor) LambdaRead(ctx context.Context, dev Device, m sandbox.Module, req *Request, outCap int) (Result, error) {
+	var res Result
+	lim := e.Limits.WithDefaults()
+	if !m.HasCompute() {
+		return res, fmt.Errorf("%w: %s has no compute entry", sandbox.ErrNoEntry, m.ID())
+	}
+	if err := e.check(dev, req); err != nil {
+		return res, err
+	}
+	outCap = min(outCap, lim.MaxOutput)
+	inst, err := m.Acquire(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer inst.Release()
+	in, err := inst.Input(len(req.Params) + int(req.StartLength))
+	if err != nil {
+		return res, err
+	}
+	n := copy(in, req.Params)
+	if err := readInto(dev, req.Files, sandbox.Next{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}, in[n:], &res); err != nil {
+		return res, err
+	}
+	if _, err := inst.Output(outCap); err != nil {
+		return res, err
+	}
+	return e.compute(ctx, inst, len(in), outCap, res)
+}
+
+func (e *Executor) compute(ctx context.Context, inst sandbox.Instance, inLen, outCap int, res Result) (Result, error) {
+	k, err := inst.Compute(ctx, inLen, outCap)
+	res.Steps = 1
+	if err != nil {
+		var fe *sandbox.FunctionError
+		if errors.As(err, &fe) {
+			res.Code = fe.Code
+		}
+		return res, err
+	}
+	out, err := inst.Output(outCap)
+	if err != nil {
+		return res, err
+	}
+	res.Done = true
+	res.Output = append([]byte(nil), out[:k]...)
+	return res, nil
+}
+
+// LambdaWrite runs a λ write: compute runs on the parameters followed by
+// the request's data, and its output is written to the start range of the
+// start file — never beyond it. The range must be block aligned; an output
+// shorter than the range is padded with zeroes to a whole block. The
+// result's output is empty; Reads counts nothing and BytesRead stays 0, and
+// the bytes written are returned.
+func (e *Executor) LambdaWrite(ctx context.Context, dev Device, m sandbox.Module, req *Request) (Result, int64, error) {
+	var res Result
+	if !m.HasCompute() {
+		return res, 0, fmt.Errorf("%w: %s has no compute entry", sandbox.ErrNoEntry, m.ID())
+	}
+	if err := e.check(dev, req); err != nil {
+		return res, 0, err
+	}
+	bs := uint64(dev.BlockSize())
+	if req.StartOffset%bs != 0 || uint64(req.StartLength)%bs != 0 {
+		return res, 0, fmt.Errorf("%w: λ write range [%d, +%d) is not block aligned", ErrMalformed, req.StartOffset, req.StartLength)
+	}
+	// Check the whole range before running anything.
+	if _, err := mapRange(req.Files, req.StartFile, req.StartOffset, uint64(req.StartLength), int64(bs)); err != nil {
+		return res, 0, err
+	}
+	inst, err := m.Acquire(ctx)
+	if err != nil {
+		return res, 0, err
+	}
+	defer inst.Release()
+	in, err := inst.Input(len(req.Params) + len(req.Data))
+	if err != nil {
+		return res, 0, err
+	}
+	copy(in[copy(in, req.Params):], req.Data)
+	outCap := int(req.StartLength)
+	if _, err := inst.Output(outCap); err != nil {
+		return res, 0, err
+	}
+	k, err := inst.Compute(ctx, len(in), outCap)
+	res.Steps = 1
+	if err != nil {
+		var fe *sandbox.FunctionError
+		if errors.As(err, &fe) {
+			res.Code = fe.Code
+		}
+		return res, 0, err
+	}
+	out, err := inst.Output(outCap)
+	if err != nil {
+		return res, 0, err
+	}
+	n := (uint64(k) + bs - 1) / bs * bs
+	clear(out[k:n])
+	spans, err := mapRange(req.Files, req.StartFile, req.StartOffset, n, int64(bs))
+	if err != nil {
+		return res, 0, err
+	}
+	src := out[:n]
+	for _, s := range spans {
+		if _, err := dev.WriteAt(src[:s.n], s.off); err != nil {
+			return res, 0, fmt.Errorf("pushdown: write %d bytes at %d: %w", s.n, s.off, err)
+		}
+		src = src[s.n:]
+	}
+	res.Done = true
+	return res, int64(k), nil
+}
+
+// Raw returns a file table entry covering a whole device: one file, one
+// extent (more past 2^32 blocks), version 0 — how pushdown works on a raw
+// namespace.
+func Raw(size int64, blockSize int) File {
+	f := File{Size: uint64(size)}
+	const maxBlocks = 1<<32 - 1
+	for lba, left := uint64(0), uint64(size)/uint64(blockSize); left > 0; {
+		k := min(left, maxBlocks)
+		f.Extents = append(f.Extents, Extent{LBA: lba, Blocks: uint32(k)})
+		lba += k
+		left -= k
+	}
+	return f
+}

@@ -1,0 +1,223 @@
+// Package pushdown defines nearstore's function requests — the bytes a
+// Pushdown Read, λ Read or λ Write command carries (docs/PROTOCOL.md) — and
+// the executor that runs them next to the data: read the start range, call
+// the function, read what it asks for, call it again, until it is done.
+//
+// A request names its files by extent maps, so the executor works on raw
+// namespaces (one file, one extent) as well as on offloadfs files, and
+// every read it makes is checked against those maps: a function can only
+// ever see blocks of the files its request names. Each file carries the
+// version of its extent map; the executor hands them to a VersionChecker,
+// so a file system can refuse requests planned against stale maps.
+package pushdown
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// Format is the request format version this package writes and reads.
+const Format = 1
+
+// Sizes of the fixed parts of the wire format.
+const (
+	HeaderSize = 64
+	FileSize   = 32 // a file entry before its extents
+	ExtentSize = 16
+	ResultSize = 32
+	// MaxFiles and MaxExtents bound a request's file table.
+	MaxFiles   = 16
+	MaxExtents = 1024
+)
+
+// ErrMalformed reports a request or result that does not decode.
+var ErrMalformed = errors.New("pushdown: malformed request")
+
+// Extent maps a run of a file's bytes to Blocks blocks at LBA.
+type Extent struct {
+	LBA    uint64
+	Blocks uint32
+}
+
+// File is one entry of a request's file table: a file's extent map, in
+// file order, and the version of that map.
+type File struct {
+	ID      uint64 // inode number, or 0 for a raw namespace
+	Version uint64
+	Size    uint64 // bytes; reads past it are refused
+	Extents []Extent
+}
+
+// Request is a decoded function request.
+//
+// Header (64 bytes):
+//
+//	bytes  0-31 function ID (SHA-256 of the module)
+//	bytes 32-33 format (1)
+//	bytes 34-35 number of files
+//	bytes 36-39 flags (reserved, 0)
+//	bytes 40-43 parameter length P
+//	bytes 44-47 data length D (λ Write: the input that follows the parameters)
+//	bytes 48-55 start offset, in bytes, within the start file
+//	bytes 56-59 start length
+//	bytes 60-63 start file (index into the file table)
+//
+// Then each file: ID (8), version (8), size (8), number of extents (4),
+// reserved (4), and that many extents of LBA (8), blocks (4), reserved (4).
+// Then P bytes of parameters (pushdown: the initial scratch; λ: a header
+// the function's input starts with), then D bytes of data.
+type Request struct {
+	Function    sandbox.ID
+	Files       []File
+	StartOffset uint64
+	StartLength uint32
+	StartFile   uint32
+	Params      []byte
+	Data        []byte
+}
+
+// Marshal encodes the request.
+func (r *Request) Marshal() []byte {
+	n := HeaderSize + len(r.Params) + len(r.Data)
+	for _, f := range r.Files {
+		n += FileSize + ExtentSize*len(f.Extents)
+	}
+	b := make([]byte, n)
+	le := binary.LittleEndian
+	copy(b[0:32], r.Function[:])
+	le.PutUint16(b[32:], Format)
+	le.PutUint16(b[34:], uint16(len(r.Files)))
+	le.PutUint32(b[40:], uint32(len(r.Params)))
+	le.PutUint32(b[44:], uint32(len(r.Data)))
+	le.PutUint64(b[48:], r.StartOffset)
+	le.PutUint32(b[56:], r.StartLength)
+	le.PutUint32(b[60:], r.StartFile)
+	off := HeaderSize
+	for _, f := range r.Files {
+		le.PutUint64(b[off:], f.ID)
+		le.PutUint64(b[off+8:], f.Version)
+		le.PutUint64(b[off+16:], f.Size)
+		le.PutUint32(b[off+24:], uint32(len(f.Extents)))
+		off += FileSize
+		for _, e := range f.Extents {
+			le.PutUint64(b[off:], e.LBA)
+			le.PutUint32(b[off+8:], e.Blocks)
+			off += ExtentSize
+		}
+	}
+	off += copy(b[off:], r.Params)
+	copy(b[off:], r.Data)
+	return b
+}
+
+// Unmarshal decodes and checks a request: counts within bounds, lengths
+// that add up exactly, a start file that exists.
+func (r *Request) Unmarshal(b []byte) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrMalformed}, args...)...)
+	}
+	if len(b) < HeaderSize {
+		return bad("%d bytes, shorter than the %d-byte header", len(b), HeaderSize)
+	}
+	le := binary.LittleEndian
+	copy(r.Function[:], b[0:32])
+	if v := le.Uint16(b[32:]); v != Format {
+		return bad("format %d, want %d", v, Format)
+	}
+	nfiles := int(le.Uint16(b[34:]))
+	plen, dlen := uint64(le.Uint32(b[40:])), uint64(le.Uint32(b[44:]))
+	r.StartOffset = le.Uint64(b[48:])
+	r.StartLength = le.Uint32(b[56:])
+	r.StartFile = le.Uint32(b[60:])
+	if nfiles == 0 || nfiles > MaxFiles {
+		return bad("%d files (want 1 to %d)", nfiles, MaxFiles)
+	}
+	if int(r.StartFile) >= nfiles {
+		return bad("start file %d of %d", r.StartFile, nfiles)
+	}
+	off := HeaderSize
+	r.Files = make([]File, nfiles)
+	for i := range r.Files {
+		if len(b)-off < FileSize {
+			return bad("file %d truncated", i)
+		}
+		f := &r.Files[i]
+		f.ID = le.Uint64(b[off:])
+		f.Version = le.Uint64(b[off+8:])
+		f.Size = le.Uint64(b[off+16:])
+		ne := int(le.Uint32(b[off+24:]))
+		off += FileSize
+		if ne > MaxExtents || (len(b)-off)/ExtentSize < ne {
+			return bad("file %d: %d extents do not fit", i, ne)
+		}
+		f.Extents = make([]Extent, ne)
+		for j := range f.Extents {
+			f.Extents[j] = Extent{LBA: le.Uint64(b[off:]), Blocks: le.Uint32(b[off+8:])}
+			off += ExtentSize
+		}
+	}
+	if uint64(len(b)-off) != plen+dlen {
+		return bad("%d bytes after the file table, header says %d + %d", len(b)-off, plen, dlen)
+	}
+	r.Params = b[off : off+int(plen)]
+	r.Data = b[off+int(plen):]
+	return nil
+}
+
+// Result is what a request returns: a 32-byte header, then the output.
+//
+//	bytes  0-3  function return code (int32; 0 when it succeeded)
+//	bytes  4-7  steps (calls into the function)
+//	bytes  8-11 reads issued at the target
+//	bytes 12-15 flags (bit 0: done)
+//	bytes 16-23 bytes read at the target
+//	bytes 24-27 output length
+//	bytes 28-31 reserved
+type Result struct {
+	Code      int32
+	Steps     uint32
+	Reads     uint32
+	Done      bool
+	BytesRead uint64
+	Output    []byte
+}
+
+// Marshal writes the result header and output into b, which must hold
+// ResultSize+len(Output) bytes, and returns the bytes used.
+func (r *Result) Marshal(b []byte) int {
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], uint32(r.Code))
+	le.PutUint32(b[4:], r.Steps)
+	le.PutUint32(b[8:], r.Reads)
+	var flags uint32
+	if r.Done {
+		flags |= 1
+	}
+	le.PutUint32(b[12:], flags)
+	le.PutUint64(b[16:], r.BytesRead)
+	le.PutUint32(b[24:], uint32(len(r.Output)))
+	le.PutUint32(b[28:], 0)
+	return ResultSize + copy(b[ResultSize:], r.Output)
+}
+
+// Unmarshal decodes a result; Output aliases b.
+func (r *Result) Unmarshal(b []byte) error {
+	if len(b) < ResultSize {
+		return fmt.Errorf("%w: result of %d bytes", ErrMalformed, len(b))
+	}
+	le := binary.LittleEndian
+	r.Code = int32(le.Uint32(b[0:]))
+	r.Steps = le.Uint32(b[4:])
+	r.Reads = le.Uint32(b[8:])
+	r.Done = le.Uint32(b[12:])&1 != 0
+	r.BytesRead = le.Uint64(b[16:])
+	n := le.Uint32(b[24:])
+	if uint64(n) > uint64(len(b)-ResultSize) {
+		return fmt.Errorf("%w: result says %d output bytes, has %d", ErrMalformed, n, len(b)-ResultSize)
+	}
+	r.Output = b[ResultSize : ResultSize+int(n)]
+	return nil
+}

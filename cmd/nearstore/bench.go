@@ -1,8 +1,213 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/nearstore/nearstore/bench"
+	"github.com/nearstore/nearstore/volume"
+)
 
 func newBenchCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Reproducible benchmarks that run nearstore and a baseline side by side"}
+	cmd.AddCommand(newBenchBlockIOCmd(g))
 	return cmd
+}
+
+func newBenchBlockIOCmd(g *globals) *cobra.Command {
+	var (
+		repeat, nbdThreads                int
+		dur                               time.Duration
+		size, baseline, plotFile, cpuprof string
+		clientCPUs, serverCPUs            string
+		configs                           []string
+		asJSON, asMarkdown, quiet         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "blockio",
+		Short: "nearstore vs nbdkit: 4 KiB random read/write IOPS and latency over loopback",
+		Long: `blockio measures nearstore's block I/O against nbdkit, the userspace NBD
+server, in one run. nearstore: "nearstore target serve" on a memory volume
+runs as a separate process, driven by the host library in this process (one
+TCP connection per queue). nbdkit: its memory plugin, driven by fio's nbd
+engine (one fio job, hence one NBD connection, per queue). Both devices are
+written once in full before the first run, so reads find real memory.
+
+Each configuration runs --repeat times per system, alternating systems; the
+table shows medians and the ratio of nearstore's IOPS to nbdkit's.
+Configurations are RW:QD:QUEUES[:BS]; the default is the matrix
+{randread, randwrite} x {QD1, QD32} x {1, 2 queues} at 4 KiB.
+scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
+		Example: `  nearstore bench blockio --repeat 3 --duration 5s --plot docs/img/blockio.png
+  nearstore bench blockio --configs randread:32:1,randread:32:2 --repeat 5 --json
+  nearstore bench blockio --baseline none --configs randread:32:2 --cpuprofile client.pprof`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			n, err := volume.ParseSize(size)
+			if err != nil {
+				return err
+			}
+			var points []bench.Point
+			for _, s := range configs {
+				p, err := bench.ParsePoint(s)
+				if err != nil {
+					return err
+				}
+				points = append(points, p)
+			}
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("finding the nearstore binary to run the target: %w", err)
+			}
+			// The host library logs every connect and close at info; keep
+			// the progress display clean unless asked for more.
+			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if cmd.Flag("log-level").Changed {
+				log = g.logger()
+			}
+			systems := []bench.System{&bench.Nearstore{Exe: exe, Size: n, ServerCPUs: serverCPUs, Logger: log}}
+			switch baseline {
+			case "nbdkit":
+				nb := &bench.Nbdkit{Size: n, Threads: nbdThreads, ServerCPUs: serverCPUs, ClientCPUs: clientCPUs}
+				if err := nb.Available(); err != nil {
+					return err
+				}
+				systems = append(systems, nb)
+			case "none":
+			default:
+				return fmt.Errorf("--baseline %q: want nbdkit or none", baseline)
+			}
+			pinning := ""
+			if clientCPUs != "" {
+				if err := bench.PinProcess(clientCPUs); err != nil {
+					return err
+				}
+				pinning = "client (this process, fio) on CPUs " + clientCPUs
+			}
+			if serverCPUs != "" {
+				if pinning != "" {
+					pinning += "; "
+				}
+				pinning += "servers (nearstore target, nbdkit) on CPUs " + serverCPUs
+			}
+			if cpuprof != "" {
+				f, err := os.Create(cpuprof)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			cfg := bench.CompareConfig{Systems: systems, Points: points, Repeat: repeat, Duration: dur}
+			if !quiet {
+				fmt.Fprintf(cmd.ErrOrStderr(), "starting %d system(s) and filling %s on each…\n", len(systems), volume.FormatSize(n))
+				cfg.Progress = runBar
+			}
+			res, err := bench.Compare(ctx, cfg)
+			if res != nil {
+				res.Machine.Pinning = pinning
+			}
+			if res == nil || len(res.Rows) == 0 {
+				return err
+			}
+			if perr := printComparison(out, res, asJSON, asMarkdown); perr != nil {
+				return errors.Join(err, perr)
+			}
+			if plotFile != "" && err == nil {
+				if err := bench.SavePlot(plotFile, res); err != nil {
+					return err
+				}
+				if !asJSON {
+					fmt.Fprintf(out, "plot: %s\n", plotFile)
+				}
+			}
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&repeat, "repeat", 3, "runs per configuration and system (medians are reported)")
+	f.DurationVar(&dur, "duration", 5*time.Second, "length of each run")
+	f.StringVar(&size, "size", "1GiB", "size of each memory volume (the region random I/O covers)")
+	f.StringSliceVar(&configs, "configs", defaultConfigs(), "configurations RW:QD:QUEUES[:BS]")
+	f.StringVar(&baseline, "baseline", "nbdkit", "baseline to compare with: nbdkit or none")
+	f.IntVar(&nbdThreads, "nbdkit-threads", 0, "nbdkit --threads (0: nbdkit's default)")
+	f.StringVar(&clientCPUs, "client-cpus", "", "pin the clients (this process and fio) to these CPUs (taskset list)")
+	f.StringVar(&serverCPUs, "server-cpus", "", "pin the servers (nearstore target and nbdkit) to these CPUs (taskset list)")
+	f.StringVar(&plotFile, "plot", "", "write a bar chart of the medians to this file (.png, .svg or .pdf)")
+	f.StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of this process (the nearstore client side) to this file")
+	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
+	f.BoolVar(&asMarkdown, "markdown", false, "print the table as Markdown")
+	f.BoolVar(&quiet, "quiet", false, "no live progress")
+	return cmd
+}
+
+func defaultConfigs() []string {
+	var s []string
+	for _, p := range bench.DefaultPoints() {
+		s = append(s, p.String())
+	}
+	return s
+}
+
+func printComparison(w io.Writer, c *bench.Comparison, asJSON, asMarkdown bool) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(c)
+	}
+	m := c.Machine
+	fmt.Fprintf(w, "machine: %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Go, m.GOMAXPROCS)
+	if m.Pinning != "" {
+		fmt.Fprintf(w, "pinning: %s\n", m.Pinning)
+	} else {
+		fmt.Fprintln(w, "pinning: none")
+	}
+	for i, s := range c.Systems {
+		fmt.Fprintf(w, "%s: %s\n", s, c.Versions[i])
+	}
+	fmt.Fprintf(w, "medians of %d runs of %gs each\n\n", c.Repeat, c.Duration)
+	if asMarkdown {
+		return bench.WriteMarkdown(w, c)
+	}
+	return bench.WriteTable(w, c)
+}
+
+// runBar shows one run's progress on stderr: elapsed time against the
+// run's length and, when the system reports it, the live operation rate.
+func runBar(name string, d time.Duration) (func(time.Duration, int64), func()) {
+	p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(30), mpb.WithRefreshRate(200*time.Millisecond))
+	total := d.Milliseconds()
+	var rate string
+	bar := p.AddBar(total,
+		mpb.PrependDecorators(decor.Name(name+" ")),
+		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string { return rate })),
+	)
+	var lastOps int64
+	var lastT time.Duration
+	update := func(el time.Duration, ops int64) {
+		if dt := el - lastT; dt > 0 && ops >= 0 {
+			rate = fmt.Sprintf(" %8.0f IOPS", float64(ops-lastOps)/dt.Seconds())
+		}
+		lastOps, lastT = ops, el
+		bar.SetCurrent(min(el.Milliseconds(), total))
+	}
+	end := func() {
+		bar.SetTotal(total, true)
+		p.Wait()
+	}
+	return update, end
 }

@@ -1,0 +1,485 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// ProcessSpec describes a child process a benchmark starts: a server it
+// drives, or a load generator.
+type ProcessSpec struct {
+	// Name labels the process in errors ("nbdkit", "fio", "nearstore target").
+	Name string
+	// Path is the program and Args its arguments (without argv[0]).
+	Path string
+	Args []string
+	// CPUs, when set, runs the program under taskset(1) with this CPU list
+	// ("1", "0-1", "0,2").
+	CPUs string
+	// Stdout receives the program's standard output (default: discarded).
+	Stdout io.Writer
+}
+
+// Process is a child process running in its own process group. The group
+// is killed when the context given to StartProcess ends, when Stop is
+// called and, on Linux, when this process dies (parent-death signal).
+type Process struct {
+	name   string
+	cmd    *exec.Cmd
+	stderr *tailBuffer
+	done   chan struct{}
+	err    error // from Wait; read only after done is closed
+}
+
+// processWaitDelay bounds how long Wait waits for the process's output
+// pipes after it was killed, and Stop for the process after SIGTERM.
+const processWaitDelay = 5 * time.Second
+
+// StartProcess starts spec's program. The caller must Stop it (or end ctx)
+// and may Wait for it.
+func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
+	path, args := spec.Path, spec.Args
+	if spec.CPUs != "" {
+		ts, err := exec.LookPath("taskset")
+		if err != nil {
+			return nil, fmt.Errorf("bench: pinning %s to CPUs %s: %w", spec.Name, spec.CPUs, err)
+		}
+		args = append([]string{"-c", spec.CPUs, path}, args...)
+		path = ts
+	}
+	name := spec.Name
+	if name == "" {
+		name = filepath.Base(path)
+	}
+	p := &Process{name: name, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
+	cmd := exec.CommandContext(ctx, path, args...)
+	cmd.SysProcAttr = childAttr()
+	cmd.Stdout = spec.Stdout
+	cmd.Stderr = p.stderr
+	cmd.Cancel = func() error { return killGroup(cmd.Process) }
+	cmd.WaitDelay = processWaitDelay
+	p.cmd = cmd
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: starting %s: %w", name, err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		// Whatever the leader did, leave none of its group behind
+		// (fio forks a process per job).
+		_ = killGroup(cmd.Process)
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// Pid returns the process ID (that of taskset's successor: taskset execs).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Done is closed once the process has exited.
+func (p *Process) Done() <-chan struct{} { return p.done }
+
+// Wait waits for the process to exit and returns its failure, with the end
+// of its standard error, if it did not exit 0.
+func (p *Process) Wait() error {
+	<-p.done
+	if p.err != nil {
+		return p.exitError()
+	}
+	return nil
+}
+
+func (p *Process) exitError() error {
+	msg := strings.TrimSpace(p.stderr.String())
+	if msg == "" {
+		return fmt.Errorf("bench: %s: %w", p.name, p.err)
+	}
+	return fmt.Errorf("bench: %s: %w: %s", p.name, p.err, msg)
+}
+
+// Stop asks the process group to terminate (SIGTERM), kills it if it is
+// still there after a few seconds, and waits for it. It returns nil when the
+// process exited because of Stop, and its error if it had already failed.
+func (p *Process) Stop() error {
+	select {
+	case <-p.done:
+		return p.Wait()
+	default:
+	}
+	_ = signalGroup(p.cmd.Process, sigTerm)
+	select {
+	case <-p.done:
+	case <-time.After(processWaitDelay):
+		_ = killGroup(p.cmd.Process)
+		<-p.done
+	}
+	return nil
+}
+
+// tailBuffer keeps the last max bytes written to it; safe for concurrent use.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("bench: finding a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// WaitListening waits until something accepts TCP connections on addr,
+// failing if p exits first, ctx ends or timeout passes.
+func WaitListening(ctx context.Context, addr string, p *Process, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		d := net.Dialer{Timeout: 250 * time.Millisecond}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			return c.Close()
+		}
+		select {
+		case <-p.Done():
+			if err := p.Wait(); err != nil {
+				return fmt.Errorf("bench: %s exited before listening on %s: %w", p.name, addr, err)
+			}
+			return fmt.Errorf("bench: %s exited before listening on %s", p.name, addr)
+		case <-ctx.Done():
+			return fmt.Errorf("bench: waiting for %s to listen on %s: %w", p.name, addr, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Nbdkit is the baseline the issue names: nbdkit's memory plugin (its
+// default sparse allocator) serving Size bytes on a loopback port, driven
+// by fio's nbd engine (libnbd), one NBD connection per fio job. Set the
+// fields, then Start; Close stops nbdkit.
+type Nbdkit struct {
+	// Size is the memory disk's size in bytes.
+	Size int64
+	// Threads is nbdkit's --threads (0: nbdkit's default, 16).
+	Threads int
+	// ServerCPUs and ClientCPUs pin nbdkit and fio with taskset (empty:
+	// not pinned).
+	ServerCPUs, ClientCPUs string
+	// NbdkitPath and FioPath default to nbdkit and fio on $PATH.
+	NbdkitPath, FioPath string
+
+	proc *Process
+	uri  string
+	tmp  string
+}
+
+// Name returns "nbdkit".
+func (n *Nbdkit) Name() string { return "nbdkit" }
+
+func (n *Nbdkit) paths() (nbdkit, fio string, err error) {
+	nbdkit, fio = n.NbdkitPath, n.FioPath
+	if nbdkit == "" {
+		if nbdkit, err = exec.LookPath("nbdkit"); err != nil {
+			return "", "", fmt.Errorf("bench: nbdkit baseline: %w (scripts/bench-deps.sh installs it)", err)
+		}
+	}
+	if fio == "" {
+		if fio, err = exec.LookPath("fio"); err != nil {
+			return "", "", fmt.Errorf("bench: nbdkit baseline: %w (scripts/bench-deps.sh installs it)", err)
+		}
+	}
+	return nbdkit, fio, nil
+}
+
+// Available reports whether nbdkit and fio are installed.
+func (n *Nbdkit) Available() error {
+	_, _, err := n.paths()
+	return err
+}
+
+// Version returns the versions of nbdkit and fio.
+func (n *Nbdkit) Version(ctx context.Context) string {
+	nbdkit, fio, err := n.paths()
+	if err != nil {
+		return "not installed"
+	}
+	return firstLine(ctx, nbdkit, "--version") + ", " + firstLine(ctx, fio, "--version")
+}
+
+func firstLine(ctx context.Context, path string, args ...string) string {
+	out, err := exec.CommandContext(ctx, path, args...).Output()
+	if err != nil {
+		return filepath.Base(path) + " (unknown version)"
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	return line
+}
+
+// Start starts nbdkit on a free loopback port, waits until it accepts
+// connections, and fills the whole disk with a sequential write pass so
+// that reads find allocated memory, as they do on the nearstore side.
+func (n *Nbdkit) Start(ctx context.Context) error {
+	nbdkit, _, err := n.paths()
+	if err != nil {
+		return err
+	}
+	if n.tmp, err = os.MkdirTemp("", "nearstore-bench-"); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	port, err := FreePort()
+	if err != nil {
+		return err
+	}
+	args := []string{"--foreground", "--exit-with-parent", "--ipaddr", "127.0.0.1", "--port", strconv.Itoa(port)}
+	if n.Threads > 0 {
+		args = append(args, "--threads", strconv.Itoa(n.Threads))
+	}
+	args = append(args, "memory", "size="+strconv.FormatInt(n.Size, 10))
+	n.proc, err = StartProcess(ctx, ProcessSpec{Name: "nbdkit", Path: nbdkit, Args: args, CPUs: n.ServerCPUs})
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	n.uri = "nbd://" + addr
+	if err := WaitListening(ctx, addr, n.proc, 10*time.Second); err != nil {
+		return err
+	}
+	return n.fill(ctx)
+}
+
+// fill writes the whole disk once, sequentially, in 1 MiB requests.
+func (n *Nbdkit) fill(ctx context.Context) error {
+	args := []string{
+		"--name=fill", "--ioengine=nbd", "--uri=" + n.uri, "--rw=write", "--bs=1m", "--iodepth=4",
+		"--size=" + strconv.FormatInt(n.Size, 10), "--output-format=json", "--eta=never",
+		"--output=" + filepath.Join(n.tmp, "fill.json"),
+	}
+	_, err := n.fio(ctx, args, 0, nil)
+	return err
+}
+
+// Run runs one fio job group against nbdkit: the same pattern, block
+// size and queue depth as cfg, one fio job (one NBD connection) per queue.
+func (n *Nbdkit) Run(ctx context.Context, cfg BlockIOConfig) (BlockIOResult, error) {
+	if n.proc == nil {
+		return BlockIOResult{}, errors.New("bench: nbdkit baseline not started")
+	}
+	out := filepath.Join(n.tmp, "run.json")
+	args := FioArgs(n.uri, cfg)
+	args = append(args, "--output="+out)
+	res, err := n.fio(ctx, args, cfg.Duration, cfg.Progress)
+	if err != nil {
+		return BlockIOResult{}, err
+	}
+	res.System = n.Name()
+	res.Pattern, res.BlockSize, res.QueueDepth, res.Queues = cfg.Pattern, cfg.BlockSize, cfg.QueueDepth, cfg.Queues
+	return res, nil
+}
+
+// FioArgs returns the fio command line (without --output) that runs cfg
+// through fio's nbd engine against uri: time based, random offsets drawn
+// with replacement (as RunBlockIO does), latency percentiles from
+// submission to completion.
+func FioArgs(uri string, cfg BlockIOConfig) []string {
+	args := []string{
+		"--name=nbd", "--ioengine=nbd", "--uri=" + uri,
+		"--rw=" + cfg.Pattern, "--bs=" + strconv.Itoa(cfg.BlockSize),
+		"--iodepth=" + strconv.Itoa(cfg.QueueDepth), "--numjobs=" + strconv.Itoa(cfg.Queues),
+		"--time_based", "--runtime=" + strconv.FormatInt(max(cfg.Duration.Milliseconds(), 1), 10) + "ms",
+		"--group_reporting", "--norandommap", "--randrepeat=0", "--lat_percentiles=1",
+		"--output-format=json", "--eta=never",
+	}
+	if cfg.Region > 0 {
+		args = append(args, "--size="+strconv.FormatInt(cfg.Region, 10))
+	}
+	return args
+}
+
+// fio runs fio with args (which must write JSON to an --output file) and
+// parses the report. progress, if set, hears the elapsed time (ops -1:
+// fio does not report them live) every 200 ms.
+func (n *Nbdkit) fio(ctx context.Context, args []string, d time.Duration, progress func(time.Duration, int64)) (BlockIOResult, error) {
+	_, fio, err := n.paths()
+	if err != nil {
+		return BlockIOResult{}, err
+	}
+	var outFile string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--output="); ok {
+			outFile = v
+		}
+	}
+	if outFile == "" {
+		return BlockIOResult{}, errors.New("bench: fio needs an --output file")
+	}
+	_ = os.Remove(outFile)
+	p, err := StartProcess(ctx, ProcessSpec{Name: "fio", Path: fio, Args: args, CPUs: n.ClientCPUs})
+	if err != nil {
+		return BlockIOResult{}, err
+	}
+	if progress != nil {
+		start := time.Now()
+		t := time.NewTicker(200 * time.Millisecond)
+	loop:
+		for {
+			select {
+			case <-t.C:
+				progress(min(time.Since(start), d), -1)
+			case <-p.Done():
+				break loop
+			}
+		}
+		t.Stop()
+		progress(d, -1)
+	}
+	if err := p.Wait(); err != nil {
+		if ctx.Err() != nil {
+			return BlockIOResult{}, ctx.Err()
+		}
+		return BlockIOResult{}, err
+	}
+	data, err := os.ReadFile(outFile)
+	if err != nil {
+		return BlockIOResult{}, fmt.Errorf("bench: fio report: %w", err)
+	}
+	return ParseFioJSON(data)
+}
+
+// Close stops nbdkit and removes its temporary files.
+func (n *Nbdkit) Close() error {
+	var err error
+	if n.proc != nil {
+		err = n.proc.Stop()
+		n.proc = nil
+	}
+	if n.tmp != "" {
+		_ = os.RemoveAll(n.tmp)
+		n.tmp = ""
+	}
+	return err
+}
+
+// fioReport is the part of fio's JSON report ParseFioJSON reads.
+type fioReport struct {
+	Version string   `json:"fio version"`
+	Jobs    []fioJob `json:"jobs"`
+}
+
+type fioJob struct {
+	Name    string            `json:"jobname"`
+	Error   int               `json:"error"`
+	Options map[string]string `json:"job options"`
+	Read    fioDir            `json:"read"`
+	Write   fioDir            `json:"write"`
+	Elapsed float64           `json:"elapsed"`
+}
+
+type fioDir struct {
+	IOBytes  int64   `json:"io_bytes"`
+	BWBytes  float64 `json:"bw_bytes"`
+	IOPS     float64 `json:"iops"`
+	Runtime  float64 `json:"runtime"` // ms
+	TotalIOs int64   `json:"total_ios"`
+	ClatNS   fioLat  `json:"clat_ns"`
+	LatNS    fioLat  `json:"lat_ns"`
+}
+
+type fioLat struct {
+	N          int64              `json:"N"`
+	Percentile map[string]float64 `json:"percentile"`
+}
+
+// ParseFioJSON reads the JSON report (--output-format=json) of a fio run
+// of one group-reported job doing only reads or only writes. Latency
+// percentiles are total latency (lat_ns, submission to completion, which
+// --lat_percentiles=1 reports) when present, else completion latency
+// (clat_ns). Anything before the first '{' (fio prints "fio: connected to
+// NBD server" to stdout) is skipped. The result's System, Pattern,
+// BlockSize, QueueDepth and Queues come from the job's options as far as it
+// states them; the caller should set them.
+func ParseFioJSON(data []byte) (BlockIOResult, error) {
+	if i := bytes.IndexByte(data, '{'); i > 0 {
+		data = data[i:]
+	}
+	var rep fioReport
+	if err := json.Unmarshal(data, &rep); err != nil {
+		return BlockIOResult{}, fmt.Errorf("bench: parsing fio JSON: %w", err)
+	}
+	if len(rep.Jobs) == 0 {
+		return BlockIOResult{}, errors.New("bench: fio report has no jobs")
+	}
+	if len(rep.Jobs) > 1 {
+		return BlockIOResult{}, fmt.Errorf("bench: fio report has %d jobs; run it with --group_reporting", len(rep.Jobs))
+	}
+	j := rep.Jobs[0]
+	d := j.Read
+	switch {
+	case j.Read.TotalIOs > 0 && j.Write.TotalIOs > 0:
+		return BlockIOResult{}, errors.New("bench: fio report mixes reads and writes")
+	case j.Write.TotalIOs > 0:
+		d = j.Write
+	}
+	res := BlockIOResult{
+		System:  "fio",
+		Pattern: j.Options["rw"],
+		Seconds: d.Runtime / 1e3,
+		Ops:     d.TotalIOs,
+		IOPS:    d.IOPS,
+		MBps:    d.BWBytes / 1e6,
+	}
+	if v, err := strconv.Atoi(j.Options["iodepth"]); err == nil {
+		res.QueueDepth = v
+	}
+	if v, err := strconv.Atoi(j.Options["numjobs"]); err == nil {
+		res.Queues = v
+	}
+	if v, err := strconv.Atoi(j.Options["bs"]); err == nil {
+		res.BlockSize = v
+	}
+	pct := d.LatNS.Percentile
+	if len(pct) == 0 {
+		pct = d.ClatNS.Percentile
+	}
+	res.P50us = pct["50.000000"] / 1e3
+	res.P99us = pct["99.000000"] / 1e3
+	res.P999us = pct["99.900000"] / 1e3
+	if j.Error != 0 {
+		res.Errors = 1
+		return res, fmt.Errorf("bench: fio job %q failed with error %d", j.Name, j.Error)
+	}
+	if d.TotalIOs == 0 {
+		return res, errors.New("bench: fio completed no I/O")
+	}
+	return res, nil
+}

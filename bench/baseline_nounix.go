@@ -1,0 +1,26 @@
+//go:build !unix
+
+package bench
+
+import (
+	"errors"
+	"os"
+	"syscall"
+)
+
+const sigTerm = syscall.SIGTERM
+
+func childAttr() *syscall.SysProcAttr { return nil }
+
+// signalGroup kills p: without process groups, that is all we can do.
+func signalGroup(p *os.Process, _ syscall.Signal) error {
+	if p == nil {
+		return nil
+	}
+	return p.Kill()
+}
+
+func killGroup(p *os.Process) error { return signalGroup(p, syscall.SIGKILL) }
+
+// PinProcess is not supported here.
+func PinProcess(string) error { return errors.New("bench: pinning is only supported on Linux") }

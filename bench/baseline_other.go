@@ -1,0 +1,15 @@
+//go:build unix && !linux
+
+package bench
+
+import (
+	"errors"
+	"syscall"
+)
+
+// childAttr puts a child in its own process group, so that killing the
+// group takes its children too.
+func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
+
+// PinProcess is not supported here.
+func PinProcess(string) error { return errors.New("bench: pinning is only supported on Linux") }

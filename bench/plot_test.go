@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func testComparison() *Comparison {
+	c := &Comparison{Systems: []string{"nearstore", "nbdkit"}, Repeat: 3, Duration: 5}
+	for i, p := range DefaultPoints() {
+		a := BlockIOResult{System: "nearstore", IOPS: float64(10000 * (i + 1))}
+		b := BlockIOResult{System: "nbdkit", IOPS: float64(9000 * (i + 1))}
+		c.Rows = append(c.Rows, ComparisonRow{
+			Point:  p,
+			Runs:   map[string][]BlockIOResult{"nearstore": {a}, "nbdkit": {b}},
+			Median: map[string]BlockIOResult{"nearstore": a, "nbdkit": b},
+			Ratio:  a.IOPS / b.IOPS,
+		})
+	}
+	return c
+}
+
+func TestSavePlot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blockio.png")
+	if err := SavePlot(path, testComparison()); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	img, err := png.Decode(f)
+	if err != nil {
+		t.Fatalf("not a PNG: %v", err)
+	}
+	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 250 {
+		t.Errorf("image is %v", b)
+	}
+}
+
+func TestWritePlot(t *testing.T) {
+	var buf bytes.Buffer
+	c := testComparison()
+	c.Systems = c.Systems[:1] // one system: no ratio labels
+	if err := WritePlot(&buf, c, "svg"); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte("<svg")) {
+		t.Error("no SVG written")
+	}
+	if err := WritePlot(&buf, &Comparison{}, "png"); err == nil {
+		t.Error("an empty comparison plotted")
+	}
+}

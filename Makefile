@@ -17,7 +17,7 @@ demo:
 # The whole suite, as CI runs it: lint, then every test with the race
 # detector, including the QEMU interop tests against the Linux kernel's
 # NVMe/TCP host and target (their packages are installed on first use).
-test: lint interop-deps
+test: lint interop-deps functions-check
 	$(GO) test -race -timeout 45m ./...
 
 # Unit and integration tests without the QEMU guest.
@@ -46,3 +46,13 @@ bench-deps:
 
 clean:
 	rm -rf bin
+
+# The standard functions: functions/src/*.c built to functions/wasm/*.wasm
+# and functions/ebpf/*.o (committed); functions-check rebuilds them into a
+# temp dir and fails if the committed modules differ.
+.PHONY: functions functions-check
+functions:
+	bash scripts/build-functions.sh
+
+functions-check:
+	bash scripts/build-functions.sh --check

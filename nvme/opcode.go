@@ -17,6 +17,17 @@ const (
 	maxStandardIOOpcd = 0x7F
 )
 
+// nearstore's vendor-specific commands (docs/PROTOCOL.md). Bits 1:0 give
+// the data direction as for every opcode.
+const (
+	AdminFunctionLoad   = 0xC1
+	AdminFunctionList   = 0xC2
+	AdminFunctionUnload = 0xC5
+	IOPushdownRead      = 0x83
+	IOLambdaRead        = 0x87
+	IOLambdaWrite       = 0x85
+)
+
 // NVM command set opcodes.
 const (
 	IOFlush       = 0x00

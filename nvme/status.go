@@ -56,6 +56,18 @@ const (
 	StatusConnectControllerBusy     Status = SCTCommandSpecific<<8 | 0x81
 	StatusConnectInvalidParameters  Status = SCTCommandSpecific<<8 | 0x82
 	StatusConnectInvalidHost        Status = SCTCommandSpecific<<8 | 0x84
+	// nearstore's vendor-specific statuses (SCT 7), for its function
+	// commands; docs/PROTOCOL.md defines them.
+	StatusFunctionRejected   Status = SCTVendor<<8 | 0x01
+	StatusFunctionNotFound   Status = SCTVendor<<8 | 0x02
+	StatusFunctionTimeout    Status = SCTVendor<<8 | 0x03
+	StatusFunctionMemory     Status = SCTVendor<<8 | 0x04
+	StatusFunctionOutput     Status = SCTVendor<<8 | 0x05
+	StatusFunctionError      Status = SCTVendor<<8 | 0x06
+	StatusOutsideFile        Status = SCTVendor<<8 | 0x07
+	StatusStepLimit          Status = SCTVendor<<8 | 0x08
+	StatusStaleExtentMap     Status = SCTVendor<<8 | 0x09
+	StatusBadFunctionRequest Status = SCTVendor<<8 | 0x0A
 	// StatusMediaWriteFault and StatusMediaReadError report backend I/O
 	// failures (SCT 2).
 	StatusMediaWriteFault Status = SCTMediaError<<8 | 0x80
@@ -133,6 +145,26 @@ func (s Status) name() string {
 		return "feature identifier not saveable"
 	case StatusFeatureNotChangable:
 		return "feature not changeable"
+	case StatusFunctionRejected:
+		return "function rejected"
+	case StatusFunctionNotFound:
+		return "function not found"
+	case StatusFunctionTimeout:
+		return "function timeout"
+	case StatusFunctionMemory:
+		return "function memory violation"
+	case StatusFunctionOutput:
+		return "function output too large"
+	case StatusFunctionError:
+		return "function returned an error"
+	case StatusOutsideFile:
+		return "access outside the request's files"
+	case StatusStepLimit:
+		return "function step limit"
+	case StatusStaleExtentMap:
+		return "stale extent map"
+	case StatusBadFunctionRequest:
+		return "malformed function request"
 	case StatusONCSNotSupported:
 		return "optional command not supported"
 	case StatusConnectIncompatibleFormat:

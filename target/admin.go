@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/sandbox"
 )
 
 // prepare checks a command before any of its data is accepted and says how
@@ -29,7 +30,18 @@ func (q *queue) prepare(cmd *command) (want int, st nvme.Status) {
 				want, dataCmd = 8, true
 			}
 		case nvme.AdminGetLogPage, nvme.AdminIdentify, nvme.AdminAbort, nvme.AdminGetFeatures,
-			nvme.AdminAsyncEvent, nvme.AdminKeepAlive:
+			nvme.AdminAsyncEvent, nvme.AdminKeepAlive, nvme.AdminFunctionList:
+		case nvme.AdminFunctionLoad:
+			n := int(sqe.CDW11)
+			if q.discovery || n <= 0 || n > maxModuleSize || n != int(sqe.DPTR.Length) {
+				return 0, nvme.StatusInvalidField | nvme.DNR
+			}
+			want, dataCmd = n, true
+		case nvme.AdminFunctionUnload:
+			if q.discovery {
+				return 0, nvme.StatusInvalidOpcode | nvme.DNR
+			}
+			want, dataCmd = len(sandbox.ID{}), true
 		default:
 			// No other admin command takes data from the host; refuse
 			// before an R2T asks for it.
@@ -121,7 +133,7 @@ func (q *queue) sendData(cmd *command, data []byte) {
 	if int(sgl.Length) < len(data) {
 		data = data[:sgl.Length]
 	}
-	q.completeWith(cmd, nvme.StatusSuccess, 0, data)
+	q.completeWith(cmd, nvme.StatusSuccess, 0, 0, data)
 }
 
 func (q *queue) identify(cmd *command) {

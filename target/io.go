@@ -54,6 +54,15 @@ func (q *queue) prepareIO(cmd *command) (want int, st nvme.Status, ok bool) {
 		return got, 0, true
 	case nvme.IOFlush, nvme.IOWriteZeroes:
 		return 0, 0, true
+	case nvme.IOPushdownRead, nvme.IOLambdaRead:
+		cmd.bidir = true
+		return 0, 0, true
+	case nvme.IOLambdaWrite:
+		n := int(sqe.DPTR.Length)
+		if n < 64 || n > q.maxXfer {
+			return 0, nvme.StatusSGLDataLenInvalid | nvme.DNR, false
+		}
+		return n, 0, true
 	}
 	return 0, nvme.StatusInvalidOpcode | nvme.DNR, false
 }
@@ -79,7 +88,7 @@ func (q *queue) execIO(cmd *command) {
 			return
 		}
 		q.countIO(true, n)
-		q.completeWith(cmd, nvme.StatusSuccess, 0, buf[:n])
+		q.completeWith(cmd, nvme.StatusSuccess, 0, 0, buf[:n])
 		q.srv.bufs.put(buf)
 	case nvme.IOWrite:
 		cmd.op = "write"
@@ -124,6 +133,8 @@ func (q *queue) execIO(cmd *command) {
 	case nvme.IODSM:
 		cmd.op = "dsm"
 		q.complete(cmd, q.dsm(cmd), 0)
+	case nvme.IOPushdownRead, nvme.IOLambdaRead, nvme.IOLambdaWrite:
+		q.execFunction(cmd)
 	}
 }
 

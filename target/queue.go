@@ -56,6 +56,8 @@ type command struct {
 	status nvme.Status // a failure found while gathering data
 	start  time.Time
 	op     string
+	bidir  bool // data both ways: the request in-capsule, the result by C2HData
+	inCap  int  // bidirectional: the result buffer's size
 }
 
 func newQueue(s *Server, c net.Conn) *queue {
@@ -229,6 +231,26 @@ func (q *queue) handleCapsule(h *tcp.Header) error {
 		q.complete(cmd, st, 0)
 		return nil
 	}
+	if cmd.bidir {
+		// nearstore's bidirectional commands: the request is the whole
+		// in-capsule data; DPTR describes the result buffer.
+		sgl := cmd.sqe.DPTR
+		switch {
+		case len(icd) == 0:
+			q.srv.bufs.put(icdBuf)
+			q.complete(cmd, nvme.StatusSGLDataLenInvalid|nvme.DNR, 0)
+		case sgl.Type != nvme.SGLTransportDataBlock:
+			q.srv.bufs.put(icdBuf)
+			q.complete(cmd, nvme.StatusSGLTypeInvalid|nvme.DNR, 0)
+		case int(sgl.Length) < 32 || int(sgl.Length) > q.maxXfer:
+			q.srv.bufs.put(icdBuf)
+			q.complete(cmd, nvme.StatusSGLDataLenInvalid|nvme.DNR, 0)
+		default:
+			cmd.buf, cmd.data, cmd.inCap = icdBuf, icd, int(sgl.Length)
+			q.dispatch(cmd)
+		}
+		return nil
+	}
 	if want == 0 {
 		q.srv.bufs.put(icdBuf)
 		q.dispatch(cmd)
@@ -348,6 +370,14 @@ func (q *queue) dispatch(cmd *command) {
 		q.complete(cmd, nvme.StatusCommandSequence|nvme.DNR, 0)
 	case cmd.sqe.Opcode == nvme.AdminFabrics:
 		q.fabrics(cmd)
+	case q.qid == 0 && nvme.IsVendorAdmin(cmd.sqe.Opcode):
+		q.executing.add()
+		q.srv.inflight.add()
+		go func() {
+			defer q.srv.inflight.done()
+			defer q.executing.done()
+			q.adminFunction(cmd)
+		}()
 	case q.qid == 0:
 		q.admin(cmd)
 	default:
@@ -372,12 +402,12 @@ func (q *queue) sendStatus(cid uint16, st nvme.Status, dw0 uint32) {
 
 // complete releases a command's CID and sends its completion.
 func (q *queue) complete(cmd *command, st nvme.Status, dw0 uint32) {
-	q.completeWith(cmd, st, dw0, nil)
+	q.completeWith(cmd, st, dw0, 0, nil)
 }
 
 // completeWith sends read data (in C2HData PDUs) and then the completion,
 // all under one writer turn so they leave together.
-func (q *queue) completeWith(cmd *command, st nvme.Status, dw0 uint32, in []byte) {
+func (q *queue) completeWith(cmd *command, st nvme.Status, dw0, dw1 uint32, in []byte) {
 	q.mu.Lock()
 	if q.cmds[cmd.sqe.CID] == cmd {
 		delete(q.cmds, cmd.sqe.CID)
@@ -391,7 +421,7 @@ func (q *queue) completeWith(cmd *command, st nvme.Status, dw0 uint32, in []byte
 		}
 		q.ctrl.recordError(q.qid, cmd.sqe.CID, st, nsid, lba)
 	}
-	cqe := nvme.Completion{DW0: dw0, SQHead: uint16(q.sqhd.Load()), SQID: q.qid, CID: cmd.sqe.CID, Status: st}
+	cqe := nvme.Completion{DW0: dw0, DW1: dw1, SQHead: uint16(q.sqhd.Load()), SQID: q.qid, CID: cmd.sqe.CID, Status: st}
 	chunk := q.srv.cfg.C2HChunk
 	err := q.w.Do(func(f *tcp.Framer) error {
 		if st.OK() {

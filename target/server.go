@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
 )
 
 // Backend is the block store behind a namespace. volume.Volume satisfies it.
@@ -72,6 +74,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics, when not nil, receives per-command metrics.
 	Metrics *Metrics
+	// Runtimes run the functions hosts load (sandbox/wasm, sandbox/ebpf).
+	// Without any, Function Load is refused.
+	Runtimes []sandbox.Runtime
+	// FunctionLimits bound every function call (zero: sandbox defaults).
+	FunctionLimits sandbox.Limits
 }
 
 func (c *Config) setDefaults() {
@@ -126,6 +133,8 @@ type Server struct {
 	inflight tracker
 	bufs     bufPool
 	disc     *subsystem
+	funcs    *functionTable
+	exec     *pushdown.Executor
 	conns    sync.WaitGroup
 }
 
@@ -170,6 +179,8 @@ func New(cfg Config) (*Server, error) {
 		s.order = append(s.order, ss)
 	}
 	s.disc = newSubsystem(s, SubsystemConfig{NQN: nvme.DiscoveryNQN, Model: "nearstore discovery"})
+	s.funcs = newFunctionTable(cfg.Runtimes, cfg.FunctionLimits)
+	s.exec = &pushdown.Executor{Limits: cfg.FunctionLimits}
 	return s, nil
 }
 
@@ -297,6 +308,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			err = ferr
 		}
 	}
+	s.funcs.close(context.Background())
 	s.log.Info("target stopped")
 	return err
 }

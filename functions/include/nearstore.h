@@ -60,8 +60,38 @@ struct bpf_xrp {
 #define NS_ERANGE  (-34)  /* output does not fit */
 #define NS_ENOENT  (-2)   /* key not found (a result, not a failure, for lookups) */
 
-/* Little-endian loads that compile to plain loads on both targets. */
-static inline u64 ns_load64(const void *p) { return *(const u64 *)p; }
-static inline u32 ns_load32(const void *p) { return *(const u32 *)p; }
+/* The context's size on each target (docs/ABI.md): a mismatch here means
+ * the header and the runtimes disagree. */
+#if defined(__wasm32__)
+_Static_assert(sizeof(struct bpf_xrp) == 352, "struct bpf_xrp must be 352 bytes in wasm32");
+#elif defined(__bpf__)
+_Static_assert(sizeof(struct bpf_xrp) == 360, "struct bpf_xrp must be 360 bytes in BPF");
+#endif
+
+/* Inline helpers. Both targets are little-endian and both runtimes allow
+ * unaligned accesses, so these compile to plain loads and stores. */
+#define NS_INLINE static inline __attribute__((always_inline))
+
+NS_INLINE u64 ns_load64(const void *p) { return *(const u64 *)p; }
+NS_INLINE u32 ns_load32(const void *p) { return *(const u32 *)p; }
+NS_INLINE void ns_store64(void *p, u64 v) { *(u64 *)p = v; }
+NS_INLINE void ns_store32(void *p, u32 v) { *(u32 *)p = v; }
+
+/*
+ * ns_copy copies n bytes, 8 at a time then byte by byte. There is no libc:
+ * build with -fno-builtin so that clang never turns loops like this one
+ * into calls to memcpy/memset (an unresolved import in wasm, an error in
+ * BPF).
+ */
+NS_INLINE void ns_copy(void *dst, const void *src, u32 n)
+{
+	u8 *d = (u8 *)dst;
+	const u8 *s = (const u8 *)src;
+	u32 i = 0;
+	for (; i + 8 <= n; i += 8)
+		ns_store64(d + i, ns_load64(s + i));
+	for (; i < n; i++)
+		d[i] = s[i];
+}
 
 #endif

@@ -1,0 +1,141 @@
+package host
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// FunctionInfo describes a function loaded on a target.
+type FunctionInfo struct {
+	ID          sandbox.ID
+	Kind        sandbox.Kind
+	HasPushdown bool
+	HasCompute  bool
+	Size        int
+	Calls       uint64
+}
+
+// LoadFunction ships a module (wasm or an eBPF ELF object) to the target,
+// which verifies and compiles it. It returns the function's ID, the SHA-256
+// of the module; loading the same module again is harmless.
+func (c *Controller) LoadFunction(ctx context.Context, module []byte) (sandbox.ID, error) {
+	kind, err := sandbox.DetectKind(module)
+	if err != nil {
+		return sandbox.ID{}, err
+	}
+	cmd := nvme.Command{Opcode: nvme.AdminFunctionLoad, CDW10: uint32(kind), CDW11: uint32(len(module))}
+	if _, err := c.Admin(ctx, &cmd, module, nil); err != nil {
+		return sandbox.ID{}, fmt.Errorf("host: load function: %w", err)
+	}
+	return sandbox.IDOf(module), nil
+}
+
+// UnloadFunction removes a function from the target.
+func (c *Controller) UnloadFunction(ctx context.Context, id sandbox.ID) error {
+	cmd := nvme.Command{Opcode: nvme.AdminFunctionUnload}
+	if _, err := c.Admin(ctx, &cmd, id[:], nil); err != nil {
+		return fmt.Errorf("host: unload function %s: %w", id, err)
+	}
+	return nil
+}
+
+// ListFunctions lists the functions loaded on the target.
+func (c *Controller) ListFunctions(ctx context.Context) ([]FunctionInfo, error) {
+	const maxEntries = 256
+	buf := make([]byte, 16+48*maxEntries)
+	cmd := nvme.Command{Opcode: nvme.AdminFunctionList, CDW10: maxEntries}
+	if _, err := c.Admin(ctx, &cmd, nil, buf); err != nil {
+		return nil, fmt.Errorf("host: list functions: %w", err)
+	}
+	n := min(int(binary.LittleEndian.Uint32(buf)), maxEntries)
+	out := make([]FunctionInfo, n)
+	for i := range out {
+		e := buf[16+48*i:]
+		copy(out[i].ID[:], e[:32])
+		out[i].Kind = sandbox.Kind(e[32])
+		out[i].HasPushdown = e[33]&1 != 0
+		out[i].HasCompute = e[33]&2 != 0
+		out[i].Size = int(binary.LittleEndian.Uint32(e[36:]))
+		out[i].Calls = binary.LittleEndian.Uint64(e[40:])
+	}
+	return out, nil
+}
+
+// Start names where a request begins: Length bytes at Offset of file File
+// (an index into the request's file table).
+type Start struct {
+	File   uint32
+	Offset uint64
+	Length uint32
+}
+
+// FunctionError is returned when a function ran and returned a negative
+// code; the result's work counters are filled in.
+type FunctionError struct {
+	Code   int32
+	Result pushdown.Result
+}
+
+func (e *FunctionError) Error() string { return fmt.Sprintf("host: function returned %d", e.Code) }
+
+// Unwrap lets errors.Is(err, sandbox.ErrFunction) hold.
+func (e *FunctionError) Unwrap() error { return sandbox.ErrFunction }
+
+// RawFile returns a file-table entry covering the whole namespace, for
+// functions run on raw namespaces.
+func (ns *Namespace) RawFile() pushdown.File { return pushdown.Raw(ns.Size(), ns.BlockSize()) }
+
+// Pushdown runs a pushdown request at the target in one command: the
+// target reads start, calls the function, follows the reads it asks for
+// and returns the final scratch. scratch (at most 4096 bytes) initialises
+// the function's scratch.
+func (ns *Namespace) Pushdown(ctx context.Context, fn sandbox.ID, files []pushdown.File, start Start, scratch []byte) (pushdown.Result, error) {
+	req := pushdown.Request{Function: fn, Files: files, StartFile: start.File, StartOffset: start.Offset, StartLength: start.Length, Params: scratch}
+	return ns.functionCall(ctx, nvme.IOPushdownRead, &req, pushdown.ResultSize+sandbox.ScratchSize)
+}
+
+// LambdaRead runs fn's compute on params followed by the start range's
+// bytes at the target and returns its output (at most outCap bytes).
+func (ns *Namespace) LambdaRead(ctx context.Context, fn sandbox.ID, files []pushdown.File, start Start, params []byte, outCap int) (pushdown.Result, error) {
+	req := pushdown.Request{Function: fn, Files: files, StartFile: start.File, StartOffset: start.Offset, StartLength: start.Length, Params: params}
+	return ns.functionCall(ctx, nvme.IOLambdaRead, &req, pushdown.ResultSize+outCap)
+}
+
+// LambdaWrite runs fn's compute on params followed by data at the target
+// and writes its output into the start range (block aligned), returning the
+// output's length.
+func (ns *Namespace) LambdaWrite(ctx context.Context, fn sandbox.ID, files []pushdown.File, start Start, params, data []byte) (int, error) {
+	req := pushdown.Request{Function: fn, Files: files, StartFile: start.File, StartOffset: start.Offset, StartLength: start.Length, Params: params, Data: data}
+	cmd := nvme.Command{Opcode: nvme.IOLambdaWrite}
+	cpl, err := ns.IO(ctx, &cmd, req.Marshal(), nil)
+	if err != nil {
+		return 0, fmt.Errorf("host: λ write: %w", err)
+	}
+	return int(cpl.DW0), nil
+}
+
+func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.Request, inCap int) (pushdown.Result, error) {
+	in := make([]byte, inCap)
+	cmd := nvme.Command{Opcode: opc}
+	cpl, err := ns.IO(ctx, &cmd, req.Marshal(), in)
+	if err != nil {
+		res := pushdown.Result{Reads: cpl.DW0, BytesRead: uint64(cpl.DW1)}
+		var se *nvme.StatusError
+		if errors.As(err, &se) && se.Status.Code() == nvme.StatusFunctionError {
+			res.Code, res.BytesRead = int32(cpl.DW1), 0
+			return res, &FunctionError{Code: res.Code, Result: res}
+		}
+		return res, fmt.Errorf("host: function request: %w", err)
+	}
+	var res pushdown.Result
+	if err := res.Unmarshal(in); err != nil {
+		return res, fmt.Errorf("host: function result: %w", err)
+	}
+	return res, nil
+}

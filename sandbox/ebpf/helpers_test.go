@@ -1,0 +1,58 @@
+package ebpf
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+func readObj(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func loadObj(t testing.TB, name string, lim sandbox.Limits) sandbox.Module {
+	t.Helper()
+	m, err := NewRuntime(Options{}).Load(context.Background(), readObj(t, name), lim)
+	if err != nil {
+		t.Fatalf("Load(%s): %v", name, err)
+	}
+	t.Cleanup(func() { m.Close(context.Background()) })
+	return m
+}
+
+// runRaw links insns as a pushdown entry and runs it once with R1 = the
+// context's address, returning the full 64-bit R0.
+func runRaw(t testing.TB, insns asm.Instructions, lim sandbox.Limits) (uint64, error) {
+	t.Helper()
+	m, err := NewRuntime(Options{}).loadInstructions(insns, "pushdown", lim)
+	if err != nil {
+		return 0, err
+	}
+	in := m.newInstance()
+	return in.run(context.Background(), m.pushdown, &m.lim, [5]uint64{ctxAddr})
+}
+
+// mustModule links insns as entry or fails the test.
+func mustModule(t testing.TB, insns asm.Instructions, entry string, lim sandbox.Limits) *module {
+	t.Helper()
+	m, err := NewRuntime(Options{}).loadInstructions(insns, entry, lim)
+	if err != nil {
+		t.Fatalf("loadInstructions: %v", err)
+	}
+	return m
+}
+
+// prog builds a program from instructions, ending it with exit.
+func prog(ins ...asm.Instruction) asm.Instructions {
+	return append(asm.Instructions(ins), asm.Return())
+}

@@ -1,0 +1,170 @@
+package ebpf
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// instance owns one request's memory: the context, scratch, data, stack,
+// and compute input and output, all Go byte slices mapped into the
+// program's address space by its machine.
+type instance struct {
+	machine
+	m        *module
+	ctx      [ctxSize]byte
+	scratch  [sandbox.ScratchSize]byte
+	data     []byte
+	input    []byte
+	output   []byte
+	dataHigh int // high-water marks of what a call could see, cleared on Release
+	inHigh   int
+	outHigh  int
+	released bool
+}
+
+var _ sandbox.Instance = (*instance)(nil)
+
+// Data returns the n-byte buffer the next Step sees as the block(s) read.
+func (in *instance) Data(n int) ([]byte, error) {
+	if n < 0 || n > in.m.lim.MaxStepBytes {
+		return nil, fmt.Errorf("%w: data of %d bytes, at most %d per step", sandbox.ErrMemory, n, in.m.lim.MaxStepBytes)
+	}
+	if n > len(in.data) {
+		in.data = make([]byte, grow(len(in.data), n, in.m.lim.MaxStepBytes))
+	}
+	return in.data[:n], nil
+}
+
+// Scratch returns the request's scratch buffer.
+func (in *instance) Scratch() []byte { return in.scratch[:] }
+
+// Input returns the n-byte compute input buffer.
+func (in *instance) Input(n int) ([]byte, error) {
+	if n < 0 || n > in.m.lim.MemoryBytes {
+		return nil, fmt.Errorf("%w: input of %d bytes, at most %d", sandbox.ErrMemory, n, in.m.lim.MemoryBytes)
+	}
+	if n > len(in.input) {
+		in.input = make([]byte, grow(len(in.input), n, in.m.lim.MemoryBytes))
+	}
+	return in.input[:n], nil
+}
+
+// Output returns the n-byte compute output buffer.
+func (in *instance) Output(n int) ([]byte, error) {
+	if n < 0 || n > in.m.lim.MaxOutput {
+		return nil, fmt.Errorf("%w: output buffer of %d bytes, at most %d", sandbox.ErrOutput, n, in.m.lim.MaxOutput)
+	}
+	if n > len(in.output) {
+		in.output = make([]byte, grow(len(in.output), n, in.m.lim.MaxOutput))
+	}
+	return in.output[:n], nil
+}
+
+// grow picks a new buffer size of at least n, doubling old, capped at max.
+func grow(old, n, limit int) int {
+	return min(max(n, 2*old), limit)
+}
+
+// Step runs the pushdown entry on the first n bytes of Data.
+func (in *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (bool, []sandbox.Next, error) {
+	p := in.m.pushdown
+	if p == nil {
+		return false, nil, fmt.Errorf("%w: the module has no pushdown entry", sandbox.ErrNoEntry)
+	}
+	if n < 0 || n > len(in.data) || n > in.m.lim.MaxStepBytes {
+		return false, nil, fmt.Errorf("%w: step over %d bytes of data, but Data gave %d", sandbox.ErrMemory, n, len(in.data))
+	}
+	in.dataHigh = max(in.dataHigh, n)
+	c := in.ctx[:]
+	clear(c)
+	le := binary.LittleEndian
+	le.PutUint64(c[ctxData:], dataAddr)
+	le.PutUint64(c[ctxScratch:], scratchAddr)
+	le.PutUint32(c[ctxCurFile:], curFile)
+	le.PutUint32(c[ctxDataLen:], uint32(n))
+	le.PutUint64(c[ctxCurAddr:], curOffset)
+	in.regions[regionData].buf = in.data[:n]
+	in.regions[regionInput].buf = nil
+	in.regions[regionOutput].buf = nil
+
+	r0, err := in.run(ctx, p, &in.m.lim, [5]uint64{ctxAddr})
+	if err != nil {
+		return false, nil, err
+	}
+	if code := int32(r0); code < 0 {
+		return false, nil, &sandbox.FunctionError{Code: code}
+	}
+	if le.Uint32(c[ctxDone:]) != 0 {
+		return true, nil, nil
+	}
+	var next []sandbox.Next
+	var total uint64
+	limit := uint64(in.m.lim.MaxStepBytes)
+	for i := range sandbox.MaxFanout {
+		size := le.Uint64(c[ctxSizeField+8*i:])
+		if size == 0 {
+			break
+		}
+		if size > limit || total+size > limit {
+			return false, nil, fmt.Errorf("%w: the step asks to read more than %d bytes (next read %d is %d bytes)", sandbox.ErrMemory, limit, i, size)
+		}
+		total += size
+		next = append(next, sandbox.Next{
+			File:   le.Uint32(c[ctxNextFile+4*i:]),
+			Offset: le.Uint64(c[ctxNextAddr+8*i:]),
+			Len:    size,
+		})
+	}
+	return false, next, nil
+}
+
+// Compute runs compute(input[:inLen], output[:outCap]).
+func (in *instance) Compute(ctx context.Context, inLen, outCap int) (int, error) {
+	p := in.m.compute
+	if p == nil {
+		return 0, fmt.Errorf("%w: the module has no compute entry", sandbox.ErrNoEntry)
+	}
+	if inLen < 0 || inLen > len(in.input) {
+		return 0, fmt.Errorf("%w: compute over %d input bytes, but Input gave %d", sandbox.ErrMemory, inLen, len(in.input))
+	}
+	if outCap < 0 || outCap > len(in.output) {
+		return 0, fmt.Errorf("%w: compute into %d output bytes, but Output gave %d", sandbox.ErrOutput, outCap, len(in.output))
+	}
+	in.inHigh = max(in.inHigh, inLen)
+	in.outHigh = max(in.outHigh, outCap)
+	in.regions[regionData].buf = nil
+	in.regions[regionInput].buf = in.input[:inLen]
+	in.regions[regionOutput].buf = in.output[:outCap]
+	r0, err := in.run(ctx, p, &in.m.lim, [5]uint64{inputAddr, uint64(inLen), outputAddr, uint64(outCap)})
+	if err != nil {
+		return 0, err
+	}
+	ret := int32(r0)
+	if ret < 0 {
+		return 0, &sandbox.FunctionError{Code: ret}
+	}
+	if int(ret) > outCap {
+		return 0, fmt.Errorf("%w: compute returned length %d, but the output buffer holds %d", sandbox.ErrOutput, ret, outCap)
+	}
+	return int(ret), nil
+}
+
+// Release clears what the request could have seen and returns the
+// instance to its module's pool. Calling it twice is harmless.
+func (in *instance) Release() {
+	if in.released {
+		return
+	}
+	in.released = true
+	clear(in.data[:in.dataHigh])
+	clear(in.input[:in.inHigh])
+	clear(in.output[:in.outHigh])
+	in.dataHigh, in.inHigh, in.outHigh = 0, 0, 0
+	if in.m.closed.Load() {
+		return
+	}
+	in.m.pool.Put(in)
+}

@@ -1,0 +1,207 @@
+package wasm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Export names of the ABI.
+const (
+	exportMemory   = "memory"
+	exportPushdown = "pushdown"
+	exportCompute  = "compute"
+	exportHeapBase = "__heap_base"
+	exportAlloc    = "ns_alloc"
+	exportFree     = "ns_free"
+	exportInit     = "_initialize"
+	exportStart    = "_start"
+)
+
+// i32 is the only value type of the ABI.
+const i32 = api.ValueTypeI32
+
+// Module is a loaded wasm function. It is safe for concurrent use; see
+// sandbox.Module.
+type Module struct {
+	rt       *Runtime
+	id       sandbox.ID
+	lim      sandbox.Limits
+	compiled wazero.CompiledModule
+
+	hasPushdown, hasCompute bool
+	hasAlloc, hasFree       bool // Go-style buffers from ns_alloc (and ns_free)
+
+	mu     sync.Mutex
+	free   []*state // idle instances
+	closed bool
+}
+
+var _ sandbox.Module = (*Module)(nil)
+
+// ID returns the SHA-256 of the module's bytes as given to Load.
+func (m *Module) ID() sandbox.ID { return m.id }
+
+// Kind reports sandbox.KindWasm.
+func (m *Module) Kind() sandbox.Kind { return sandbox.KindWasm }
+
+// HasPushdown reports whether the module exports pushdown.
+func (m *Module) HasPushdown() bool { return m.hasPushdown }
+
+// HasCompute reports whether the module exports compute.
+func (m *Module) HasCompute() bool { return m.hasCompute }
+
+// Limits returns the limits every call obeys (with defaults filled in).
+func (m *Module) Limits() sandbox.Limits { return m.lim }
+
+func sameTypes(a, b []api.ValueType) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// checkExports checks the exported functions and memory; the __heap_base
+// global is checked when instantiating (wazero does not describe exported
+// globals before that).
+func (m *Module) checkExports() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: wasm: %s", sandbox.ErrBadModule, fmt.Sprintf(format, args...))
+	}
+	if _, ok := m.compiled.ExportedMemories()[exportMemory]; !ok {
+		return bad("module does not export its memory as %q", exportMemory)
+	}
+	fns := m.compiled.ExportedFunctions()
+	check := func(name string, params, results []api.ValueType) (bool, error) {
+		f, ok := fns[name]
+		if !ok {
+			return false, nil
+		}
+		if !sameTypes(f.ParamTypes(), params) || !sameTypes(f.ResultTypes(), results) {
+			return false, bad("export %q has type %s, want %s", name,
+				sig(f.ParamTypes(), f.ResultTypes()), sig(params, results))
+		}
+		return true, nil
+	}
+	var err error
+	if m.hasPushdown, err = check(exportPushdown, []api.ValueType{i32}, []api.ValueType{i32}); err != nil {
+		return err
+	}
+	if m.hasCompute, err = check(exportCompute, []api.ValueType{i32, i32, i32, i32}, []api.ValueType{i32}); err != nil {
+		return err
+	}
+	if !m.hasPushdown && !m.hasCompute {
+		return bad("module exports neither %s (i32) -> i32 nor %s (i32, i32, i32, i32) -> i32",
+			exportPushdown, exportCompute)
+	}
+	if m.hasAlloc, err = check(exportAlloc, []api.ValueType{i32}, []api.ValueType{i32}); err != nil {
+		return err
+	}
+	if m.hasFree, err = check(exportFree, []api.ValueType{i32}, nil); err != nil {
+		return err
+	}
+	if _, err := check(exportInit, nil, nil); err != nil {
+		return err
+	}
+	if _, ok := fns[exportStart]; ok {
+		if _, ok := fns[exportInit]; !ok {
+			return bad("module is a WASI command (exports %s): build Go functions with -buildmode=c-shared", exportStart)
+		}
+	}
+	return nil
+}
+
+func sig(params, results []api.ValueType) string {
+	s := "("
+	for i, p := range params {
+		if i > 0 {
+			s += ", "
+		}
+		s += api.ValueTypeName(p)
+	}
+	s += ") -> ("
+	for i, r := range results {
+		if i > 0 {
+			s += ", "
+		}
+		s += api.ValueTypeName(r)
+	}
+	return s + ")"
+}
+
+// Acquire returns an idle instance, or a new one if none is idle, with
+// its scratch zeroed.
+func (m *Module) Acquire(ctx context.Context) (sandbox.Instance, error) {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil, errClosed
+	}
+	var s *state
+	if n := len(m.free); n > 0 {
+		s = m.free[n-1]
+		m.free[n-1] = nil
+		m.free = m.free[:n-1]
+	}
+	m.mu.Unlock()
+	if s == nil {
+		var err error
+		if s, err = m.instantiate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.reset(ctx); err != nil {
+		s.close()
+		return nil, err
+	}
+	return &instance{s: s}, nil
+}
+
+var errClosed = errors.New("wasm: module closed")
+
+// release takes an instance back, or closes it if it cannot be reused: it
+// trapped or timed out (wazero closes an instance whose deadline passed,
+// and a trap may leave its memory inconsistent), the module is closed, or
+// the pool is full.
+func (m *Module) release(s *state) {
+	if !s.broken {
+		m.mu.Lock()
+		if !m.closed && len(m.free) < m.rt.opts.PoolSize {
+			m.free = append(m.free, s)
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+	}
+	s.close()
+}
+
+// Close closes the idle instances and the compiled code. Instances in use
+// are closed when released.
+func (m *Module) Close(ctx context.Context) error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return nil
+	}
+	m.closed = true
+	free := m.free
+	m.free = nil
+	m.mu.Unlock()
+	var errs []error
+	for _, s := range free {
+		errs = append(errs, s.mod.Close(ctx))
+	}
+	errs = append(errs, m.compiled.Close(ctx))
+	return errors.Join(errs...)
+}

@@ -1,0 +1,6 @@
+;; bigmem.wat — starts with 32 MiB of memory, over the 16 MiB default limit.
+(module
+  (memory (export "memory") 512)
+  (global (export "__heap_base") i32 (i32.const 1024))
+  (func (export "compute") (param i32 i32 i32 i32) (result i32)
+    (i32.const 0)))

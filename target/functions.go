@@ -1,0 +1,257 @@
+package target
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// maxModuleSize bounds a Function Load.
+const maxModuleSize = 16 << 20
+
+// function is a loaded module.
+type function struct {
+	mod   sandbox.Module
+	size  int
+	calls atomic.Uint64
+}
+
+// functionTable holds the functions loaded on a server; every subsystem's
+// hosts share it, as a function is named by its content.
+type functionTable struct {
+	runtimes map[sandbox.Kind]sandbox.Runtime
+	limits   sandbox.Limits
+
+	mu   sync.RWMutex
+	byID map[sandbox.ID]*function
+}
+
+func newFunctionTable(rts []sandbox.Runtime, lim sandbox.Limits) *functionTable {
+	t := &functionTable{runtimes: make(map[sandbox.Kind]sandbox.Runtime), limits: lim, byID: make(map[sandbox.ID]*function)}
+	for _, rt := range rts {
+		t.runtimes[rt.Kind()] = rt
+	}
+	return t
+}
+
+func (t *functionTable) get(id sandbox.ID) *function {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.byID[id]
+}
+
+// load verifies and compiles a module, unless it is loaded already.
+func (t *functionTable) load(ctx context.Context, kind sandbox.Kind, module []byte) (int, error) {
+	id := sandbox.IDOf(module)
+	if t.get(id) != nil {
+		return t.count(), nil
+	}
+	if kind == 0 {
+		var err error
+		if kind, err = sandbox.DetectKind(module); err != nil {
+			return 0, err
+		}
+	}
+	rt := t.runtimes[kind]
+	if rt == nil {
+		return 0, fmt.Errorf("%w: no %s runtime on this target", sandbox.ErrBadModule, kind)
+	}
+	m, err := rt.Load(ctx, module, t.limits)
+	if err != nil {
+		return 0, err
+	}
+	if !m.HasPushdown() && !m.HasCompute() {
+		_ = m.Close(ctx)
+		return 0, fmt.Errorf("%w: no pushdown or compute entry", sandbox.ErrBadModule)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byID[id] != nil { // loaded meanwhile by another host
+		_ = m.Close(ctx)
+	} else {
+		t.byID[id] = &function{mod: m, size: len(module)}
+	}
+	return len(t.byID), nil
+}
+
+func (t *functionTable) unload(ctx context.Context, id sandbox.ID) bool {
+	t.mu.Lock()
+	f := t.byID[id]
+	delete(t.byID, id)
+	t.mu.Unlock()
+	if f != nil {
+		_ = f.mod.Close(ctx)
+	}
+	return f != nil
+}
+
+func (t *functionTable) count() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.byID)
+}
+
+// list encodes the Function List data: a 16-byte header (count, reserved)
+// then 48-byte entries, as many as max allows.
+func (t *functionTable) list(max int) []byte {
+	t.mu.RLock()
+	ids := make([]sandbox.ID, 0, len(t.byID))
+	for id := range t.byID {
+		ids = append(ids, id)
+	}
+	fs := make([]*function, len(ids))
+	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
+	for i, id := range ids {
+		fs[i] = t.byID[id]
+	}
+	t.mu.RUnlock()
+	n := min(len(ids), max)
+	b := make([]byte, 16+48*n)
+	binary.LittleEndian.PutUint32(b, uint32(len(ids)))
+	for i := 0; i < n; i++ {
+		e := b[16+48*i:]
+		copy(e[0:32], ids[i][:])
+		e[32] = byte(fs[i].mod.Kind())
+		if fs[i].mod.HasPushdown() {
+			e[33] |= 1
+		}
+		if fs[i].mod.HasCompute() {
+			e[33] |= 2
+		}
+		binary.LittleEndian.PutUint32(e[36:], uint32(fs[i].size))
+		binary.LittleEndian.PutUint64(e[40:], fs[i].calls.Load())
+	}
+	return b
+}
+
+func (t *functionTable) close(ctx context.Context) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, f := range t.byID {
+		_ = f.mod.Close(ctx)
+		delete(t.byID, id)
+	}
+}
+
+// functionStatus maps an executor or runtime error to the status
+// docs/PROTOCOL.md names.
+func functionStatus(err error) nvme.Status {
+	switch {
+	case errors.Is(err, pushdown.ErrMalformed):
+		return nvme.StatusBadFunctionRequest | nvme.DNR
+	case errors.Is(err, sandbox.ErrBadModule), errors.Is(err, sandbox.ErrNoEntry):
+		return nvme.StatusFunctionRejected | nvme.DNR
+	case errors.Is(err, sandbox.ErrTimeout):
+		return nvme.StatusFunctionTimeout | nvme.DNR
+	case errors.Is(err, sandbox.ErrMemory):
+		return nvme.StatusFunctionMemory | nvme.DNR
+	case errors.Is(err, sandbox.ErrOutput):
+		return nvme.StatusFunctionOutput | nvme.DNR
+	case errors.Is(err, sandbox.ErrFunction):
+		return nvme.StatusFunctionError | nvme.DNR
+	case errors.Is(err, pushdown.ErrOutsideFile), errors.Is(err, pushdown.ErrBadExtent):
+		return nvme.StatusOutsideFile | nvme.DNR
+	case errors.Is(err, pushdown.ErrStepLimit), errors.Is(err, pushdown.ErrStepSize), errors.Is(err, pushdown.ErrNoProgress):
+		return nvme.StatusStepLimit | nvme.DNR
+	case errors.Is(err, pushdown.ErrStale):
+		return nvme.StatusStaleExtentMap
+	}
+	return nvme.StatusMediaReadError
+}
+
+// adminFunction runs Function Load, List and Unload. Loading compiles, so
+// it runs off the admin queue's reader goroutine.
+func (q *queue) adminFunction(cmd *command) {
+	ft := q.srv.funcs
+	ctx := context.Background()
+	switch cmd.sqe.Opcode {
+	case nvme.AdminFunctionLoad:
+		n, err := ft.load(ctx, sandbox.Kind(uint8(cmd.sqe.CDW10)), cmd.data)
+		if err != nil {
+			q.log.Info("function load refused", "err", err)
+			q.complete(cmd, functionStatus(err), 0)
+			return
+		}
+		q.log.Info("function loaded", "id", sandbox.IDOf(cmd.data).String(), "bytes", len(cmd.data))
+		q.complete(cmd, nvme.StatusSuccess, uint32(n))
+	case nvme.AdminFunctionUnload:
+		var id sandbox.ID
+		copy(id[:], cmd.data)
+		if !ft.unload(ctx, id) {
+			q.complete(cmd, nvme.StatusFunctionNotFound|nvme.DNR, 0)
+			return
+		}
+		q.complete(cmd, nvme.StatusSuccess, uint32(ft.count()))
+	case nvme.AdminFunctionList:
+		q.sendData(cmd, ft.list(int(cmd.sqe.CDW10)))
+	}
+}
+
+// execFunction runs Pushdown Read, λ Read and λ Write on an I/O queue.
+func (q *queue) execFunction(cmd *command) {
+	var req pushdown.Request
+	if err := req.Unmarshal(cmd.data); err != nil {
+		q.complete(cmd, nvme.StatusBadFunctionRequest|nvme.DNR, 0)
+		return
+	}
+	f := q.srv.funcs.get(req.Function)
+	if f == nil {
+		q.complete(cmd, nvme.StatusFunctionNotFound|nvme.DNR, 0)
+		return
+	}
+	f.calls.Add(1)
+	ctx := context.Background()
+	dev := backendDevice{cmd.ns.backend}
+	var (
+		res pushdown.Result
+		err error
+	)
+	switch cmd.sqe.Opcode {
+	case nvme.IOPushdownRead:
+		cmd.op = "pushdown"
+		res, err = q.srv.exec.Pushdown(ctx, dev, f.mod, &req)
+	case nvme.IOLambdaRead:
+		cmd.op = "lambda_read"
+		res, err = q.srv.exec.LambdaRead(ctx, dev, f.mod, &req, cmd.inCap-pushdown.ResultSize)
+	case nvme.IOLambdaWrite:
+		cmd.op = "lambda_write"
+		var n int64
+		res, n, err = q.srv.exec.LambdaWrite(ctx, dev, f.mod, &req)
+		if err == nil {
+			q.countIO(false, n)
+			q.complete(cmd, nvme.StatusSuccess, uint32(n))
+			return
+		}
+	}
+	q.ctrl.smart.readCmds.Add(uint64(res.Reads))
+	q.ctrl.smart.readBlocks512.Add(res.BytesRead >> 9)
+	if err != nil {
+		st := functionStatus(err)
+		dw1 := uint32(res.BytesRead)
+		if st.Code() == nvme.StatusFunctionError {
+			dw1 = uint32(res.Code)
+		}
+		q.log.Debug("function request failed", "op", cmd.op, "err", err)
+		q.completeWith(cmd, st, res.Reads, dw1, nil)
+		return
+	}
+	if pushdown.ResultSize+len(res.Output) > cmd.inCap {
+		q.completeWith(cmd, nvme.StatusFunctionOutput|nvme.DNR, res.Reads, uint32(res.BytesRead), nil)
+		return
+	}
+	out := q.srv.bufs.get(pushdown.ResultSize + len(res.Output))
+	n := res.Marshal(out)
+	q.completeWith(cmd, nvme.StatusSuccess, res.Reads, uint32(res.BytesRead), out[:n])
+	q.srv.bufs.put(out)
+}
+
+// backendDevice gives the executor a namespace's backend.
+type backendDevice struct{ Backend }

@@ -205,7 +205,7 @@ a file whose bytes are the initial scratch (pushdown) or the input's header
 	f.StringVar(&params, "params", "", "file with the initial scratch / input header")
 	f.StringVar(&data, "data", "", "file with λ write's input")
 	f.StringVar(&outFile, "out", "", "write the output to this file")
-	f.IntVar(&outCap, "out-cap", 1<<20, "λ read: largest output accepted")
+	f.IntVar(&outCap, "out-cap", 64<<10, "λ read: largest output accepted (with the 32-byte header, within the target's MDTS)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

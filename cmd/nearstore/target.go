@@ -13,6 +13,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/ebpf"
+	"github.com/nearstore/nearstore/sandbox/wasm"
 	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -46,11 +49,18 @@ func newTargetCmd(g *globals) *cobra.Command {
 				nss = append(nss, target.NamespaceConfig{Backend: v, Name: sp})
 				log.Info("volume", "spec", sp, "size", volume.FormatSize(v.Size()), "block", v.BlockSize())
 			}
+			// The function runtimes hosts load modules into (nearstore func load).
+			wrt, err := wasm.NewRuntime(cmd.Context(), wasm.Options{})
+			if err != nil {
+				return err
+			}
+			defer wrt.Close(context.Background())
 			cfg := target.Config{
 				Subsystems:  []target.SubsystemConfig{{NQN: nqn, Namespaces: nss}},
 				MaxIOQueues: queues,
 				QueueDepth:  depth,
 				Logger:      log,
+				Runtimes:    []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
 			}
 			var mux *http.Server
 			if metrics != "" {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -20,8 +21,17 @@ func readObj(t testing.TB, name string) []byte {
 	return b
 }
 
+// testTime replaces the default 100 ms call limit in tests that are not
+// about time: CI runs under the race detector on a shared machine, where
+// the interpreter is several times slower and a call can be descheduled,
+// so a correctness test must not fail on the clock.
+const testTime = 10 * time.Second
+
 func loadObj(t testing.TB, name string, lim sandbox.Limits) sandbox.Module {
 	t.Helper()
+	if lim.Time == 0 {
+		lim.Time = testTime
+	}
 	m, err := NewRuntime(Options{}).Load(context.Background(), readObj(t, name), lim)
 	if err != nil {
 		t.Fatalf("Load(%s): %v", name, err)
@@ -34,6 +44,9 @@ func loadObj(t testing.TB, name string, lim sandbox.Limits) sandbox.Module {
 // context's address, returning the full 64-bit R0.
 func runRaw(t testing.TB, insns asm.Instructions, lim sandbox.Limits) (uint64, error) {
 	t.Helper()
+	if lim.Time == 0 {
+		lim.Time = testTime
+	}
 	m, err := NewRuntime(Options{}).loadInstructions(insns, "pushdown", lim)
 	if err != nil {
 		return 0, err
@@ -45,6 +58,9 @@ func runRaw(t testing.TB, insns asm.Instructions, lim sandbox.Limits) (uint64, e
 // mustModule links insns as entry or fails the test.
 func mustModule(t testing.TB, insns asm.Instructions, entry string, lim sandbox.Limits) *module {
 	t.Helper()
+	if lim.Time == 0 {
+		lim.Time = testTime
+	}
 	m, err := NewRuntime(Options{}).loadInstructions(insns, entry, lim)
 	if err != nil {
 		t.Fatalf("loadInstructions: %v", err)

@@ -75,17 +75,31 @@ type Start struct {
 	Length uint32
 }
 
-// FunctionError is returned when a function ran and returned a negative
-// code; the result's work counters are filled in.
+// FunctionError is returned when a function ran and failed on its own:
+// it returned a negative code, or (Code 0) it trapped. The result's work
+// counters are filled in.
 type FunctionError struct {
 	Code   int32
 	Result pushdown.Result
+	// status is the command's Function Error status.
+	status error
 }
 
-func (e *FunctionError) Error() string { return fmt.Sprintf("host: function returned %d", e.Code) }
+func (e *FunctionError) Error() string {
+	if e.Code == 0 {
+		return "host: the function failed without an error code (it trapped)"
+	}
+	return fmt.Sprintf("host: function returned %d", e.Code)
+}
 
-// Unwrap lets errors.Is(err, sandbox.ErrFunction) hold.
-func (e *FunctionError) Unwrap() error { return sandbox.ErrFunction }
+// Unwrap lets errors.Is(err, sandbox.ErrFunction) hold, and errors.As find
+// the command's *nvme.StatusError (Function Error).
+func (e *FunctionError) Unwrap() []error {
+	if e.status == nil {
+		return []error{sandbox.ErrFunction}
+	}
+	return []error{sandbox.ErrFunction, e.status}
+}
 
 // RawFile returns a file-table entry covering the whole namespace, for
 // functions run on raw namespaces.
@@ -115,7 +129,8 @@ func (ns *Namespace) LambdaWrite(ctx context.Context, fn sandbox.ID, files []pus
 	cmd := nvme.Command{Opcode: nvme.IOLambdaWrite}
 	cpl, err := ns.IO(ctx, &cmd, req.Marshal(), nil)
 	if err != nil {
-		return 0, fmt.Errorf("host: λ write: %w", err)
+		_, err = failedResult(cpl, err, "λ write")
+		return 0, err
 	}
 	return int(cpl.DW0), nil
 }
@@ -125,17 +140,29 @@ func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.
 	cmd := nvme.Command{Opcode: opc}
 	cpl, err := ns.IO(ctx, &cmd, req.Marshal(), in)
 	if err != nil {
-		res := pushdown.Result{Reads: cpl.DW0, BytesRead: uint64(cpl.DW1)}
-		var se *nvme.StatusError
-		if errors.As(err, &se) && se.Status.Code() == nvme.StatusFunctionError {
-			res.Code, res.BytesRead = int32(cpl.DW1), 0
-			return res, &FunctionError{Code: res.Code, Result: res}
+		what := "pushdown"
+		if opc == nvme.IOLambdaRead {
+			what = "λ read"
 		}
-		return res, fmt.Errorf("host: function request: %w", err)
+		return failedResult(cpl, err, what)
 	}
 	var res pushdown.Result
 	if err := res.Unmarshal(in); err != nil {
 		return res, fmt.Errorf("host: function result: %w", err)
 	}
 	return res, nil
+}
+
+// failedResult turns a failed function command into its error and the
+// work counters its completion carries: DW0 the reads the target issued,
+// DW1 the bytes they read or, for Function Error, the function's code,
+// returned as a *FunctionError.
+func failedResult(cpl nvme.Completion, err error, what string) (pushdown.Result, error) {
+	res := pushdown.Result{Reads: cpl.DW0, BytesRead: uint64(cpl.DW1)}
+	var se *nvme.StatusError
+	if errors.As(err, &se) && se.Status.Code() == nvme.StatusFunctionError {
+		res.Code, res.BytesRead = int32(cpl.DW1), 0
+		return res, &FunctionError{Code: res.Code, Result: res, status: se}
+	}
+	return res, fmt.Errorf("host: %s: %w", what, err)
 }

@@ -203,6 +203,12 @@ func (e *Executor) LambdaRead(ctx context.Context, dev Device, m sandbox.Module,
 	if err := e.check(dev, req); err != nil {
 		return res, err
 	}
+	// Refuse a range outside the file before sizing the sandbox's input
+	// by it.
+	start := sandbox.Next{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}
+	if _, err := mapRange(req.Files, start.File, start.Offset, start.Len, int64(dev.BlockSize())); err != nil {
+		return res, err
+	}
 	outCap = min(outCap, lim.MaxOutput)
 	inst, err := m.Acquire(ctx)
 	if err != nil {
@@ -214,7 +220,7 @@ func (e *Executor) LambdaRead(ctx context.Context, dev Device, m sandbox.Module,
 		return res, err
 	}
 	n := copy(in, req.Params)
-	if err := readInto(dev, req.Files, sandbox.Next{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}, in[n:], &res); err != nil {
+	if err := readInto(dev, req.Files, start, in[n:], &res); err != nil {
 		return res, err
 	}
 	if _, err := inst.Output(outCap); err != nil {

@@ -88,6 +88,7 @@ func TestMapRange(t *testing.T) {
 // the executor's rules alone; misbehave makes it hostile.
 type chain struct {
 	misbehave string
+	acquired  int // instances handed out
 }
 
 func (c *chain) ID() sandbox.ID              { return sandbox.IDOf([]byte(c.misbehave)) }
@@ -96,6 +97,7 @@ func (c *chain) HasPushdown() bool           { return true }
 func (c *chain) HasCompute() bool            { return true }
 func (c *chain) Close(context.Context) error { return nil }
 func (c *chain) Acquire(context.Context) (sandbox.Instance, error) {
+	c.acquired++
 	return &chainInst{c: c, scratch: make([]byte, sandbox.ScratchSize)}, nil
 }
 
@@ -277,5 +279,14 @@ func TestLambda(t *testing.T) {
 	}
 	if _, _, err := e.LambdaWrite(context.Background(), v, &chain{}, &Request{Files: []File{file}, StartOffset: 3584, StartLength: 1024}); !errors.Is(err, ErrOutsideFile) {
 		t.Fatalf("λ write past the file: %v", err)
+	}
+	// A λ read range outside the file is refused before a sandbox is
+	// sized by it (here it would ask for a 4 GiB input).
+	for _, r := range []struct{ off, n uint64 }{{0, 1<<32 - 1}, {3584, 1024}, {1 << 63, 1}} {
+		c := &chain{}
+		_, err := e.LambdaRead(context.Background(), v, c, &Request{Files: []File{file}, StartOffset: r.off, StartLength: uint32(r.n)}, 100)
+		if !errors.Is(err, ErrOutsideFile) || c.acquired != 0 {
+			t.Fatalf("λ read of [%d, +%d): %v, %d instances acquired", r.off, r.n, err, c.acquired)
+		}
 	}
 }

@@ -136,6 +136,11 @@ var (
 	ErrFunction = errors.New("sandbox: function returned an error")
 	// ErrNoEntry: the module has no entry point of the shape called.
 	ErrNoEntry = errors.New("sandbox: module has no such entry point")
+	// ErrStep: a pushdown step broke the step protocol: it asked to read
+	// more than Limits.MaxStepBytes, or returned with neither done set nor
+	// a read asked for. Both runtimes report it the same way, so the
+	// target answers Step Limit whichever ran the function.
+	ErrStep = errors.New("sandbox: bad pushdown step")
 )
 
 // FunctionError carries the negative code a function returned.

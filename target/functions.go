@@ -17,11 +17,15 @@ import (
 // maxModuleSize bounds a Function Load.
 const maxModuleSize = 16 << 20
 
-// function is a loaded module.
+// function is a loaded module. refs counts the table's reference and the
+// requests running it, so that unloading a function some request is still
+// running lets that request finish: the module is closed when the last
+// reference goes.
 type function struct {
 	mod   sandbox.Module
 	size  int
 	calls atomic.Uint64
+	refs  int // guarded by functionTable.mu
 }
 
 // functionTable holds the functions loaded on a server; every subsystem's
@@ -48,17 +52,44 @@ func (t *functionTable) get(id sandbox.ID) *function {
 	return t.byID[id]
 }
 
+// acquire returns the function with id, or nil, holding a reference that
+// the caller gives back with release.
+func (t *functionTable) acquire(id sandbox.ID) *function {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.byID[id]
+	if f != nil {
+		f.refs++
+	}
+	return f
+}
+
+// release drops a reference to f, closing its module if it was the last.
+func (t *functionTable) release(ctx context.Context, f *function) {
+	t.mu.Lock()
+	f.refs--
+	last := f.refs == 0
+	t.mu.Unlock()
+	if last {
+		_ = f.mod.Close(ctx)
+	}
+}
+
 // load verifies and compiles a module, unless it is loaded already.
+// The kind the host declares (0: detect) must be the module's, whether or
+// not it is loaded already.
 func (t *functionTable) load(ctx context.Context, kind sandbox.Kind, module []byte) (int, error) {
+	detected, err := sandbox.DetectKind(module)
+	if err != nil {
+		return 0, err
+	}
+	if kind != 0 && kind != detected {
+		return 0, fmt.Errorf("%w: declared as %s, but the module is %s", sandbox.ErrBadModule, kind, detected)
+	}
+	kind = detected
 	id := sandbox.IDOf(module)
 	if t.get(id) != nil {
 		return t.count(), nil
-	}
-	if kind == 0 {
-		var err error
-		if kind, err = sandbox.DetectKind(module); err != nil {
-			return 0, err
-		}
 	}
 	rt := t.runtimes[kind]
 	if rt == nil {
@@ -77,18 +108,20 @@ func (t *functionTable) load(ctx context.Context, kind sandbox.Kind, module []by
 	if t.byID[id] != nil { // loaded meanwhile by another host
 		_ = m.Close(ctx)
 	} else {
-		t.byID[id] = &function{mod: m, size: len(module)}
+		t.byID[id] = &function{mod: m, size: len(module), refs: 1}
 	}
 	return len(t.byID), nil
 }
 
+// unload removes a function from the table. Requests already running it
+// finish; its module is closed after the last of them.
 func (t *functionTable) unload(ctx context.Context, id sandbox.ID) bool {
 	t.mu.Lock()
 	f := t.byID[id]
 	delete(t.byID, id)
 	t.mu.Unlock()
 	if f != nil {
-		_ = f.mod.Close(ctx)
+		t.release(ctx, f)
 	}
 	return f != nil
 }
@@ -134,16 +167,21 @@ func (t *functionTable) list(max int) []byte {
 
 func (t *functionTable) close(ctx context.Context) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	fs := make([]*function, 0, len(t.byID))
 	for id, f := range t.byID {
-		_ = f.mod.Close(ctx)
+		fs = append(fs, f)
 		delete(t.byID, id)
+	}
+	t.mu.Unlock()
+	for _, f := range fs {
+		t.release(ctx, f)
 	}
 }
 
 // functionStatus maps an executor or runtime error to the status
-// docs/PROTOCOL.md names.
-func functionStatus(err error) nvme.Status {
+// docs/PROTOCOL.md names. Anything else is a failure of the backend: a
+// media error of the request's direction.
+func functionStatus(err error, write bool) nvme.Status {
 	switch {
 	case errors.Is(err, pushdown.ErrMalformed):
 		return nvme.StatusBadFunctionRequest | nvme.DNR
@@ -155,6 +193,11 @@ func functionStatus(err error) nvme.Status {
 		return nvme.StatusFunctionMemory | nvme.DNR
 	case errors.Is(err, sandbox.ErrOutput):
 		return nvme.StatusFunctionOutput | nvme.DNR
+	case errors.Is(err, sandbox.ErrStep):
+		// A step that asked for more than a step may read, or neither
+		// finished nor asked for a read: Step Limit, as the executor's
+		// own checks answer.
+		return nvme.StatusStepLimit | nvme.DNR
 	case errors.Is(err, sandbox.ErrFunction):
 		return nvme.StatusFunctionError | nvme.DNR
 	case errors.Is(err, pushdown.ErrOutsideFile), errors.Is(err, pushdown.ErrBadExtent):
@@ -163,6 +206,9 @@ func functionStatus(err error) nvme.Status {
 		return nvme.StatusStepLimit | nvme.DNR
 	case errors.Is(err, pushdown.ErrStale):
 		return nvme.StatusStaleExtentMap
+	}
+	if write {
+		return nvme.StatusMediaWriteFault
 	}
 	return nvme.StatusMediaReadError
 }
@@ -176,8 +222,11 @@ func (q *queue) adminFunction(cmd *command) {
 	case nvme.AdminFunctionLoad:
 		n, err := ft.load(ctx, sandbox.Kind(uint8(cmd.sqe.CDW10)), cmd.data)
 		if err != nil {
+			// Whatever the runtime objects to (a malformed module, one
+			// that fails verification, or needs more memory than the
+			// limit), the module is refused.
 			q.log.Info("function load refused", "err", err)
-			q.complete(cmd, functionStatus(err), 0)
+			q.complete(cmd, nvme.StatusFunctionRejected|nvme.DNR, 0)
 			return
 		}
 		q.log.Info("function loaded", "id", sandbox.IDOf(cmd.data).String(), "bytes", len(cmd.data))
@@ -202,13 +251,14 @@ func (q *queue) execFunction(cmd *command) {
 		q.complete(cmd, nvme.StatusBadFunctionRequest|nvme.DNR, 0)
 		return
 	}
-	f := q.srv.funcs.get(req.Function)
+	ctx := context.Background()
+	f := q.srv.funcs.acquire(req.Function)
 	if f == nil {
 		q.complete(cmd, nvme.StatusFunctionNotFound|nvme.DNR, 0)
 		return
 	}
+	defer q.srv.funcs.release(ctx, f)
 	f.calls.Add(1)
-	ctx := context.Background()
 	dev := backendDevice{cmd.ns.backend}
 	var (
 		res pushdown.Result
@@ -226,7 +276,9 @@ func (q *queue) execFunction(cmd *command) {
 		var n int64
 		res, n, err = q.srv.exec.LambdaWrite(ctx, dev, f.mod, &req)
 		if err == nil {
-			q.countIO(false, n)
+			// The output went to whole blocks, padded with zeroes.
+			bs := int64(cmd.ns.backend.BlockSize())
+			q.countIO(false, (n+bs-1)/bs*bs)
 			q.complete(cmd, nvme.StatusSuccess, uint32(n))
 			return
 		}
@@ -234,7 +286,7 @@ func (q *queue) execFunction(cmd *command) {
 	q.ctrl.smart.readCmds.Add(uint64(res.Reads))
 	q.ctrl.smart.readBlocks512.Add(res.BytesRead >> 9)
 	if err != nil {
-		st := functionStatus(err)
+		st := functionStatus(err, cmd.sqe.Opcode == nvme.IOLambdaWrite)
 		dw1 := uint32(res.BytesRead)
 		if st.Code() == nvme.StatusFunctionError {
 			dw1 = uint32(res.Code)

@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -67,7 +70,19 @@ func newFuncListCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(fs)
+				type entry struct {
+					ID       string `json:"id"`
+					Kind     string `json:"kind"`
+					Pushdown bool   `json:"pushdown"`
+					Compute  bool   `json:"compute"`
+					Bytes    int    `json:"bytes"`
+					Calls    uint64 `json:"calls"`
+				}
+				out := make([]entry, len(fs))
+				for i, f := range fs {
+					out[i] = entry{f.ID.String(), f.Kind.String(), f.HasPushdown, f.HasCompute, f.Size, f.Calls}
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tKIND\tENTRIES\tBYTES\tCALLS")
@@ -117,19 +132,25 @@ func newFuncCallCmd(g *globals) *cobra.Command {
 		c                     conn
 		mode                  string
 		offset                uint64
-		length                uint32
+		length, startFile     uint32
 		params, data, outFile string
+		fileSpecs             []string
 		outCap                int
 		asJSON                bool
 	)
 	cmd := &cobra.Command{
 		Use:   "call ID",
 		Short: "Call a function on the namespace: pushdown, λ read or λ write",
-		Long: `call runs a loaded function at the target against the raw namespace
-(one file spanning it). --offset/--length name the start range. --params is
-a file whose bytes are the initial scratch (pushdown) or the input's header
-(λ read/write); --data is λ write's input. The result's output goes to --out
-(or stdout as hex), its counters to stderr (or --json).`,
+		Long: `call runs a loaded function at the target. Its file table is the raw
+namespace (one file spanning it), or the files --file names, in order, each
+a run of the namespace's bytes: OFFSET:LENGTH, OFFSET a multiple of the
+block size. --start-file, --offset and --length name the start range in
+that table. --params is a file whose bytes are the initial scratch
+(pushdown) or the input's header (λ read/write); --data is λ write's input.
+The result's output goes to --out (or stdout as hex), its counters to
+stderr (or --json).`,
+		Example: `  nearstore func call $ID --mode lambda-read --offset 0 --length 4096 --out-cap 32
+  nearstore func call $ID --file 0:1048576 --file 1048576:65536 --params scratch.bin --length 512`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := sandbox.ParseID(args[0])
@@ -156,28 +177,36 @@ a file whose bytes are the initial scratch (pushdown) or the input's header
 			}
 			defer ctrl.Close()
 			files := []pushdown.File{ns.RawFile()}
-			start := host.Start{Offset: offset, Length: length}
-			var res pushdown.Result
+			if len(fileSpecs) > 0 {
+				if files, err = parseFiles(fileSpecs, ns.BlockSize()); err != nil {
+					return err
+				}
+			}
+			start := host.Start{File: startFile, Offset: offset, Length: length}
+			var (
+				res     pushdown.Result
+				written int
+			)
 			switch mode {
 			case "pushdown":
 				res, err = ns.Pushdown(cmd.Context(), id, files, start, p)
 			case "lambda-read":
 				res, err = ns.LambdaRead(cmd.Context(), id, files, start, p, outCap)
 			case "lambda-write":
-				var n int
-				n, err = ns.LambdaWrite(cmd.Context(), id, files, start, p, d)
-				if err == nil {
-					fmt.Fprintf(cmd.OutOrStdout(), "wrote %d bytes at offset %d\n", n, offset)
-				}
-				return err
+				written, err = ns.LambdaWrite(cmd.Context(), id, files, start, p, d)
 			default:
 				return fmt.Errorf("--mode %q: want pushdown, lambda-read or lambda-write", mode)
 			}
 			var fe *host.FunctionError
-			if errors.As(err, &fe) {
+			switch {
+			case errors.As(err, &fe) && fe.Code == 0:
+				return fmt.Errorf("the function failed without an error code (it trapped) after %d reads", fe.Result.Reads)
+			case errors.As(err, &fe):
 				return fmt.Errorf("the function returned error %d after %d reads", fe.Code, fe.Result.Reads)
-			}
-			if err != nil {
+			case err != nil:
+				return err
+			case mode == "lambda-write":
+				_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %d bytes at offset %d of file %d\n", written, offset, startFile)
 				return err
 			}
 			if asJSON {
@@ -200,7 +229,9 @@ a file whose bytes are the initial scratch (pushdown) or the input's header
 	c.flags(cmd)
 	f := cmd.Flags()
 	f.StringVar(&mode, "mode", "pushdown", "pushdown, lambda-read or lambda-write")
-	f.Uint64Var(&offset, "offset", 0, "start offset in bytes")
+	f.StringArrayVar(&fileSpecs, "file", nil, "a file of the request's file table, OFFSET:LENGTH in bytes (repeatable; default: the whole namespace)")
+	f.Uint32Var(&startFile, "start-file", 0, "the start range's file: an index into the file table")
+	f.Uint64Var(&offset, "offset", 0, "start offset in bytes, in the start file")
 	f.Uint32Var(&length, "length", 512, "start length in bytes")
 	f.StringVar(&params, "params", "", "file with the initial scratch / input header")
 	f.StringVar(&data, "data", "", "file with λ write's input")
@@ -208,4 +239,28 @@ a file whose bytes are the initial scratch (pushdown) or the input's header
 	f.IntVar(&outCap, "out-cap", 64<<10, "λ read: largest output accepted (with the 32-byte header, within the target's MDTS)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// parseFiles turns --file specs (OFFSET:LENGTH, in bytes) into file-table
+// entries: one extent each, on the raw namespace.
+func parseFiles(specs []string, blockSize int) ([]pushdown.File, error) {
+	files := make([]pushdown.File, 0, len(specs))
+	bs := uint64(blockSize)
+	for _, spec := range specs {
+		o, l, ok := strings.Cut(spec, ":")
+		off, err1 := strconv.ParseUint(o, 0, 64)
+		n, err2 := strconv.ParseUint(l, 0, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("--file %q: want OFFSET:LENGTH in bytes", spec)
+		}
+		if off%bs != 0 {
+			return nil, fmt.Errorf("--file %q: the offset is not a multiple of the block size %d", spec, bs)
+		}
+		blocks := (n + bs - 1) / bs
+		if n == 0 || blocks > math.MaxUint32 {
+			return nil, fmt.Errorf("--file %q: the length must be 1 byte to 2^32-1 blocks", spec)
+		}
+		files = append(files, pushdown.File{Size: n, Extents: []pushdown.Extent{{LBA: off / bs, Blocks: uint32(blocks)}}})
+	}
+	return files, nil
 }

@@ -163,7 +163,7 @@ func TestOutputLength(t *testing.T) {
 		asm.StoreImm(r1, ctxSizeField+8, 40<<10, asm.Word),
 		asm.Mov.Imm(r0, 0),
 	)
-	if err := stepErr(t, big, 1); !errors.Is(err, sandbox.ErrMemory) {
+	if err := stepErr(t, big, 1); !errors.Is(err, sandbox.ErrStep) {
 		t.Errorf("step over MaxStepBytes: %v", err)
 	}
 	// Calling an entry the module lacks.

@@ -109,7 +109,7 @@ func (in *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, 
 			break
 		}
 		if size > limit || total+size > limit {
-			return false, nil, fmt.Errorf("%w: the step asks to read more than %d bytes (next read %d is %d bytes)", sandbox.ErrMemory, limit, i, size)
+			return false, nil, fmt.Errorf("%w: the step asks to read more than %d bytes (next read %d is %d bytes)", sandbox.ErrStep, limit, i, size)
 		}
 		total += size
 		next = append(next, sandbox.Next{

@@ -68,7 +68,7 @@
 //     sandbox.ErrOutput; Output refuses buffers over MaxOutput.
 //
 //   - Step size: the reads one step asks for may total at most
-//     Limits.MaxStepBytes (ErrStep). Steps per request are counted by the
+//     Limits.MaxStepBytes (sandbox.ErrStep). Steps per request are counted by the
 //     caller (the executor).
 //
 //   - Module shape: before wazero decodes a module, Load checks that every

@@ -10,20 +10,13 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 )
 
-// Errors of this runtime beyond sandbox's sentinels. Both wrap
+// ErrTrap: the function trapped (unreachable, integer division by zero, an
+// invalid conversion, a bad indirect call, ...) or, for a Go function,
+// exited (a panic or os.Exit). The message names the trap. It wraps
 // sandbox.ErrFunction, as a negative return code does: the function failed
-// on its own, without breaking a memory, time or output limit. Neither is a
+// on its own, without breaking a memory, time or output limit. It is not a
 // *sandbox.FunctionError, since there is no code to pass on.
-var (
-	// ErrTrap: the function trapped (unreachable, integer division by
-	// zero, an invalid conversion, a bad indirect call, ...) or, for a Go
-	// function, exited (a panic or os.Exit). The message names the trap.
-	ErrTrap = fmt.Errorf("%w: wasm trap", sandbox.ErrFunction)
-	// ErrStep: a pushdown step broke the protocol: it returned 0 with
-	// neither done set nor a read asked for, or asked for more than
-	// Limits.MaxStepBytes in one step.
-	ErrStep = fmt.Errorf("%w: bad pushdown step", sandbox.ErrFunction)
-)
+var ErrTrap = fmt.Errorf("%w: wasm trap", sandbox.ErrFunction)
 
 // trapMessage finds the wazero runtime error in err's chain: wazero wraps
 // it as "wasm error: <trap>\nwasm stack trace: ...".

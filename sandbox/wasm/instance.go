@@ -333,7 +333,7 @@ func (h *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, n
 		}
 		if size > uint64(s.m.lim.MaxStepBytes) || total+size > uint64(s.m.lim.MaxStepBytes) {
 			return false, nil, fmt.Errorf("%w: wasm: step asks for more than MaxStepBytes (%d) (read %d is %d bytes, %d before it)",
-				ErrStep, s.m.lim.MaxStepBytes, i, size, total)
+				sandbox.ErrStep, s.m.lim.MaxStepBytes, i, size, total)
 		}
 		total += size
 		next = append(next, sandbox.Next{
@@ -343,7 +343,7 @@ func (h *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, n
 		})
 	}
 	if len(next) == 0 {
-		return false, nil, fmt.Errorf("%w: wasm: pushdown returned 0 with neither done set nor a read asked for", ErrStep)
+		return false, nil, fmt.Errorf("%w: wasm: pushdown returned 0 with neither done set nor a read asked for", sandbox.ErrStep)
 	}
 	return false, next, nil
 }

@@ -437,7 +437,7 @@ func TestHostile(t *testing.T) {
 		inst, _ := m.Acquire(ctx)
 		defer inst.Release()
 		inst.Data(16)
-		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, ErrStep) {
+		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, sandbox.ErrStep) {
 			t.Fatalf("pushdown: %v", err)
 		}
 	})
@@ -450,7 +450,7 @@ func TestHostile(t *testing.T) {
 		inst, _ := m.Acquire(ctx)
 		defer inst.Release()
 		inst.Data(16)
-		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, ErrStep) {
+		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, sandbox.ErrStep) {
 			t.Fatalf("pushdown: %v", err)
 		}
 	})

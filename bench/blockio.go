@@ -144,7 +144,9 @@ func us(d time.Duration) float64 { return float64(d) / 1e3 }
 
 // runQueue keeps cfg.QueueDepth commands in flight on one queue until the
 // deadline, then waits for the stragglers. Only commands completed by the
-// deadline count.
+// deadline count. It works as an event loop does: it takes every completion
+// that is ready, queues a replacement for each in a Batch, and submits them
+// all with one write to the connection.
 func runQueue(ctx context.Context, q *host.Namespace, cfg BlockIOConfig, idx int, deadline time.Time,
 	h *Histogram, ops, errs *atomic.Int64) {
 	bs := int64(cfg.BlockSize)
@@ -158,15 +160,9 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg BlockIOConfig, idx int
 
 	done := make(chan *host.Call, cfg.QueueDepth)
 	started := make(map[*host.Call]time.Time, cfg.QueueDepth)
-	bufs := make([][]byte, 0, cfg.QueueDepth)
-	for i := 0; i < cfg.QueueDepth; i++ {
-		b := make([]byte, bs)
-		if write {
-			_, _ = rand.Read(b)
-		}
-		bufs = append(bufs, b)
-	}
-	submit := func(buf []byte) {
+	batch := q.NewBatch()
+	inflight := 0
+	add := func(buf []byte) {
 		var slot int64
 		if random {
 			slot = rng.Int64N(slots)
@@ -178,17 +174,22 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg BlockIOConfig, idx int
 		var c *host.Call
 		t := time.Now()
 		if write {
-			c = q.WriteBlocks(ctx, buf, lba, done)
+			c = batch.WriteBlocks(buf, lba, done)
 		} else {
-			c = q.ReadBlocks(ctx, buf, lba, done)
+			c = batch.ReadBlocks(buf, lba, done)
 		}
 		started[c] = t
+		inflight++
 	}
-	for _, b := range bufs {
-		submit(b)
+	for i := 0; i < cfg.QueueDepth; i++ {
+		b := make([]byte, bs)
+		if write {
+			_, _ = rand.Read(b)
+		}
+		add(b)
 	}
-	for inflight := len(bufs); inflight > 0; {
-		c := <-done
+	// reap accounts for one completion and queues its replacement.
+	reap := func(c *host.Call) {
 		now := time.Now()
 		t0 := started[c]
 		delete(started, c)
@@ -206,8 +207,20 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg BlockIOConfig, idx int
 			if write {
 				buf = c.Out
 			}
-			submit(buf)
-			inflight++
+			add(buf)
+		}
+	}
+	for inflight > 0 {
+		batch.Submit(ctx)
+		reap(<-done)
+	drain:
+		for {
+			select {
+			case c := <-done:
+				reap(c)
+			default:
+				break drain
+			}
 		}
 	}
 }

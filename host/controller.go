@@ -140,8 +140,12 @@ func (a *association) fail(err error) {
 	a.mu.Lock()
 	qs := append([]*queue(nil), a.queues...)
 	a.mu.Unlock()
-	for _, q := range qs {
-		q.fail(err)
+	// I/O queues first, the admin queue (dialled first) last: when the
+	// admin connection closes the target tears the controller down and
+	// closes the I/O connections itself, and an I/O queue that saw that
+	// before we failed it would report the EOF as a connection loss.
+	for i := len(qs) - 1; i >= 0; i-- {
+		qs[i].fail(err)
 	}
 	a.c.lost(a)
 }
@@ -478,9 +482,23 @@ func (c *Controller) current(ctx context.Context, w *waiter) (*association, erro
 	}
 }
 
-// submit sends call on the admin queue (pin -2), a pinned I/O queue (pin
-// >= 0) or the next I/O queue round-robin (pin -1), waiting for a
-// reconnect if needed. An error means the call was not submitted.
+// pick chooses the queue for a submission: the admin queue (pin -2), a
+// pinned I/O queue (pin >= 0) or the next I/O queue round-robin (pin -1).
+func (c *Controller) pick(a *association, pin int) (*queue, error) {
+	switch {
+	case pin == -2:
+		return a.admin, nil
+	case len(a.io) == 0:
+		return nil, errors.New("host: controller has no I/O queues")
+	case pin >= 0:
+		return a.io[pin%len(a.io)], nil
+	default:
+		return a.io[int(c.rr.Add(1)-1)%len(a.io)], nil
+	}
+}
+
+// submit sends call on the queue pick chooses, waiting for a reconnect if
+// needed. An error means the call was not submitted.
 func (c *Controller) submit(ctx context.Context, call *Call, pin int) error {
 	var w waiter
 	defer w.stop()
@@ -489,16 +507,9 @@ func (c *Controller) submit(ctx context.Context, call *Call, pin int) error {
 		if err != nil {
 			return err
 		}
-		var q *queue
-		switch {
-		case pin == -2:
-			q = a.admin
-		case len(a.io) == 0:
-			return errors.New("host: controller has no I/O queues")
-		case pin >= 0:
-			q = a.io[pin%len(a.io)]
-		default:
-			q = a.io[int(c.rr.Add(1)-1)%len(a.io)]
+		q, err := c.pick(a, pin)
+		if err != nil {
+			return err
 		}
 		if err = q.submit(ctx, call, false); !errors.Is(err, errQueueDead) {
 			return err
@@ -518,21 +529,61 @@ func (c *Controller) goCall(ctx context.Context, call *Call, pin int) *Call {
 		panic("host: done channel is unbuffered")
 	}
 	if err := c.submit(ctx, call, pin); err != nil {
-		qid := uint16(1)
-		if pin == -2 {
-			qid = 0
-		}
-		err = fmt.Errorf("host: %s: %w", describe(&call.Cmd, qid), err)
-		if call.state.CompareAndSwap(0, 1) {
-			call.Err = err
-			select {
-			case call.Done <- call:
-			default:
-				c.st.droppedDone.Add(1)
-			}
-		}
+		c.failCall(call, err, pin)
 	}
 	return call
+}
+
+// failCall delivers the error of a call that could not be submitted.
+func (c *Controller) failCall(call *Call, err error, pin int) {
+	qid := uint16(1)
+	if pin == -2 {
+		qid = 0
+	}
+	call.fail(fmt.Errorf("host: %s: %w", describe(&call.Cmd, qid), err), &c.st)
+}
+
+// submitBatch submits calls, all on the one I/O queue pick chooses, with
+// one flush; see Batch. Calls that cannot be submitted get their error on
+// Done.
+func (c *Controller) submitBatch(ctx context.Context, calls []*Call, pin int) {
+	if len(calls) == 0 {
+		return
+	}
+	var watch *ctxWatch
+	if ctx.Done() != nil && len(calls) > 1 {
+		// A lone call is cheaper with its own AfterFunc (enqueue's
+		// default without a watch).
+		watch = newCtxWatch(ctx, len(calls))
+		defer watch.release()
+	}
+	var w waiter
+	defer w.stop()
+	for len(calls) > 0 {
+		a, err := c.current(ctx, &w)
+		var q *queue
+		if err == nil {
+			q, err = c.pick(a, pin)
+		}
+		if err == nil {
+			var n int
+			n, err = q.submitBatch(ctx, calls, watch)
+			calls = calls[n:]
+			if errors.Is(err, errQueueDead) {
+				// As in submit: make sure the association knows, then
+				// retry the rest on the next one.
+				<-q.dead
+				a.fail(q.err)
+				continue
+			}
+		}
+		if err != nil {
+			for _, call := range calls {
+				c.failCall(call, err, pin)
+			}
+			return
+		}
+	}
 }
 
 // Admin runs a raw admin command. out is data to the controller, in data

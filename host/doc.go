@@ -39,7 +39,9 @@
 // against us. Every sender (the submitting goroutines, the data sender, the
 // keep-alive) writes through one tcp.Writer, which coalesces flushes: under
 // load many capsules leave in one system call, and an idle queue never holds
-// a capsule back.
+// a capsule back. A Batch (Namespace.NewBatch) goes further: it buffers all
+// its commands and flushes once, as the block layer's plug does, so a
+// submitter that reaps many completions resubmits them in one write.
 //
 // # Data movement
 //

@@ -188,11 +188,83 @@ func (ns *Namespace) Queue(i int) *Namespace {
 // Go blocks only while the queue has no free slot or the controller is
 // reconnecting; ctx ends that wait, and ctx ending while the command is in
 // flight completes the Call with ctx.Err() (its slot stays taken until the
-// controller answers).
+// controller answers). To submit several commands at once, see Batch.
 func (ns *Namespace) Go(ctx context.Context, cmd *nvme.Command, out, in []byte, done chan *Call) *Call {
 	call := &Call{Cmd: *cmd, Out: out, In: in, Done: done}
 	call.Cmd.NSID = ns.st.nsid
 	return ns.c.goCall(ctx, call, ns.pin)
+}
+
+// Batch gathers I/O commands to submit together: Submit sends them all
+// with one write to the connection, where Go costs one write each (unless
+// other submitters happen to be queued behind the same lock). It is the
+// host's counterpart of the Linux block layer's plug, for a submitter that
+// has several commands ready at once, such as an event loop resubmitting
+// after a burst of completions.
+//
+// All the commands of one Submit go to one I/O queue: the one the
+// Namespace handle is pinned to (see Queue), otherwise the next one
+// round-robin. A Batch is for one goroutine at a time; it is empty again
+// after Submit and may be reused.
+type Batch struct {
+	ns    *Namespace
+	calls []*Call
+}
+
+// NewBatch returns an empty batch of commands for ns.
+func (ns *Namespace) NewBatch() *Batch { return &Batch{ns: ns} }
+
+// Go adds an I/O command for the batch's namespace; nothing is sent before
+// Submit. The Call is delivered on done as for Namespace.Go: done may be nil
+// (a channel is made) and must otherwise be buffered, with room for every
+// call that may be outstanding on it.
+func (b *Batch) Go(cmd *nvme.Command, out, in []byte, done chan *Call) *Call {
+	if done == nil {
+		done = make(chan *Call, 1)
+	} else if cap(done) == 0 {
+		panic("host: done channel is unbuffered")
+	}
+	call := &Call{Cmd: *cmd, Out: out, In: in, Done: done}
+	call.Cmd.NSID = b.ns.st.nsid
+	b.calls = append(b.calls, call)
+	return call
+}
+
+// ReadBlocks adds a read of len(buf)/BlockSize() blocks at lba into buf;
+// see Namespace.ReadBlocks. A request that fails the namespace's checks is
+// not added: its Call is delivered on done at once.
+func (b *Batch) ReadBlocks(buf []byte, lba uint64, done chan *Call) *Call {
+	return b.rw(nvme.IORead, buf, lba, done)
+}
+
+// WriteBlocks adds a write of buf to len(buf)/BlockSize() blocks at lba;
+// see ReadBlocks.
+func (b *Batch) WriteBlocks(buf []byte, lba uint64, done chan *Call) *Call {
+	return b.rw(nvme.IOWrite, buf, lba, done)
+}
+
+func (b *Batch) rw(opc uint8, buf []byte, lba uint64, done chan *Call) *Call {
+	cmd, out, in, err := b.ns.rwCommand(opc, buf, lba)
+	if err != nil {
+		return failedCall(cmd, err, done)
+	}
+	return b.Go(&cmd, out, in, done)
+}
+
+// Len returns the number of commands waiting for Submit.
+func (b *Batch) Len() int { return len(b.calls) }
+
+// Submit sends the batch's commands and empties the batch. ctx does for
+// each of them what it does for Namespace.Go: it ends the wait for a free
+// slot or a reconnection, and its ending while a command is in flight
+// completes the Call with ctx.Err(). Every Call is delivered on its done
+// channel, with an error if it could not be submitted. Submit returns once
+// every command is written to the connection; it blocks only as Go does.
+func (b *Batch) Submit(ctx context.Context) {
+	calls := b.calls
+	b.calls = b.calls[:0]
+	b.ns.c.submitBatch(ctx, calls, b.ns.pin)
+	clear(calls) // let the Calls go; the slice is reused
 }
 
 // IO runs an I/O command synchronously; see Go.
@@ -245,16 +317,25 @@ func (ns *Namespace) WriteBlocks(ctx context.Context, buf []byte, lba uint64, do
 }
 
 func (ns *Namespace) rw(ctx context.Context, opc uint8, buf []byte, lba uint64, done chan *Call) *Call {
-	cmd := nvme.Command{Opcode: opc, NSID: ns.st.nsid}
-	nlb, err := ns.checkBlocks(len(buf), lba)
+	cmd, out, in, err := ns.rwCommand(opc, buf, lba)
 	if err != nil {
 		return failedCall(cmd, err, done)
 	}
+	return ns.Go(ctx, &cmd, out, in, done)
+}
+
+// rwCommand builds a read or write of buf at lba.
+func (ns *Namespace) rwCommand(opc uint8, buf []byte, lba uint64) (cmd nvme.Command, out, in []byte, err error) {
+	cmd = nvme.Command{Opcode: opc, NSID: ns.st.nsid}
+	nlb, err := ns.checkBlocks(len(buf), lba)
+	if err != nil {
+		return cmd, nil, nil, err
+	}
 	cmd.SetLBA(lba, nlb)
 	if opc == nvme.IORead {
-		return ns.Go(ctx, &cmd, nil, buf, done)
+		return cmd, nil, buf, nil
 	}
-	return ns.Go(ctx, &cmd, buf, nil, done)
+	return cmd, buf, nil, nil
 }
 
 // seg is one command of a byte-granular transfer: either a slice of the

@@ -28,6 +28,7 @@ type Call struct {
 	q       *queue
 	state   atomic.Uint32 // 0 in flight, 1 delivered (by completion or abandonment)
 	stopCtx func() bool   // stops the context.AfterFunc that abandons the call
+	watch   *ctxWatch     // instead of stopCtx, for a call submitted in a Batch
 	outR2T  bool          // Out moves in H2CData answering R2Ts
 	outLen  int
 	inLen   int
@@ -189,12 +190,20 @@ func (q *queue) start() {
 	go q.sendLoop()
 }
 
-// acquire takes a free CID, waiting while the queue is full.
-func (q *queue) acquire(ctx context.Context) (uint16, error) {
+// tryAcquire takes a free CID if there is one.
+func (q *queue) tryAcquire() (uint16, bool) {
 	select {
 	case cid := <-q.free:
-		return cid, nil
+		return cid, true
 	default:
+		return 0, false
+	}
+}
+
+// acquire takes a free CID, waiting while the queue is full.
+func (q *queue) acquire(ctx context.Context) (uint16, error) {
+	if cid, ok := q.tryAcquire(); ok {
+		return cid, nil
 	}
 	select {
 	case cid := <-q.free:
@@ -211,6 +220,16 @@ func (q *queue) acquire(ctx context.Context) (uint16, error) {
 // (errQueueDead: retry elsewhere), or the buffers cannot be described.
 // Once submitted, the outcome is delivered on c.Done.
 func (q *queue) submit(ctx context.Context, c *Call, forceInline bool) error {
+	capsule, err := q.prepare(c, forceInline)
+	if err != nil {
+		return err
+	}
+	return q.enqueue(ctx, c, capsule, nil)
+}
+
+// prepare describes c's buffers in its command and returns the in-capsule
+// data. An error concerns c alone.
+func (q *queue) prepare(c *Call, forceInline bool) ([]byte, error) {
 	outLen, inLen := len(c.Out), len(c.In)
 	c.outR2T = false
 	var capsule []byte
@@ -218,7 +237,7 @@ func (q *queue) submit(ctx context.Context, c *Call, forceInline bool) error {
 	case outLen > 0 && inLen > 0:
 		// nearstore vendor commands: out in the capsule, DPTR for in.
 		if outLen > q.inline {
-			return fmt.Errorf("%d bytes of outgoing data with incoming data exceed the %d-byte in-capsule limit",
+			return nil, fmt.Errorf("%d bytes of outgoing data with incoming data exceed the %d-byte in-capsule limit",
 				outLen, q.inline)
 		}
 		capsule = c.Out
@@ -235,33 +254,57 @@ func (q *queue) submit(ctx context.Context, c *Call, forceInline bool) error {
 		c.Cmd.DPTR = nvme.SGL{Type: nvme.SGLTransportDataBlock, Length: uint32(inLen)}
 	}
 	if inLen > q.maxIn || (c.outR2T && outLen > q.maxIn) || uint64(outLen) > 1<<32-1 {
-		return fmt.Errorf("transfer of %d bytes exceeds the controller's limit of %d", max(inLen, outLen), q.maxIn)
+		return nil, fmt.Errorf("transfer of %d bytes exceeds the controller's limit of %d", max(inLen, outLen), q.maxIn)
 	}
 	c.Cmd.Flags = c.Cmd.Flags&^0xc0 | nvme.PSDTSGL
 	c.q, c.outLen, c.inLen = q, outLen, inLen
 	c.in = c.In
+	c.out = nil
 	if c.outR2T {
 		c.out = c.Out
 	}
+	return capsule, nil
+}
 
-	cid, err := q.acquire(ctx)
-	if err != nil {
-		return err
+// enqueue takes a CID for a prepared call and sends its capsule. Its
+// errors, ctx's or errQueueDead, would stop any other call on q as well.
+//
+// With a plug (a Batch being submitted) the capsule is only buffered, and
+// the plug must be flushed: enqueue flushes it itself before it waits for a
+// free CID, because the CIDs it waits for may belong to the very commands
+// still sitting in the buffer.
+func (q *queue) enqueue(ctx context.Context, c *Call, capsule []byte, p *plug) error {
+	cid, ok := q.tryAcquire()
+	if !ok {
+		if p != nil {
+			p.flush()
+		}
+		var err error
+		if cid, err = q.acquire(ctx); err != nil {
+			return err
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		q.free <- cid
 		return err
 	}
 	c.Cmd.CID = cid
-	if ctx.Done() != nil {
-		// Registered before the call is visible to the reader, so the
-		// reader's completion path sees stopCtx without a race.
+	// The abandonment watch is set up before the call is visible to the
+	// reader, so the reader's completion path sees it without a race.
+	switch {
+	case p != nil && p.watch != nil:
+		if !p.watch.arm(c) {
+			q.free <- cid
+			return ctx.Err()
+		}
+		c.watch = p.watch
+	case ctx.Done() != nil:
 		c.stopCtx = context.AfterFunc(ctx, func() { q.abandon(c, ctx) })
 	}
 	q.mu.Lock()
 	if q.failed.Load() {
 		q.mu.Unlock()
-		if c.stopCtx != nil && !c.stopCtx() {
+		if !c.unwatch() {
 			return nil // the context ended meanwhile; the call is delivered
 		}
 		return errQueueDead
@@ -270,7 +313,14 @@ func (q *queue) submit(ctx context.Context, c *Call, forceInline bool) error {
 	q.mu.Unlock()
 	q.st.commands.Add(1)
 
-	err = q.w.Do(func(f *tcp.Framer) error { return f.WriteCapsuleCmd(&c.Cmd, capsule) })
+	write := func(f *tcp.Framer) error { return f.WriteCapsuleCmd(&c.Cmd, capsule) }
+	var err error
+	if p != nil {
+		err = q.w.Defer(write)
+		p.dirty = true
+	} else {
+		err = q.w.Do(write)
+	}
 	if err != nil {
 		// The stream is broken: fail the queue, and with it this call.
 		q.fail(fmt.Errorf("send capsule: %w", err))
@@ -278,6 +328,153 @@ func (q *queue) submit(ctx context.Context, c *Call, forceInline bool) error {
 	}
 	q.st.bytesWritten.Add(uint64(len(capsule)))
 	return nil
+}
+
+// The queue writes through a tcp.Writer. Do flushes, unless another Do is
+// already waiting for the lock and will flush for both: under load many
+// capsules leave in one system call, and an idle queue never holds one
+// back. Defer only buffers; its caller (a Batch being submitted, through
+// its plug) must Flush before it returns or waits, so nothing is ever left
+// in the buffer with nobody to send it.
+
+// plug is a batch's hold on a queue while it submits: capsules buffered
+// and not yet flushed.
+type plug struct {
+	q     *queue
+	watch *ctxWatch // nil when the batch's context cannot end
+	dirty bool
+}
+
+// flush sends what the plug buffered. A write error fails the queue, and
+// with it the buffered commands, whose outcome is then on their Done.
+func (p *plug) flush() {
+	if !p.dirty {
+		return
+	}
+	p.dirty = false
+	if err := p.q.w.Flush(); err != nil {
+		p.q.fail(fmt.Errorf("send capsule: %w", err))
+	}
+}
+
+// submitBatch submits calls on q and flushes once. It returns how many of
+// calls it dealt with, each either submitted or failed with its own error
+// on Done; err, when not nil, stops calls[n:] too: ctx ended, or the queue
+// failed (errQueueDead: retry them elsewhere).
+func (q *queue) submitBatch(ctx context.Context, calls []*Call, watch *ctxWatch) (n int, err error) {
+	p := plug{q: q, watch: watch}
+	defer p.flush()
+	for i, c := range calls {
+		capsule, err := q.prepare(c, false)
+		if err != nil {
+			c.fail(fmt.Errorf("host: %s: %w", describe(&c.Cmd, q.qid), err), q.st)
+			continue
+		}
+		if err := q.enqueue(ctx, c, capsule, &p); err != nil {
+			return i, err
+		}
+	}
+	return len(calls), nil
+}
+
+// fail delivers err for a call that was never submitted.
+func (c *Call) fail(err error, st *stats) {
+	if c.state.CompareAndSwap(0, 1) {
+		c.Err = err
+		select {
+		case c.Done <- c:
+		default:
+			st.droppedDone.Add(1)
+		}
+	}
+}
+
+// unwatch stops watching c's context, before c was submitted or once it is
+// finished. It reports false if the context ended first: the call has then
+// been (or is being) abandoned and delivered.
+func (c *Call) unwatch() bool {
+	switch {
+	case c.watch != nil:
+		return c.watch.drop(c)
+	case c.stopCtx != nil:
+		return c.stopCtx()
+	}
+	return true
+}
+
+// ctxWatch abandons the calls of one Batch when their context ends.
+// Registering a context.AfterFunc costs several hundred nanoseconds and two
+// allocations; a batch pays that once instead of once per call. A call
+// joins the watch where a lone call registers its AfterFunc, and leaves it
+// when it is finished; the AfterFunc is stopped when the submitter and
+// every call have left.
+type ctxWatch struct {
+	ctx  context.Context
+	stop func() bool
+
+	mu    sync.Mutex
+	fired bool
+	calls map[*Call]struct{} // armed and not yet finished
+	subs  bool               // the submitter still holds the watch
+}
+
+// newCtxWatch watches ctx for a batch of about n calls.
+func newCtxWatch(ctx context.Context, n int) *ctxWatch {
+	w := &ctxWatch{ctx: ctx, calls: make(map[*Call]struct{}, n), subs: true}
+	w.stop = context.AfterFunc(ctx, w.fire)
+	return w
+}
+
+// fire runs when ctx ends: it abandons every call still in flight.
+func (w *ctxWatch) fire() {
+	w.mu.Lock()
+	w.fired = true
+	calls := w.calls
+	w.calls = nil
+	w.mu.Unlock()
+	for c := range calls {
+		c.q.abandon(c, w.ctx)
+	}
+}
+
+// arm adds c to the watch. It reports false if ctx has ended: c must then
+// not be submitted.
+func (w *ctxWatch) arm(c *Call) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.fired {
+		return false
+	}
+	w.calls[c] = struct{}{}
+	return true
+}
+
+// drop removes c, finished or not submitted after all. It reports false if
+// ctx ended first, in which case fire abandons c.
+func (w *ctxWatch) drop(c *Call) bool {
+	w.mu.Lock()
+	if w.fired {
+		w.mu.Unlock()
+		return false
+	}
+	delete(w.calls, c)
+	last := len(w.calls) == 0 && !w.subs
+	w.mu.Unlock()
+	if last {
+		w.stop()
+	}
+	return true
+}
+
+// release is the submitter letting go once every call is submitted.
+func (w *ctxWatch) release() {
+	w.mu.Lock()
+	w.subs = false
+	last := len(w.calls) == 0 && !w.fired
+	w.mu.Unlock()
+	if last {
+		w.stop()
+	}
 }
 
 // do submits a command and waits for it.
@@ -327,9 +524,7 @@ func (q *queue) finish(c *Call, cqe nvme.Completion, err error) {
 	c.bufMu.Lock()
 	c.in, c.out = nil, nil
 	c.bufMu.Unlock()
-	if c.stopCtx != nil {
-		c.stopCtx()
-	}
+	c.unwatch()
 	if !c.state.CompareAndSwap(0, 1) {
 		return // abandoned earlier; the caller has its answer
 	}

@@ -7,8 +7,14 @@ import (
 
 // bufPool recycles data buffers in power-of-two size classes from 4 KiB to
 // 16 MiB, so a busy queue does not turn every command into garbage.
+//
+// sync.Pool holds interfaces, and a slice does not fit in one without an
+// allocation, so the classes hold *[]byte. get hands out the slice and
+// keeps its emptied holder in holders; put reuses one, so that in the steady
+// state neither allocates.
 type bufPool struct {
 	classes [13]sync.Pool
+	holders sync.Pool // of *[]byte, set to nil
 }
 
 const minBufShift = 12
@@ -26,8 +32,11 @@ func (p *bufPool) get(n int) []byte {
 	if c >= len(p.classes) {
 		return make([]byte, n)
 	}
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		return (*b)[:cap(*b)]
+	if h, ok := p.classes[c].Get().(*[]byte); ok {
+		b := (*h)[:cap(*h)]
+		*h = nil // the holder must not keep the buffer alive
+		p.holders.Put(h)
+		return b
 	}
 	return make([]byte, 1<<(c+minBufShift))
 }
@@ -41,6 +50,10 @@ func (p *bufPool) put(b []byte) {
 	if c >= len(p.classes) || cap(b) != 1<<(c+minBufShift) {
 		return
 	}
-	b = b[:cap(b)]
-	p.classes[c].Put(&b)
+	h, ok := p.holders.Get().(*[]byte)
+	if !ok {
+		h = new([]byte)
+	}
+	*h = b[:cap(b)]
+	p.classes[c].Put(h)
 }

@@ -9,10 +9,16 @@
 // existing one.
 //
 // Each queue has one goroutine that reads PDUs and decides; it never waits on
-// a volume. Admin commands are cheap and run inline; every NVM command runs
-// in its own goroutine, so many commands per queue and many queues per host
-// are in flight at once, and completions go out through a tcp.Writer that
-// coalesces them into as few system calls as load allows.
+// a slow volume. Admin commands are cheap and run inline. Reads and writes
+// of up to 128 KiB on an in-memory backend also run inline on the reader,
+// because a goroutine handoff costs more than the copy; their completions
+// are buffered and leave in one write when the reader has drained its input
+// (it flushes before every socket read, the only place it blocks). Every
+// other NVM command (file, device and simulated backends, storage
+// functions, large transfers) runs in its own goroutine, so many commands
+// per queue and many queues per host are in flight at once, and its
+// completion goes out through the queue's tcp.Writer, which coalesces
+// concurrent senders into as few system calls as load allows.
 //
 // The target checks everything a host sends before acting on it: a
 // malformed PDU ends the connection with a C2HTermReq naming the bad field;

@@ -67,8 +67,35 @@ func (q *queue) prepareIO(cmd *command) (want int, st nvme.Status, ok bool) {
 	return 0, nvme.StatusInvalidOpcode | nvme.DNR, false
 }
 
-// execIO runs an NVM command against its namespace's backend. It runs on
-// its own goroutine.
+// inMemory is implemented by backends whose data lives in RAM, such as the
+// volume package's mem volumes: their reads and writes never wait for a
+// device.
+type inMemory interface{ InMemory() bool }
+
+// inlineMaxBytes bounds the transfers the reader runs inline. Copying more
+// takes long enough that the reader should go on parsing commands meanwhile,
+// and let another core do the copy.
+const inlineMaxBytes = 128 << 10
+
+// runsInline reports whether the reader goroutine should execute cmd itself
+// rather than hand it to a goroutine: a read or write, not too large, of an
+// in-memory backend. Everything else may block (a file, a device, a
+// simulated device's modelled latency, a storage function) and would stall
+// every command behind it on the connection.
+func runsInline(cmd *command) bool {
+	op := cmd.sqe.Opcode
+	if (op != nvme.IORead && op != nvme.IOWrite) || cmd.ns == nil {
+		return false
+	}
+	if m, ok := cmd.ns.backend.(inMemory); !ok || !m.InMemory() {
+		return false
+	}
+	_, n, _ := cmd.ns.span(cmd.sqe.SLBA(), uint64(cmd.sqe.NLB()))
+	return n <= inlineMaxBytes
+}
+
+// execIO runs an NVM command against its namespace's backend, on its own
+// goroutine or, when runsInline says so, on the reader's.
 func (q *queue) execIO(cmd *command) {
 	sqe := &cmd.sqe
 	ns := cmd.ns

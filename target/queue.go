@@ -2,6 +2,7 @@ package target
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -58,24 +59,63 @@ type command struct {
 	op     string
 	bidir  bool // data both ways: the request in-capsule, the result by C2HData
 	inCap  int  // bidirectional: the result buffer's size
+	// inline means the reader goroutine itself executes the command and
+	// sends its completion, so the completion may stay buffered: the
+	// reader flushes before it next waits for input. Set only by dispatch,
+	// on the reader, just before the synchronous execution.
+	inline bool
 }
 
 func newQueue(s *Server, c net.Conn) *queue {
 	if tc, ok := c.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	f := tcp.NewFramer(c, tcp.RoleController, 64<<10)
-	f.MaxCapsuleData = adminInCapsuleData
-	f.MaxData = s.cfg.MaxH2CData
-	return &queue{
+	q := &queue{
 		srv:        s,
 		conn:       c,
-		f:          f,
-		w:          tcp.NewWriter(f),
 		log:        s.log.With("remote", c.RemoteAddr().String()),
 		cmds:       make(map[uint16]*command),
 		readerDone: make(chan struct{}),
 	}
+	// The framer reads through flushingReader, so whatever the reader
+	// goroutine left buffered goes out before it can block on the socket.
+	q.f = tcp.NewFramer(struct {
+		io.Reader
+		io.Writer
+	}{flushingReader{q}, c}, tcp.RoleController, 64<<10)
+	q.f.MaxCapsuleData = adminInCapsuleData
+	q.f.MaxData = s.cfg.MaxH2CData
+	q.w = tcp.NewWriter(q.f)
+	return q
+}
+
+// The queue writes through a tcp.Writer, and the rule that keeps a
+// completion from being stranded in its buffer is this: Do flushes (or
+// leaves the flush to a Do already queued behind it, which flushes for
+// both), so any goroutine may use it. Defer leaves its bytes buffered and
+// is for the queue's reader goroutine only, because only the reader is sure
+// to flush later: it does so before every read from the connection
+// (flushingReader). So everything the reader defers while it works through
+// one burst of input leaves in one write when the input runs dry, and
+// nothing waits in the buffer while the reader waits for the host.
+//
+// flushingReader is the connection as the queue's framer reads it: it
+// flushes the deferred PDUs before each read, which is the only place the
+// reader goroutine can block waiting for the host. bufio calls it only
+// when its buffer cannot satisfy the framer, so a burst of commands that
+// arrived together is parsed and executed before anything is written.
+type flushingReader struct{ q *queue }
+
+func (r flushingReader) Read(p []byte) (int, error) {
+	if err := r.q.w.Flush(); err != nil {
+		return 0, fmt.Errorf("send completions: %w", err)
+	}
+	if r.q.stopped.Load() {
+		// stopReading's deadline can be lost to a Connect clearing the
+		// idle deadline; the flag cannot, and Shutdown waits for readers.
+		return 0, os.ErrDeadlineExceeded
+	}
+	return r.q.conn.Read(p)
 }
 
 // serve runs the queue's reader until the connection ends.
@@ -161,6 +201,9 @@ func (q *queue) fail(err error) {
 // unexecuted.
 func (q *queue) teardown() {
 	<-q.executing.idle()
+	// The reader may have stopped with deferred PDUs buffered (a TermReq
+	// from the host ends it without another read).
+	_ = q.w.Flush()
 	q.close()
 	if q.ctrl != nil {
 		q.ctrl.detach(q.qid, q)
@@ -286,7 +329,9 @@ func (q *queue) handleCapsule(h *tcp.Header) error {
 		cmd.ttag = q.allocTagLocked(cmd)
 		q.mu.Unlock()
 		r2t := tcp.DataHeader{CCCID: cmd.sqe.CID, TTag: cmd.ttag, Offset: 0, Length: uint32(want)}
-		if err := q.w.Do(func(f *tcp.Framer) error { return f.WriteR2T(r2t) }); err != nil {
+		// Deferred: the reader flushes before it waits for the data this
+		// asks for.
+		if err := q.w.Defer(func(f *tcp.Framer) error { return f.WriteR2T(r2t) }); err != nil {
 			return err
 		}
 		return nil
@@ -359,7 +404,8 @@ func (q *queue) handleH2CData(h *tcp.Header) error {
 }
 
 // dispatch runs a command whose data is in hand: fabrics and admin
-// commands inline, NVM commands in their own goroutine.
+// commands inline, reads and writes of in-memory backends inline too, other
+// NVM commands in their own goroutine.
 func (q *queue) dispatch(cmd *command) {
 	switch {
 	case q.ctrl == nil:
@@ -380,6 +426,12 @@ func (q *queue) dispatch(cmd *command) {
 		}()
 	case q.qid == 0:
 		q.admin(cmd)
+	case runsInline(cmd):
+		// The backend answers in far less time than a goroutine switch
+		// takes, so the reader runs the command itself and its completion
+		// joins the others of this burst in one write.
+		cmd.inline = true
+		q.execIO(cmd)
 	default:
 		q.executing.add()
 		q.srv.inflight.add()
@@ -393,9 +445,10 @@ func (q *queue) dispatch(cmd *command) {
 
 // sendStatus sends a completion for a CID that has no command record (a
 // CID conflict must not disturb the command already holding the CID).
+// Only the reader sends these, so the completion may wait for its flush.
 func (q *queue) sendStatus(cid uint16, st nvme.Status, dw0 uint32) {
 	cqe := nvme.Completion{DW0: dw0, SQHead: uint16(q.sqhd.Load()), SQID: q.qid, CID: cid, Status: st}
-	if err := q.w.Do(func(f *tcp.Framer) error { return f.WriteCapsuleResp(&cqe) }); err != nil {
+	if err := q.w.Defer(func(f *tcp.Framer) error { return f.WriteCapsuleResp(&cqe) }); err != nil {
 		q.close()
 	}
 }
@@ -406,7 +459,9 @@ func (q *queue) complete(cmd *command, st nvme.Status, dw0 uint32) {
 }
 
 // completeWith sends read data (in C2HData PDUs) and then the completion,
-// all under one writer turn so they leave together.
+// all under one writer turn so they leave together. A completion the
+// reader sends for a command it ran inline is only buffered (see
+// flushingReader); any other goes out at once.
 func (q *queue) completeWith(cmd *command, st nvme.Status, dw0, dw1 uint32, in []byte) {
 	q.mu.Lock()
 	if q.cmds[cmd.sqe.CID] == cmd {
@@ -423,7 +478,11 @@ func (q *queue) completeWith(cmd *command, st nvme.Status, dw0, dw1 uint32, in [
 	}
 	cqe := nvme.Completion{DW0: dw0, DW1: dw1, SQHead: uint16(q.sqhd.Load()), SQID: q.qid, CID: cmd.sqe.CID, Status: st}
 	chunk := q.srv.cfg.C2HChunk
-	err := q.w.Do(func(f *tcp.Framer) error {
+	send := q.w.Do
+	if cmd.inline {
+		send = q.w.Defer
+	}
+	err := send(func(f *tcp.Framer) error {
 		if st.OK() {
 			for off := 0; off < len(in); off += chunk {
 				end := min(off+chunk, len(in))

@@ -18,6 +18,12 @@ import (
 )
 
 // Backend is the block store behind a namespace. volume.Volume satisfies it.
+//
+// Every backend must be safe for concurrent use, and may block: each
+// command then runs on a goroutine of its own. A backend that also has a
+// method InMemory() bool returning true promises that ReadAt and WriteAt
+// never wait for a device (volume's mem volumes do); the target then runs
+// its small reads and writes on the connection's reader goroutine instead.
 type Backend interface {
 	io.ReaderAt
 	io.WriterAt
@@ -292,7 +298,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		q.stopReading()
 	}
 	drained := make(chan struct{})
-	go func() { <-s.inflight.idle(); close(drained) }()
+	go func() {
+		// Readers first: a reader finishes the input it has buffered,
+		// running some commands itself, and flushes their completions
+		// before it stops. Only then is inflight sure to grow no more.
+		for _, q := range qs {
+			<-q.readerDone
+		}
+		<-s.inflight.idle()
+		close(drained)
+	}()
 	var err error
 	select {
 	case <-drained:

@@ -117,6 +117,11 @@ func (v *memVolume) Size() int64    { return v.size }
 func (v *memVolume) BlockSize() int { return v.bs }
 func (v *memVolume) String() string { return v.spec }
 
+// InMemory reports that ReadAt and WriteAt never wait for a device, so a
+// caller may run them on a latency-critical goroutine: the NVMe/TCP target
+// runs them on the connection's reader instead of a goroutine per command.
+func (v *memVolume) InMemory() bool { return true }
+
 // ReadAt copies from the volume; unallocated chunks read as zeroes.
 func (v *memVolume) ReadAt(p []byte, off int64) (int, error) {
 	if v.closed.Load() {

@@ -455,15 +455,20 @@ func (f *Framer) WriteTermReq(p TermReq, hdr []byte) error {
 	return f.writePDU(typ, 0, b[:], hdr)
 }
 
-// Writer lets many goroutines send PDUs on one framer and coalesces their
-// flushes: whoever finishes writing while nobody else is waiting flushes,
-// so under load many PDUs leave in one system call and an idle connection
-// never holds a PDU back.
+// Writer lets many goroutines send PDUs on one framer and decides when the
+// buffered bytes are written. Do flushes unless another Do is already
+// waiting for the lock and will flush for both, so under load many PDUs
+// leave in one system call and an idle connection never holds a PDU back.
+// Defer only buffers: it is for a caller that knows it will Flush before it
+// (or anyone depending on those PDUs) waits, such as a target's reader
+// goroutine flushing before its next socket read, or a host submitting a
+// batch of commands. That turns a burst of PDUs into one write.
 type Writer struct {
 	f       *Framer
 	mu      sync.Mutex
-	waiting atomic.Int32
-	err     error
+	waiting atomic.Int32 // Do calls holding or waiting for mu
+	dirty   bool         // bytes buffered and not yet flushed
+	err     error        // first write error; every later call returns it
 }
 
 // NewWriter wraps f.
@@ -471,7 +476,7 @@ func NewWriter(f *Framer) *Writer { return &Writer{f: f} }
 
 // Do runs fn with the framer under the writer's lock and flushes unless
 // another sender is already waiting to write. After a write error every
-// later Do returns that error.
+// later call returns that error.
 func (w *Writer) Do(fn func(f *Framer) error) error {
 	w.waiting.Add(1)
 	w.mu.Lock()
@@ -481,11 +486,43 @@ func (w *Writer) Do(fn func(f *Framer) error) error {
 		return w.err
 	}
 	err := fn(w.f)
+	w.dirty = true
 	if w.waiting.Add(-1) == 0 && err == nil {
 		err = w.f.Flush()
+		w.dirty = false
 	}
 	if err != nil {
 		w.err = err
 	}
 	return err
+}
+
+// Defer runs fn with the framer under the writer's lock and leaves what it
+// wrote buffered. The caller owns the matching Flush.
+func (w *Writer) Defer(fn func(f *Framer) error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.dirty = true
+	if err := fn(w.f); err != nil {
+		w.err = err
+		return err
+	}
+	return nil
+}
+
+// Flush writes whatever is buffered, if anything is.
+func (w *Writer) Flush() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil || !w.dirty {
+		return w.err
+	}
+	w.dirty = false
+	if err := w.f.Flush(); err != nil {
+		w.err = err
+	}
+	return w.err
 }

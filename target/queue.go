@@ -476,6 +476,9 @@ func (q *queue) completeWith(cmd *command, st nvme.Status, dw0, dw1 uint32, in [
 		}
 		q.ctrl.recordError(q.qid, cmd.sqe.CID, st, nsid, lba)
 	}
+	// Count the command before its completion leaves: a host that has
+	// seen the completion and then scrapes the metrics must find it.
+	q.srv.metrics.observe(q, cmd, st, len(in))
 	cqe := nvme.Completion{DW0: dw0, DW1: dw1, SQHead: uint16(q.sqhd.Load()), SQID: q.qid, CID: cmd.sqe.CID, Status: st}
 	chunk := q.srv.cfg.C2HChunk
 	send := q.w.Do
@@ -499,7 +502,6 @@ func (q *queue) completeWith(cmd *command, st nvme.Status, dw0, dw1 uint32, in [
 		}
 		return f.WriteCapsuleResp(&cqe)
 	})
-	q.srv.metrics.observe(q, cmd, st, len(in))
 	q.srv.bufs.put(cmd.buf)
 	cmd.buf, cmd.data = nil, nil
 	if err != nil {

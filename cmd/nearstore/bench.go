@@ -21,6 +21,7 @@ import (
 func newBenchCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Reproducible benchmarks that run nearstore and a baseline side by side"}
 	cmd.AddCommand(newBenchBlockIOCmd(g))
+	cmd.AddCommand(newBenchFuncCmd(g))
 	return cmd
 }
 

@@ -12,6 +12,9 @@ import (
 	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/ebpf"
+	"github.com/nearstore/nearstore/sandbox/wasm"
 	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -35,8 +38,16 @@ benchmarks. It leaves nothing behind.`,
 			}
 			defer vol.Close()
 			const nqn = "nqn.2026-11.io.nearstore:demo"
+			// The function runtimes, as target serve has them, so that
+			// functions can be loaded into the demo's target too.
+			wrt, err := wasm.NewRuntime(ctx, wasm.Options{})
+			if err != nil {
+				return err
+			}
+			defer wrt.Close(context.Background())
 			srv, err := target.New(target.Config{
 				Subsystems: []target.SubsystemConfig{{NQN: nqn, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: vol.String()}}}},
+				Runtimes:   []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: g.logger()})},
 			})
 			if err != nil {
 				return err

@@ -13,23 +13,64 @@
  */
 #include "nearstore.h"
 
+/*
+ * Word-at-a-time scanning: a loop iteration costs far more than a few
+ * ALU operations in both runtimes (wasm leaves its compiled code at every
+ * back-edge to check for a timeout; eBPF counts backward jumps), so look
+ * at 8 bytes per iteration.
+ *
+ * has_byte(w, bb) flags (bit 7 of) each byte of w equal to b, where bb is
+ * b in every byte: the classic zero-byte test on w ^ bb. It is non-zero
+ * exactly when w holds b, and its lowest flag is exact (a borrow can only
+ * add flags above a true one), so first_flag finds the first b.
+ */
+#define ONES8  0x0101010101010101ULL
+#define HIGHS8 0x8080808080808080ULL
+
+NS_INLINE u64 has_byte(u64 w, u64 bb)
+{
+	u64 x = w ^ bb;
+	return (x - ONES8) & ~x & HIGHS8;
+}
+
+/* first_flag returns the index of the lowest flagged byte of a non-zero
+ * has_byte result: its lowest set bit is 1 << (8k + 7), and multiplying
+ * 1 << 8k by the bytes 7, 6, ..., 0 brings k to the top byte. */
+NS_INLINE u32 first_flag(u64 hit)
+{
+	return (u32)((((hit & -hit) >> 7) * 0x0001020304050607ULL) >> 56);
+}
+
+/* find_byte returns the index of the first b in p[i, n), or n. */
+NS_INLINE u32 find_byte(const u8 *p, u32 i, u32 n, u8 b)
+{
+	u64 bb = b * ONES8;
+	for (; i + 8 <= n; i += 8) {
+		u64 hit = has_byte(ns_load64(p + i), bb);
+		if (hit)
+			return i + first_flag(hit);
+	}
+	while (i < n && p[i] != b)
+		i++;
+	return i;
+}
+
 NS_INLINE int contains(const u8 *row, u32 n, const u8 *pat, u32 m)
 {
 	if (m == 0)
 		return 1;
 	if (m > n)
 		return 0;
-	u8 first = pat[0];
-	for (u32 i = 0; i + m <= n; i++) {
-		if (row[i] != first)
-			continue;
+	for (u32 i = 0;; i++) {
+		i = find_byte(row, i, n, pat[0]);
+		if (i + m > n)
+			return 0;
 		u32 j = 1;
 		while (j < m && row[i + j] == pat[j])
 			j++;
 		if (j == m)
 			return 1;
 	}
-	return 0;
 }
 
 NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
@@ -45,9 +86,7 @@ NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 	u32 o = 0;
 	u32 start = 0;
 	while (start < n) {
-		u32 end = start;
-		while (end < n && text[end] != '\n')
-			end++;
+		u32 end = find_byte(text, start, n, '\n');
 		u32 rl = end - start;
 		if (contains(text + start, rl, pat, m)) {
 			if (rl + 1 > out_cap - o)

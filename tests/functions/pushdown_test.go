@@ -152,7 +152,7 @@ func TestPushdownOneCommand(t *testing.T) {
 			if n := hostAfter.BytesRead - hostBefore.BytesRead; n != pushdown.ResultSize+sandbox.ScratchSize {
 				t.Errorf("the host received %d bytes of data, want one result of %d", n, pushdown.ResultSize+sandbox.ScratchSize)
 			}
-			d := e.commandsSince(1, tgtBefore, 1)
+			d := e.commandsSince(1, tgtBefore)
 			if len(d) != 1 || d["pushdown/ok"] != 1 {
 				t.Errorf("the target completed %v on the namespace, want exactly one successful pushdown", d)
 			}

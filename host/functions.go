@@ -109,6 +109,13 @@ func (ns *Namespace) RawFile() pushdown.File { return pushdown.Raw(ns.Size(), ns
 // target reads start, calls the function, follows the reads it asks for
 // and returns the final scratch. scratch (at most 4096 bytes) initialises
 // the function's scratch.
+//
+// A file with ID 0 is raw namespace space, read through the extents given.
+// A file with an inode ID runs on the map this host put for exactly that
+// version (PutExtentMaps): send no extents to use the held map, or send
+// the held map itself; anything else fails with Outside File. If the
+// target does not hold the version, the error matches ErrStaleExtentMap.
+// The same holds for LambdaRead and LambdaWrite.
 func (ns *Namespace) Pushdown(ctx context.Context, fn sandbox.ID, files []pushdown.File, start Start, scratch []byte) (pushdown.Result, error) {
 	req := pushdown.Request{Function: fn, Files: files, StartFile: start.File, StartOffset: start.Offset, StartLength: start.Length, Params: scratch}
 	return ns.functionCall(ctx, nvme.IOPushdownRead, &req, pushdown.ResultSize+sandbox.ScratchSize)

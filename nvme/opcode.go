@@ -23,6 +23,11 @@ const (
 	AdminFunctionLoad   = 0xC1
 	AdminFunctionList   = 0xC2
 	AdminFunctionUnload = 0xC5
+	// The extent-map and grant commands of offloadfs's synchronizer.
+	AdminGrantRelease   = 0xC8 // 00b: the grant ID is in CDW10-11
+	AdminExtentMapPut   = 0xC9 // 01b
+	AdminExtentMapQuery = 0xCB // 11b: inodes in, versions out
+	AdminGrantPut       = 0xCD // 01b
 	IOPushdownRead      = 0x83
 	IOLambdaRead        = 0x87
 	IOLambdaWrite       = 0x85

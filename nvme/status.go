@@ -68,10 +68,16 @@ const (
 	StatusStepLimit          Status = SCTVendor<<8 | 0x08
 	StatusStaleExtentMap     Status = SCTVendor<<8 | 0x09
 	StatusBadFunctionRequest Status = SCTVendor<<8 | 0x0A
+	StatusBadExtentMap       Status = SCTVendor<<8 | 0x0B
+	StatusMetadataLimit      Status = SCTVendor<<8 | 0x0C
 	// StatusMediaWriteFault and StatusMediaReadError report backend I/O
 	// failures (SCT 2).
 	StatusMediaWriteFault Status = SCTMediaError<<8 | 0x80
 	StatusMediaReadError  Status = SCTMediaError<<8 | 0x81
+	// StatusAccessDenied (SCT 2h, SC 86h): the host may not access the
+	// blocks the command names. nearstore's target answers it to a task
+	// host outside its grants.
+	StatusAccessDenied Status = SCTMediaError<<8 | 0x86
 )
 
 // SCT returns the status code type.
@@ -165,6 +171,10 @@ func (s Status) name() string {
 		return "stale extent map"
 	case StatusBadFunctionRequest:
 		return "malformed function request"
+	case StatusBadExtentMap:
+		return "bad extent map or grant"
+	case StatusMetadataLimit:
+		return "extent map or grant limit reached"
 	case StatusONCSNotSupported:
 		return "optional command not supported"
 	case StatusConnectIncompatibleFormat:
@@ -179,6 +189,8 @@ func (s Status) name() string {
 		return "write fault"
 	case StatusMediaReadError:
 		return "unrecovered read error"
+	case StatusAccessDenied:
+		return "access denied"
 	}
 	return ""
 }

@@ -38,7 +38,9 @@ type Device interface {
 }
 
 // VersionChecker refuses files whose extent-map versions it has not got.
-// nil accepts every version (raw namespaces have no file system).
+// nil accepts every version (raw namespaces have no file system). The
+// target does not use it: it holds maps per host, and resolves a request's
+// files against the sender's maps (ResolveFiles) before running it.
 type VersionChecker interface {
 	CheckVersions(files []File) error
 }
@@ -55,18 +57,10 @@ type span struct{ off, n int64 }
 // check validates a request's file table against the device: every extent
 // inside it, every map covering its file's size.
 func (e *Executor) check(dev Device, req *Request) error {
-	bs := uint64(dev.BlockSize())
-	blocks := uint64(dev.Size()) / bs
-	for i, f := range req.Files {
-		var total uint64
-		for _, x := range f.Extents {
-			if x.LBA > blocks || uint64(x.Blocks) > blocks-x.LBA {
-				return fmt.Errorf("%w: file %d extent at LBA %d (+%d) of %d blocks", ErrBadExtent, i, x.LBA, x.Blocks, blocks)
-			}
-			total += uint64(x.Blocks) * bs
-		}
-		if total < f.Size {
-			return fmt.Errorf("%w: file %d maps %d bytes of its %d", ErrBadExtent, i, total, f.Size)
+	blocks := uint64(dev.Size()) / uint64(dev.BlockSize())
+	for i := range req.Files {
+		if err := CheckMap(&req.Files[i], blocks, dev.BlockSize()); err != nil {
+			return fmt.Errorf("file %d: %w", i, err)
 		}
 	}
 	if e.Versions != nil {

@@ -7,8 +7,10 @@
 // namespaces (one file, one extent) as well as on offloadfs files, and
 // every read it makes is checked against those maps: a function can only
 // ever see blocks of the files its request names. Each file carries the
-// version of its extent map; the executor hands them to a VersionChecker,
-// so a file system can refuse requests planned against stale maps.
+// version of its extent map; a target resolves files named by inode
+// against the versioned maps their owner pushed (ResolveFiles, with the
+// payloads of maps.go), refusing requests planned against stale maps and
+// requests that lie about extents.
 package pushdown
 
 import (

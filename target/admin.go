@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -42,6 +43,27 @@ func (q *queue) prepare(cmd *command) (want int, st nvme.Status) {
 				return 0, nvme.StatusInvalidOpcode | nvme.DNR
 			}
 			want, dataCmd = len(sandbox.ID{}), true
+		case nvme.AdminExtentMapPut, nvme.AdminGrantPut:
+			if q.discovery {
+				return 0, nvme.StatusInvalidOpcode | nvme.DNR
+			}
+			lo, hi := pushdown.MapPutHeaderSize, q.maxXfer
+			if sqe.Opcode == nvme.AdminGrantPut {
+				lo, hi = pushdown.GrantHeaderSize, pushdown.GrantHeaderSize+pushdown.ExtentSize*pushdown.MaxGrantExtents
+			}
+			n := int(sqe.DPTR.Length)
+			if n < lo || n > hi {
+				return 0, nvme.StatusSGLDataLenInvalid | nvme.DNR
+			}
+			want, dataCmd = n, true
+		case nvme.AdminExtentMapQuery:
+			// Inodes in the capsule, versions back by C2HData, as the
+			// bidirectional I/O commands do (handleCapsule).
+			if q.discovery {
+				return 0, nvme.StatusInvalidOpcode | nvme.DNR
+			}
+			cmd.bidir, dataCmd = true, true
+		case nvme.AdminGrantRelease:
 		default:
 			// No other admin command takes data from the host; refuse
 			// before an R2T asks for it.

@@ -26,4 +26,10 @@
 // MDTS, an SGL that disagrees with the command) fails with the status the
 // NVMe specification names, and no data is written unless the whole command
 // checked out. A write whose data never fully arrives is never executed.
+//
+// Beyond standard NVMe, hosts load storage functions and run them next to
+// the data (functions.go), keep the target's copy of their file systems'
+// versioned extent maps, against which requests naming files by inode are
+// checked (extentmaps.go), and grant other hosts access to chosen extents
+// for a lease (grants.go). docs/PROTOCOL.md specifies the commands.
 package target

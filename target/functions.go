@@ -213,12 +213,34 @@ func functionStatus(err error, write bool) nvme.Status {
 	return nvme.StatusMediaReadError
 }
 
-// adminFunction runs Function Load, List and Unload. Loading compiles, so
-// it runs off the admin queue's reader goroutine.
+// adminFunction runs nearstore's vendor admin commands: Function Load,
+// List and Unload, the extent-map commands and the grant commands. They
+// run off the admin queue's reader goroutine: loading compiles, and a
+// Grant Release waits for the commands admitted under the grant.
 func (q *queue) adminFunction(cmd *command) {
+	if q.discovery {
+		q.complete(cmd, nvme.StatusInvalidOpcode|nvme.DNR, 0)
+		return
+	}
+	c := q.ctrl
+	c.mu.Lock()
+	ready := c.csts&nvme.CSTSReady != 0
+	c.mu.Unlock()
+	if !ready {
+		q.complete(cmd, nvme.StatusCommandSequence|nvme.DNR, 0)
+		return
+	}
 	ft := q.srv.funcs
 	ctx := context.Background()
 	switch cmd.sqe.Opcode {
+	case nvme.AdminExtentMapPut:
+		q.extentMapPut(cmd)
+	case nvme.AdminExtentMapQuery:
+		q.extentMapQuery(cmd)
+	case nvme.AdminGrantPut:
+		q.grantPut(cmd)
+	case nvme.AdminGrantRelease:
+		q.grantRelease(cmd)
 	case nvme.AdminFunctionLoad:
 		n, err := ft.load(ctx, sandbox.Kind(uint8(cmd.sqe.CDW10)), cmd.data)
 		if err != nil {
@@ -241,11 +263,21 @@ func (q *queue) adminFunction(cmd *command) {
 		q.complete(cmd, nvme.StatusSuccess, uint32(ft.count()))
 	case nvme.AdminFunctionList:
 		q.sendData(cmd, ft.list(int(cmd.sqe.CDW10)))
+	default:
+		q.complete(cmd, nvme.StatusInvalidOpcode|nvme.DNR, 0)
 	}
 }
 
 // execFunction runs Pushdown Read, λ Read and λ Write on an I/O queue.
 func (q *queue) execFunction(cmd *command) {
+	switch cmd.sqe.Opcode {
+	case nvme.IOPushdownRead:
+		cmd.op = "pushdown"
+	case nvme.IOLambdaRead:
+		cmd.op = "lambda_read"
+	case nvme.IOLambdaWrite:
+		cmd.op = "lambda_write"
+	}
 	var req pushdown.Request
 	if err := req.Unmarshal(cmd.data); err != nil {
 		q.complete(cmd, nvme.StatusBadFunctionRequest|nvme.DNR, 0)
@@ -258,21 +290,31 @@ func (q *queue) execFunction(cmd *command) {
 		return
 	}
 	defer q.srv.funcs.release(ctx, f)
+	// Files named by inode run on the maps this host put, at exactly the
+	// versions the request names; the request keeps those maps however
+	// many Puts arrive while it runs.
+	files, err := q.resolveFiles(cmd, req.Files)
+	if err != nil {
+		q.log.Debug("function request refused", "op", cmd.op, "err", err)
+		q.complete(cmd, functionStatus(err, false), 0)
+		return
+	}
+	req.Files = files
+	refs, st := q.admitFunction(cmd, &req)
+	if st != 0 {
+		q.complete(cmd, st, 0)
+		return
+	}
+	defer refs.release()
 	f.calls.Add(1)
 	dev := backendDevice{cmd.ns.backend}
-	var (
-		res pushdown.Result
-		err error
-	)
+	var res pushdown.Result
 	switch cmd.sqe.Opcode {
 	case nvme.IOPushdownRead:
-		cmd.op = "pushdown"
 		res, err = q.srv.exec.Pushdown(ctx, dev, f.mod, &req)
 	case nvme.IOLambdaRead:
-		cmd.op = "lambda_read"
 		res, err = q.srv.exec.LambdaRead(ctx, dev, f.mod, &req, cmd.inCap-pushdown.ResultSize)
 	case nvme.IOLambdaWrite:
-		cmd.op = "lambda_write"
 		var n int64
 		res, n, err = q.srv.exec.LambdaWrite(ctx, dev, f.mod, &req)
 		if err == nil {

@@ -38,6 +38,13 @@ func (q *queue) prepareIO(cmd *command) (want int, st nvme.Status, ok bool) {
 		if n > int64(q.maxXfer) {
 			return 0, nvme.StatusInvalidField | nvme.DNR, false
 		}
+		// A task host outside its grants fails here, before an R2T asks
+		// for data that would be thrown away; execIO admits it for real.
+		refs, st := q.admitIO(cmd)
+		refs.release()
+		if st != 0 {
+			return 0, st, false
+		}
 		if sqe.Opcode == nvme.IOWrite {
 			return int(n), 0, true
 		}
@@ -99,6 +106,12 @@ func runsInline(cmd *command) bool {
 func (q *queue) execIO(cmd *command) {
 	sqe := &cmd.sqe
 	ns := cmd.ns
+	refs, st := q.admitIO(cmd)
+	if st != 0 {
+		q.complete(cmd, st, 0)
+		return
+	}
+	defer refs.release()
 	switch sqe.Opcode {
 	case nvme.IORead:
 		cmd.op = "read"

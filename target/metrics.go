@@ -17,6 +17,13 @@ type Metrics struct {
 	connections prometheus.Gauge
 	accepted    prometheus.Counter
 	errors      *prometheus.CounterVec
+
+	stale      *prometheus.CounterVec
+	denied     *prometheus.CounterVec
+	maps       *prometheus.GaugeVec
+	mapExtents *prometheus.GaugeVec
+	mapUpdates *prometheus.CounterVec
+	grants     *prometheus.GaugeVec
 }
 
 // NewMetrics creates the target's metrics and registers them with reg.
@@ -47,9 +54,63 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nearstore_target_errors_total",
 			Help: "Errors by kind: transport (fatal PDU errors), keep_alive_timeout, command (non-success completions).",
 		}, []string{"kind"}),
+		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nearstore_target_stale_requests_total",
+			Help: "Function requests refused because they named an extent-map version the target does not hold, by subsystem and namespace.",
+		}, []string{"subsystem", "nsid"}),
+		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nearstore_target_access_denied_total",
+			Help: "Commands refused with Access Denied: task hosts outside their grants, and grants refused to task hosts.",
+		}, []string{"subsystem", "nsid"}),
+		maps: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nearstore_target_extent_maps",
+			Help: "Extent maps held, of all hosts, by subsystem and namespace (removals not counted).",
+		}, []string{"subsystem", "nsid"}),
+		mapExtents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nearstore_target_extent_map_extents",
+			Help: "Extents of the extent maps held, by subsystem and namespace.",
+		}, []string{"subsystem", "nsid"}),
+		mapUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nearstore_target_extent_map_updates_total",
+			Help: "Extent map updates received, by result: applied, or ignored as not newer than the version held.",
+		}, []string{"subsystem", "nsid", "result"}),
+		grants: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nearstore_target_grants",
+			Help: "Grants held, expired ones not yet released included, by subsystem and namespace.",
+		}, []string{"subsystem", "nsid"}),
 	}
-	reg.MustRegister(m.commands, m.bytes, m.latency, m.connections, m.accepted, m.errors)
+	reg.MustRegister(m.commands, m.bytes, m.latency, m.connections, m.accepted, m.errors,
+		m.stale, m.denied, m.maps, m.mapExtents, m.mapUpdates, m.grants)
 	return m
+}
+
+func (m *Metrics) staleRequest(ss string, nsid uint32) {
+	if m != nil {
+		m.stale.WithLabelValues(ss, nsLabel(nsid)).Inc()
+	}
+}
+
+func (m *Metrics) accessDenied(ss string, nsid uint32) {
+	if m != nil {
+		m.denied.WithLabelValues(ss, nsLabel(nsid)).Inc()
+	}
+}
+
+func (m *Metrics) mapsChanged(ss string, nsid uint32, d mapDelta) {
+	if m == nil {
+		return
+	}
+	ns := nsLabel(nsid)
+	m.maps.WithLabelValues(ss, ns).Add(float64(d.live))
+	m.mapExtents.WithLabelValues(ss, ns).Add(float64(d.extents))
+	m.mapUpdates.WithLabelValues(ss, ns, "applied").Add(float64(d.applied))
+	m.mapUpdates.WithLabelValues(ss, ns, "ignored").Add(float64(d.ignored))
+}
+
+func (m *Metrics) grantsHeld(ss string, nsid uint32, n int) {
+	if m != nil {
+		m.grants.WithLabelValues(ss, nsLabel(nsid)).Set(float64(n))
+	}
 }
 
 func (m *Metrics) connOpened() {

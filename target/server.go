@@ -85,6 +85,18 @@ type Config struct {
 	Runtimes []sandbox.Runtime
 	// FunctionLimits bound every function call (zero: sandbox defaults).
 	FunctionLimits sandbox.Limits
+	// MaxExtentMaps bounds the extent-map entries (removals included) one
+	// host may keep on one namespace (default 1<<20), and
+	// MaxExtentMapExtents their extents in all (default 1<<22, 64 MiB of
+	// extents). Extent Map Puts beyond them fail with Metadata Limit.
+	MaxExtentMaps       int
+	MaxExtentMapExtents int
+	// MaxGrants bounds the grants on one namespace, and the hosts ever
+	// granted anything on it (default 4096).
+	MaxGrants int
+	// Now is the clock grant leases run by (default time.Now); tests
+	// inject their own.
+	Now func() time.Time
 }
 
 func (c *Config) setDefaults() {
@@ -111,6 +123,18 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxExtentMaps <= 0 {
+		c.MaxExtentMaps = 1 << 20
+	}
+	if c.MaxExtentMapExtents <= 0 {
+		c.MaxExtentMapExtents = 1 << 22
+	}
+	if c.MaxGrants <= 0 {
+		c.MaxGrants = 4096
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 }
 
@@ -142,6 +166,14 @@ type Server struct {
 	funcs    *functionTable
 	exec     *pushdown.Executor
 	conns    sync.WaitGroup
+
+	// metas holds the extent maps and grants hosts put on namespaces,
+	// created on a namespace's first Put.
+	metaMu sync.RWMutex
+	metas  map[*namespace]*nsMeta
+	// restricted counts the task hosts on every namespace (grants.go);
+	// while it is zero, commands skip the grant check altogether.
+	restricted atomic.Int64
 }
 
 // New checks cfg and builds a server. It does not listen.
@@ -161,6 +193,7 @@ func New(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		queues:    make(map[*queue]struct{}),
 		done:      make(chan struct{}),
+		metas:     make(map[*namespace]*nsMeta),
 	}
 	if len(cfg.Subsystems) == 0 {
 		return nil, errors.New("target: no subsystems configured")

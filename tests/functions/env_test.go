@@ -130,6 +130,8 @@ type env struct {
 type envConfig struct {
 	limits   sandbox.Limits
 	ioQueues int
+	// now, if set, is the target's clock for grant leases.
+	now func() time.Time
 }
 
 func newEnv(t testing.TB, cfg envConfig) *env {
@@ -158,6 +160,7 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 		Metrics:        target.NewMetrics(e.reg),
 		Runtimes:       []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: discard})},
 		FunctionLimits: cfg.limits,
+		Now:            cfg.now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -189,6 +192,24 @@ func (e *env) connect(nsid uint32, ioQueues int) (*host.Controller, *host.Namesp
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ctrl, err := host.Connect(ctx, e.addr, testNQN, host.Options{IOQueues: ioQueues, KeepAlive: -1})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { ctrl.Close() })
+	ns, err := ctrl.Namespace(nsid)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ctrl, ns
+}
+
+// connectAs connects another host under the given host NQN (keep-alive
+// off) and returns its controller and namespace nsid.
+func (e *env) connectAs(hostNQN string, nsid uint32) (*host.Controller, *host.Namespace) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctrl, err := host.Connect(ctx, e.addr, testNQN, host.Options{HostNQN: hostNQN, KeepAlive: -1})
 	if err != nil {
 		e.t.Fatal(err)
 	}

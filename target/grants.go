@@ -1,0 +1,452 @@
+package target
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/pushdown"
+)
+
+// Grants (docs/PROTOCOL.md, "Grant Put" and "Grant Release"): a host gives
+// another host — an offloaded task, a peer — read or read-write access to
+// extents of a namespace for a lease. The policy:
+//
+//   - A host that has been granted anything on a namespace is a task host
+//     there for as long as the target runs. Every Read, Write, Write
+//     Zeroes, Dataset Management deallocation and function request it
+//     sends to that namespace must lie entirely inside its unexpired
+//     grants, with read-write grants for whatever writes, or it fails
+//     with Access Denied. Flush changes no blocks and is always allowed.
+//     Staying restricted after its grants end is the point: a task whose
+//     lease ran out must not fall back to full access.
+//   - Hosts never granted anything on a namespace — the owner of its file
+//     system, stock Linux hosts — are not affected at all, and pay one
+//     atomic load per command while no task host exists on the target.
+//   - Any host that is not a task host on a namespace may grant on it: it
+//     can already read and write every block, so a grant gives away
+//     nothing it does not have. A task host may not grant (Access Denied),
+//     and no host may grant to itself.
+//   - A grant is named by the granting host and its ID. A Put of an ID the
+//     host already used replaces that grant (a renewal, or new extents or
+//     mode); the Put completes once the commands admitted under the old
+//     grant have finished.
+//   - A lease runs from when the target applies the Put, by its clock
+//     (Config.Now). An expired grant admits nothing new.
+//   - Release removes a grant and completes once no command admitted under
+//     it is still running: when it completes, the owner may reuse the
+//     blocks. Commands admitted before a lease expired may still be
+//     running after it, so an owner releases an expired grant too before
+//     it reuses the blocks.
+//   - Host NQNs are not authenticated (nearstore does not implement NVMe
+//     in-band authentication): grants confine task runtimes that connect
+//     under the NQN they were given, not hosts that lie about who they are.
+
+// grant is one grant as the target holds it. Its fields other than
+// inflight and released never change once it is published.
+type grant struct {
+	grantee string
+	mode    pushdown.GrantMode
+	expires time.Time
+	extents []pushdown.Extent
+
+	// inflight counts the commands admitted under the grant and still
+	// running; released, once set, admits no more. Together they make
+	// Release a barrier (see admit).
+	inflight tracker
+	released atomic.Bool
+}
+
+type grantKey struct {
+	owner string
+	id    uint64
+}
+
+// grantTable is the grants on one namespace.
+type grantTable struct {
+	mu        sync.Mutex
+	byKey     map[grantKey]*grant
+	taskHosts map[string]struct{} // every host ever granted anything here
+
+	// view is what admission reads without the lock: each task host and
+	// its grants, rebuilt on every change (grants change rarely; commands
+	// are checked all the time).
+	view atomic.Pointer[map[string][]*grant]
+}
+
+// Errors of Grant Put and Release.
+var (
+	errGrantDenied = errors.New("a task host may not grant")
+	errGrantLimit  = errors.New("grant limit reached")
+)
+
+// publishLocked rebuilds the view. A task host with no grants left is in
+// it with none, so it is denied everything.
+func (t *grantTable) publishLocked() {
+	v := make(map[string][]*grant, len(t.taskHosts))
+	for h := range t.taskHosts {
+		v[h] = nil
+	}
+	for _, g := range t.byKey {
+		v[g.grantee] = append(v[g.grantee], g)
+	}
+	t.view.Store(&v)
+}
+
+// put installs a grant from owner at time now and returns the grant it
+// replaces, if any, for the caller to drain; restricted counts the task
+// hosts of the whole server and grows when the grantee is a new one.
+func (t *grantTable) put(owner string, pg *pushdown.Grant, now time.Time, maxGrants int, restricted *atomic.Int64) (old *grant, n int, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.byKey == nil {
+		t.byKey = make(map[grantKey]*grant)
+		t.taskHosts = make(map[string]struct{})
+	}
+	if _, ok := t.taskHosts[owner]; ok {
+		return nil, 0, fmt.Errorf("%w: %s holds grants on this namespace", errGrantDenied, owner)
+	}
+	t.sweepLocked(now)
+	key := grantKey{owner, pg.ID}
+	old = t.byKey[key]
+	_, known := t.taskHosts[pg.Host]
+	switch {
+	case old == nil && len(t.byKey) >= maxGrants:
+		return nil, 0, fmt.Errorf("%w: %d grants", errGrantLimit, len(t.byKey))
+	case !known && len(t.taskHosts) >= maxGrants:
+		return nil, 0, fmt.Errorf("%w: %d task hosts", errGrantLimit, len(t.taskHosts))
+	}
+	t.byKey[key] = &grant{
+		grantee: pg.Host,
+		mode:    pg.Mode,
+		expires: now.Add(pg.Lease),
+		extents: slices.Clone(pg.Extents),
+	}
+	if !known {
+		t.taskHosts[pg.Host] = struct{}{}
+		// Before publishing: once the grantee is in the view, no command
+		// may skip the check.
+		restricted.Add(1)
+	}
+	t.publishLocked()
+	return old, len(t.byKey), nil
+}
+
+// release removes owner's grant id and returns it (nil if there is none)
+// for the caller to drain.
+func (t *grantTable) release(owner string, id uint64, now time.Time) (g *grant, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	key := grantKey{owner, id}
+	if g = t.byKey[key]; g != nil {
+		delete(t.byKey, key)
+	}
+	t.sweepLocked(now)
+	t.publishLocked()
+	return g, len(t.byKey)
+}
+
+// sweepLocked forgets expired grants nothing is running under, so that
+// owners that never release do not fill the table. An expired grant is
+// marked released first, so no command can be admitted under it between
+// the check and its removal; one still busy stays for Release to drain.
+func (t *grantTable) sweepLocked(now time.Time) {
+	for k, g := range t.byKey {
+		if now.Before(g.expires) {
+			continue
+		}
+		g.released.Store(true)
+		select {
+		case <-g.inflight.idle():
+			delete(t.byKey, k)
+		default:
+		}
+	}
+}
+
+// drain waits until no command admitted under g is running, after making
+// sure no more can be.
+func (g *grant) drain() {
+	g.released.Store(true)
+	<-g.inflight.idle()
+}
+
+// blockRange is a run of blocks a command touches.
+type blockRange struct {
+	lba, n uint64
+	write  bool
+}
+
+// grantRefs are the grants a command was admitted under; release gives
+// them back when it completes.
+type grantRefs []*grant
+
+func (r grantRefs) release() {
+	for _, g := range r {
+		g.inflight.done()
+	}
+}
+
+// admit decides whether host may touch the ranges rs. A host that is not a
+// task host may (no refs). A task host may if its grants, unexpired at
+// now() and with write access for writes, cover every range; the command
+// then holds a reference on each grant it uses until it completes.
+//
+// Taking the reference and then checking released is what makes Release a
+// barrier: Release sets released and then waits for the references to go,
+// so either it sees this command's reference and waits for it, or this
+// command sees released and backs off — and retries against the view
+// published without the grant (a renewal's new grant may cover it).
+func (t *grantTable) admit(host string, now func() time.Time, rs []blockRange) (grantRefs, bool) {
+	for range 4 {
+		v := t.view.Load()
+		if v == nil {
+			return nil, true
+		}
+		gs, restricted := (*v)[host]
+		if !restricted {
+			return nil, true
+		}
+		at := now()
+		var used grantRefs
+		for _, r := range rs {
+			u, ok := cover(gs, at, r)
+			if !ok {
+				return nil, false
+			}
+			for _, g := range u {
+				if !slices.Contains(used, g) {
+					used = append(used, g)
+				}
+			}
+		}
+		backedOff := false
+		for i, g := range used {
+			g.inflight.add()
+			if g.released.Load() {
+				used[:i+1].release()
+				backedOff = true
+				break
+			}
+		}
+		if !backedOff {
+			return used, true
+		}
+	}
+	return nil, false
+}
+
+// cover returns the grants whose extents together cover r, considering
+// only those unexpired at now and, for a write, read-write ones.
+func cover(gs []*grant, now time.Time, r blockRange) ([]*grant, bool) {
+	if r.n == 0 {
+		return nil, true
+	}
+	lo, hi := r.lba, r.lba+r.n
+	usable := func(g *grant) bool {
+		return now.Before(g.expires) && (!r.write || g.mode == pushdown.GrantReadWrite)
+	}
+	// The common case: one extent holds the whole range.
+	for _, g := range gs {
+		if !usable(g) {
+			continue
+		}
+		for _, x := range g.extents {
+			if x.LBA <= lo && hi <= x.LBA+uint64(x.Blocks) {
+				return []*grant{g}, true
+			}
+		}
+	}
+	type ivl struct {
+		lo, hi uint64
+		g      *grant
+	}
+	var ivs []ivl
+	for _, g := range gs {
+		if !usable(g) {
+			continue
+		}
+		for _, x := range g.extents {
+			if xlo, xhi := x.LBA, x.LBA+uint64(x.Blocks); xhi > lo && xlo < hi {
+				ivs = append(ivs, ivl{xlo, xhi, g})
+			}
+		}
+	}
+	slices.SortFunc(ivs, func(a, b ivl) int {
+		switch {
+		case a.lo < b.lo:
+			return -1
+		case a.lo > b.lo:
+			return 1
+		}
+		return 0
+	})
+	var used []*grant
+	cur := lo
+	for _, iv := range ivs {
+		if iv.lo > cur {
+			break
+		}
+		if iv.hi > cur {
+			cur = iv.hi
+			used = append(used, iv.g)
+		}
+		if cur >= hi {
+			return used, true
+		}
+	}
+	return nil, false
+}
+
+// admit checks the ranges a command touches against its host's grants on
+// the command's namespace. It costs one atomic load while no host on the
+// server is a task host.
+func (q *queue) admit(cmd *command, rs []blockRange) (grantRefs, nvme.Status) {
+	if q.srv.restricted.Load() == 0 || cmd.ns == nil {
+		return nil, 0
+	}
+	m := q.srv.meta(q.ss, cmd.ns, false)
+	if m == nil {
+		return nil, 0
+	}
+	refs, ok := m.grants.admit(q.ctrl.hostNQN, q.srv.cfg.Now, rs)
+	if !ok {
+		q.srv.metrics.accessDenied(q.ss.nqn, cmd.ns.id)
+		q.log.Debug("access denied", "host", q.ctrl.hostNQN, "nsid", cmd.ns.id, "opcode", cmd.sqe.Opcode)
+		return nil, nvme.StatusAccessDenied | nvme.DNR
+	}
+	return refs, 0
+}
+
+// admitIO admits an NVM command: the blocks a Read, Write or Write Zeroes
+// names, or a deallocating Dataset Management's ranges. Ranges outside
+// the namespace are left to the command, which fails with LBA Out of
+// Range. Other commands need no grant here (function requests are
+// admitted once their files are resolved).
+func (q *queue) admitIO(cmd *command) (grantRefs, nvme.Status) {
+	if q.srv.restricted.Load() == 0 || cmd.ns == nil {
+		return nil, 0
+	}
+	sqe := &cmd.sqe
+	ns := cmd.ns
+	var rs []blockRange
+	switch sqe.Opcode {
+	case nvme.IORead, nvme.IOWrite, nvme.IOWriteZeroes:
+		slba, nlb := sqe.SLBA(), uint64(sqe.NLB())
+		if _, _, ok := ns.span(slba, nlb); ok {
+			rs = append(rs, blockRange{lba: slba, n: nlb, write: sqe.Opcode != nvme.IORead})
+		}
+	case nvme.IODSM:
+		if sqe.CDW11&(1<<2) == 0 || len(cmd.data) < dsmLen(sqe) {
+			return nil, 0 // hints only: nothing changes
+		}
+		data := cmd.data[:dsmLen(sqe)]
+		for i := 0; i+16 <= len(data); i += 16 {
+			nlb := uint64(binary.LittleEndian.Uint32(data[i+4:]))
+			slba := binary.LittleEndian.Uint64(data[i+8:])
+			if _, _, ok := ns.span(slba, nlb); ok {
+				rs = append(rs, blockRange{lba: slba, n: nlb, write: true})
+			}
+		}
+	default:
+		return nil, 0
+	}
+	return q.admit(cmd, rs)
+}
+
+// admitFunction admits a function request on its resolved file table:
+// every extent of every file is read, and λ Write writes its start file.
+func (q *queue) admitFunction(cmd *command, req *pushdown.Request) (grantRefs, nvme.Status) {
+	if q.srv.restricted.Load() == 0 {
+		return nil, 0
+	}
+	var rs []blockRange
+	for i, f := range req.Files {
+		write := cmd.sqe.Opcode == nvme.IOLambdaWrite && i == int(req.StartFile)
+		for _, x := range f.Extents {
+			rs = append(rs, blockRange{lba: x.LBA, n: uint64(x.Blocks), write: write})
+		}
+	}
+	return q.admit(cmd, rs)
+}
+
+// grantPut runs Grant Put.
+func (q *queue) grantPut(cmd *command) {
+	cmd.op = "grant_put"
+	ns := q.ss.namespace(cmd.sqe.NSID)
+	if ns == nil {
+		q.complete(cmd, nvme.StatusInvalidNamespace|nvme.DNR, 0)
+		return
+	}
+	cmd.ns = ns
+	var g pushdown.Grant
+	if err := g.Unmarshal(cmd.data); err != nil {
+		q.badMap(cmd, err)
+		return
+	}
+	for j, x := range g.Extents {
+		if x.LBA > ns.blocks || uint64(x.Blocks) > ns.blocks-x.LBA {
+			q.badMap(cmd, &pushdown.EntryError{Index: j, Err: fmt.Errorf("%w: extent at LBA %d (+%d) of %d blocks", pushdown.ErrBadExtent, x.LBA, x.Blocks, ns.blocks)})
+			return
+		}
+	}
+	if g.Host == q.ctrl.hostNQN {
+		q.badMap(cmd, fmt.Errorf("%w: a host cannot grant to itself", pushdown.ErrMalformed))
+		return
+	}
+	m := q.srv.meta(q.ss, ns, true)
+	old, n, err := m.grants.put(q.ctrl.hostNQN, &g, q.srv.cfg.Now(), q.srv.cfg.MaxGrants, &q.srv.restricted)
+	switch {
+	case errors.Is(err, errGrantDenied):
+		q.log.Info("grant refused", "host", q.ctrl.hostNQN, "nsid", ns.id, "err", err)
+		q.srv.metrics.accessDenied(q.ss.nqn, ns.id)
+		q.complete(cmd, nvme.StatusAccessDenied|nvme.DNR, 0)
+		return
+	case err != nil:
+		q.log.Warn("grant refused", "host", q.ctrl.hostNQN, "nsid", ns.id, "err", err)
+		q.complete(cmd, nvme.StatusMetadataLimit|nvme.DNR, 0)
+		return
+	}
+	q.srv.metrics.grantsHeld(q.ss.nqn, ns.id, n)
+	if old != nil {
+		old.drain()
+	}
+	q.log.Info("grant", "owner", q.ctrl.hostNQN, "id", g.ID, "grantee", g.Host, "nsid", ns.id,
+		"mode", g.Mode.String(), "lease", g.Lease, "extents", len(g.Extents))
+	q.complete(cmd, nvme.StatusSuccess, 0)
+}
+
+// grantRelease runs Grant Release: CDW10 and CDW11 hold the ID, low dword
+// first. It completes once nothing admitted under the grant is running;
+// DW0 is 1 if the grant was held, 0 if there was none (already released,
+// or expired and forgotten), which is not an error so that releases can be
+// resent.
+func (q *queue) grantRelease(cmd *command) {
+	cmd.op = "grant_release"
+	ns := q.ss.namespace(cmd.sqe.NSID)
+	if ns == nil {
+		q.complete(cmd, nvme.StatusInvalidNamespace|nvme.DNR, 0)
+		return
+	}
+	cmd.ns = ns
+	m := q.srv.meta(q.ss, ns, false)
+	if m == nil {
+		q.complete(cmd, nvme.StatusSuccess, 0)
+		return
+	}
+	id := uint64(cmd.sqe.CDW10) | uint64(cmd.sqe.CDW11)<<32
+	g, n := m.grants.release(q.ctrl.hostNQN, id, q.srv.cfg.Now())
+	q.srv.metrics.grantsHeld(q.ss.nqn, ns.id, n)
+	if g == nil {
+		q.complete(cmd, nvme.StatusSuccess, 0)
+		return
+	}
+	g.drain()
+	q.log.Info("grant released", "owner", q.ctrl.hostNQN, "id", id, "nsid", ns.id)
+	q.complete(cmd, nvme.StatusSuccess, 1)
+}

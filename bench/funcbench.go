@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -168,6 +169,11 @@ type FuncRun struct {
 	Seconds   float64 `json:"seconds"`
 	MBps      float64 `json:"mb_per_s"` // input bytes (10^6) per second
 	NsPerCall float64 `json:"ns_per_call"`
+	// CPUSeconds is the CPU time of the thread that made the calls, and
+	// MBpsCPU the input bytes per CPU second (0 where threads' CPU time
+	// cannot be read).
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	MBpsCPU    float64 `json:"mb_per_cpu_s,omitempty"`
 }
 
 // FuncRow is one runtime's runs and their medians.
@@ -176,8 +182,15 @@ type FuncRow struct {
 	Runs      []FuncRun `json:"runs"`
 	MBps      float64   `json:"mb_per_s"`
 	NsPerCall float64   `json:"ns_per_call"`
-	// Ratio is MBps over native's (0 when native was not timed).
+	MBpsCPU   float64   `json:"mb_per_cpu_s,omitempty"`
+	// Ratio is throughput over native's (0 when native was not timed):
+	// per CPU second where that was measured, else per wall second.
+	// Every call runs on one thread, so CPU time is what it costs; wall
+	// time also counts the time the thread waited for a CPU, which on a
+	// shared machine says more about the neighbours than the runtime.
 	Ratio float64 `json:"ratio_to_native,omitempty"`
+	// WallRatio is MBps over native's MBps.
+	WallRatio float64 `json:"wall_ratio_to_native,omitempty"`
 }
 
 // ChainReport is the pushdown chain part: B+-tree point lookups of
@@ -480,7 +493,7 @@ func RunFunc(ctx context.Context, cfg FuncConfig) (*FuncReport, error) {
 	for r := 1; r <= cfg.Repeat; r++ {
 		for i, s := range subjects {
 			cfg.progress("%s %s, %s input, run %d of %d", s.name, cfg.Function, volume.FormatSize(int64(len(in))), r, cfg.Repeat)
-			calls, el, err := timeFuncCalls(ctx, cfg.Duration, cfg.Iterations, s.call)
+			calls, el, cpu, err := timeFuncCallsCPU(ctx, cfg.Duration, cfg.Iterations, s.call)
 			if err == nil {
 				err = s.check()
 			}
@@ -488,25 +501,36 @@ func RunFunc(ctx context.Context, cfg FuncConfig) (*FuncReport, error) {
 				return rep, fmt.Errorf("bench: %s %s, run %d: %w", s.name, cfg.Function, r, err)
 			}
 			row := &rep.Compute[i]
-			row.Runs = append(row.Runs, FuncRun{
+			run := FuncRun{
 				Calls: calls, Seconds: el.Seconds(),
 				MBps:      float64(calls) * float64(len(in)) / el.Seconds() / 1e6,
 				NsPerCall: float64(el.Nanoseconds()) / float64(calls),
-			})
+			}
+			if cpu > 0 {
+				run.CPUSeconds = cpu.Seconds()
+				run.MBpsCPU = float64(calls) * float64(len(in)) / cpu.Seconds() / 1e6
+			}
+			row.Runs = append(row.Runs, run)
 		}
 	}
-	var nativeMBps float64
+	var nativeRow *FuncRow
 	for i := range rep.Compute {
 		row := &rep.Compute[i]
 		row.MBps = medianOf(row.Runs, func(r FuncRun) float64 { return r.MBps })
 		row.NsPerCall = medianOf(row.Runs, func(r FuncRun) float64 { return r.NsPerCall })
+		row.MBpsCPU = medianOf(row.Runs, func(r FuncRun) float64 { return r.MBpsCPU })
 		if row.Runtime == RuntimeNative {
-			nativeMBps = row.MBps
+			nativeRow = row
 		}
 	}
-	if nativeMBps > 0 {
+	if nativeRow != nil && nativeRow.MBps > 0 {
 		for i := range rep.Compute {
-			rep.Compute[i].Ratio = rep.Compute[i].MBps / nativeMBps
+			row := &rep.Compute[i]
+			row.WallRatio = row.MBps / nativeRow.MBps
+			row.Ratio = row.WallRatio
+			if nativeRow.MBpsCPU > 0 && row.MBpsCPU > 0 {
+				row.Ratio = row.MBpsCPU / nativeRow.MBpsCPU
+			}
 		}
 	}
 	if cfg.SkipChain {
@@ -599,6 +623,21 @@ func computeSubject(ctx context.Context, rt sandbox.Runtime, fn string, in []byt
 		},
 		close: closeAll,
 	}, nil
+}
+
+// timeFuncCallsCPU is timeFuncCalls on one locked OS thread, returning
+// also the CPU time that thread used (0 if it cannot be read).
+func timeFuncCallsCPU(ctx context.Context, d time.Duration, iters int, call func() error) (int64, time.Duration, time.Duration, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	c0, ok0 := threadCPU()
+	n, el, err := timeFuncCalls(ctx, d, iters, call)
+	c1, ok1 := threadCPU()
+	var cpu time.Duration
+	if ok0 && ok1 && c1 > c0 {
+		cpu = c1 - c0
+	}
+	return n, el, cpu, err
 }
 
 // timeFuncCalls calls call for d, or exactly iters times if iters > 0, and
@@ -1112,13 +1151,19 @@ func WriteFuncTable(w io.Writer, r *FuncReport) error {
 	}
 	ew.printf("%s on %s of random input (%s out); %s; every output checked against native Go\n\n",
 		r.Function, volume.FormatSize(int64(r.InputBytes)), volume.FormatSize(int64(r.OutputBytes)), runs)
-	ew.printf("%-8s %9s %10s %10s\n", "runtime", "MB/s", "µs/call", "vs native")
+	ew.printf("%-8s %9s %10s %12s %10s\n", "runtime", "MB/s", "µs/call", "MB/CPU-s", "vs native")
 	for _, row := range r.Compute {
-		ratio := "-"
+		ratio, cpu := "-", "-"
 		if row.Ratio > 0 {
 			ratio = fmt.Sprintf("%.3f×", row.Ratio)
 		}
-		ew.printf("%-8s %9.0f %10.1f %10s\n", row.Runtime, row.MBps, row.NsPerCall/1e3, ratio)
+		if row.MBpsCPU > 0 {
+			cpu = fmt.Sprintf("%.0f", row.MBpsCPU)
+		}
+		ew.printf("%-8s %9.0f %10.1f %12s %10s\n", row.Runtime, row.MBps, row.NsPerCall/1e3, cpu, ratio)
+	}
+	if len(r.Compute) > 0 && r.Compute[0].MBpsCPU > 0 {
+		ew.printf("(vs native: throughput per CPU second of the calling thread, which a busy machine does not distort)\n")
 	}
 	c := r.Chain
 	if c == nil {

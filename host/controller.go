@@ -94,7 +94,7 @@ func connect(ctx context.Context, addr, subnqn string, opts Options, discovery b
 		return nil, err
 	}
 	c.publish(a)
-	c.log.Info("host: connected", "cntlid", a.cntlid, "ioqueues", len(a.io))
+	c.log.Debug("host: connected", "cntlid", a.cntlid, "ioqueues", len(a.io))
 	return c, nil
 }
 
@@ -689,7 +689,7 @@ func (c *Controller) Close() error {
 		a.wg.Wait()
 	}
 	c.wg.Wait()
-	c.log.Info("host: closed")
+	c.log.Debug("host: closed")
 	return err
 }
 

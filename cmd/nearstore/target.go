@@ -27,6 +27,8 @@ func newTargetCmd(g *globals) *cobra.Command {
 		specs                []string
 		queues, depth        int
 		grace                time.Duration
+		funcTime             time.Duration
+		funcMem, funcSteps   int
 	)
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -61,6 +63,11 @@ func newTargetCmd(g *globals) *cobra.Command {
 				QueueDepth:  depth,
 				Logger:      log,
 				Runtimes:    []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
+				FunctionLimits: sandbox.Limits{
+					Time:        funcTime,
+					MemoryBytes: funcMem,
+					MaxSteps:    funcSteps,
+				},
 			}
 			var mux *http.Server
 			if metrics != "" {
@@ -112,6 +119,9 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.IntVar(&queues, "max-io-queues", 16, "I/O queues a host may create")
 	f.IntVar(&depth, "queue-depth", 1024, "maximum queue depth")
 	f.DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for in-flight commands")
+	f.DurationVar(&funcTime, "func-time", 100*time.Millisecond, "storage functions: wall time of one call before it is stopped")
+	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have")
+	f.IntVar(&funcSteps, "func-max-steps", 64, "storage functions: steps (reads) one pushdown request may take")
 	cmd.AddCommand(serve)
 	return cmd
 }

@@ -1,0 +1,44 @@
+package offloadfs_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/nearstore/nearstore/offloadfs"
+)
+
+// TestManyCloses closes thousands of files in a row, each trimming its
+// reserve: the transaction must be committed along the way rather than
+// outgrow the journal.
+func TestManyCloses(t *testing.T) {
+	ctx := context.Background()
+	dev := newDev(t, "mem:1GiB")
+	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{Inodes: 8192}); err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	var files []*offloadfs.File
+	for i := range 6000 {
+		f, err := fsys.Create(fmt.Sprintf("f%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Write(make([]byte, 100))
+		f.Write(make([]byte, 5000)) // takes a reserve
+		files = append(files, f)
+	}
+	for _, f := range files {
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkFsck(t, fsys, "after closing")
+}

@@ -30,6 +30,7 @@ import (
 	"github.com/nearstore/nearstore/sandbox/ebpf"
 	"github.com/nearstore/nearstore/sandbox/wasm"
 	"github.com/nearstore/nearstore/target"
+	"github.com/nearstore/nearstore/tpch"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -265,7 +266,9 @@ type StepRow struct {
 //   - knn: 16-dimensional vectors of small integers and a target;
 //   - grep: rows of 20 to 120 lowercase letters and spaces, one in ten
 //     containing the pattern "needle";
-//   - bitmap: runs of 1 to 128 bits of random value.
+//   - bitmap: runs of 1 to 128 bits of random value;
+//   - tpch_q1, tpch_q6, tpch_q12, tpch_q14: the first LINEITEM rows of the
+//     SF 1 table of the seed, behind the validation query's parameters.
 func FuncInput(fn string, size int, seed uint64) (in []byte, outCap int, err error) {
 	r := rand.New(rand.NewPCG(seed, uint64(len(fn))))
 	le := binary.LittleEndian
@@ -340,6 +343,26 @@ func FuncInput(fn string, size int, seed uint64) (in []byte, outCap int, err err
 			in = le.AppendUint32(in, uint32(n)|uint32(r.IntN(2))<<31)
 		}
 		return in, (total + 7) / 8, nil
+	case "tpch_q1", "tpch_q6", "tpch_q12", "tpch_q14":
+		q, err := tpch.Validation(map[string]int{"tpch_q1": 1, "tpch_q6": 6, "tpch_q12": 12, "tpch_q14": 14}[fn])
+		if err != nil {
+			return nil, 0, err
+		}
+		n := (size - tpch.ParamsSize) / tpch.RowSize
+		if n < 1 {
+			return nil, 0, tooSmall(tpch.ParamsSize + tpch.RowSize)
+		}
+		// SF 1 has about 6 M rows, more than MaxFuncSize holds.
+		g, err := tpch.NewGenerator(1, seed)
+		if err != nil {
+			return nil, 0, err
+		}
+		var rows []byte
+		for i := int64(0); len(rows) < n*tpch.RowSize; i += 256 {
+			rows = g.AppendRows(rows, i, i+256)
+		}
+		in = q.Input(rows[:n*tpch.RowSize])
+		return in, q.OutCap(len(in)), nil
 	case "":
 		return nil, 0, errors.New("bench: no function named")
 	}

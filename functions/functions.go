@@ -12,7 +12,10 @@
 //   - stats64, stats32 (compute): count, sum, min and max of u64s or u32s;
 //   - knn (compute): squared L2 distances of integer vectors to a target;
 //   - grep (compute): the rows of a text that contain a pattern;
-//   - bitmap (compute): expands a run-length-encoded bitmap.
+//   - bitmap (compute): expands a run-length-encoded bitmap;
+//   - tpch_q1, tpch_q6, tpch_q12, tpch_q14 (compute): the filter and
+//     projection (and for Q1 and Q6 the partial aggregation) of TPC-H
+//     queries over package tpch's LINEITEM rows, finished by tpch.Finish.
 package functions
 
 import (

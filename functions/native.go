@@ -27,6 +27,14 @@ func Native(name string) ComputeFunc {
 		return computeGrep
 	case "bitmap":
 		return computeBitmap
+	case "tpch_q1":
+		return computeTPCHQ1
+	case "tpch_q6":
+		return computeTPCHQ6
+	case "tpch_q12":
+		return computeTPCHQ12
+	case "tpch_q14":
+		return computeTPCHQ14
 	}
 	return nil
 }

@@ -36,7 +36,7 @@ func code(err error) int32 {
 }
 
 func TestNamesAndModules(t *testing.T) {
-	want := []string{"bitmap", "btree_lookup", "grep", "knn", "stats32", "stats64"}
+	want := []string{"bitmap", "btree_lookup", "grep", "knn", "stats32", "stats64", "tpch_q1", "tpch_q12", "tpch_q14", "tpch_q6"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}

@@ -140,6 +140,8 @@ func randomInput(r *rand.Rand, fn string) ([]byte, int) {
 			return in, r.IntN(need)
 		}
 		return in, need + r.IntN(4)
+	case "tpch_q1", "tpch_q6", "tpch_q12", "tpch_q14":
+		return randomTPCHInput(r, fn)
 	}
 	panic(fn)
 }

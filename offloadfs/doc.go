@@ -46,4 +46,29 @@
 // left by writes past the end are written as zeroes. This keeps the
 // extent map a plain list in file order, which is what pushdown requests
 // carry.
+//
+// # Keeping the target in step
+//
+// With Options.Remote (the namespace's target), a read-write mount runs a
+// synchronizer (sync.go): each commit hands it the inodes whose maps
+// changed, without waiting, and it pushes their committed maps to the
+// target in the background (Extent Map Put), the latest version of each
+// inode winning, retrying with backoff, and pushing everything again when
+// the target has lost its maps (a restart). Only committed maps are
+// pushed, so the target never holds a map a crash could take back.
+//
+// FS.Pushdown, File.LambdaRead and File.LambdaWrite (offload.go) follow
+// BPF-oF's rules end to end: a request is sent only if the target holds
+// exactly the files' current versions (as the synchronizer knows them);
+// the target refuses versions it does not hold; and when the request
+// completes the versions are compared again, its result discarded if any
+// changed. A request not sent, refused or discarded runs on the host
+// instead — the same module in a local sandbox, driven by the same
+// executor over the files' blocks — so callers get the same result either
+// way; Stats and Metrics count where requests ran and every mismatch.
+//
+// FS.Grant (grant.go) gives another host access to files' blocks for a
+// lease; until the grant is released or expires, the owner does not
+// truncate them away or overwrite them (ErrGranted), and a removed
+// granted file keeps its blocks until the grant ends.
 package offloadfs

@@ -28,6 +28,10 @@ type File struct {
 	read   bool
 	write  bool
 	append bool
+	// dir is the inode's type when opened, which cannot change while the
+	// handle is open (only its own Close can free the inode), so checks
+	// need not read the inode's fields, which a concurrent Close changes.
+	dir    bool
 	closed atomic.Bool
 
 	mu  sync.Mutex // guards pos
@@ -49,7 +53,7 @@ func (f *File) check(op string, write bool) error {
 			err = iofs.ErrClosed
 		}
 		f.fsys.mu.Unlock()
-	case f.in.typ == typeDir:
+	case f.dir:
 		err = ErrIsDir
 	case write && f.fsys.ro:
 		err = ErrReadOnly
@@ -90,7 +94,8 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 // WriteAt writes p at off, extending the file if needed (with zeroes
 // between the old end and off). On error (ErrNoSpace, say) the file's
 // size is unchanged; bytes overwritten inside the file may or may not
-// have been written, as on any disk.
+// have been written, as on any disk. A write starting in bytes granted
+// to another host fails with ErrGranted.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.check("write", true); err != nil {
 		return 0, err
@@ -104,6 +109,10 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	in := f.in
 	end := uint64(off) + uint64(len(p))
 	in.io.RLock()
+	if uint64(off) < in.grantEnd {
+		in.io.RUnlock()
+		return 0, pathErr("write", f.name, ErrGranted)
+	}
 	if end <= in.size {
 		// An overwrite: no metadata changes, nothing to wait for.
 		err := f.fsys.dataIO(in, p, uint64(off), true)
@@ -126,6 +135,9 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 func (f *File) writeLocked(p []byte, off uint64) error {
 	fsys, in := f.fsys, f.in
 	end := off + uint64(len(p))
+	if off < in.grantEnd {
+		return ErrGranted
+	}
 	if end <= in.size {
 		return fsys.dataIO(in, p, off, true)
 	}
@@ -230,6 +242,7 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 
 // Truncate changes the file's size. Shrinking frees the blocks past the
 // new end (including preallocated ones); growing allocates and zeroes.
+// Shrinking below bytes granted to another host fails with ErrGranted.
 func (f *File) Truncate(size int64) error {
 	if err := f.check("truncate", true); err != nil {
 		return err
@@ -249,6 +262,10 @@ func (f *File) truncate(size uint64) error {
 	defer in.io.Unlock()
 	if err := fsys.lockForChange(); err != nil {
 		return err
+	}
+	if size < in.grantEnd {
+		fsys.mu.Unlock()
+		return ErrGranted
 	}
 	old := in.size
 	if size <= old {
@@ -345,7 +362,7 @@ func (f *File) Extents() (pushdown.File, error) {
 	switch {
 	case f.closed.Load():
 		return pushdown.File{}, pathErr("extents", f.name, iofs.ErrClosed)
-	case f.in.typ == typeDir:
+	case f.dir:
 		return pushdown.File{}, pathErr("extents", f.name, ErrIsDir)
 	}
 	f.in.io.RLock()

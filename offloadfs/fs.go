@@ -10,6 +10,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
 )
 
 // Options configures a mount.
@@ -36,6 +39,31 @@ type Options struct {
 	// Logger receives mount, recovery and failure messages (default
 	// slog.Default()).
 	Logger *slog.Logger
+
+	// Remote is the target the device is on. With it, a read-write mount
+	// keeps the target's extent maps in step with its commits (a
+	// background synchronizer), sends the file-level function calls
+	// (Pushdown, LambdaRead, LambdaWrite) to the target when the target
+	// holds the files' current maps, and can grant files' blocks to other
+	// hosts (Grant). Without it, or on a read-only mount (whose host the
+	// target holds no maps for), function calls run on the host.
+	Remote Remote
+	// Loader loads registered functions at the target
+	// (RegisterFunction); *host.Controller is one.
+	Loader FunctionLoader
+	// Runtimes are the sandbox runtimes (sandbox/wasm, sandbox/ebpf)
+	// registered functions load into on the host, so a request the
+	// target cannot take runs here with the same result. The caller owns
+	// them and closes them after the file system.
+	Runtimes []sandbox.Runtime
+	// FunctionLimits bound functions run on the host. Give them the
+	// target's limits (the defaults, unless the target was configured
+	// otherwise), or a request could succeed on one side and fail on the
+	// other.
+	FunctionLimits sandbox.Limits
+	// Metrics, if set, receives the function-call, synchronizer and grant
+	// counters (NewMetrics). Stats has them regardless.
+	Metrics *Metrics
 }
 
 // Commit describes one committed metadata transaction.
@@ -64,7 +92,10 @@ type Change struct {
 //
 // Lock order: File.mu, then inode.io, then FS.commitMu, then FS.mu. The
 // data path takes only inode.io (shared), so I/O never waits for metadata
-// except on the file whose map is changing.
+// except on the file whose map is changing. On the target side, Grant.mu
+// comes before inode.io and FS.grantMu; the synchronizer's own mutex and
+// FS.grantMu are taken last. No call to the Remote is made holding any of
+// these but Grant.mu (a release) and a λ write's inode.io (shared).
 type FS struct {
 	dev     Device
 	sb      *superblock
@@ -104,6 +135,20 @@ type FS struct {
 	changes    map[uint64]changeRec
 	failed     error // set when a commit failed: no more changes
 	closed     bool
+	// closeStarted makes a second Close fail at once while the first
+	// releases grants and stops the synchronizer.
+	closeStarted bool
+
+	// The target side (offload.go, sync.go, grant.go).
+	syncer   *syncer // nil without a Remote, and on read-only mounts
+	funcs    functions
+	exec     pushdown.Executor
+	ctr      counters
+	grantSeq atomic.Uint64
+	grantMu  sync.Mutex // guards grants
+	grants   map[uint64]*Grant
+	grantWG  sync.WaitGroup // expiry goroutines
+	closing  chan struct{}  // closed when Close starts
 }
 
 type changeRec struct {
@@ -203,7 +248,12 @@ func Mount(ctx context.Context, dev Device, opts Options) (*FS, error) {
 		txn:       newTxn(),
 		changes:   map[uint64]changeRec{},
 		inoCursor: firstIno,
+		funcs:     functions{byID: map[sandbox.ID]*function{}},
+		exec:      pushdown.Executor{Limits: opts.FunctionLimits},
+		grants:    map[uint64]*Grant{},
+		closing:   make(chan struct{}),
 	}
+	fsys.grantSeq.Store(newGrantSeq())
 	fsys.specMin = max(1, (64<<10)/fsys.bs)
 	fsys.specMax = max(1, (1<<20)/fsys.bs)
 	logCap := sb.journalBlocks - 2
@@ -262,6 +312,11 @@ func Mount(ctx context.Context, dev Device, opts Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Remote != nil {
+		// Before the orphans' commit, so it reaches the queue; the
+		// goroutine starts once the mount has succeeded.
+		fsys.syncer = newSyncer(fsys, opts.Remote)
+	}
 	if err := fsys.reapOrphans(ctx); err != nil {
 		return nil, err
 	}
@@ -269,6 +324,9 @@ func Mount(ctx context.Context, dev Device, opts Options) (*FS, error) {
 		fsys.stopTimer = make(chan struct{})
 		fsys.timerDone = make(chan struct{})
 		go fsys.commitLoop(fsys.opts.CommitInterval)
+	}
+	if fsys.syncer != nil {
+		fsys.syncer.start()
 	}
 	return fsys, nil
 }
@@ -484,6 +542,9 @@ func (fsys *FS) commit(ctx context.Context, flushEmpty bool) error {
 	if fsys.opts.OnCommit != nil && len(changes) > 0 {
 		fsys.opts.OnCommit(Commit{Seq: seq, Changes: changes})
 	}
+	if fsys.syncer != nil && len(changes) > 0 {
+		fsys.syncer.enqueue(changes)
+	}
 	return nil
 }
 
@@ -561,14 +622,33 @@ func (fsys *FS) ChangedSince(seq uint64) ([]Change, uint64) {
 
 // Close commits outstanding changes and unmounts. Blocks speculatively
 // reserved past the end of open files are trimmed, and files removed
-// while open are freed; handles still open fail afterwards. Close does not
-// close the device.
+// while open are freed; handles still open fail afterwards. Grants still
+// live are released first, the synchronizer stops (the next mount pushes
+// every map again), and registered functions are unloaded from the host
+// runtimes. Close does not close the device.
 func (fsys *FS) Close() error {
 	fsys.mu.Lock()
-	if fsys.closed {
+	if fsys.closed || fsys.closeStarted {
 		fsys.mu.Unlock()
 		return iofs.ErrClosed
 	}
+	fsys.closeStarted = true
+	fsys.mu.Unlock()
+	var errs []error
+	if !fsys.ro {
+		errs = append(errs, fsys.releaseAll())
+	}
+	if fsys.syncer != nil {
+		fsys.syncer.close()
+	}
+	errs = append(errs, fsys.funcs.close(context.Background()))
+	errs = append(errs, fsys.unmount())
+	return errors.Join(errs...)
+}
+
+// unmount is Close's file-system part.
+func (fsys *FS) unmount() error {
+	fsys.mu.Lock()
 	if fsys.ro {
 		fsys.closed = true
 		fsys.down.Store(true)

@@ -36,9 +36,16 @@ type inode struct {
 	alloc     uint64   // blocks in ext
 	extBlocks []uint64 // extent block chain
 
-	refs   int       // open handles
+	refs   int       // open handles, and grants (which hold the inode open)
 	orphan bool      // removed while open: in the orphan directory
 	dir    *dirState // directory entries, once loaded
+
+	// grantEnd is how many of the file's first bytes live grants cover:
+	// they may not be truncated away or overwritten (grant.go). grantBy
+	// has each grant's bytes, by grant ID. Both change with io held
+	// exclusively and FS.mu held, like the extent map.
+	grantEnd uint64
+	grantBy  map[uint64]uint64
 }
 
 // record returns the inode as stored.

@@ -173,6 +173,7 @@ func (fsys *FS) openFile(name string, flag int) (*File, error) {
 		read:   flag&os.O_WRONLY == 0,
 		write:  write,
 		append: flag&os.O_APPEND != 0,
+		dir:    in.typ == typeDir,
 	}, nil
 }
 

@@ -22,6 +22,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "bench", Short: "Reproducible benchmarks that run nearstore and a baseline side by side"}
 	cmd.AddCommand(newBenchBlockIOCmd(g))
 	cmd.AddCommand(newBenchFuncCmd(g))
+	cmd.AddCommand(newBenchBTreeCmd(g))
+	cmd.AddCommand(newBenchFSCmd(g))
 	return cmd
 }
 

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/nearstore/nearstore/bench"
+	"github.com/nearstore/nearstore/kv/btree"
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+func newBenchBTreeCmd(g *globals) *cobra.Command {
+	var (
+		keys, mode, sweep, device, rt    string
+		plotFile, cpuprof                string
+		clientCPUs, serverCPUs           string
+		fanout, levels, valueSize, cache int
+		repeat, queues                   int
+		threads                          []int
+		dur                              time.Duration
+		inProcess, asJSON, quiet         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "btree",
+		Short: "BPF-KV on nearstore: B+-tree lookups read by the host against pushed down to the target",
+		Long: `btree measures BPF-KV point lookups two ways on the same tree. A target
+serves a device (RAM, or an SSD simulated with NAND's or Optane's latency);
+the host makes an offloadfs on it and bulk-loads a B+-tree of --keys keys in
+BPF-KV's format (512-byte nodes, 64-byte values in a value log), caching the
+top --cache-levels levels in memory. Then it looks up random keys from
+--threads goroutines, one lookup in flight each, checking every value:
+
+  plain     the host reads each uncached node, then the value: one NVMe read
+            (one network round trip) per level;
+  pushdown  one Pushdown Read per lookup runs btree_lookup at the target from
+            the first uncached level down and into the value log.
+
+For each mode and thread count it reports throughput, p50/p99 latency, round
+trips per lookup (the target's command counters), CPU per lookup on the host
+and on the target, and network bytes per lookup. Throughput is compared at
+saturation: --sweep raises the threads until a mode's throughput stops
+growing (auto: doubling from 1 until three points add less than 5%), and the
+report and the plot show the whole curve.
+
+By default the target runs as its own process ("nearstore target serve"), so
+its CPU time is its own; pin it and this process to different CPUs with
+--server-cpus and --client-cpus on a small machine. --fanout 0 picks the
+largest fanout that makes the tree --levels deep (6 levels from a million
+keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
+		Example: `  nearstore bench btree --mode both --cache-levels 0 --sweep auto --device nand --server-cpus 1 --client-cpus 0 --plot btree.png
+  nearstore bench btree --keys 1Mi --cache-levels 3 --threads 64 --duration 5s --json
+  nearstore bench btree --device mem --mode pushdown --runtime ebpf --in-process --cpuprofile host.pprof`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			n, err := parseCount(keys)
+			if err != nil {
+				return fmt.Errorf("--keys: %w", err)
+			}
+			cfg := bench.BTreeConfig{
+				Keys: n, Fanout: fanout, MinLevels: levels, ValueSize: valueSize, CacheLevels: cache,
+				Threads: threads, Duration: dur, Repeat: repeat, Device: device, Queues: queues,
+			}
+			if cfg.Modes, err = parseModes(mode); err != nil {
+				return err
+			}
+			switch rt {
+			case "wasm":
+				cfg.Runtime = sandbox.KindWasm
+			case "ebpf":
+				cfg.Runtime = sandbox.KindEBPF
+			default:
+				return fmt.Errorf("--runtime %q: want wasm or ebpf", rt)
+			}
+			switch s := strings.TrimSpace(sweep); s {
+			case "":
+			case "auto":
+				cfg.AutoSweep = true
+			default:
+				if cfg.Threads, err = parseInts(s); err != nil {
+					return fmt.Errorf("--sweep: %w", err)
+				}
+			}
+			if !inProcess {
+				if cfg.TargetExe, err = os.Executable(); err != nil {
+					return fmt.Errorf("finding the nearstore binary to run the target: %w", err)
+				}
+				cfg.ServerCPUs = serverCPUs
+			} else if serverCPUs != "" {
+				return errors.New("--server-cpus needs the target in its own process (drop --in-process)")
+			}
+			// The host library logs every connect and close at info; keep
+			// the progress display clean unless asked for more.
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if cmd.Flag("log-level").Changed {
+				cfg.Logger = g.logger()
+			}
+			var pinning []string
+			if clientCPUs != "" {
+				if err := bench.PinProcess(clientCPUs); err != nil {
+					return err
+				}
+				// GOMAXPROCS follows the CPUs this process may use.
+				runtime.GOMAXPROCS(countCPUs(clientCPUs))
+				pinning = append(pinning, "host (this process) on CPUs "+clientCPUs)
+			}
+			if cfg.ServerCPUs != "" {
+				pinning = append(pinning, "target on CPUs "+cfg.ServerCPUs)
+			}
+			if cpuprof != "" {
+				f, err := os.Create(cpuprof)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			if !quiet {
+				stderr := cmd.ErrOrStderr()
+				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
+				var p *mpb.Progress
+				var bar *mpb.Bar
+				cfg.LoadProgress = func(done, total int64) {
+					if p == nil {
+						p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(200*time.Millisecond))
+						bar = p.AddBar(total,
+							mpb.PrependDecorators(decor.Name("load "), decor.CountersNoUnit("%d / %d keys")),
+							mpb.AppendDecorators(decor.Percentage()))
+					}
+					bar.SetCurrent(done)
+					if done >= total {
+						bar.SetTotal(total, true)
+						p.Wait()
+						p = nil
+					}
+				}
+				cfg.RunBar = lookupBar
+			}
+			rep, err := bench.RunBTree(ctx, cfg)
+			if rep == nil || len(rep.Points) == 0 {
+				return err
+			}
+			rep.Machine.Pinning = strings.Join(pinning, "; ")
+			// A sweep that failed part way prints what it measured.
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if perr := enc.Encode(rep); perr != nil {
+					return errors.Join(err, perr)
+				}
+			} else if perr := bench.WriteBTreeTable(out, rep); perr != nil {
+				return errors.Join(err, perr)
+			}
+			if err != nil {
+				return err
+			}
+			if plotFile != "" {
+				if err := bench.SaveBTreePlot(plotFile, rep); err != nil {
+					return err
+				}
+				if !asJSON {
+					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&keys, "keys", "1Mi", "keys to load (1000000, 1M, 1Mi, 64k, ...)")
+	f.IntVar(&fanout, "fanout", 0, "most keys per node, 2 to 31 (0: the largest that gives --levels levels)")
+	f.IntVar(&levels, "levels", bench.DefaultBTreeMinLevels, "tree depth --fanout 0 aims for")
+	f.IntVar(&valueSize, "value-size", btree.DefaultValueSize, "value size in bytes")
+	f.IntVar(&cache, "cache-levels", 0, "top levels cached on the host (0: none)")
+	f.StringVar(&mode, "mode", "both", "plain, pushdown or both")
+	f.IntSliceVar(&threads, "threads", []int{bench.DefaultBTreeThreads}, "lookups in flight (goroutines); a list measures each")
+	f.StringVar(&sweep, "sweep", "", `thread counts to sweep ("1,4,16,64") or "auto"; overrides --threads`)
+	f.DurationVar(&dur, "duration", 3*time.Second, "length of each run")
+	f.IntVar(&repeat, "repeat", 3, "runs per mode and thread count (medians are reported)")
+	f.StringVar(&device, "device", bench.DeviceNAND, "target device: mem, nand or optane (simulated SSDs)")
+	f.StringVar(&rt, "runtime", "ebpf", "btree_lookup's runtime at the target: ebpf or wasm")
+	f.IntVar(&queues, "queues", 1, "host I/O queues (TCP connections)")
+	f.BoolVar(&inProcess, "in-process", false, "run the target in this process (CPU per side is then not separable)")
+	f.StringVar(&clientCPUs, "client-cpus", "", "pin this process (the host) to these CPUs (taskset list)")
+	f.StringVar(&serverCPUs, "server-cpus", "", "pin the target process to these CPUs (taskset list)")
+	f.StringVar(&plotFile, "plot", "", "write throughput against p99 latency to this file (.png, .svg or .pdf)")
+	f.StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file")
+	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
+	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	return cmd
+}
+
+// lookupBar shows one run's progress on stderr: elapsed time against the
+// run's length, and the live lookup rate.
+func lookupBar(name string, d time.Duration) (func(time.Duration, int64), func()) {
+	p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(30), mpb.WithRefreshRate(200*time.Millisecond))
+	total := d.Milliseconds()
+	var rate string
+	bar := p.AddBar(total,
+		mpb.PrependDecorators(decor.Name(name+" ")),
+		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string { return rate })),
+	)
+	var lastOps int64
+	var lastT time.Duration
+	update := func(el time.Duration, ops int64) {
+		if dt := el - lastT; dt > 0 {
+			rate = fmt.Sprintf(" %8.0f lookups/s", float64(ops-lastOps)/dt.Seconds())
+		}
+		lastOps, lastT = ops, el
+		bar.SetCurrent(min(el.Milliseconds(), total))
+	}
+	end := func() {
+		bar.SetTotal(total, true)
+		p.Wait()
+	}
+	return update, end
+}
+
+// parseModes reads plain, pushdown or both.
+func parseModes(s string) ([]btree.Mode, error) {
+	if strings.TrimSpace(s) == "both" {
+		return []btree.Mode{btree.Plain, btree.Pushdown}, nil
+	}
+	m, err := btree.ParseMode(s)
+	if err != nil {
+		return nil, fmt.Errorf("--mode %q: want plain, pushdown or both", s)
+	}
+	return []btree.Mode{m}, nil
+}
+
+// parseCount reads a count with an optional suffix: k, M, G (powers of
+// 1000) or Ki, Mi, Gi (powers of 1024).
+func parseCount(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, mult = v, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("bad count %q", s)
+	}
+	return n * mult, nil
+}
+
+// parseInts reads a comma-separated list of positive integers.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for part := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(part))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad count %q in %q", part, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// countCPUs counts the CPUs in a taskset list ("0", "0-3", "0,2"),
+// at least 1.
+func countCPUs(list string) int {
+	n := 0
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
+		a, err1 := strconv.Atoi(lo)
+		b := a
+		var err2 error
+		if isRange {
+			b, err2 = strconv.Atoi(hi)
+		}
+		if err1 == nil && err2 == nil && b >= a {
+			n += b - a + 1
+		}
+	}
+	return max(n, 1)
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nearstore/nearstore/bench"
+	"github.com/nearstore/nearstore/volume"
+)
+
+// newBenchFSCmd benchmarks file I/O through offloadfs against raw namespace I/O.
+func newBenchFSCmd(g *globals) *cobra.Command {
+	var (
+		repeat, queues                  int
+		dur, metaDur, slice             time.Duration
+		fileSize, plotFile, cpuprof     string
+		clientCPUs, serverCPUs, configs string
+		inProcess, noMeta, asJSON       bool
+		quiet                           bool
+	)
+	cmd := &cobra.Command{
+		Use:   "fs",
+		Short: "File I/O through offloadfs against raw namespace I/O, and metadata operations",
+		Long: `fs measures what the file system costs on the data path. "nearstore target
+serve" runs as its own process with two memory namespaces of the same size;
+this process connects over NVMe/TCP, makes an offloadfs on the first and
+writes one file of --file-size bytes, and writes the same number of bytes
+at the start of the second. Each case then runs its threads of
+synchronous I/O (ReadAt/WriteAt) on the file and on the raw region, the
+two taking turns in slices of --slice (ABBA order) so that a busy machine
+slows both alike, for --duration each, --repeat times; writes overwrite
+the file in place. The table gives medians and the ratio of the file's
+throughput to the raw namespace's; the bar is 0.9. Metadata operations
+(create+sync, create, stat, rename, remove) are measured after, one
+goroutine.
+
+Cases are RW:BS:THREADS; the default is {read, write} 1m and {randread,
+randwrite} 4k, each at 1 and 32 threads.`,
+		Example: `  nearstore bench fs --repeat 3 --plot docs/img/fs.png
+  nearstore bench fs --configs randread:4k:32,read:1m:32 --duration 5s --json
+  nearstore bench fs --no-meta --server-cpus 1 --client-cpus 0`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			out := cmd.OutOrStdout()
+			n, err := volume.ParseSize(fileSize)
+			if err != nil {
+				return fmt.Errorf("--file-size: %w", err)
+			}
+			cfg := bench.FSConfig{
+				FileSize: n, Queues: queues, Duration: dur, Repeat: repeat, Slice: slice,
+				MetaDuration: metaDur, SkipMeta: noMeta,
+			}
+			if strings.TrimSpace(configs) != "" {
+				for part := range strings.SplitSeq(configs, ",") {
+					c, err := bench.ParseFSCase(part)
+					if err != nil {
+						return err
+					}
+					cfg.Cases = append(cfg.Cases, c)
+				}
+			}
+			if !inProcess {
+				if cfg.TargetExe, err = os.Executable(); err != nil {
+					return fmt.Errorf("finding the nearstore binary to run the target: %w", err)
+				}
+				cfg.ServerCPUs = serverCPUs
+			} else if serverCPUs != "" {
+				return errors.New("--server-cpus needs the target in its own process (drop --in-process)")
+			}
+			// The host library logs every connect and close at info; keep
+			// the progress display clean unless asked for more.
+			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if cmd.Flag("log-level").Changed {
+				cfg.Logger = g.logger()
+			}
+			var pinning []string
+			if clientCPUs != "" {
+				if err := bench.PinProcess(clientCPUs); err != nil {
+					return err
+				}
+				runtime.GOMAXPROCS(countCPUs(clientCPUs))
+				pinning = append(pinning, "host (this process) on CPUs "+clientCPUs)
+			}
+			if cfg.ServerCPUs != "" {
+				pinning = append(pinning, "target on CPUs "+cfg.ServerCPUs)
+			}
+			if cpuprof != "" {
+				f, err := os.Create(cpuprof)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			if !quiet {
+				stderr := cmd.ErrOrStderr()
+				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
+			}
+			rep, err := bench.RunFS(ctx, cfg)
+			if rep != nil {
+				rep.Machine.Pinning = strings.Join(pinning, "; ")
+			}
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else if err := bench.WriteFSTable(out, rep); err != nil {
+				return err
+			}
+			if plotFile != "" {
+				if err := bench.SaveFSPlot(plotFile, rep); err != nil {
+					return err
+				}
+				if !asJSON {
+					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&fileSize, "file-size", "256MiB", "size of the file, and of the raw region")
+	f.StringVar(&configs, "configs", "", "cases as RW:BS:THREADS, comma separated (default: the issue's eight)")
+	f.DurationVar(&dur, "duration", 4*time.Second, "length of each run (per side)")
+	f.IntVar(&repeat, "repeat", 3, "runs per case and side (medians are reported)")
+	f.DurationVar(&slice, "slice", 250*time.Millisecond, "the sides take turns in slices of this length within each run")
+	f.IntVar(&queues, "queues", 2, "host I/O queues (TCP connections), shared by both sides")
+	f.DurationVar(&metaDur, "meta-duration", time.Second, "length of each metadata run")
+	f.BoolVar(&noMeta, "no-meta", false, "leave out the metadata operations")
+	f.BoolVar(&inProcess, "in-process", false, "run the target in this process")
+	f.StringVar(&clientCPUs, "client-cpus", "", "pin this process (the host) to these CPUs (taskset list)")
+	f.StringVar(&serverCPUs, "server-cpus", "", "pin the target process to these CPUs (taskset list)")
+	f.StringVar(&plotFile, "plot", "", "write the ratios to this file (.png, .svg or .pdf)")
+	f.StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file")
+	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
+	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	return cmd
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+
+	"github.com/nearstore/nearstore/bench"
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/kv/btree"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+func newKVCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kv",
+		Short: "BPF-KV on a target: load a B+-tree into an offloadfs, look keys up plainly or pushed down",
+		Long: `kv drives kv/btree against a running target. "kv load" makes an offloadfs on
+the namespace (with --mkfs) and bulk-loads a tree of synthetic entries: key i
+is 2(i+1), its value the functions package's test pattern for the key.
+"kv get" and "kv range" mount the file system read-only, so any number of
+hosts can read while one owns it, and look keys up either by reading the
+tree over NVMe/TCP (--mode plain) or with one pushdown per lookup (--mode
+pushdown, the default).`,
+	}
+	cmd.AddCommand(newKVLoadCmd(g), newKVGetCmd(g), newKVRangeCmd(g))
+	return cmd
+}
+
+// kvFlags are the flags every kv subcommand shares.
+type kvFlags struct {
+	conn
+	dir, mode, rt string
+	cache         int
+}
+
+func (k *kvFlags) register(cmd *cobra.Command, lookups bool) {
+	k.flags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&k.dir, "dir", "bpfkv", "the store's directory in the file system")
+	if lookups {
+		f.StringVar(&k.mode, "mode", "pushdown", "plain or pushdown")
+		f.IntVar(&k.cache, "cache-levels", 0, "top levels of the tree cached on the host")
+	}
+	f.StringVar(&k.rt, "runtime", "ebpf", "btree_lookup's runtime at the target: ebpf or wasm")
+}
+
+func (k *kvFlags) runtime() (sandbox.Kind, error) {
+	switch k.rt {
+	case "wasm":
+		return sandbox.KindWasm, nil
+	case "ebpf":
+		return sandbox.KindEBPF, nil
+	}
+	return 0, fmt.Errorf("--runtime %q: want wasm or ebpf", k.rt)
+}
+
+// open connects, mounts (read-only unless rw) and opens the store.
+func (k *kvFlags) open(ctx context.Context, g *globals, rw bool) (*btree.Store, btree.Mode, func(), error) {
+	var mode btree.Mode
+	if k.mode != "" {
+		m, err := btree.ParseMode(k.mode)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		mode = m
+	}
+	rt, err := k.runtime()
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	ctrl, ns, err := k.conn.open(ctx, g, host.Options{})
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{ReadOnly: !rw, Logger: g.logger()})
+	if err != nil {
+		ctrl.Close()
+		return nil, 0, nil, err
+	}
+	s, err := btree.Open(ctx, fsys, k.dir, btree.Options{
+		CacheLevels: k.cache, Pusher: btree.RawPusher{NS: ns}, Loader: ctrl, Runtime: rt, Logger: g.logger(),
+	})
+	if err != nil {
+		fsys.Close()
+		ctrl.Close()
+		return nil, 0, nil, err
+	}
+	return s, mode, func() { s.Close(); fsys.Close(); ctrl.Close() }, nil
+}
+
+func newKVLoadCmd(g *globals) *cobra.Command {
+	var (
+		k                 kvFlags
+		keys              string
+		fanout, valueSize int
+		mkfs              bool
+	)
+	cmd := &cobra.Command{
+		Use:     "load",
+		Short:   "Bulk-load a tree of synthetic entries into the namespace's offloadfs",
+		Example: `  nearstore kv load --addr 127.0.0.1:4420 --nqn nqn.2026-11.io.nearstore:vol1 --mkfs --keys 1M --fanout 15`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			n, err := parseCount(keys)
+			if err != nil {
+				return fmt.Errorf("--keys: %w", err)
+			}
+			rt, err := k.runtime()
+			if err != nil {
+				return err
+			}
+			ctrl, ns, err := k.conn.open(ctx, g, host.Options{QueueDepth: 32})
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			if mkfs {
+				if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
+					return err
+				}
+			}
+			fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{Logger: g.logger()})
+			if err != nil {
+				if errors.Is(err, offloadfs.ErrNotFormatted) {
+					return fmt.Errorf("%w (add --mkfs to make one)", err)
+				}
+				return err
+			}
+			defer fsys.Close()
+			p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(100*time.Millisecond))
+			bar := p.AddBar(n, mpb.PrependDecorators(decor.Name("load "), decor.CountersNoUnit("%d / %d keys")),
+				mpb.AppendDecorators(decor.Percentage(), decor.Name(" "), decor.EwmaETA(decor.ET_STYLE_GO, 30)))
+			start := time.Now()
+			s, err := btree.Create(ctx, fsys, k.dir, n, func(i int64, v []byte) (uint64, error) {
+				key := bench.BTreeKey(i)
+				bench.PutBTreeValue(v, key)
+				return key, nil
+			}, btree.Options{
+				Fanout: fanout, ValueSize: valueSize, Pusher: btree.RawPusher{NS: ns}, Loader: ctrl, Runtime: rt, Logger: g.logger(),
+				Progress: func(done, _ int64) { bar.EwmaSetCurrent(done, time.Since(start)) },
+			})
+			if err != nil {
+				bar.Abort(false)
+				p.Wait()
+				return err
+			}
+			bar.SetTotal(n, true)
+			p.Wait()
+			defer s.Close()
+			info := s.Info()
+			fmt.Fprintf(cmd.OutOrStdout(), "loaded %d keys into %s in %.1fs: %d levels of fanout %d, %d-byte values (index %d bytes, values %d bytes); keys are 2, 4, …, %d\n",
+				info.Keys, k.dir, time.Since(start).Seconds(), info.Depth, info.Fanout, info.ValueSize, info.IndexBytes, info.ValueBytes, bench.BTreeKey(n-1))
+			return nil
+		},
+	}
+	k.register(cmd, false)
+	f := cmd.Flags()
+	f.StringVar(&keys, "keys", "1M", "entries to load (1000000, 1M, 1Mi, ...)")
+	f.IntVar(&fanout, "fanout", btree.DefaultFanout, "most keys per node, 2 to 31")
+	f.IntVar(&valueSize, "value-size", btree.DefaultValueSize, "value size in bytes")
+	f.BoolVar(&mkfs, "mkfs", false, "make a new file system on the namespace first (destroys what is there)")
+	return cmd
+}
+
+func newKVGetCmd(g *globals) *cobra.Command {
+	var k kvFlags
+	cmd := &cobra.Command{
+		Use:     "get KEY...",
+		Short:   "Look keys up; prints each value in hex",
+		Example: `  nearstore kv get --addr 127.0.0.1:4420 --nqn nqn.2026-11.io.nearstore:vol1 --mode pushdown 2 4 5`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			s, mode, closeAll, err := k.open(ctx, g, false)
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			out := cmd.OutOrStdout()
+			var missing int
+			for _, a := range args {
+				key, err := strconv.ParseUint(a, 0, 64)
+				if err != nil {
+					return fmt.Errorf("key %q: %w", a, err)
+				}
+				v, err := s.Get(ctx, mode, key)
+				switch {
+				case errors.Is(err, btree.ErrNotFound):
+					missing++
+					fmt.Fprintf(out, "%d\tnot found\n", key)
+				case err != nil:
+					return err
+				default:
+					fmt.Fprintf(out, "%d\t%s\n", key, hex.EncodeToString(v))
+				}
+			}
+			st := s.Stats()
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d round trips (%d reads, %d pushdowns, %d fallbacks)\n", mode, st.Reads+st.Pushdowns, st.Reads, st.Pushdowns, st.Fallbacks)
+			if missing > 0 {
+				return fmt.Errorf("%d of %d keys not found", missing, len(args))
+			}
+			return nil
+		},
+	}
+	k.register(cmd, true)
+	return cmd
+}
+
+func newKVRangeCmd(g *globals) *cobra.Command {
+	var (
+		k     kvFlags
+		limit int
+	)
+	cmd := &cobra.Command{
+		Use:     "range LO HI",
+		Short:   "List the keys in [LO, HI] with their values",
+		Example: `  nearstore kv range --addr 127.0.0.1:4420 --nqn nqn.2026-11.io.nearstore:vol1 --limit 10 1000 2000`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			lo, err := strconv.ParseUint(args[0], 0, 64)
+			if err != nil {
+				return fmt.Errorf("LO %q: %w", args[0], err)
+			}
+			hi, err := strconv.ParseUint(args[1], 0, 64)
+			if err != nil {
+				return fmt.Errorf("HI %q: %w", args[1], err)
+			}
+			s, mode, closeAll, err := k.open(ctx, g, false)
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			out := cmd.OutOrStdout()
+			n := 0
+			err = s.Scan(ctx, mode, lo, hi, limit, func(key uint64, v []byte) error {
+				n++
+				_, err := fmt.Fprintf(out, "%d\t%s\n", key, hex.EncodeToString(v))
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			st := s.Stats()
+			fmt.Fprintf(cmd.ErrOrStderr(), "%d entries; %s: %d round trips (%d reads, %d pushdowns, %d fallbacks)\n", n, mode, st.Reads+st.Pushdowns, st.Reads, st.Pushdowns, st.Fallbacks)
+			return nil
+		},
+	}
+	k.register(cmd, true)
+	cmd.Flags().IntVar(&limit, "limit", 0, "most entries (0: all)")
+	return cmd
+}

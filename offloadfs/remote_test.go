@@ -1,0 +1,560 @@
+package offloadfs_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	iofs "io/fs"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// The file system is a pusher for kv/btree (btree.Pusher has exactly this
+// method); the assertion keeps the signature from drifting.
+var _ interface {
+	Pushdown(ctx context.Context, fn sandbox.ID, files []*offloadfs.File, start host.Start, scratch []byte) (pushdown.Result, error)
+} = (*offloadfs.FS)(nil)
+
+// TestSyncCommittedOnly: the synchronizer pushes maps in the background,
+// and only maps whose metadata is committed: every version the target
+// ever receives was reported committed first, whatever the writers do
+// meanwhile. After SyncRemote the target holds every file's current map.
+func TestSyncCommittedOnly(t *testing.T) {
+	var mu sync.Mutex
+	committed := map[uint64]uint64{} // inode → highest committed version
+	var bad []string
+	e := newRemoteEnv(t, func(o *offloadfs.Options) {
+		o.OnCommit = func(c offloadfs.Commit) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ch := range c.Changes {
+				committed[ch.Ino] = max(committed[ch.Ino], ch.Version)
+			}
+		}
+	})
+	e.target.mu.Lock()
+	e.target.onPut = func(u pushdown.MapUpdate) {
+		mu.Lock()
+		defer mu.Unlock()
+		if u.Version > committed[u.ID] {
+			bad = append(bad, "inode "+itoa(u.ID)+" version "+itoa(u.Version)+" pushed before it was committed")
+		}
+	}
+	e.target.mu.Unlock()
+
+	var wg sync.WaitGroup
+	files := make([]*offloadfs.File, 4)
+	for i := range files {
+		files[i], _ = e.create("f"+itoa(uint64(i)), 1, 512)
+	}
+	for i, f := range files {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := bytes.Repeat([]byte{byte(i)}, 3000)
+			for k := range 60 {
+				if _, err := f.Write(buf); err != nil {
+					t.Error(err)
+					return
+				}
+				if k%7 == 0 {
+					if err := f.Truncate(int64(k * 100)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				if k%10 == 0 {
+					if err := e.fsys.Sync(context.Background()); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	e.syncRemote()
+	mu.Lock()
+	for _, b := range bad {
+		t.Error(b)
+	}
+	mu.Unlock()
+	for _, f := range files {
+		m, err := f.Extents()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h, ok := e.target.held(m.ID)
+		if !ok || h.Version != m.Version || h.Size != m.Size || !slices.Equal(h.Extents, m.Extents) {
+			t.Errorf("inode %d: the target holds version %d (%d bytes, %d extents), the file is at %d (%d bytes, %d extents)",
+				m.ID, h.Version, h.Size, len(h.Extents), m.Version, m.Size, len(m.Extents))
+		}
+	}
+	// An uncommitted change stays away from the target.
+	f := files[0]
+	before, _ := f.Extents()
+	if _, err := f.Write(make([]byte, 5000)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if h, _ := e.target.held(before.ID); h.Version != before.Version {
+		t.Errorf("the target got version %d of an uncommitted change (committed: %d)", h.Version, before.Version)
+	}
+	if s := e.fsys.Stats(); s.MapsPut == 0 {
+		t.Errorf("stats count no maps put: %+v", s)
+	}
+}
+
+// TestSyncRemovals: a removed file's removal reaches the target (with the
+// freed inode's version, a floor against late maps), and so does a file
+// removed while open once its last handle closes.
+func TestSyncRemovals(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	f, ino := e.create("gone", 1, 4096)
+	e.syncRemote()
+	if _, ok := e.target.held(ino); !ok {
+		t.Fatal("the target holds no map of the new file")
+	}
+	if err := e.fsys.Remove("gone"); err != nil {
+		t.Fatal(err)
+	}
+	e.syncRemote()
+	if _, ok := e.target.held(ino); !ok {
+		t.Fatal("the map went while the file was still open")
+	}
+	f.Close()
+	e.syncRemote()
+	if _, ok := e.target.held(ino); ok {
+		t.Fatal("the target still holds the map of a freed inode")
+	}
+	vs, _ := e.target.ExtentMapVersions(context.Background(), []uint64{ino})
+	if vs[0] != 0 {
+		t.Fatalf("versions held: %v", vs)
+	}
+}
+
+// TestSyncRetries: pushes that fail are retried until they go through.
+func TestSyncRetries(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	e.syncRemote()
+	e.target.failPuts.Store(3)
+	_, ino := e.create("f", 1, 4096)
+	e.syncRemote()
+	if _, ok := e.target.held(ino); !ok {
+		t.Fatal("the map never arrived")
+	}
+	if s := e.fsys.Stats(); s.SyncErrors < 3 {
+		t.Fatalf("sync errors %d, want at least 3", s.SyncErrors)
+	}
+}
+
+// TestSyncReplacesForeignMaps: maps the target holds from an earlier
+// file system on the namespace, at higher versions, are replaced rather
+// than left to shadow the new ones.
+func TestSyncReplacesForeignMaps(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	f, ino := e.create("f", 1, 4096)
+	e.target.setMap(pushdown.MapUpdate{File: pushdown.File{ID: ino, Version: 1 << 40, Size: 512, Extents: []pushdown.Extent{{LBA: 1, Blocks: 1}}}})
+	e.syncRemote()
+	m, _ := f.Extents()
+	if h, _ := e.target.held(ino); h.Version != m.Version {
+		t.Fatalf("the target holds version %d, the file is at %d", h.Version, m.Version)
+	}
+	if got := e.stampAt(f, 512); got != (stampRec{ino, 1, 512}) {
+		t.Fatalf("stamp %+v", got)
+	}
+	if s := e.fsys.Stats(); s.Remote != 1 {
+		t.Fatalf("stats %+v: want the pushdown served remotely", s)
+	}
+}
+
+// TestPushdownWhereItRuns: a pushdown runs on the host until the target
+// holds the file's version, then at the target; a change not yet pushed
+// sends it back to the host. The results are the same either way.
+func TestPushdownWhereItRuns(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newRemoteEnv(t, func(o *offloadfs.Options) { o.Metrics = offloadfs.NewMetrics(reg) })
+	e.syncRemote()
+	f, ino := e.create("f", 7, 64<<10)
+	want := stampRec{ino, 7, 4096}
+	if got := e.stampAt(f, 4096); got != want {
+		t.Fatalf("host: stamp %+v, want %+v", got, want)
+	}
+	s := e.fsys.Stats()
+	if s.NotSynced != 1 || s.Fallbacks != 1 || s.Sent != 0 {
+		t.Fatalf("before sync: %+v", s)
+	}
+	e.syncRemote()
+	ran := e.target.ran.Load()
+	if got := e.stampAt(f, 4096); got != want {
+		t.Fatalf("target: stamp %+v, want %+v", got, want)
+	}
+	if e.target.ran.Load() != ran+1 {
+		t.Fatal("the pushdown did not run at the target")
+	}
+	// Two files in one request: the second read goes to file 1.
+	g, gino := e.create("g", 9, 8192)
+	e.syncRemote()
+	res, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f, g}, host.Start{Offset: 0, Length: stampSize}, stampScratch(4096, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := parseStamp(res.Output[64:])
+	b, _ := parseStamp(res.Output[96:])
+	if a != (stampRec{ino, 7, 0}) || b != (stampRec{gino, 9, 4096}) {
+		t.Fatalf("two files: %+v, %+v", a, b)
+	}
+	// Appending changes the map: until committed and pushed, host again.
+	if _, err := f.WriteAt(stamped(ino, 7, 8192, 512)[:4096], 64<<10); err != nil {
+		t.Fatal(err)
+	}
+	s = e.fsys.Stats()
+	if got := e.stampAt(f, 4096); got != want {
+		t.Fatalf("after append: stamp %+v", got)
+	}
+	if s2 := e.fsys.Stats(); s2.NotSynced != s.NotSynced+1 || s2.Fallbacks != s.Fallbacks+1 {
+		t.Fatalf("after append: %+v, before %+v", s2, s)
+	}
+	if got := counterValue(t, reg, "nearstore_offloadfs_version_mismatches_total", map[string]string{"op": "pushdown", "when": "before"}); got != 2 {
+		t.Fatalf("mismatch metric: %v, want 2", got)
+	}
+}
+
+// counterValue sums the samples of a counter in reg whose labels include
+// want.
+func counterValue(t testing.TB, reg *prometheus.Registry, name string, want map[string]string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// TestPushdownStaleAfterRestart: a target that lost its maps refuses the
+// next request as stale; the request runs on the host, the synchronizer
+// finds the loss and pushes every map again, and requests go to the
+// target again.
+func TestPushdownStaleAfterRestart(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	f, ino := e.create("f", 3, 8192)
+	g, _ := e.create("g", 4, 8192)
+	e.syncRemote()
+	e.target.forget()
+	if got := e.stampAt(f, 512); got != (stampRec{ino, 3, 512}) {
+		t.Fatalf("stamp %+v", got)
+	}
+	s := e.fsys.Stats()
+	if s.Stale != 1 || s.Fallbacks != 1 {
+		t.Fatalf("after the restart: %+v", s)
+	}
+	e.syncRemote()
+	if s := e.fsys.Stats(); s.Resyncs != 1 {
+		t.Fatalf("resyncs %d, want 1", s.Resyncs)
+	}
+	for _, x := range []*offloadfs.File{f, g} {
+		m, _ := x.Extents()
+		if h, ok := e.target.held(m.ID); !ok || h.Version != m.Version {
+			t.Fatalf("inode %d not pushed again", m.ID)
+		}
+	}
+	ran := e.target.ran.Load()
+	e.stampAt(f, 0)
+	if e.target.ran.Load() != ran+1 {
+		t.Fatal("requests did not go back to the target")
+	}
+	// A target that lost its functions: the request runs on the host, and
+	// the function is loaded there again.
+	e.target.unload()
+	if got := e.stampAt(f, 1024); got != (stampRec{ino, 3, 1024}) {
+		t.Fatalf("stamp %+v", got)
+	}
+	ran = e.target.ran.Load()
+	e.stampAt(f, 0)
+	if e.target.ran.Load() != ran+1 {
+		t.Fatal("the function was not loaded at the target again")
+	}
+}
+
+// TestPushdownDiscarded: a file truncated and rewritten while the target
+// runs a request on it: the target's result is discarded (its blocks may
+// have been another file's by then) and the request runs on the host,
+// which sees the new generation.
+func TestPushdownDiscarded(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	f, ino := e.create("f", 1, 8192)
+	e.syncRemote()
+	var once sync.Once
+	e.target.hook = func(string) {
+		once.Do(func() {
+			if err := f.Truncate(0); err != nil {
+				t.Error(err)
+			}
+			if _, err := f.WriteAt(stamped(ino, 2, 8192, 512), 0); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	if got := e.stampAt(f, 4096); got != (stampRec{ino, 2, 4096}) {
+		t.Fatalf("stamp %+v, want generation 2", got)
+	}
+	if s := e.fsys.Stats(); s.Discarded != 1 || s.Fallbacks != 1 || s.Remote != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestLambdaReadAndWrite: λ reads and writes, at the target and on the
+// host, into space the file has; ranges outside it are refused.
+func TestLambdaReadAndWrite(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	ctx := context.Background()
+	f, ino := e.create("f", 5, 16<<10)
+	params := func(mode uint32) []byte {
+		p := make([]byte, 8)
+		binary.LittleEndian.PutUint32(p, mode)
+		binary.LittleEndian.PutUint32(p[4:], 512)
+		return p
+	}
+	check := func(where string) {
+		t.Helper()
+		res, err := f.LambdaRead(ctx, e.fn, 2048, 4096, params(1), 1024)
+		if err != nil {
+			t.Fatalf("%s: %v", where, err)
+		}
+		if len(res.Output) != 8*stampSize {
+			t.Fatalf("%s: %d bytes of output", where, len(res.Output))
+		}
+		for i := range 8 {
+			if st, _ := parseStamp(res.Output[i*stampSize:]); st != (stampRec{ino, 5, uint64(2048 + 512*i)}) {
+				t.Fatalf("%s: block %d: %+v", where, i, st)
+			}
+		}
+	}
+	check("host")
+	e.syncRemote()
+	ran := e.target.ran.Load()
+	check("target")
+	if e.target.ran.Load() != ran+1 {
+		t.Fatal("the λ read did not run at the target")
+	}
+
+	// λ write: the echo mode writes the data as given.
+	data := stamped(ino, 6, 1024, 512)
+	if n, err := f.LambdaWrite(ctx, e.fn, 8192, 1024, params(2), data); err != nil || n != 1024 {
+		t.Fatalf("λ write at the target: %d, %v", n, err)
+	}
+	if e.target.ran.Load() != ran+2 {
+		t.Fatal("the λ write did not run at the target")
+	}
+	got := make([]byte, 1024)
+	if _, err := f.ReadAt(got, 8192); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("λ write at the target: read back differs (%v)", err)
+	}
+	e.target.forget() // the next one runs on the host
+	data = stamped(ino, 7, 512, 512)
+	if n, err := f.LambdaWrite(ctx, e.fn, 0, 1024, params(2), data[:300]); err != nil || n != 300 {
+		t.Fatalf("λ write on the host: %d, %v", n, err)
+	}
+	// Padded with zeroes to the block's end; the rest of the range keeps
+	// what it had.
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got[:300], data[:300]) || !bytes.Equal(got[300:512], make([]byte, 212)) ||
+		!bytes.Equal(got[512:], stamped(ino, 5, 1024, 512)[512:]) {
+		t.Fatalf("λ write on the host: read back differs (%v)", err)
+	}
+	for _, c := range []struct{ off, n int }{{100, 512}, {0, 100}, {16 << 10, 512}, {15 << 10, 2048}} {
+		if _, err := f.LambdaWrite(ctx, e.fn, int64(c.off), c.n, params(2), nil); !errors.Is(err, iofs.ErrInvalid) {
+			t.Errorf("λ write [%d, +%d): %v, want ErrInvalid", c.off, c.n, err)
+		}
+	}
+	// Output longer than the range: an error, nothing written.
+	if _, err := f.LambdaWrite(ctx, e.fn, 0, 512, params(2), make([]byte, 600)); !errors.Is(err, sandbox.ErrFunction) {
+		t.Errorf("output over the range: %v", err)
+	}
+}
+
+// TestFunctionErrorsMatch: a function failing with a code fails the same
+// way at the target and on the host.
+func TestFunctionErrorsMatch(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	f, _ := e.create("f", 1, 4096)
+	call := func() error {
+		_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: 0, Length: 16}, stampScratch(-1, 0))
+		return err
+	}
+	for _, where := range []string{"host", "target"} {
+		err := call()
+		var fe *sandbox.FunctionError
+		if !errors.Is(err, sandbox.ErrFunction) || !errors.As(err, &fe) || fe.Code != -22 {
+			t.Errorf("%s: %v, want the function's -22", where, err)
+		}
+		e.syncRemote()
+	}
+	_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: 4090, Length: 32}, stampScratch(-1, 0))
+	if !errors.Is(err, pushdown.ErrOutsideFile) {
+		t.Errorf("past the end: %v", err)
+	}
+}
+
+// TestNoFallback: without a target and without a host module, a request
+// cannot run at all, and says so.
+func TestNoFallback(t *testing.T) {
+	fsys := newFS(t, "mem:16MiB")
+	f, err := fsys.Create("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = fsys.Pushdown(context.Background(), sandbox.ID{1}, []*offloadfs.File{f}, host.Start{Length: 32}, nil)
+	if !errors.Is(err, offloadfs.ErrNoFallback) {
+		t.Fatalf("%v, want ErrNoFallback", err)
+	}
+	if _, err := fsys.Grant(context.Background(), "nqn.x", []*offloadfs.File{f}, pushdown.GrantRead, time.Second); !errors.Is(err, offloadfs.ErrNoRemote) {
+		t.Fatalf("grant without a target: %v", err)
+	}
+	if err := fsys.SyncRemote(context.Background()); !errors.Is(err, offloadfs.ErrNoRemote) {
+		t.Fatalf("SyncRemote without a target: %v", err)
+	}
+	// Bad calls.
+	if _, err := fsys.Pushdown(context.Background(), sandbox.ID{1}, nil, host.Start{}, nil); !errors.Is(err, iofs.ErrInvalid) {
+		t.Fatalf("no files: %v", err)
+	}
+	if _, err := fsys.Pushdown(context.Background(), sandbox.ID{1}, []*offloadfs.File{f}, host.Start{File: 1}, nil); !errors.Is(err, iofs.ErrInvalid) {
+		t.Fatalf("start file out of range: %v", err)
+	}
+	w, err := fsys.OpenFile("f", os.O_WRONLY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := fsys.Pushdown(context.Background(), sandbox.ID{1}, []*offloadfs.File{w}, host.Start{}, nil); !errors.Is(err, iofs.ErrPermission) {
+		t.Fatalf("write-only handle: %v", err)
+	}
+}
+
+// TestGrantPins: a granted file's bytes cannot be truncated away or
+// overwritten, but it can grow and be removed; its blocks stay allocated
+// until the grant is released, and the target is told of both ends.
+func TestGrantPins(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	ctx := context.Background()
+	f, _ := e.create("f", 1, 64<<10)
+	m, _ := f.Extents()
+	g, err := e.fsys.Grant(ctx, "nqn.2026-11.io.nearstore:task", []*offloadfs.File{f, f}, pushdown.GrantReadWrite, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(g.Extents(), m.Extents) || e.target.grantCount() != 1 {
+		t.Fatalf("granted %v, the file's map is %v", g.Extents(), m.Extents)
+	}
+	if err := f.Truncate(100); !errors.Is(err, offloadfs.ErrGranted) {
+		t.Fatalf("truncate: %v, want ErrGranted", err)
+	}
+	if _, err := e.fsys.Create("f"); !errors.Is(err, offloadfs.ErrGranted) {
+		t.Fatalf("create over it: %v, want ErrGranted", err)
+	}
+	if _, err := f.WriteAt([]byte{1}, 100); !errors.Is(err, offloadfs.ErrGranted) {
+		t.Fatalf("overwrite: %v, want ErrGranted", err)
+	}
+	if _, err := f.WriteAt([]byte{1}, 64<<10); err != nil {
+		t.Fatalf("append: %v", err)
+	}
+	if err := f.Truncate(64<<10 + 10); err != nil {
+		t.Fatalf("truncate above the granted bytes: %v", err)
+	}
+	if err := e.fsys.Remove("f"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := e.fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	free := e.fsys.Usage().FreeBlocks
+	if e.fsys.Stats().Grants != 1 {
+		t.Fatal("stats do not count the grant")
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatalf("second release: %v", err)
+	}
+	if err := e.fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.fsys.Usage().FreeBlocks; after <= free {
+		t.Fatalf("free blocks %d after the release, %d before: the removed file's blocks were not freed", after, free)
+	}
+	if e.target.grantCount() != 0 || e.fsys.Stats().Grants != 0 {
+		t.Fatal("the grant is still held")
+	}
+}
+
+// TestGrantExpires: when the lease runs out the grant is released at the
+// target and the file can change again.
+func TestGrantExpires(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	f, _ := e.create("f", 1, 4096)
+	if _, err := e.fsys.Grant(context.Background(), "nqn.2026-11.io.nearstore:task", []*offloadfs.File{f}, pushdown.GrantRead, 20*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.fsys.Stats().Grants != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the grant did not expire")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if e.target.grantCount() != 0 {
+		t.Fatal("the expired grant was not released at the target")
+	}
+	if err := f.Truncate(0); err != nil {
+		t.Fatalf("truncate after expiry: %v", err)
+	}
+	// Grants still live at Close are released.
+	g, _ := e.create("g", 1, 4096)
+	if _, err := e.fsys.Grant(context.Background(), "nqn.2026-11.io.nearstore:task", []*offloadfs.File{g}, pushdown.GrantRead, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.fsys.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if e.target.grantCount() != 0 {
+		t.Fatal("Close left a grant at the target")
+	}
+}
+
+func itoa(v uint64) string { return strconv.FormatUint(v, 10) }

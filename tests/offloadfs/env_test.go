@@ -1,0 +1,377 @@
+// Package offloadfs_test holds the end-to-end tests of offloadfs against a
+// real target: the target with the real wasm runtime on a loopback TCP
+// listener, the real host library, and the file system's synchronizer,
+// file-level function calls and grants on top. They check issue 4's
+// promises end to end: pushdowns running while the files they name are
+// rewritten, truncated, moved and removed never return bytes from blocks
+// that are not the file's; a refused or discarded request falls back to
+// the host with the same result; a target that restarts is caught up;
+// grants confine the grantee and pin the owner.
+package offloadfs_test
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/wasm"
+	"github.com/nearstore/nearstore/target"
+	"github.com/nearstore/nearstore/volume"
+)
+
+const (
+	testNQN = "nqn.2026-11.io.nearstore:offloadfs-e2e"
+	// ownerNQN is the file system's host; taskNQN a host it grants to.
+	ownerNQN = "nqn.2026-11.io.nearstore:owner"
+	taskNQN  = "nqn.2026-11.io.nearstore:task"
+	nsSize   = 64 << 20
+	bs       = 512 // the namespace's block size: every block is stamped
+)
+
+// limits are the function limits of both sides, generous enough for the
+// race detector on a busy machine.
+var limits = sandbox.Limits{Time: 10 * time.Second}
+
+// server is a target serving one memory namespace on a fixed address, so
+// a test can stop it and start a new one in its place (a restart: the
+// data stays, the extent maps, functions and grants do not).
+type server struct {
+	t      testing.TB
+	vol    volume.Volume
+	addr   string
+	reg    *prometheus.Registry
+	srv    *target.Server
+	wrt    *wasm.Runtime
+	served chan error
+}
+
+func startServer(t testing.TB, vol volume.Volume, addr string) *server {
+	t.Helper()
+	ctx := context.Background()
+	s := &server{t: t, vol: vol, reg: prometheus.NewRegistry(), served: make(chan error, 1)}
+	var err error
+	if s.wrt, err = wasm.NewRuntime(ctx, wasm.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	s.srv, err = target.New(target.Config{
+		Subsystems:     []target.SubsystemConfig{{NQN: testNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "e2e"}}}},
+		Logger:         slog.New(slog.DiscardHandler),
+		Metrics:        target.NewMetrics(s.reg),
+		Runtimes:       []sandbox.Runtime{s.wrt},
+		FunctionLimits: limits,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	// The port of a stopped server can take a moment to be free again.
+	for try := 0; ; try++ {
+		if ln, err = net.Listen("tcp", addr); err == nil || try == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = ln.Addr().String()
+	go func() { s.served <- s.srv.Serve(ln) }()
+	return s
+}
+
+// restart stops the server and starts a new one on the same address and
+// volume.
+func (e *env) restart() {
+	e.t.Helper()
+	e.srv.stop()
+	e.srv = startServer(e.t, e.vol, e.srv.addr)
+}
+
+// stop stops the server (again is harmless).
+func (s *server) stop() {
+	if s.srv == nil {
+		return
+	}
+	s.srv.Close()
+	<-s.served
+	s.wrt.Close(context.Background())
+	s.srv = nil
+}
+
+// counter sums the target counter name's samples whose labels include want.
+func (s *server) counter(name string, want map[string]string) float64 {
+	s.t.Helper()
+	mfs, err := s.reg.Gather()
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var sum float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, v := range want {
+				if have[k] != v {
+					continue next
+				}
+			}
+			sum += m.GetCounter().GetValue()
+		}
+	}
+	return sum
+}
+
+// env is a target, the owner connected to it, and an offloadfs on the
+// namespace with the stamp function registered.
+type env struct {
+	t    testing.TB
+	vol  volume.Volume
+	srv  *server
+	ctrl *host.Controller
+	ns   *host.Namespace
+	fsys *offloadfs.FS
+	reg  *prometheus.Registry
+	fn   sandbox.ID
+	hrt  *wasm.Runtime // the host's runtime for fallbacks
+}
+
+type envConfig struct {
+	// wrap, if set, wraps the namespace as the file system's Remote.
+	wrap func(offloadfs.Remote) offloadfs.Remote
+	// commitInterval is the file system's (default: commits only on Sync).
+	commitInterval time.Duration
+	// size is the namespace's (default nsSize).
+	size int64
+}
+
+func newEnv(t testing.TB, cfg envConfig) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{t: t, reg: prometheus.NewRegistry()}
+	var err error
+	size := cfg.size
+	if size == 0 {
+		size = nsSize
+	}
+	if e.vol, err = volume.Open(fmt.Sprintf("mem:%d?bs=%d", size, bs)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.vol.Close() })
+	e.srv = startServer(t, e.vol, "127.0.0.1:0")
+	// Whichever server is running at the end (restart replaces it) stops
+	// after everything registered later: the hosts and the file system.
+	t.Cleanup(func() { e.srv.stop() })
+	e.ctrl, e.ns = e.connect(ownerNQN, 4)
+	if err := offloadfs.Mkfs(ctx, e.ns, offloadfs.MkfsOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if e.hrt, err = wasm.NewRuntime(ctx, wasm.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.hrt.Close(context.Background()) })
+	var remote offloadfs.Remote = e.ns
+	if cfg.wrap != nil {
+		remote = cfg.wrap(remote)
+	}
+	ci := cfg.commitInterval
+	if ci == 0 {
+		ci = -1
+	}
+	e.fsys, err = offloadfs.Mount(ctx, e.ns, offloadfs.Options{
+		CommitInterval: ci,
+		Logger:         slog.New(slog.DiscardHandler),
+		Remote:         remote,
+		Loader:         e.ctrl,
+		Runtimes:       []sandbox.Runtime{e.hrt},
+		FunctionLimits: limits,
+		Metrics:        offloadfs.NewMetrics(e.reg),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.fsys.Close(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	if e.fn, err = e.fsys.RegisterFunction(ctx, readTestdata(t, "stamp.wasm")); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// connect connects a host under hostNQN, with keep-alive off and fast
+// reconnects.
+func (e *env) connect(hostNQN string, queues int) (*host.Controller, *host.Namespace) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctrl, err := host.Connect(ctx, e.srv.addr, testNQN, host.Options{
+		HostNQN: hostNQN, IOQueues: queues, KeepAlive: -1, ReconnectDelay: 20 * time.Millisecond,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { ctrl.Close() })
+	ns, err := ctrl.Namespace(1)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ctrl, ns
+}
+
+// syncRemote waits, with a deadline, until the target holds every change.
+func (e *env) syncRemote() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.fsys.SyncRemote(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func readTestdata(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func inoOf(t testing.TB, f *offloadfs.File) uint64 {
+	t.Helper()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*offloadfs.FileInfo).Ino()
+}
+
+// Stamps: the first 32 bytes of every block of a test file say whose
+// block it is: magic, inode, generation (a test-wide counter, bumped by
+// every rewrite), and the block's offset in the file. The rest of the
+// block is filler that depends on the generation.
+const (
+	stampMagic = 0x504d4154534e
+	stampSize  = 32
+)
+
+type stampRec struct{ ino, gen, off uint64 }
+
+func parseStamp(b []byte) (stampRec, bool) {
+	le := binary.LittleEndian
+	if len(b) < stampSize || le.Uint64(b) != stampMagic {
+		return stampRec{}, false
+	}
+	return stampRec{le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:])}, true
+}
+
+// stamped returns n bytes (a multiple of bs) of generation gen of file
+// ino, starting at file offset from.
+func stamped(ino, gen uint64, from, n int) []byte {
+	b := make([]byte, n)
+	le := binary.LittleEndian
+	for off := 0; off < n; off += bs {
+		blk := b[off : off+bs]
+		for i := range blk {
+			blk[i] = byte(gen) ^ byte(i)
+		}
+		le.PutUint64(blk, stampMagic)
+		le.PutUint64(blk[8:], ino)
+		le.PutUint64(blk[16:], gen)
+		le.PutUint64(blk[24:], uint64(from+off))
+	}
+	return b
+}
+
+// stampScratch is the stamp function's pushdown scratch: read the start
+// range's stamp, then (second >= 0) that of byte second of file.
+func stampScratch(second int64, file uint32) []byte {
+	s := make([]byte, 16)
+	v := ^uint64(0)
+	if second >= 0 {
+		v = uint64(second)
+	}
+	binary.LittleEndian.PutUint64(s, v)
+	binary.LittleEndian.PutUint32(s[8:], file)
+	return s
+}
+
+// stampParams is the stamp function's compute header: mode 1 returns
+// every block's stamp, mode 2 echoes its data.
+func stampParams(mode uint32) []byte {
+	p := make([]byte, 8)
+	binary.LittleEndian.PutUint32(p, mode)
+	binary.LittleEndian.PutUint32(p[4:], bs)
+	return p
+}
+
+// delayRemote passes requests to a Remote after a random delay, and
+// returns their results after another, as a slow network would: the
+// windows in which a file can change between planning, execution and the
+// check on completion grow from microseconds to milliseconds. Extent-map
+// puts are delayed too, so the target goes on holding a file's old map
+// for a while after the file has changed and its old blocks have gone
+// to other files: exactly when a request the host did not check could
+// read them.
+type delayRemote struct {
+	offloadfs.Remote
+	// req bounds the delays of a request each way; put those of a put,
+	// of which only every other one is delayed at all, so puts also
+	// overtake requests (which the target then refuses as stale).
+	req, put time.Duration
+
+	mu  sync.Mutex
+	rng *rand.Rand
+}
+
+func (d *delayRemote) nap() {
+	d.mu.Lock()
+	n := time.Duration(d.rng.Int64N(int64(d.req)))
+	d.mu.Unlock()
+	time.Sleep(n)
+}
+
+func (d *delayRemote) Pushdown(ctx context.Context, fn sandbox.ID, files []pushdown.File, start host.Start, scratch []byte) (pushdown.Result, error) {
+	d.nap()
+	defer d.nap()
+	return d.Remote.Pushdown(ctx, fn, files, start, scratch)
+}
+
+func (d *delayRemote) UpdateExtentMaps(ctx context.Context, ups []pushdown.MapUpdate) (int, int, error) {
+	d.mu.Lock()
+	var n time.Duration
+	if d.rng.IntN(2) == 0 {
+		n = time.Duration(d.rng.Int64N(int64(d.put)))
+	}
+	d.mu.Unlock()
+	time.Sleep(n)
+	return d.Remote.UpdateExtentMaps(ctx, ups)
+}
+
+func (d *delayRemote) LambdaRead(ctx context.Context, fn sandbox.ID, files []pushdown.File, start host.Start, params []byte, outCap int) (pushdown.Result, error) {
+	d.nap()
+	defer d.nap()
+	return d.Remote.LambdaRead(ctx, fn, files, start, params, outCap)
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package offloadfs_test
+
+const raceEnabled = false

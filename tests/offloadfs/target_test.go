@@ -1,0 +1,291 @@
+package offloadfs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	iofs "io/fs"
+	"testing"
+	"time"
+
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// stampAt pushes the stamp function down on f at off and returns what it
+// saw, failing the test on an error.
+func (e *env) stampAt(f *offloadfs.File, off int64) stampRec {
+	e.t.Helper()
+	res, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: uint64(off), Length: stampSize}, stampScratch(-1, 0))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, ok := parseStamp(res.Output[64:])
+	if !ok {
+		e.t.Fatalf("pushdown at %d: no stamp", off)
+	}
+	return st
+}
+
+// create writes a stamped file of n bytes, generation gen.
+func (e *env) create(name string, gen uint64, n int) (*offloadfs.File, uint64) {
+	e.t.Helper()
+	f, err := e.fsys.Create(name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { f.Close() })
+	ino := inoOf(e.t, f)
+	if _, err := f.WriteAt(stamped(ino, gen, 0, n), 0); err != nil {
+		e.t.Fatal(err)
+	}
+	return f, ino
+}
+
+// TestTargetRestart: a target that restarts loses its functions and the
+// extent maps; requests fall back to the host meanwhile (same results),
+// the function is loaded again, the synchronizer finds the maps gone and
+// pushes every map again, and requests go back to the target.
+func TestTargetRestart(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	f, ino := e.create("f", 1, 16<<10)
+	g, gino := e.create("g", 2, 16<<10)
+	e.syncRemote()
+	if st := e.stampAt(f, 4096); st != (stampRec{ino, 1, 4096}) {
+		t.Fatalf("before the restart: %+v", st)
+	}
+	if s := e.fsys.Stats(); s.Remote != 1 {
+		t.Fatalf("before the restart: %+v", s)
+	}
+	e.restart()
+
+	// The first request after the restart: the function is gone (load it
+	// again, fall back), then the maps are (stale, fall back, resync).
+	deadline := time.Now().Add(30 * time.Second)
+	for e.fsys.Stats().Remote < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("requests never went back to the target: %+v", e.fsys.Stats())
+		}
+		if st := e.stampAt(g, 512); st != (stampRec{gino, 2, 512}) {
+			t.Fatalf("after the restart: %+v", st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Whichever told first (the broken connection, the missing function,
+	// or a stale refusal), the synchronizer found the maps lost once.
+	s := e.fsys.Stats()
+	if s.Resyncs != 1 || s.Fallbacks == 0 {
+		t.Fatalf("after the restart: %+v", s)
+	}
+	vs, err := e.ns.ExtentMapVersions(context.Background(), []uint64{ino, gino})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range []*offloadfs.File{f, g} {
+		m, _ := x.Extents()
+		if vs[i] != m.Version {
+			t.Errorf("inode %d: the restarted target holds version %d, the file is at %d", m.ID, vs[i], m.Version)
+		}
+	}
+}
+
+// TestLambdaWriteTarget: λ writes into space a file has, at the target
+// and on the host; the target refuses nothing it should take, and the
+// file system refuses ranges outside the file before sending.
+func TestLambdaWriteTarget(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	f, err := e.fsys.Create("out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ino := inoOf(t, f)
+	// Space first, as λ-IO fallocates: Truncate allocates and zeroes.
+	if err := f.Truncate(64 << 10); err != nil {
+		t.Fatal(err)
+	}
+	write := func(gen uint64, off int64) {
+		t.Helper()
+		data := stamped(ino, gen, int(off), 8*bs)
+		n, err := f.LambdaWrite(ctx, e.fn, off, 8*bs, stampParams(2), data)
+		if err != nil || n != len(data) {
+			t.Fatalf("λ write at %d: %d, %v", off, n, err)
+		}
+		got := make([]byte, len(data))
+		if _, err := f.ReadAt(got, off); err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, data) {
+			t.Fatalf("λ write at %d: read back differs", off)
+		}
+	}
+	write(1, 0) // not synchronized yet: on the host
+	if s := e.fsys.Stats(); s.Fallbacks != 1 || s.Sent != 0 {
+		t.Fatalf("%+v", s)
+	}
+	e.syncRemote()
+	before := e.srv.counter("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"})
+	write(2, 8192)
+	if got := e.srv.counter("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"}); got != before+1 {
+		t.Fatalf("λ writes at the target: %v, want %v", got, before+1)
+	}
+	if _, err := f.LambdaWrite(ctx, e.fn, 62<<10, 8*bs, stampParams(2), nil); !errors.Is(err, iofs.ErrInvalid) {
+		t.Fatalf("a λ write past the file's end: %v, want ErrInvalid", err)
+	}
+	// The read side sees both.
+	res, err := f.LambdaRead(ctx, e.fn, 0, 32*bs, stampParams(1), 32*stampSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 32 {
+		st, ok := parseStamp(res.Output[i*stampSize:])
+		switch {
+		case i < 8 && (!ok || st != stampRec{ino, 1, uint64(i * bs)}),
+			i >= 16 && i < 24 && (!ok || st != stampRec{ino, 2, uint64(i * bs)}),
+			(i >= 8 && i < 16 || i >= 24) && ok:
+			t.Fatalf("block %d: %+v (%v)", i, st, ok)
+		}
+	}
+}
+
+// TestGrantEndToEnd: the owner grants a task host read access to a
+// file's blocks: the task host reads them and nothing else, through the
+// target's checks; the owner cannot truncate or overwrite them meanwhile;
+// a removal waits for the release to free them; after the release the
+// task host is denied again.
+func TestGrantEndToEnd(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	f, ino := e.create("shared", 3, 32<<10)
+	other, _ := e.create("private", 4, 32<<10)
+	if err := e.fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, task := e.connect(taskNQN, 1)
+	g, err := e.fsys.Grant(ctx, taskNQN, []*offloadfs.File{f}, pushdown.GrantRead, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(x pushdown.Extent) error {
+		_, err := task.ReadAtContext(ctx, make([]byte, bs), int64(x.LBA)*bs)
+		return err
+	}
+	for _, x := range g.Extents() {
+		if err := read(x); err != nil {
+			t.Fatalf("the grantee reading its grant: %v", err)
+		}
+	}
+	got := make([]byte, bs)
+	x := g.Extents()[0]
+	if _, err := task.ReadAtContext(ctx, got, int64(x.LBA)*bs+bs); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := parseStamp(got); st != (stampRec{ino, 3, bs}) {
+		t.Fatalf("the grantee read %+v", st)
+	}
+	om, _ := other.Extents()
+	if err := read(om.Extents[0]); !errors.Is(err, host.ErrAccessDenied) {
+		t.Fatalf("the grantee reading another file: %v, want Access Denied", err)
+	}
+	if _, err := task.WriteAtContext(ctx, make([]byte, bs), int64(x.LBA)*bs); !errors.Is(err, host.ErrAccessDenied) {
+		t.Fatalf("the grantee writing a read grant: %v, want Access Denied", err)
+	}
+	// The owner's side of the contract.
+	if err := f.Truncate(0); !errors.Is(err, offloadfs.ErrGranted) {
+		t.Fatalf("truncate: %v, want ErrGranted", err)
+	}
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, offloadfs.ErrGranted) {
+		t.Fatalf("overwrite: %v, want ErrGranted", err)
+	}
+	if err := e.fsys.Remove("shared"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := e.fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := read(x); err != nil {
+		t.Fatalf("the grantee after the owner removed the file: %v", err)
+	}
+	free := e.fsys.Usage().FreeBlocks
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := read(x); !errors.Is(err, host.ErrAccessDenied) {
+		t.Fatalf("the grantee after the release: %v, want Access Denied", err)
+	}
+	if err := e.fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.fsys.Usage().FreeBlocks; after <= free {
+		t.Fatalf("the removed file's blocks were not freed at the release: %d free before, %d after", free, after)
+	}
+
+	// An expiring lease: released at the target by the owner, then the
+	// file is the owner's again.
+	h, _ := e.create("short", 5, 8<<10)
+	if _, err := e.fsys.Grant(ctx, taskNQN, []*offloadfs.File{h}, pushdown.GrantReadWrite, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.fsys.Stats().Grants != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the grant did not expire")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := h.Truncate(0); err != nil {
+		t.Fatalf("truncate after the lease ended: %v", err)
+	}
+	// A grant to the owner itself is the target's to refuse, and leaves
+	// nothing pinned.
+	if _, err := e.fsys.Grant(ctx, ownerNQN, []*offloadfs.File{other}, pushdown.GrantRead, time.Second); !errors.Is(err, host.ErrBadExtentMap) {
+		t.Fatalf("a grant to the owner: %v, want Bad Extent Map", err)
+	}
+	if err := other.Truncate(0); err != nil {
+		t.Fatalf("truncate after a refused grant: %v", err)
+	}
+}
+
+// TestFunctionErrorsEndToEnd: the function's own failures read the same
+// at the target and on the host.
+func TestFunctionErrorsEndToEnd(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	f, _ := e.create("f", 1, 4096)
+	call := func() error {
+		_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Length: 16}, stampScratch(-1, 0))
+		return err
+	}
+	for _, where := range []string{"host", "target"} {
+		err := call()
+		var fe *sandbox.FunctionError
+		if !errors.Is(err, sandbox.ErrFunction) || !errors.As(err, &fe) || fe.Code != -22 {
+			t.Errorf("%s: %v, want the function's -22", where, err)
+		}
+		e.syncRemote()
+	}
+	if s := e.fsys.Stats(); s.Remote != 1 || s.Fallbacks != 1 {
+		t.Fatalf("%+v", s)
+	}
+	for _, where := range []string{"target", "host"} {
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: uint64(fi.Size() - 10), Length: 32}, stampScratch(-1, 0))
+		if !errors.Is(err, pushdown.ErrOutsideFile) {
+			t.Errorf("%s: past the end: %v", where, err)
+		}
+		// Make the next run on the host: an unsynchronized append.
+		if _, err := f.WriteAt(stamped(1, 1, 4096, bs), fi.Size()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := e.fsys.Stats(); s.Remote != 2 || s.Fallbacks != 2 {
+		t.Fatalf("%+v", s)
+	}
+}

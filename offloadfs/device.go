@@ -79,9 +79,28 @@ func writeZeroes(ctx context.Context, dev Device, off, n int64) error {
 		return nil
 	}
 	if z, ok := dev.(Zeroer); ok {
-		if err := z.WriteZeroes(ctx, off, n); err != nil {
-			return fmt.Errorf("offloadfs: zero [%d, +%d): %w", off, n, err)
+		// A Zeroer works in whole device blocks (an NVMe namespace's
+		// Write Zeroes takes LBAs), but a file grows to any byte size:
+		// zero the aligned middle there and the ragged ends by writing.
+		bs := int64(dev.BlockSize())
+		start := (off + bs - 1) / bs * bs
+		end := (off + n) / bs * bs
+		if start < end {
+			if err := writeZeroBuffers(dev, off, start-off); err != nil {
+				return err
+			}
+			if err := z.WriteZeroes(ctx, start, end-start); err != nil {
+				return fmt.Errorf("offloadfs: zero [%d, +%d): %w", start, end-start, err)
+			}
+			return writeZeroBuffers(dev, end, off+n-end)
 		}
+	}
+	return writeZeroBuffers(dev, off, n)
+}
+
+// writeZeroBuffers zeroes [off, off+n) with ordinary writes.
+func writeZeroBuffers(dev Device, off, n int64) error {
+	if n <= 0 {
 		return nil
 	}
 	buf := make([]byte, min(n, zeroChunk))

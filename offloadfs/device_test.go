@@ -1,6 +1,11 @@
 package offloadfs_test
 
 import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
@@ -13,3 +18,70 @@ var (
 	_ offloadfs.Zeroer = (*host.Namespace)(nil)
 	_ offloadfs.Volume = volume.Volume(nil)
 )
+
+// strictZeroer is a device whose WriteZeroes, like an NVMe namespace's,
+// takes only whole device blocks.
+type strictZeroer struct {
+	offloadfs.Device
+	calls int
+}
+
+func (d *strictZeroer) WriteZeroes(_ context.Context, off, n int64) error {
+	bs := int64(d.BlockSize())
+	if n <= 0 || off%bs != 0 || n%bs != 0 {
+		return fmt.Errorf("write zeroes [%d, +%d) is not aligned to %d-byte blocks", off, n, bs)
+	}
+	d.calls++
+	return writeZeros(d.Device, off, n)
+}
+
+func writeZeros(d offloadfs.Device, off, n int64) error {
+	_, err := d.WriteAt(make([]byte, n), off)
+	return err
+}
+
+// A file grows to any byte size, on a device that zeroes only whole
+// blocks: the ragged ends are written, the middle zeroed by the device.
+func TestGrowOnBlockZeroer(t *testing.T) {
+	ctx := context.Background()
+	dev := &strictZeroer{Device: newDev(t, "mem:64MiB")}
+	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	f, err := fsys.Create("/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := bytes.Repeat([]byte{0xAB}, 1000)
+	if _, err := f.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int64{1003, 5000, 1<<20 + 3} {
+		if err := f.Truncate(size); err != nil {
+			t.Fatalf("Truncate(%d): %v", size, err)
+		}
+		want = append(want, make([]byte, size-int64(len(want)))...)
+	}
+	tail := []byte("tail")
+	if _, err := f.WriteAt(tail, 2<<20+1); err != nil {
+		t.Fatalf("WriteAt past the end: %v", err)
+	}
+	want = append(want, make([]byte, 2<<20+1-len(want))...)
+	want = append(want, tail...)
+	got := make([]byte, len(want))
+	if _, err := f.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("file contents differ after growing")
+	}
+	if dev.calls == 0 {
+		t.Error("the device's WriteZeroes was never used for the aligned middle")
+	}
+}

@@ -3,6 +3,7 @@ package offloadfs_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -83,5 +84,27 @@ func TestGrowOnBlockZeroer(t *testing.T) {
 	}
 	if dev.calls == 0 {
 		t.Error("the device's WriteZeroes was never used for the aligned middle")
+	}
+}
+
+// A cancelled Sync is refused before it starts and leaves the file system
+// usable: a commit is never abandoned halfway.
+func TestSyncCancelled(t *testing.T) {
+	fsys := newFS(t, "mem:64MiB")
+	f, err := fsys.Create("/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := fsys.Sync(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sync with a cancelled context: %v, want context.Canceled", err)
+	}
+	if _, err := fsys.Create("/b"); err != nil {
+		t.Fatalf("Create after a cancelled Sync: %v", err)
+	}
+	if err := fsys.Sync(context.Background()); err != nil {
+		t.Fatalf("Sync after a cancelled one: %v", err)
 	}
 }

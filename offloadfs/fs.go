@@ -502,7 +502,16 @@ func (fsys *FS) Sync(ctx context.Context) error {
 // commit commits the running transaction. With an empty transaction it
 // only flushes the device, if flushEmpty is set (Sync wants file data
 // durable even when no metadata changed).
+//
+// A caller's cancellation is honoured only before the commit starts. Once
+// the transaction is taken, the in-memory state is ahead of the device
+// and cannot be rolled back, so the journal write runs to the end
+// whatever happens to ctx: otherwise a cancelled Sync (a FUSE fsync
+// interrupted by a signal, say) would fail the whole file system.
 func (fsys *FS) commit(ctx context.Context, flushEmpty bool) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("offloadfs: commit: %w", err)
+	}
 	fsys.commitMu.Lock()
 	defer fsys.commitMu.Unlock()
 	fsys.mu.Lock()
@@ -526,7 +535,7 @@ func (fsys *FS) commit(ctx context.Context, flushEmpty bool) error {
 	imgs, changes := fsys.encodeTxn(t, seq)
 	fsys.mu.Unlock()
 
-	if err := fsys.jnl.commit(ctx, imgs); err != nil {
+	if err := fsys.jnl.commit(context.WithoutCancel(ctx), imgs); err != nil {
 		return fsys.fail(err)
 	}
 

@@ -18,22 +18,23 @@ func childAttr() *syscall.SysProcAttr {
 // PinProcess restricts every thread of this process to the CPUs in list
 // (taskset syntax: "0", "0-1", "0,2"). Threads created later inherit the
 // mask from the thread that creates them, so the whole process stays
-// pinned. It does not change GOMAXPROCS.
-func PinProcess(list string) error {
+// pinned. It does not change GOMAXPROCS; it returns how many CPUs the
+// list names, for a caller that wants to.
+func PinProcess(list string) (int, error) {
 	cpus, err := parseCPUList(list)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var mask [16]uint64 // 1024 CPUs, as glibc's cpu_set_t
 	for _, c := range cpus {
 		if c >= len(mask)*64 {
-			return fmt.Errorf("bench: CPU %d out of range", c)
+			return 0, fmt.Errorf("bench: CPU %d out of range", c)
 		}
 		mask[c/64] |= 1 << (c % 64)
 	}
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return fmt.Errorf("bench: pinning: %w", err)
+		return 0, fmt.Errorf("bench: pinning: %w", err)
 	}
 	for _, t := range tasks {
 		tid, err := strconv.Atoi(t.Name())
@@ -42,10 +43,10 @@ func PinProcess(list string) error {
 		}
 		_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, uintptr(tid), unsafe.Sizeof(mask), uintptr(unsafe.Pointer(&mask)))
 		if e != 0 && e != syscall.ESRCH {
-			return fmt.Errorf("bench: pinning thread %d to CPUs %s: %w", tid, list, e)
+			return 0, fmt.Errorf("bench: pinning thread %d to CPUs %s: %w", tid, list, e)
 		}
 	}
-	return nil
+	return len(cpus), nil
 }
 
 // parseCPUList reads a CPU list in taskset's syntax.

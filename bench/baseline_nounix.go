@@ -23,4 +23,6 @@ func signalGroup(p *os.Process, _ syscall.Signal) error {
 func killGroup(p *os.Process) error { return signalGroup(p, syscall.SIGKILL) }
 
 // PinProcess is not supported here.
-func PinProcess(string) error { return errors.New("bench: pinning is only supported on Linux") }
+func PinProcess(string) (int, error) {
+	return 0, errors.New("bench: pinning is only supported on Linux")
+}

@@ -12,4 +12,6 @@ import (
 func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
 // PinProcess is not supported here.
-func PinProcess(string) error { return errors.New("bench: pinning is only supported on Linux") }
+func PinProcess(string) (int, error) {
+	return 0, errors.New("bench: pinning is only supported on Linux")
+}

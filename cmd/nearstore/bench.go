@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -73,12 +71,7 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 			if err != nil {
 				return fmt.Errorf("finding the nearstore binary to run the target: %w", err)
 			}
-			// The host library logs every connect and close at info; keep
-			// the progress display clean unless asked for more.
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			if cmd.Flag("log-level").Changed {
-				log = g.logger()
-			}
+			log := benchLogger(cmd, g)
 			systems := []bench.System{&bench.Nearstore{Exe: exe, Size: n, ServerCPUs: serverCPUs, Logger: log}}
 			switch baseline {
 			case "nbdkit":
@@ -93,7 +86,7 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 			}
 			pinning := ""
 			if clientCPUs != "" {
-				if err := bench.PinProcess(clientCPUs); err != nil {
+				if _, err := bench.PinProcess(clientCPUs); err != nil {
 					return err
 				}
 				pinning = "client (this process, fio) on CPUs " + clientCPUs
@@ -104,17 +97,11 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 				}
 				pinning += "servers (nearstore target, nbdkit) on CPUs " + serverCPUs
 			}
-			if cpuprof != "" {
-				f, err := os.Create(cpuprof)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(cpuprof)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			cfg := bench.CompareConfig{Systems: systems, Points: points, Repeat: repeat, Duration: dur}
 			if !quiet {
 				fmt.Fprintf(cmd.ErrOrStderr(), "starting %d system(s) and filling %s on each…\n", len(systems), volume.FormatSize(n))

@@ -4,10 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
-	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -94,43 +91,27 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 					return fmt.Errorf("--sweep: %w", err)
 				}
 			}
-			if !inProcess {
-				if cfg.TargetExe, err = os.Executable(); err != nil {
-					return fmt.Errorf("finding the nearstore binary to run the target: %w", err)
-				}
-				cfg.ServerCPUs = serverCPUs
-			} else if serverCPUs != "" {
-				return errors.New("--server-cpus needs the target in its own process (drop --in-process)")
+			if cfg.TargetExe, err = targetExe(inProcess, serverCPUs); err != nil {
+				return err
 			}
-			// The host library logs every connect and close at info; keep
-			// the progress display clean unless asked for more.
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			if cmd.Flag("log-level").Changed {
-				cfg.Logger = g.logger()
-			}
+			cfg.ServerCPUs = serverCPUs
+			cfg.Logger = benchLogger(cmd, g)
 			var pinning []string
-			if clientCPUs != "" {
-				if err := bench.PinProcess(clientCPUs); err != nil {
-					return err
-				}
-				// GOMAXPROCS follows the CPUs this process may use.
-				runtime.GOMAXPROCS(countCPUs(clientCPUs))
-				pinning = append(pinning, "host (this process) on CPUs "+clientCPUs)
+			host, err := pinHost(clientCPUs)
+			if err != nil {
+				return err
+			}
+			if host != "" {
+				pinning = append(pinning, host)
 			}
 			if cfg.ServerCPUs != "" {
 				pinning = append(pinning, "target on CPUs "+cfg.ServerCPUs)
 			}
-			if cpuprof != "" {
-				f, err := os.Create(cpuprof)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(cpuprof)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			if !quiet {
 				stderr := cmd.ErrOrStderr()
 				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
@@ -275,23 +256,4 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// countCPUs counts the CPUs in a taskset list ("0", "0-3", "0,2"),
-// at least 1.
-func countCPUs(list string) int {
-	n := 0
-	for part := range strings.SplitSeq(list, ",") {
-		lo, hi, isRange := strings.Cut(strings.TrimSpace(part), "-")
-		a, err1 := strconv.Atoi(lo)
-		b := a
-		var err2 error
-		if isRange {
-			b, err2 = strconv.Atoi(hi)
-		}
-		if err1 == nil && err2 == nil && b >= a {
-			n += b - a + 1
-		}
-	}
-	return max(n, 1)
 }

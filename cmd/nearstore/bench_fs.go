@@ -2,12 +2,7 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
-	"os"
-	"runtime"
-	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -69,42 +64,27 @@ randwrite} 4k, each at 1 and 32 threads.`,
 					cfg.Cases = append(cfg.Cases, c)
 				}
 			}
-			if !inProcess {
-				if cfg.TargetExe, err = os.Executable(); err != nil {
-					return fmt.Errorf("finding the nearstore binary to run the target: %w", err)
-				}
-				cfg.ServerCPUs = serverCPUs
-			} else if serverCPUs != "" {
-				return errors.New("--server-cpus needs the target in its own process (drop --in-process)")
+			if cfg.TargetExe, err = targetExe(inProcess, serverCPUs); err != nil {
+				return err
 			}
-			// The host library logs every connect and close at info; keep
-			// the progress display clean unless asked for more.
-			cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			if cmd.Flag("log-level").Changed {
-				cfg.Logger = g.logger()
-			}
+			cfg.ServerCPUs = serverCPUs
+			cfg.Logger = benchLogger(cmd, g)
 			var pinning []string
-			if clientCPUs != "" {
-				if err := bench.PinProcess(clientCPUs); err != nil {
-					return err
-				}
-				runtime.GOMAXPROCS(countCPUs(clientCPUs))
-				pinning = append(pinning, "host (this process) on CPUs "+clientCPUs)
+			host, err := pinHost(clientCPUs)
+			if err != nil {
+				return err
+			}
+			if host != "" {
+				pinning = append(pinning, host)
 			}
 			if cfg.ServerCPUs != "" {
 				pinning = append(pinning, "target on CPUs "+cfg.ServerCPUs)
 			}
-			if cpuprof != "" {
-				f, err := os.Create(cpuprof)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+			stopProfile, err := startCPUProfile(cpuprof)
+			if err != nil {
+				return err
 			}
+			defer stopProfile()
 			if !quiet {
 				stderr := cmd.ErrOrStderr()
 				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"text/tabwriter"
 	"time"
@@ -54,10 +53,7 @@ thread sweep and a plot.`,
 			if err != nil {
 				return fmt.Errorf("--keys: %w", err)
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			if cmd.Flag("log-level").Changed {
-				log = g.logger()
-			}
+			log := benchLogger(cmd, g)
 			start := time.Now()
 			cfg := bench.BTreeConfig{
 				Keys: n, CacheLevels: cache, Device: device, Threads: threads, Duration: dur, Repeat: 1, Logger: log,

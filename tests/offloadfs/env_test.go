@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/metricstest"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -115,30 +116,7 @@ func (s *server) stop() {
 // counter sums the target counter name's samples whose labels include want.
 func (s *server) counter(name string, want map[string]string) float64 {
 	s.t.Helper()
-	mfs, err := s.reg.Gather()
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, l := range m.GetLabel() {
-				have[l.GetName()] = l.GetValue()
-			}
-			for k, v := range want {
-				if have[k] != v {
-					continue next
-				}
-			}
-			sum += m.GetCounter().GetValue()
-		}
-	}
-	return sum
+	return metricstest.Sum(s.t, s.reg, name, want)
 }
 
 // env is a target, the owner connected to it, and an offloadfs on the

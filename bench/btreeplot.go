@@ -6,10 +6,7 @@ import (
 	"image/color"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -150,18 +147,5 @@ func WriteBTreePlot(w io.Writer, r *BTreeReport, format string) error {
 // SaveBTreePlot renders r's chart to path, in the format its extension
 // names.
 func SaveBTreePlot(path string, r *BTreeReport) error {
-	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
-	if format == "" {
-		return fmt.Errorf("bench: plot %s: no extension to tell the format", path)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := WriteBTreePlot(f, r, format); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	return f.Close()
+	return saveByExtension(path, func(w io.Writer, format string) error { return WriteBTreePlot(w, r, format) })
 }

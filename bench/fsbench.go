@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	mrand "math/rand/v2"
 	"net"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -835,26 +833,16 @@ func PlotFS(r *FSReport) (*plot.Plot, error) {
 // SaveFSPlot renders PlotFS to path, in the format its extension names,
 // 9 by 5 inches.
 func SaveFSPlot(path string, r *FSReport) error {
-	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
-	if format == "" {
-		return fmt.Errorf("bench: plot %s: no extension to tell the format", path)
-	}
-	p, err := PlotFS(r)
-	if err != nil {
+	return saveByExtension(path, func(w io.Writer, format string) error {
+		p, err := PlotFS(r)
+		if err != nil {
+			return err
+		}
+		wt, err := p.WriterTo(9*vg.Inch, 5*vg.Inch, format)
+		if err != nil {
+			return fmt.Errorf("bench: plot: %w", err)
+		}
+		_, err = wt.WriteTo(w)
 		return err
-	}
-	wt, err := p.WriterTo(9*vg.Inch, 5*vg.Inch, format)
-	if err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := wt.WriteTo(f); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	return f.Close()
+	})
 }

@@ -10,8 +10,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -1344,18 +1342,5 @@ func WriteFuncPlot(w io.Writer, r *FuncReport, format string) error {
 // SaveFuncPlot renders r's charts to path, in the format its extension
 // names.
 func SaveFuncPlot(path string, r *FuncReport) error {
-	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
-	if format == "" {
-		return fmt.Errorf("bench: plot %s: no extension to tell the format", path)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := WriteFuncPlot(f, r, format); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	return f.Close()
+	return saveByExtension(path, func(w io.Writer, format string) error { return WriteFuncPlot(w, r, format) })
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"image/color"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -143,4 +144,24 @@ func SavePlot(path string, c *Comparison) error {
 		return fmt.Errorf("bench: plot %s: %w", filepath.Base(path), err)
 	}
 	return nil
+}
+
+// saveByExtension creates path and has write render into it in the format
+// the path's extension names ("png", "svg", "pdf"). A failed render
+// leaves no partial file behind.
+func saveByExtension(path string, write func(w io.Writer, format string) error) error {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
+	if format == "" {
+		return fmt.Errorf("bench: plot %s: no extension to tell the format", path)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f, format); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
 }

@@ -41,6 +41,10 @@ type File struct {
 // Name returns the name the file was opened with.
 func (f *File) Name() string { return f.name }
 
+// Ino returns the file's inode number, which names it to the target and
+// stays the same across renames while the file exists.
+func (f *File) Ino() uint64 { return f.in.ino }
+
 // check returns the error for an operation on f, if it may not proceed.
 func (f *File) check(op string, write bool) error {
 	var err error
@@ -250,24 +254,31 @@ func (f *File) Truncate(size int64) error {
 	if size < 0 {
 		return pathErr("truncate", f.name, fmt.Errorf("%w: negative size", iofs.ErrInvalid))
 	}
-	if err := f.truncate(uint64(size)); err != nil {
+	if err := f.truncate(uint64(size), false); err != nil {
 		return pathErr("truncate", f.name, err)
 	}
 	return nil
 }
 
-func (f *File) truncate(size uint64) error {
+// truncate sets the file's size; with growOnly, a file already at least
+// size bytes long is left alone (λ writes grow files this way, racing
+// nothing that made them longer meanwhile).
+func (f *File) truncate(size uint64, growOnly bool) error {
 	fsys, in := f.fsys, f.in
 	in.io.Lock()
 	defer in.io.Unlock()
 	if err := fsys.lockForChange(); err != nil {
 		return err
 	}
+	old := in.size
+	if growOnly && size <= old {
+		fsys.mu.Unlock()
+		return nil
+	}
 	if size < in.grantEnd {
 		fsys.mu.Unlock()
 		return ErrGranted
 	}
-	old := in.size
 	if size <= old {
 		if size < old || in.alloc > ceilDiv(size, fsys.bs) {
 			fsys.shrink(in, ceilDiv(size, fsys.bs), false)

@@ -116,6 +116,10 @@ type FS struct {
 	// data path can notice without the metadata lock.
 	down atomic.Bool
 
+	// dispatcher, when set, decides where File.LambdaRead and
+	// File.LambdaWrite run (SetDispatcher).
+	dispatcher atomic.Pointer[dispatcherBox]
+
 	commitMu sync.Mutex // serializes commits; guards jnl
 	jnl      *journal
 
@@ -489,6 +493,10 @@ func (fsys *FS) failLocked(err error) error {
 	}
 	return err
 }
+
+// DeviceBlockSize is the device's block size in bytes: the unit of
+// extents the target is told about, and the alignment λ writes need.
+func (fsys *FS) DeviceBlockSize() int { return int(fsys.devBS) }
 
 // Sync commits every metadata change made so far, after making all file
 // data written so far durable. When it returns, a crash loses none of it.

@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/pushdown"
@@ -187,11 +188,55 @@ func (fsys *FS) Pushdown(ctx context.Context, fn sandbox.ID, files []*File, star
 	return fsys.read(ctx, &call{op: opPushdown, fn: fn, files: files, start: start, params: scratch})
 }
 
+// A Dispatcher decides where a file's λ calls run (package lambda's
+// dispatcher weighs the host against the target per request). It gets
+// the calls File.LambdaRead and File.LambdaWrite take; to run one at the
+// target it calls File.RemoteLambdaRead or File.RemoteLambdaWrite.
+type Dispatcher interface {
+	LambdaRead(ctx context.Context, f *File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error)
+	LambdaWrite(ctx context.Context, f *File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error)
+}
+
+// dispatcherBox lets a Dispatcher sit in an atomic.Pointer.
+type dispatcherBox struct{ d Dispatcher }
+
+// SetDispatcher routes File.LambdaRead and File.LambdaWrite through d from
+// now on; nil sends them to the target directly (the default).
+func (fsys *FS) SetDispatcher(d Dispatcher) {
+	if d == nil {
+		fsys.dispatcher.Store(nil)
+		return
+	}
+	fsys.dispatcher.Store(&dispatcherBox{d})
+}
+
 // LambdaRead runs fn's compute entry on params followed by the file's
-// bytes [off, off+n), and returns its output (at most outCap bytes) as the
-// result's Output: at the target when it holds the file's current map,
-// on the host otherwise, as Pushdown does.
+// bytes [off, off+n) and returns its output (at most outCap bytes) as the
+// result's Output. With a Dispatcher set (SetDispatcher) the dispatcher
+// decides where it runs; otherwise it is RemoteLambdaRead.
 func (f *File) LambdaRead(ctx context.Context, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
+	if b := f.fsys.dispatcher.Load(); b != nil {
+		return b.d.LambdaRead(ctx, f, fn, off, n, params, outCap)
+	}
+	return f.RemoteLambdaRead(ctx, fn, off, n, params, outCap)
+}
+
+// RemoteLambdaWrite runs fn's compute entry on params followed by data and
+// writes its output at off (see RemoteLambdaWrite for the range's rules).
+// With a Dispatcher set the dispatcher decides where it runs; otherwise
+// it is RemoteLambdaWrite.
+func (f *File) LambdaWrite(ctx context.Context, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+	if b := f.fsys.dispatcher.Load(); b != nil {
+		return b.d.LambdaWrite(ctx, f, fn, off, n, params, data)
+	}
+	return f.RemoteLambdaWrite(ctx, fn, off, n, params, data)
+}
+
+// RemoteLambdaRead runs fn's compute entry on params followed by the
+// file's bytes [off, off+n), and returns its output (at most outCap bytes)
+// as the result's Output: at the target when it holds the file's current
+// map, on the host otherwise, as Pushdown does.
+func (f *File) RemoteLambdaRead(ctx context.Context, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
 	if off < 0 || n < 0 || uint64(n) > math.MaxUint32 || outCap < 0 {
 		return pushdown.Result{}, pathErr("lambda read", f.name, fmt.Errorf("%w: range [%d, +%d), output %d", iofs.ErrInvalid, off, n, outCap))
 	}
@@ -202,17 +247,26 @@ func (f *File) LambdaRead(ctx context.Context, fn sandbox.ID, off int64, n int, 
 	return f.fsys.read(ctx, &call{op: opLambdaRead, fn: fn, files: []*File{f}, start: start, params: params, outCap: outCap})
 }
 
-// LambdaWrite runs fn's compute entry on params followed by data and
+// RemoteLambdaWrite runs fn's compute entry on params followed by data and
 // writes its output into the file's bytes [off, off+n), padded with
 // zeroes to whole device blocks, and returns the output's length. The
-// range must be aligned to the device's block size and lie inside the
-// file: λ writes go into space the file already has, as λ-IO's do into
-// fallocated extents (Truncate the file to its size first). An output
-// longer than n fails the call and writes nothing. It runs at the target
-// when the target holds the file's current map, on the host otherwise;
-// the file's map cannot change while it runs. Bytes granted to another
-// host are refused (ErrGranted).
-func (f *File) LambdaWrite(ctx context.Context, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+// range must be aligned to the device's block size (DeviceBlockSize).
+// An output longer than n fails the call and writes nothing. It runs at
+// the target when the target holds the file's current map, on the host
+// otherwise; the file's map cannot change while it runs. Bytes granted to
+// another host are refused (ErrGranted).
+//
+// A range past the file's end first grows the file to off+n, as
+// Truncate would: blocks come from the space Preallocate reserved (λ-IO
+// writes into fallocated extents) or are allocated, and the new bytes
+// are zeroed with Write Zeroes where the device has it, so no data
+// crosses the network for them and no stale block is ever exposed. The
+// growth is committed and the call waits (at most lambdaSyncWait) for
+// the synchronizer to give the target the new map, so the write can run
+// there. The file keeps its new size even if the call then fails. A
+// caller writing a file λ write by λ write saves a commit per call by
+// growing it once (Truncate) beforehand.
+func (f *File) RemoteLambdaWrite(ctx context.Context, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
 	fsys, in := f.fsys, f.in
 	const op = "lambda write"
 	bs := int64(fsys.devBS)
@@ -225,10 +279,13 @@ func (f *File) LambdaWrite(ctx context.Context, fn sandbox.ID, off int64, n int,
 	}
 	c := &call{op: opLambdaWrite, fn: fn, files: []*File{f}, start: start, params: params, data: data}
 	fsys.ctr.requests.Add(1)
+	if err := f.growForLambda(ctx, uint64(off)+uint64(n)); err != nil {
+		return 0, pathErr(op, f.name, err)
+	}
 	in.io.RLock()
 	defer in.io.RUnlock()
 	if uint64(off)+uint64(n) > in.size {
-		return 0, pathErr(op, f.name, fmt.Errorf("%w: range [%d, +%d) beyond the file's %d bytes (λ writes go into space the file has)",
+		return 0, pathErr(op, f.name, fmt.Errorf("%w: range [%d, +%d) beyond the file's %d bytes (it shrank while the call grew it)",
 			iofs.ErrInvalid, off, n, in.size))
 	}
 	if uint64(off) < in.grantEnd {
@@ -270,6 +327,40 @@ func (f *File) LambdaWrite(ctx context.Context, fn sandbox.ID, off int64, n int,
 		return 0, pathErr(op, f.name, err)
 	}
 	return int(res.written), nil
+}
+
+// lambdaSyncWait bounds how long a λ write that grew its file waits for
+// the target to learn the new map; after it the write runs on the host.
+const lambdaSyncWait = 5 * time.Second
+
+// growForLambda grows the file to at least end bytes for a λ write, and
+// with a remote, commits the growth and waits for the target to hold it.
+func (f *File) growForLambda(ctx context.Context, end uint64) error {
+	in := f.in
+	in.io.RLock()
+	size := in.size
+	in.io.RUnlock()
+	if end <= size {
+		return nil
+	}
+	if err := f.truncate(end, true); err != nil {
+		return err
+	}
+	fsys := f.fsys
+	if fsys.syncer == nil {
+		return nil
+	}
+	if err := fsys.commit(ctx, false); err != nil {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, lambdaSyncWait)
+	defer cancel()
+	if err := fsys.syncer.wait(wctx); err != nil && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	// A target that did not confirm in time (or a closing synchronizer)
+	// only means the write runs on the host.
+	return nil
 }
 
 // checkCall checks a request's files before anything runs.

@@ -369,10 +369,36 @@ func TestLambdaReadAndWrite(t *testing.T) {
 		!bytes.Equal(got[512:], stamped(ino, 5, 1024, 512)[512:]) {
 		t.Fatalf("λ write on the host: read back differs (%v)", err)
 	}
-	for _, c := range []struct{ off, n int }{{100, 512}, {0, 100}, {16 << 10, 512}, {15 << 10, 2048}} {
+	for _, c := range []struct{ off, n int }{{100, 512}, {0, 100}, {-512, 512}} {
 		if _, err := f.LambdaWrite(ctx, e.fn, int64(c.off), c.n, params(2), nil); !errors.Is(err, iofs.ErrInvalid) {
 			t.Errorf("λ write [%d, +%d): %v, want ErrInvalid", c.off, c.n, err)
 		}
+	}
+	// Past the end, the file grows to the range's end first: a gap and
+	// the unwritten rest of the range read as zeroes.
+	size := func() int64 {
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	old := size()
+	data = stamped(ino, 8, 512, 512)
+	if n, err := f.LambdaWrite(ctx, e.fn, 20<<10, 1024, params(2), data); err != nil || n != 512 {
+		t.Fatalf("λ write past the end: %d, %v", n, err)
+	}
+	if got := size(); got != 21<<10 {
+		t.Fatalf("after a λ write at [20 KiB, +1 KiB): size %d, want %d", got, 21<<10)
+	}
+	tail := make([]byte, 21<<10-old)
+	if _, err := f.ReadAt(tail, old); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, len(tail))
+	copy(want[20<<10-old:], data)
+	if !bytes.Equal(tail, want) {
+		t.Fatal("λ write past the end: the grown bytes differ from zeroes and the output")
 	}
 	// Output longer than the range: an error, nothing written.
 	if _, err := f.LambdaWrite(ctx, e.fn, 0, 512, params(2), make([]byte, 600)); !errors.Is(err, sandbox.ErrFunction) {

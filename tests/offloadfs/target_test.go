@@ -133,8 +133,8 @@ func TestLambdaWriteTarget(t *testing.T) {
 	if got := e.srv.counter("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"}); got != before+1 {
 		t.Fatalf("λ writes at the target: %v, want %v", got, before+1)
 	}
-	if _, err := f.LambdaWrite(ctx, e.fn, 62<<10, 8*bs, stampParams(2), nil); !errors.Is(err, iofs.ErrInvalid) {
-		t.Fatalf("a λ write past the file's end: %v, want ErrInvalid", err)
+	if _, err := f.LambdaWrite(ctx, e.fn, 1000, 8*bs, stampParams(2), nil); !errors.Is(err, iofs.ErrInvalid) {
+		t.Fatalf("a λ write at an unaligned offset: %v, want ErrInvalid", err)
 	}
 	// The read side sees both.
 	res, err := f.LambdaRead(ctx, e.fn, 0, 32*bs, stampParams(1), 32*stampSize)
@@ -149,6 +149,102 @@ func TestLambdaWriteTarget(t *testing.T) {
 			(i >= 8 && i < 16 || i >= 24) && ok:
 			t.Fatalf("block %d: %+v (%v)", i, st, ok)
 		}
+	}
+}
+
+// TestLambdaWritePreallocated: λ writes past the end go into the space
+// Preallocate reserved, as λ-IO's go into fallocated extents: the file
+// grows, the gap reads as zeroes, no new blocks are allocated, and the
+// write still runs at the target (the growth is committed and synced
+// first). Past the reservation the file grows by allocation.
+func TestLambdaWritePreallocated(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	f, err := e.fsys.Create("out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ino := inoOf(t, f)
+	const reserved = 256 << 10
+	if err := f.Preallocate(0, reserved); err != nil {
+		t.Fatal(err)
+	}
+	e.syncRemote()
+	lbas := func() []uint64 {
+		t.Helper()
+		m, err := f.Extents()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []uint64
+		for _, x := range m.Extents {
+			for b := range uint64(x.Blocks) {
+				out = append(out, x.LBA+b)
+			}
+		}
+		return out
+	}
+	// The file grows in steps; the blocks it already maps never move.
+	free := e.fsys.Usage().FreeBlocks
+	atTarget := func() float64 {
+		return e.srv.counter("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"})
+	}
+	var prev []uint64
+	write := func(gen uint64, off int64, blocks int) []byte {
+		t.Helper()
+		data := stamped(ino, gen, int(off), blocks*bs)
+		before := atTarget()
+		n, err := f.LambdaWrite(ctx, e.fn, off, blocks*bs, stampParams(2), data)
+		if err != nil || n != len(data) {
+			t.Fatalf("λ write at %d: %d, %v", off, n, err)
+		}
+		if got := atTarget(); got != before+1 {
+			t.Fatalf("λ write at %d ran at the target %v times, want 1 (stats %+v)", off, got-before, e.fsys.Stats())
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := off + int64(blocks*bs); fi.Size() != want {
+			t.Fatalf("after a λ write at %d: size %d, want %d", off, fi.Size(), want)
+		}
+		now := lbas()
+		for i := range prev {
+			if now[i] != prev[i] {
+				t.Fatalf("block %d moved from LBA %d to %d", i, prev[i], now[i])
+			}
+		}
+		prev = now
+		return data
+	}
+	first := write(1, 0, 8)
+	second := write(2, 16*bs, 8) // leaves a gap of 8 blocks
+	got := make([]byte, 24*bs)
+	if _, err := f.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[:8*bs], first) || !bytes.Equal(got[16*bs:], second) {
+		t.Fatal("read back differs from what was λ-written")
+	}
+	if !bytes.Equal(got[8*bs:16*bs], make([]byte, 8*bs)) {
+		t.Fatal("the gap a λ write skipped does not read as zeroes")
+	}
+	// Up to the reservation's end, no block was allocated: the file's
+	// blocks are the ones Preallocate reserved.
+	write(3, reserved-8*bs, 8)
+	if got := e.fsys.Usage().FreeBlocks; got != free {
+		t.Fatalf("λ writes into reserved space allocated %d blocks", int64(free)-int64(got))
+	}
+	// Past it, the file grows by allocation and the write still runs at
+	// the target.
+	write(4, reserved+64*bs, 8)
+	res, err := f.LambdaRead(ctx, e.fn, reserved-8*bs, 8*bs, stampParams(1), 8*stampSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, ok := parseStamp(res.Output); !ok || st != (stampRec{ino, 3, uint64(reserved - 8*bs)}) {
+		t.Fatalf("stamp read back: %+v %v", st, ok)
 	}
 }
 

@@ -169,6 +169,20 @@ func (ns *Namespace) Grant(ctx context.Context, g Grant) error {
 	return nil
 }
 
+// ReleaseAllGrants ends every grant this host holds on the namespace
+// (Grant Release with CDW12 bit 0) and returns how many there were. It
+// returns once nothing admitted under them is still running: an owner
+// that restarted calls it before reusing any block, since the grants it
+// made before are no longer remembered anywhere else.
+func (ns *Namespace) ReleaseAllGrants(ctx context.Context) (int, error) {
+	cmd := nvme.Command{Opcode: nvme.AdminGrantRelease, NSID: ns.ID(), CDW12: 1}
+	cqe, err := ns.c.Admin(ctx, &cmd, nil, nil)
+	if err != nil {
+		return 0, fmt.Errorf("host: release all grants: %w", err)
+	}
+	return int(cqe.DW0), nil
+}
+
 // ReleaseGrant ends a grant this host made. It returns once no command
 // admitted under the grant is still running at the target, so the blocks
 // may then be reused. Releasing a grant that is not held (released

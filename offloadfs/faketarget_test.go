@@ -189,6 +189,14 @@ func (t *fakeTarget) ReleaseGrant(_ context.Context, id uint64) error {
 	return nil
 }
 
+func (t *fakeTarget) ReleaseAllGrants(context.Context) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := len(t.grants)
+	clear(t.grants)
+	return n, nil
+}
+
 func (t *fakeTarget) grantCount() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()

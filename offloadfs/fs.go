@@ -317,6 +317,17 @@ func Mount(ctx context.Context, dev Device, opts Options) (*FS, error) {
 		return nil, err
 	}
 	if opts.Remote != nil {
+		// Grants an earlier mount made and did not end (it crashed) are
+		// remembered only by the target; end them before any block can
+		// be reused (reaping orphans frees some next), or a grantee could
+		// still write blocks that now belong to another file.
+		n, err := opts.Remote.ReleaseAllGrants(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("offloadfs: mount: ending an earlier mount's grants: %w", err)
+		}
+		if n > 0 {
+			fsys.log.Warn("offloadfs: ended grants an earlier mount left at the target", "grants", n)
+		}
 		// Before the orphans' commit, so it reaches the queue; the
 		// goroutine starts once the mount has succeeded.
 		fsys.syncer = newSyncer(fsys, opts.Remote)

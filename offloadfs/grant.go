@@ -37,7 +37,12 @@ import (
 //
 // When a lease runs out the owner releases the grant at the target (which
 // waits for commands admitted before the expiry) and only then unpins, as
-// the protocol requires; Close releases every grant still live.
+// the protocol requires; Close releases every grant still live. Grants
+// are not written to the file system: an owner that crashed forgets them,
+// so every read-write mount with a Remote first ends all grants its host
+// holds at the target (Remote.ReleaseAllGrants), before it can reuse a
+// block. Grantees of the crashed owner are then denied and must be
+// granted again.
 
 // grantRetryMax bounds the backoff of a release that fails at expiry.
 const grantRetryMax = 5 * time.Second

@@ -31,6 +31,9 @@ type Remote interface {
 	LambdaWrite(ctx context.Context, fn sandbox.ID, files []pushdown.File, start host.Start, params, data []byte) (int, error)
 	Grant(ctx context.Context, g host.Grant) error
 	ReleaseGrant(ctx context.Context, id uint64) error
+	// ReleaseAllGrants ends every grant this host holds on the
+	// namespace: a read-write mount fences its predecessor's grants.
+	ReleaseAllGrants(ctx context.Context) (int, error)
 }
 
 // FunctionLoader loads a function module at the target, for

@@ -62,6 +62,10 @@ type grant struct {
 	released atomic.Bool
 }
 
+// grantReleaseAll is Grant Release's CDW12 bit 0: release every grant
+// the sending host holds on the namespace, whatever the ID.
+const grantReleaseAll = 1
+
 type grantKey struct {
 	owner string
 	id    uint64
@@ -149,6 +153,23 @@ func (t *grantTable) release(owner string, id uint64, now time.Time) (g *grant, 
 	t.sweepLocked(now)
 	t.publishLocked()
 	return g, len(t.byKey)
+}
+
+// releaseAll removes every grant owner holds and returns them for the
+// caller to drain: an owner fencing the grants it made before it
+// restarted.
+func (t *grantTable) releaseAll(owner string, now time.Time) (gs []*grant, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k, g := range t.byKey {
+		if k.owner == owner {
+			gs = append(gs, g)
+			delete(t.byKey, k)
+		}
+	}
+	t.sweepLocked(now)
+	t.publishLocked()
+	return gs, len(t.byKey)
 }
 
 // sweepLocked forgets expired grants nothing is running under, so that
@@ -427,6 +448,8 @@ func (q *queue) grantPut(cmd *command) {
 // or expired and forgotten), which is not an error so that releases can be
 // resent.
 func (q *queue) grantRelease(cmd *command) {
+	// (With grantReleaseAll in CDW12 it releases every grant the sending
+	// host holds on the namespace, and DW0 counts them.)
 	cmd.op = "grant_release"
 	ns := q.ss.namespace(cmd.sqe.NSID)
 	if ns == nil {
@@ -437,6 +460,18 @@ func (q *queue) grantRelease(cmd *command) {
 	m := q.srv.meta(q.ss, ns, false)
 	if m == nil {
 		q.complete(cmd, nvme.StatusSuccess, 0)
+		return
+	}
+	if cmd.sqe.CDW12&grantReleaseAll != 0 {
+		gs, n := m.grants.releaseAll(q.ctrl.hostNQN, q.srv.cfg.Now())
+		q.srv.metrics.grantsHeld(q.ss.nqn, ns.id, n)
+		for _, g := range gs {
+			g.drain()
+		}
+		if len(gs) > 0 {
+			q.log.Info("grants released", "owner", q.ctrl.hostNQN, "count", len(gs), "nsid", ns.id)
+		}
+		q.complete(cmd, nvme.StatusSuccess, uint32(len(gs)))
 		return
 	}
 	id := uint64(cmd.sqe.CDW10) | uint64(cmd.sqe.CDW11)<<32

@@ -3,13 +3,14 @@ package offloadfs_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
+	"fmt"
 	iofs "io/fs"
 	"os"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -28,15 +29,96 @@ var _ interface {
 	Pushdown(ctx context.Context, fn sandbox.ID, files []*offloadfs.File, start host.Start, scratch []byte) (pushdown.Result, error)
 } = (*offloadfs.FS)(nil)
 
+// tapRemote is the owner's real connection to the target with test hooks
+// in front: it shows a test every extent-map update before it goes out,
+// fails puts on demand as a broken link would, and runs a hook before a
+// pushdown goes out. Whatever it lets through reaches the real target.
+type tapRemote struct {
+	offloadfs.Remote
+	// failPuts fails that many Extent Map Puts without sending them.
+	failPuts atomic.Int32
+	// onPut, set before Mount, sees every update sent.
+	onPut func(u pushdown.MapUpdate)
+	// beforePushdown, if set, runs once a pushdown has passed the file
+	// system's checks, before it is sent: tests change files there.
+	beforePushdown atomic.Pointer[func()]
+}
+
+var errInjected = fmt.Errorf("test: injected put failure: %w", host.ErrConnectionLost)
+
+func (r *tapRemote) UpdateExtentMaps(ctx context.Context, ups []pushdown.MapUpdate) (int, int, error) {
+	for n := r.failPuts.Load(); n > 0; n = r.failPuts.Load() {
+		if r.failPuts.CompareAndSwap(n, n-1) {
+			return 0, 0, errInjected
+		}
+	}
+	if r.onPut != nil {
+		for _, u := range ups {
+			r.onPut(u)
+		}
+	}
+	return r.Remote.UpdateExtentMaps(ctx, ups)
+}
+
+func (r *tapRemote) Pushdown(ctx context.Context, fn sandbox.ID, files []pushdown.File, start host.Start, scratch []byte) (pushdown.Result, error) {
+	if h := r.beforePushdown.Load(); h != nil {
+		(*h)()
+	}
+	return r.Remote.Pushdown(ctx, fn, files, start, scratch)
+}
+
+// newTapEnv is newRemoteEnv with a tapRemote in front of the connection;
+// mutate sees the tap (not yet mounted) and the options.
+func newTapEnv(t testing.TB, mutate func(*tapRemote, *offloadfs.Options)) (*remoteEnv, *tapRemote) {
+	var tap *tapRemote
+	e := newRemoteEnv(t, func(o *offloadfs.Options) {
+		tap = &tapRemote{Remote: o.Remote}
+		o.Remote = tap
+		if mutate != nil {
+			mutate(tap, o)
+		}
+	})
+	return e, tap
+}
+
+// targetContent reads the whole of f through the target: λ reads of the
+// stamp function's echo mode, each of which must run there, so the map
+// the target holds is what resolves the file's bytes.
+func (e *remoteEnv) targetContent(f *offloadfs.File) []byte {
+	e.t.Helper()
+	fi, err := f.Stat()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	const chunk = 32 << 10
+	var out []byte
+	for off := int64(0); off < fi.Size(); off += chunk {
+		n := int(min(chunk, fi.Size()-off))
+		remote, ran := e.fsys.Stats().Remote, e.target.ran("lambda_read", "ok")
+		res, err := f.LambdaRead(context.Background(), e.fn, off, n, stampParams(2), n)
+		if err != nil {
+			e.t.Fatalf("λ read [%d, +%d): %v", off, n, err)
+		}
+		if e.fsys.Stats().Remote != remote+1 || e.target.ran("lambda_read", "ok") != ran+1 {
+			e.t.Fatalf("λ read [%d, +%d) did not run at the target: %+v", off, n, e.fsys.Stats())
+		}
+		out = append(out, res.Output...)
+	}
+	return out
+}
+
 // TestSyncCommittedOnly: the synchronizer pushes maps in the background,
-// and only maps whose metadata is committed: every version the target
-// ever receives was reported committed first, whatever the writers do
-// meanwhile. After SyncRemote the target holds every file's current map.
+// and only maps whose metadata is committed: every version sent to the
+// target was reported committed first, whatever the writers do
+// meanwhile. After SyncRemote the target holds every file's current map
+// (it answers with the file's version, and requests it runs read the
+// file's bytes). A change not yet committed stays away from the target
+// even when the synchronizer pushes every map again.
 func TestSyncCommittedOnly(t *testing.T) {
 	var mu sync.Mutex
 	committed := map[uint64]uint64{} // inode → highest committed version
 	var bad []string
-	e := newRemoteEnv(t, func(o *offloadfs.Options) {
+	e, _ := newTapEnv(t, func(tap *tapRemote, o *offloadfs.Options) {
 		o.OnCommit = func(c offloadfs.Commit) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -44,16 +126,15 @@ func TestSyncCommittedOnly(t *testing.T) {
 				committed[ch.Ino] = max(committed[ch.Ino], ch.Version)
 			}
 		}
-	})
-	e.target.mu.Lock()
-	e.target.onPut = func(u pushdown.MapUpdate) {
-		mu.Lock()
-		defer mu.Unlock()
-		if u.Version > committed[u.ID] {
-			bad = append(bad, "inode "+itoa(u.ID)+" version "+itoa(u.Version)+" pushed before it was committed")
+		tap.onPut = func(u pushdown.MapUpdate) {
+			mu.Lock()
+			defer mu.Unlock()
+			if u.Version > committed[u.ID] {
+				bad = append(bad, "inode "+itoa(u.ID)+" version "+itoa(u.Version)+" pushed before it was committed")
+			}
 		}
-	}
-	e.target.mu.Unlock()
+	})
+	ctx := context.Background()
 
 	var wg sync.WaitGroup
 	files := make([]*offloadfs.File, 4)
@@ -77,7 +158,7 @@ func TestSyncCommittedOnly(t *testing.T) {
 					}
 				}
 				if k%10 == 0 {
-					if err := e.fsys.Sync(context.Background()); err != nil {
+					if err := e.fsys.Sync(ctx); err != nil {
 						t.Error(err)
 						return
 					}
@@ -87,35 +168,74 @@ func TestSyncCommittedOnly(t *testing.T) {
 	}
 	wg.Wait()
 	e.syncRemote()
-	mu.Lock()
-	for _, b := range bad {
-		t.Error(b)
+	checkBad := func() {
+		t.Helper()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, b := range bad {
+			t.Error(b)
+		}
+		bad = nil
 	}
-	mu.Unlock()
+	checkBad()
 	for _, f := range files {
 		m, err := f.Extents()
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, ok := e.target.held(m.ID)
-		if !ok || h.Version != m.Version || h.Size != m.Size || !slices.Equal(h.Extents, m.Extents) {
-			t.Errorf("inode %d: the target holds version %d (%d bytes, %d extents), the file is at %d (%d bytes, %d extents)",
-				m.ID, h.Version, h.Size, len(h.Extents), m.Version, m.Size, len(m.Extents))
+		if v := e.held(m.ID); v != m.Version {
+			t.Errorf("inode %d: the target holds version %d, the file is at %d", m.ID, v, m.Version)
 		}
-	}
-	// An uncommitted change stays away from the target.
-	f := files[0]
-	before, _ := f.Extents()
-	if _, err := f.Write(make([]byte, 5000)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(50 * time.Millisecond)
-	if h, _ := e.target.held(before.ID); h.Version != before.Version {
-		t.Errorf("the target got version %d of an uncommitted change (committed: %d)", h.Version, before.Version)
+		want := make([]byte, m.Size)
+		if _, err := f.ReadAt(want, 0); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.targetContent(f); !bytes.Equal(got, want) {
+			t.Errorf("inode %d: the target's map resolves other bytes than the file's (%d bytes read there, %d in the file)", m.ID, len(got), len(want))
+		}
 	}
 	if s := e.fsys.Stats(); s.MapsPut == 0 {
 		t.Errorf("stats count no maps put: %+v", s)
 	}
+
+	// An uncommitted change stays away from the target. Make the
+	// synchronizer push every map it can while f has one: drop g's map at
+	// the target (an Extent Map Put on the owner's connection removing it,
+	// as a target that lost it), so that a request on g is refused as
+	// stale, the synchronizer finds the loss and pushes every live file's
+	// map again.
+	f, g := files[0], files[1]
+	before, _ := f.Extents()
+	gm, _ := g.Extents()
+	if _, err := f.Write(make([]byte, 5000)); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := f.Extents(); after.Version == before.Version {
+		t.Fatalf("growing the file left its version at %d", before.Version)
+	}
+	if _, _, err := e.ns.UpdateExtentMaps(ctx, []pushdown.MapUpdate{{File: pushdown.File{ID: gm.ID}, Remove: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{g}, host.Start{Length: stampSize}, stampScratch(-1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.fsys.Stats(); s.Stale != 1 {
+		t.Fatalf("the request on g was not refused as stale: %+v", s)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for e.held(gm.ID) != gm.Version {
+		if time.Now().After(deadline) {
+			t.Fatalf("the synchronizer never pushed g's map again: %+v", e.fsys.Stats())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if s := e.fsys.Stats(); s.Resyncs != 1 {
+		t.Fatalf("resyncs %d, want 1", s.Resyncs)
+	}
+	if v := e.held(before.ID); v != before.Version {
+		t.Errorf("the target holds version %d of f, whose committed version is %d", v, before.Version)
+	}
+	checkBad()
 }
 
 // TestSyncRemovals: a removed file's removal reaches the target (with the
@@ -125,59 +245,74 @@ func TestSyncRemovals(t *testing.T) {
 	e := newRemoteEnv(t, nil)
 	f, ino := e.create("gone", 1, 4096)
 	e.syncRemote()
-	if _, ok := e.target.held(ino); !ok {
+	if e.held(ino) == 0 {
 		t.Fatal("the target holds no map of the new file")
 	}
 	if err := e.fsys.Remove("gone"); err != nil {
 		t.Fatal(err)
 	}
 	e.syncRemote()
-	if _, ok := e.target.held(ino); !ok {
+	if e.held(ino) == 0 {
 		t.Fatal("the map went while the file was still open")
 	}
+	removed := e.fsys.Stats().MapsRemoved
 	f.Close()
 	e.syncRemote()
-	if _, ok := e.target.held(ino); ok {
-		t.Fatal("the target still holds the map of a freed inode")
+	if v := e.held(ino); v != 0 {
+		t.Fatalf("the target still holds version %d of the map of a freed inode", v)
 	}
-	vs, _ := e.target.ExtentMapVersions(context.Background(), []uint64{ino})
-	if vs[0] != 0 {
-		t.Fatalf("versions held: %v", vs)
+	if s := e.fsys.Stats(); s.MapsRemoved != removed+1 {
+		t.Fatalf("maps removed %d, want %d", s.MapsRemoved, removed+1)
+	}
+	// The removal is a floor: an older map of the inode sent late is
+	// ignored, not applied.
+	applied, ignored, err := e.ns.UpdateExtentMaps(context.Background(), []pushdown.MapUpdate{{File: pushdown.File{ID: ino, Version: 1, Size: 512, Extents: []pushdown.Extent{{LBA: 1, Blocks: 1}}}}})
+	if err != nil || applied != 0 || ignored != 1 || e.held(ino) != 0 {
+		t.Fatalf("a late map of the freed inode: applied %d, ignored %d, %v; held version %d", applied, ignored, err, e.held(ino))
 	}
 }
 
 // TestSyncRetries: pushes that fail are retried until they go through.
 func TestSyncRetries(t *testing.T) {
-	e := newRemoteEnv(t, nil)
+	e, tap := newTapEnv(t, nil)
 	e.syncRemote()
-	e.target.failPuts.Store(3)
-	_, ino := e.create("f", 1, 4096)
+	tap.failPuts.Store(3)
+	f, ino := e.create("f", 1, 4096)
 	e.syncRemote()
-	if _, ok := e.target.held(ino); !ok {
-		t.Fatal("the map never arrived")
+	m, _ := f.Extents()
+	if v := e.held(ino); v != m.Version {
+		t.Fatalf("the target holds version %d, the file is at %d: the map never arrived", v, m.Version)
+	}
+	if n := tap.failPuts.Load(); n != 0 {
+		t.Fatalf("%d injected failures left", n)
 	}
 	if s := e.fsys.Stats(); s.SyncErrors < 3 {
 		t.Fatalf("sync errors %d, want at least 3", s.SyncErrors)
 	}
 }
 
-// TestSyncReplacesForeignMaps: maps the target holds from an earlier
-// file system on the namespace, at higher versions, are replaced rather
-// than left to shadow the new ones.
+// TestSyncReplacesForeignMaps: maps the target holds from an earlier file
+// system on the namespace (the same host NQN), at higher versions, are
+// replaced rather than left to shadow the new ones.
 func TestSyncReplacesForeignMaps(t *testing.T) {
 	e := newRemoteEnv(t, nil)
 	f, ino := e.create("f", 1, 4096)
-	e.target.setMap(pushdown.MapUpdate{File: pushdown.File{ID: ino, Version: 1 << 40, Size: 512, Extents: []pushdown.Extent{{LBA: 1, Blocks: 1}}}})
+	// The earlier file system's map of the inode, put on the owner's
+	// connection before the new file's map is committed.
+	foreign := pushdown.MapUpdate{File: pushdown.File{ID: ino, Version: 1 << 40, Size: 512, Extents: []pushdown.Extent{{LBA: 1, Blocks: 1}}}}
+	if applied, _, err := e.ns.UpdateExtentMaps(context.Background(), []pushdown.MapUpdate{foreign}); err != nil || applied != 1 {
+		t.Fatalf("the foreign map: applied %d, %v", applied, err)
+	}
 	e.syncRemote()
 	m, _ := f.Extents()
-	if h, _ := e.target.held(ino); h.Version != m.Version {
-		t.Fatalf("the target holds version %d, the file is at %d", h.Version, m.Version)
+	if v := e.held(ino); v != m.Version {
+		t.Fatalf("the target holds version %d, the file is at %d", v, m.Version)
 	}
 	if got := e.stampAt(f, 512); got != (stampRec{ino, 1, 512}) {
 		t.Fatalf("stamp %+v", got)
 	}
-	if s := e.fsys.Stats(); s.Remote != 1 {
-		t.Fatalf("stats %+v: want the pushdown served remotely", s)
+	if s := e.fsys.Stats(); s.Remote != 1 || e.target.ran("pushdown", "ok") != 1 {
+		t.Fatalf("stats %+v, %d pushdowns at the target: want the pushdown served remotely", s, e.target.ran("pushdown", "ok"))
 	}
 }
 
@@ -197,12 +332,15 @@ func TestPushdownWhereItRuns(t *testing.T) {
 	if s.NotSynced != 1 || s.Fallbacks != 1 || s.Sent != 0 {
 		t.Fatalf("before sync: %+v", s)
 	}
+	if n := e.target.ran("pushdown", "ok") + e.target.ran("pushdown", "error"); n != 0 {
+		t.Fatalf("before sync: %d pushdowns reached the target", n)
+	}
 	e.syncRemote()
-	ran := e.target.ran.Load()
+	ran := e.target.ran("pushdown", "ok")
 	if got := e.stampAt(f, 4096); got != want {
 		t.Fatalf("target: stamp %+v, want %+v", got, want)
 	}
-	if e.target.ran.Load() != ran+1 {
+	if e.target.ran("pushdown", "ok") != ran+1 {
 		t.Fatal("the pushdown did not run at the target")
 	}
 	// Two files in one request: the second read goes to file 1.
@@ -217,8 +355,11 @@ func TestPushdownWhereItRuns(t *testing.T) {
 	if a != (stampRec{ino, 7, 0}) || b != (stampRec{gino, 9, 4096}) {
 		t.Fatalf("two files: %+v, %+v", a, b)
 	}
+	if e.target.ran("pushdown", "ok") != ran+2 {
+		t.Fatal("the two-file pushdown did not run at the target")
+	}
 	// Appending changes the map: until committed and pushed, host again.
-	if _, err := f.WriteAt(stamped(ino, 7, 8192, 512)[:4096], 64<<10); err != nil {
+	if _, err := f.WriteAt(stamped(ino, 7, 8192, envBS)[:4096], 64<<10); err != nil {
 		t.Fatal(err)
 	}
 	s = e.fsys.Stats()
@@ -227,6 +368,9 @@ func TestPushdownWhereItRuns(t *testing.T) {
 	}
 	if s2 := e.fsys.Stats(); s2.NotSynced != s.NotSynced+1 || s2.Fallbacks != s.Fallbacks+1 {
 		t.Fatalf("after append: %+v, before %+v", s2, s)
+	}
+	if e.target.ran("pushdown", "ok") != ran+2 {
+		t.Fatal("the pushdown after the append reached the target")
 	}
 	if got := counterValue(t, reg, "nearstore_offloadfs_version_mismatches_total", map[string]string{"op": "pushdown", "when": "before"}); got != 2 {
 		t.Fatalf("mismatch metric: %v, want 2", got)
@@ -239,22 +383,29 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name string, want map[
 	return metricstest.Sum(t, reg, name, want)
 }
 
-// TestPushdownStaleAfterRestart: a target that lost its maps refuses the
-// next request as stale; the request runs on the host, the synchronizer
-// finds the loss and pushes every map again, and requests go to the
-// target again.
+// TestPushdownStaleAfterRestart: a target that restarted has lost its
+// maps and refuses the next request as stale (here its function is back
+// already, loaded by another party); the request runs on the host, the
+// synchronizer finds the loss and pushes every map again, and requests go
+// to the target again. A target that lost the function: the request runs
+// on the host, and the function is loaded there again.
 func TestPushdownStaleAfterRestart(t *testing.T) {
 	e := newRemoteEnv(t, nil)
+	ctx := context.Background()
 	f, ino := e.create("f", 3, 8192)
 	g, _ := e.create("g", 4, 8192)
 	e.syncRemote()
-	e.target.forget()
+	e.restart()
+	e.loadAgain()
 	if got := e.stampAt(f, 512); got != (stampRec{ino, 3, 512}) {
 		t.Fatalf("stamp %+v", got)
 	}
 	s := e.fsys.Stats()
-	if s.Stale != 1 || s.Fallbacks != 1 {
+	if s.Stale != 1 || s.Fallbacks != 1 || s.Remote != 0 {
 		t.Fatalf("after the restart: %+v", s)
+	}
+	if n := e.target.metric("nearstore_target_stale_requests_total", nil); n != 1 {
+		t.Fatalf("the target refused %v requests as stale, want 1", n)
 	}
 	e.syncRemote()
 	if s := e.fsys.Stats(); s.Resyncs != 1 {
@@ -262,52 +413,67 @@ func TestPushdownStaleAfterRestart(t *testing.T) {
 	}
 	for _, x := range []*offloadfs.File{f, g} {
 		m, _ := x.Extents()
-		if h, ok := e.target.held(m.ID); !ok || h.Version != m.Version {
-			t.Fatalf("inode %d not pushed again", m.ID)
+		if v := e.held(m.ID); v != m.Version {
+			t.Fatalf("inode %d not pushed again: the target holds version %d, the file is at %d", m.ID, v, m.Version)
 		}
 	}
-	ran := e.target.ran.Load()
-	e.stampAt(f, 0)
-	if e.target.ran.Load() != ran+1 {
+	ran := e.target.ran("pushdown", "ok")
+	if got := e.stampAt(f, 0); got != (stampRec{ino, 3, 0}) {
+		t.Fatalf("stamp %+v", got)
+	}
+	if e.target.ran("pushdown", "ok") != ran+1 {
 		t.Fatal("requests did not go back to the target")
 	}
-	// A target that lost its functions: the request runs on the host, and
-	// the function is loaded there again.
-	e.target.unload()
+
+	// A target that lost its functions (Function Unload): the request
+	// is refused, runs on the host, and the function is loaded there
+	// again.
+	if err := e.ctrl.UnloadFunction(ctx, e.fn); err != nil {
+		t.Fatal(err)
+	}
+	fallbacks, refused := e.fsys.Stats().Fallbacks, e.target.ran("pushdown", "error")
 	if got := e.stampAt(f, 1024); got != (stampRec{ino, 3, 1024}) {
 		t.Fatalf("stamp %+v", got)
 	}
-	ran = e.target.ran.Load()
+	if s := e.fsys.Stats(); s.Fallbacks != fallbacks+1 || e.target.ran("pushdown", "error") != refused+1 {
+		t.Fatalf("without the function: %+v, %d refusals at the target (%d before)", s, e.target.ran("pushdown", "error"), refused)
+	}
+	ran = e.target.ran("pushdown", "ok")
 	e.stampAt(f, 0)
-	if e.target.ran.Load() != ran+1 {
+	if e.target.ran("pushdown", "ok") != ran+1 {
 		t.Fatal("the function was not loaded at the target again")
 	}
 }
 
 // TestPushdownDiscarded: a file truncated and rewritten while the target
-// runs a request on it: the target's result is discarded (its blocks may
-// have been another file's by then) and the request runs on the host,
-// which sees the new generation.
+// runs a request on it (after the file system's checks sent it): the
+// target runs it on the map it holds, the result is discarded (its
+// blocks may have been another file's by then) and the request runs on
+// the host, which sees the new generation.
 func TestPushdownDiscarded(t *testing.T) {
-	e := newRemoteEnv(t, nil)
+	e, tap := newTapEnv(t, nil)
 	f, ino := e.create("f", 1, 8192)
 	e.syncRemote()
 	var once sync.Once
-	e.target.hook = func(string) {
+	hook := func() {
 		once.Do(func() {
 			if err := f.Truncate(0); err != nil {
 				t.Error(err)
 			}
-			if _, err := f.WriteAt(stamped(ino, 2, 8192, 512), 0); err != nil {
+			if _, err := f.WriteAt(stamped(ino, 2, 8192, envBS), 0); err != nil {
 				t.Error(err)
 			}
 		})
 	}
+	tap.beforePushdown.Store(&hook)
 	if got := e.stampAt(f, 4096); got != (stampRec{ino, 2, 4096}) {
 		t.Fatalf("stamp %+v, want generation 2", got)
 	}
 	if s := e.fsys.Stats(); s.Discarded != 1 || s.Fallbacks != 1 || s.Remote != 0 {
 		t.Fatalf("stats %+v", s)
+	}
+	if n := e.target.ran("pushdown", "ok"); n != 1 {
+		t.Fatalf("%d pushdowns ran at the target, want the discarded one", n)
 	}
 }
 
@@ -317,15 +483,9 @@ func TestLambdaReadAndWrite(t *testing.T) {
 	e := newRemoteEnv(t, nil)
 	ctx := context.Background()
 	f, ino := e.create("f", 5, 16<<10)
-	params := func(mode uint32) []byte {
-		p := make([]byte, 8)
-		binary.LittleEndian.PutUint32(p, mode)
-		binary.LittleEndian.PutUint32(p[4:], 512)
-		return p
-	}
 	check := func(where string) {
 		t.Helper()
-		res, err := f.LambdaRead(ctx, e.fn, 2048, 4096, params(1), 1024)
+		res, err := f.LambdaRead(ctx, e.fn, 2048, 4096, stampParams(1), 1024)
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)
 		}
@@ -339,29 +499,39 @@ func TestLambdaReadAndWrite(t *testing.T) {
 		}
 	}
 	check("host")
+	if n := e.target.ran("lambda_read", "ok") + e.target.ran("lambda_read", "error"); n != 0 {
+		t.Fatalf("before sync: %d λ reads reached the target", n)
+	}
 	e.syncRemote()
-	ran := e.target.ran.Load()
 	check("target")
-	if e.target.ran.Load() != ran+1 {
+	if e.target.ran("lambda_read", "ok") != 1 {
 		t.Fatal("the λ read did not run at the target")
 	}
 
 	// λ write: the echo mode writes the data as given.
 	data := stamped(ino, 6, 1024, 512)
-	if n, err := f.LambdaWrite(ctx, e.fn, 8192, 1024, params(2), data); err != nil || n != 1024 {
+	if n, err := f.LambdaWrite(ctx, e.fn, 8192, 1024, stampParams(2), data); err != nil || n != 1024 {
 		t.Fatalf("λ write at the target: %d, %v", n, err)
 	}
-	if e.target.ran.Load() != ran+2 {
+	if e.target.ran("lambda_write", "ok") != 1 {
 		t.Fatal("the λ write did not run at the target")
 	}
 	got := make([]byte, 1024)
 	if _, err := f.ReadAt(got, 8192); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("λ write at the target: read back differs (%v)", err)
 	}
-	e.target.forget() // the next one runs on the host
+	// A restarted target (its function loaded again) holds no maps: the
+	// next λ write is refused as stale and runs on the host.
+	e.restart()
+	e.loadAgain()
+	stale := e.fsys.Stats().Stale
 	data = stamped(ino, 7, 512, 512)
-	if n, err := f.LambdaWrite(ctx, e.fn, 0, 1024, params(2), data[:300]); err != nil || n != 300 {
+	if n, err := f.LambdaWrite(ctx, e.fn, 0, 1024, stampParams(2), data[:300]); err != nil || n != 300 {
 		t.Fatalf("λ write on the host: %d, %v", n, err)
+	}
+	if s := e.fsys.Stats(); s.Stale != stale+1 || e.target.ran("lambda_write", "ok") != 0 || e.target.ran("lambda_write", "error") != 1 {
+		t.Fatalf("λ write after the restart: %+v; at the target %d ran, %d refused", s,
+			e.target.ran("lambda_write", "ok"), e.target.ran("lambda_write", "error"))
 	}
 	// Padded with zeroes to the block's end; the rest of the range keeps
 	// what it had.
@@ -370,7 +540,7 @@ func TestLambdaReadAndWrite(t *testing.T) {
 		t.Fatalf("λ write on the host: read back differs (%v)", err)
 	}
 	for _, c := range []struct{ off, n int }{{100, 512}, {0, 100}, {-512, 512}} {
-		if _, err := f.LambdaWrite(ctx, e.fn, int64(c.off), c.n, params(2), nil); !errors.Is(err, iofs.ErrInvalid) {
+		if _, err := f.LambdaWrite(ctx, e.fn, int64(c.off), c.n, stampParams(2), nil); !errors.Is(err, iofs.ErrInvalid) {
 			t.Errorf("λ write [%d, +%d): %v, want ErrInvalid", c.off, c.n, err)
 		}
 	}
@@ -385,7 +555,7 @@ func TestLambdaReadAndWrite(t *testing.T) {
 	}
 	old := size()
 	data = stamped(ino, 8, 512, 512)
-	if n, err := f.LambdaWrite(ctx, e.fn, 20<<10, 1024, params(2), data); err != nil || n != 512 {
+	if n, err := f.LambdaWrite(ctx, e.fn, 20<<10, 1024, stampParams(2), data); err != nil || n != 512 {
 		t.Fatalf("λ write past the end: %d, %v", n, err)
 	}
 	if got := size(); got != 21<<10 {
@@ -401,7 +571,7 @@ func TestLambdaReadAndWrite(t *testing.T) {
 		t.Fatal("λ write past the end: the grown bytes differ from zeroes and the output")
 	}
 	// Output longer than the range: an error, nothing written.
-	if _, err := f.LambdaWrite(ctx, e.fn, 0, 512, params(2), make([]byte, 600)); !errors.Is(err, sandbox.ErrFunction) {
+	if _, err := f.LambdaWrite(ctx, e.fn, 0, 512, stampParams(2), make([]byte, 600)); !errors.Is(err, sandbox.ErrFunction) {
 		t.Errorf("output over the range: %v", err)
 	}
 }
@@ -415,11 +585,18 @@ func TestFunctionErrorsMatch(t *testing.T) {
 		_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: 0, Length: 16}, stampScratch(-1, 0))
 		return err
 	}
-	for _, where := range []string{"host", "target"} {
+	for _, where := range []struct {
+		name         string
+		atTarget     int // the pushdowns the target has failed after the call
+		hostFallback uint64
+	}{{"host", 0, 1}, {"target", 1, 1}} {
 		err := call()
 		var fe *sandbox.FunctionError
 		if !errors.Is(err, sandbox.ErrFunction) || !errors.As(err, &fe) || fe.Code != -22 {
-			t.Errorf("%s: %v, want the function's -22", where, err)
+			t.Errorf("%s: %v, want the function's -22", where.name, err)
+		}
+		if n, fb := e.target.ran("pushdown", "error"), e.fsys.Stats().Fallbacks; n != where.atTarget || fb != where.hostFallback {
+			t.Errorf("%s: the target failed %d pushdowns, %d ran on the host; want %d, %d", where.name, n, fb, where.atTarget, where.hostFallback)
 		}
 		e.syncRemote()
 	}
@@ -476,12 +653,12 @@ func TestGrantPins(t *testing.T) {
 	ctx := context.Background()
 	f, _ := e.create("f", 1, 64<<10)
 	m, _ := f.Extents()
-	g, err := e.fsys.Grant(ctx, "nqn.2026-11.io.nearstore:task", []*offloadfs.File{f, f}, pushdown.GrantReadWrite, time.Hour)
+	g, err := e.fsys.Grant(ctx, taskNQN, []*offloadfs.File{f, f}, pushdown.GrantReadWrite, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(g.Extents(), m.Extents) || e.target.grantCount() != 1 {
-		t.Fatalf("granted %v, the file's map is %v", g.Extents(), m.Extents)
+	if !slices.Equal(g.Extents(), m.Extents) || e.target.grants() != 1 {
+		t.Fatalf("granted %v, the file's map is %v; the target holds %d grants", g.Extents(), m.Extents, e.target.grants())
 	}
 	if err := f.Truncate(100); !errors.Is(err, offloadfs.ErrGranted) {
 		t.Fatalf("truncate: %v, want ErrGranted", err)
@@ -521,8 +698,8 @@ func TestGrantPins(t *testing.T) {
 	if after := e.fsys.Usage().FreeBlocks; after <= free {
 		t.Fatalf("free blocks %d after the release, %d before: the removed file's blocks were not freed", after, free)
 	}
-	if e.target.grantCount() != 0 || e.fsys.Stats().Grants != 0 {
-		t.Fatal("the grant is still held")
+	if e.target.grants() != 0 || e.fsys.Stats().Grants != 0 {
+		t.Fatalf("the grant is still held: %d at the target, stats %+v", e.target.grants(), e.fsys.Stats())
 	}
 }
 
@@ -531,7 +708,7 @@ func TestGrantPins(t *testing.T) {
 func TestGrantExpires(t *testing.T) {
 	e := newRemoteEnv(t, nil)
 	f, _ := e.create("f", 1, 4096)
-	if _, err := e.fsys.Grant(context.Background(), "nqn.2026-11.io.nearstore:task", []*offloadfs.File{f}, pushdown.GrantRead, 20*time.Millisecond); err != nil {
+	if _, err := e.fsys.Grant(context.Background(), taskNQN, []*offloadfs.File{f}, pushdown.GrantRead, 20*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -541,7 +718,7 @@ func TestGrantExpires(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if e.target.grantCount() != 0 {
+	if e.target.grants() != 0 {
 		t.Fatal("the expired grant was not released at the target")
 	}
 	if err := f.Truncate(0); err != nil {
@@ -549,13 +726,13 @@ func TestGrantExpires(t *testing.T) {
 	}
 	// Grants still live at Close are released.
 	g, _ := e.create("g", 1, 4096)
-	if _, err := e.fsys.Grant(context.Background(), "nqn.2026-11.io.nearstore:task", []*offloadfs.File{g}, pushdown.GrantRead, time.Hour); err != nil {
+	if _, err := e.fsys.Grant(context.Background(), taskNQN, []*offloadfs.File{g}, pushdown.GrantRead, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.fsys.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if e.target.grantCount() != 0 {
+	if e.target.grants() != 0 {
 		t.Fatal("Close left a grant at the target")
 	}
 }

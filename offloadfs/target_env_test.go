@@ -1,0 +1,351 @@
+package offloadfs_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/ebpf"
+	"github.com/nearstore/nearstore/target"
+	"github.com/nearstore/nearstore/volume"
+)
+
+// The tests of the synchronizer, the file-level function calls and grants
+// run against the real target: package target serving a memory volume on
+// a loopback TCP listener, the owner connected to it with package host
+// (the connection is both the file system's device and its Remote), and
+// the eBPF runtime on both sides (the lightest of the two under the race
+// detector). Conditions a test needs are made the real way: a restarted
+// target, Function Unload, Extent Map Puts sent on the owner's
+// connection; what the target did is read back with Extent Map Query and
+// its Prometheus metrics. tests/offloadfs adds the wasm runtime and races.
+const (
+	envNQN   = "nqn.2026-11.io.nearstore:offloadfs-unit"
+	ownerNQN = "nqn.2026-11.io.nearstore:owner"
+	// taskNQN is a host the file system grants to.
+	taskNQN = "nqn.2026-11.io.nearstore:task"
+	envBS   = 512 // the namespace's block size: every block is stamped
+)
+
+// envLimits bound functions on both sides, generously for the race
+// detector on a busy machine.
+var envLimits = sandbox.Limits{Time: 10 * time.Second}
+
+// testTarget is a target serving one memory namespace on a fixed
+// address, so a test can stop it and start another in its place (a
+// restart: the data stays; the extent maps, functions and grants go).
+type testTarget struct {
+	t      testing.TB
+	addr   string
+	reg    *prometheus.Registry
+	srv    *target.Server
+	served chan error
+}
+
+func startTarget(t testing.TB, vol volume.Volume, addr string) *testTarget {
+	t.Helper()
+	s := &testTarget{t: t, reg: prometheus.NewRegistry(), served: make(chan error, 1)}
+	var err error
+	s.srv, err = target.New(target.Config{
+		Subsystems:     []target.SubsystemConfig{{NQN: envNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "unit"}}}},
+		Logger:         slog.New(slog.DiscardHandler),
+		Metrics:        target.NewMetrics(s.reg),
+		Runtimes:       []sandbox.Runtime{ebpf.NewRuntime(ebpf.Options{Logger: slog.New(slog.DiscardHandler)})},
+		FunctionLimits: envLimits,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	// The port of a stopped target can take a moment to be free again.
+	for try := 0; ; try++ {
+		if ln, err = net.Listen("tcp", addr); err == nil || try == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = ln.Addr().String()
+	go func() { s.served <- s.srv.Serve(ln) }()
+	return s
+}
+
+// stop stops the target (again is harmless).
+func (s *testTarget) stop() {
+	if s.srv == nil {
+		return
+	}
+	s.srv.Close()
+	<-s.served
+	s.srv = nil
+}
+
+// metric sums the target metric name's samples whose labels include want.
+func (s *testTarget) metric(name string, want map[string]string) float64 {
+	s.t.Helper()
+	return metricstest.Sum(s.t, s.reg, name, want)
+}
+
+// ran is how many function requests of op (pushdown, lambda_read,
+// lambda_write) the target completed with result (ok, error).
+func (s *testTarget) ran(op, result string) int {
+	s.t.Helper()
+	return int(s.metric("nearstore_target_commands_total", map[string]string{"op": op, "result": result}))
+}
+
+// grants is how many grants the target holds.
+func (s *testTarget) grants() int {
+	s.t.Helper()
+	return int(s.metric("nearstore_target_grants", nil))
+}
+
+// remoteEnv is a file system on a namespace of a real target, with the
+// stamp function registered on both sides.
+type remoteEnv struct {
+	t      testing.TB
+	vol    volume.Volume
+	target *testTarget
+	ctrl   *host.Controller
+	ns     *host.Namespace
+	fsys   *offloadfs.FS
+	fn     sandbox.ID
+}
+
+// newRemoteEnv starts a target, connects the owner, formats the namespace
+// and mounts it with the connection as Remote; mutate may change the
+// options first (wrap Remote, set OnCommit, Metrics).
+func newRemoteEnv(t testing.TB, mutate func(*offloadfs.Options)) *remoteEnv {
+	t.Helper()
+	ctx := context.Background()
+	e := &remoteEnv{t: t}
+	var err error
+	if e.vol, err = volume.Open(fmt.Sprintf("mem:%d?bs=%d", 64<<20, envBS)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.vol.Close() })
+	e.target = startTarget(t, e.vol, "127.0.0.1:0")
+	// Whichever target runs at the end (restart replaces it) stops after
+	// everything registered later: the host and the file system.
+	t.Cleanup(func() { e.target.stop() })
+	e.ctrl, e.ns = e.connect(ownerNQN)
+	if err := offloadfs.Mkfs(ctx, e.ns, offloadfs.MkfsOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	opts := quiet()
+	opts.Remote = e.ns
+	opts.Loader = e.ctrl
+	opts.Runtimes = []sandbox.Runtime{ebpf.NewRuntime(ebpf.Options{Logger: slog.New(slog.DiscardHandler)})}
+	opts.FunctionLimits = envLimits
+	if mutate != nil {
+		mutate(&opts)
+	}
+	if e.fsys, err = offloadfs.Mount(ctx, e.ns, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Tests may have closed it already.
+		if err := e.fsys.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	if e.fn, err = e.fsys.RegisterFunction(ctx, stampModule(t)); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// connect connects a host under hostNQN, with keep-alive off and fast
+// reconnects (for restarts).
+func (e *remoteEnv) connect(hostNQN string) (*host.Controller, *host.Namespace) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctrl, err := host.Connect(ctx, e.target.addr, envNQN, host.Options{
+		HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1, ReconnectDelay: 20 * time.Millisecond,
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { ctrl.Close() })
+	ns, err := ctrl.Namespace(1)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ctrl, ns
+}
+
+// restart stops the target and starts a new one on the same address and
+// volume: the data stays, the extent maps and functions are gone. The
+// owner's connection reconnects on its own.
+func (e *remoteEnv) restart() {
+	e.t.Helper()
+	e.target.stop()
+	e.target = startTarget(e.t, e.vol, e.target.addr)
+}
+
+// loadAgain loads the stamp function at the target again, bypassing the
+// file system (as an operator or another host would), once the owner has
+// reconnected: a command sent on the connection the restart broke fails
+// with ErrConnectionLost, and is sent again.
+func (e *remoteEnv) loadAgain() {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := e.ctrl.LoadFunction(ctx, stampModule(e.t))
+		cancel()
+		switch {
+		case err == nil:
+			return
+		case !errors.Is(err, host.ErrConnectionLost) || time.Now().After(deadline):
+			e.t.Fatalf("loading the function again: %v", err)
+		}
+	}
+}
+
+// held returns the version of ino's map the target holds (0: none, or a
+// removal), by Extent Map Query.
+func (e *remoteEnv) held(ino uint64) uint64 {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	vs, err := e.ns.ExtentMapVersions(ctx, []uint64{ino})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return vs[0]
+}
+
+// syncRemote waits, with a deadline, for the target to hold every change.
+func (e *remoteEnv) syncRemote() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.fsys.SyncRemote(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// create writes a stamped file of n bytes, generation gen, and returns it
+// with its inode.
+func (e *remoteEnv) create(name string, gen uint64, n int) (*offloadfs.File, uint64) {
+	e.t.Helper()
+	f, err := e.fsys.Create(name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { f.Close() })
+	ino := inoOf(e.t, f)
+	if _, err := f.WriteAt(stamped(ino, gen, n, envBS), 0); err != nil {
+		e.t.Fatal(err)
+	}
+	return f, ino
+}
+
+func inoOf(t testing.TB, f *offloadfs.File) uint64 {
+	t.Helper()
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*offloadfs.FileInfo).Ino()
+}
+
+// stampAt pushes the stamp function down on f at off and returns the
+// stamp it saw.
+func (e *remoteEnv) stampAt(f *offloadfs.File, off int64) stampRec {
+	e.t.Helper()
+	res, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: uint64(off), Length: stampSize}, stampScratch(-1, 0))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, ok := parseStamp(res.Output[64:])
+	if !ok {
+		e.t.Fatalf("pushdown at %d returned no stamp: % x", off, res.Output[64:96])
+	}
+	return st
+}
+
+// stampModule returns tests/offloadfs's stamp function built for eBPF.
+func stampModule(t testing.TB) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "tests", "offloadfs", "testdata", "stamp.o"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A stamp heads every device block of a test file: magic, inode,
+// generation, offset.
+const (
+	stampMagic = 0x504d4154534e // "NSTAMP"
+	stampSize  = 32
+)
+
+type stampRec struct{ ino, gen, off uint64 }
+
+func parseStamp(b []byte) (stampRec, bool) {
+	if len(b) < stampSize || binary.LittleEndian.Uint64(b) != stampMagic {
+		return stampRec{}, false
+	}
+	le := binary.LittleEndian
+	return stampRec{le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:])}, true
+}
+
+// stamped returns n bytes of file content whose every bs-byte block is
+// stamped with (ino, gen, its offset).
+func stamped(ino, gen uint64, n, bs int) []byte {
+	b := make([]byte, n)
+	for off := 0; off < n; off += bs {
+		blk := b[off:min(off+bs, n)]
+		for i := range blk {
+			blk[i] = byte(gen) ^ byte(i)
+		}
+		if len(blk) >= stampSize {
+			le := binary.LittleEndian
+			le.PutUint64(blk, stampMagic)
+			le.PutUint64(blk[8:], ino)
+			le.PutUint64(blk[16:], gen)
+			le.PutUint64(blk[24:], uint64(off))
+		}
+	}
+	return b
+}
+
+// stampScratch is the pushdown scratch of the stamp function: read the
+// start range's stamp, then (second >= 0) that of file's byte second.
+func stampScratch(second int64, file uint32) []byte {
+	s := make([]byte, 16)
+	v := ^uint64(0)
+	if second >= 0 {
+		v = uint64(second)
+	}
+	binary.LittleEndian.PutUint64(s, v)
+	binary.LittleEndian.PutUint32(s[8:], file)
+	return s
+}
+
+// stampParams is the stamp function's compute header: mode 1 returns
+// every block's stamp, mode 2 echoes its data.
+func stampParams(mode uint32) []byte {
+	p := make([]byte, 8)
+	binary.LittleEndian.PutUint32(p, mode)
+	binary.LittleEndian.PutUint32(p[4:], envBS)
+	return p
+}

@@ -17,6 +17,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"time"
 
 	"github.com/nearstore/nearstore/sandbox"
 )
@@ -177,14 +179,41 @@ func (r *Request) Unmarshal(b []byte) error {
 //	bytes 12-15 flags (bit 0: done)
 //	bytes 16-23 bytes read at the target
 //	bytes 24-27 output length
-//	bytes 28-31 reserved
+//	bytes 28-31 target time: microseconds the target spent on the request
+//
+// Bytes 28-31 were reserved (0) before the target time was added, so a
+// decoder that does not know the field ignores it, and a result from a
+// target that does not fill it reads as 0.
 type Result struct {
 	Code      int32
 	Steps     uint32
 	Reads     uint32
 	Done      bool
 	BytesRead uint64
-	Output    []byte
+	// TargetMicros is the wall time, in microseconds rounded up and
+	// saturating at 2^32-1, the target spent running the request, from
+	// its first read to the result. A target fills it for Pushdown Read
+	// and λ Read; it is 0 for a result computed on the host, so it also
+	// tells where a result came from. Dispatchers use it to separate the
+	// target's compute from the transfer (package lambda's model).
+	TargetMicros uint32
+	Output       []byte
+}
+
+// MicrosOf converts an elapsed time into a TargetMicros value: rounded up,
+// so any run at the target reads as at least 1, and saturating.
+func MicrosOf(d time.Duration) uint32 {
+	if d <= 0 {
+		return 1
+	}
+	us := d / time.Microsecond
+	if d%time.Microsecond != 0 {
+		us++
+	}
+	if us > math.MaxUint32 {
+		return math.MaxUint32
+	}
+	return uint32(us)
 }
 
 // Marshal writes the result header and output into b, which must hold
@@ -201,7 +230,7 @@ func (r *Result) Marshal(b []byte) int {
 	le.PutUint32(b[12:], flags)
 	le.PutUint64(b[16:], r.BytesRead)
 	le.PutUint32(b[24:], uint32(len(r.Output)))
-	le.PutUint32(b[28:], 0)
+	le.PutUint32(b[28:], r.TargetMicros)
 	return ResultSize + copy(b[ResultSize:], r.Output)
 }
 
@@ -216,6 +245,7 @@ func (r *Result) Unmarshal(b []byte) error {
 	r.Reads = le.Uint32(b[8:])
 	r.Done = le.Uint32(b[12:])&1 != 0
 	r.BytesRead = le.Uint64(b[16:])
+	r.TargetMicros = le.Uint32(b[28:])
 	n := le.Uint32(b[24:])
 	if uint64(n) > uint64(len(b)-ResultSize) {
 		return fmt.Errorf("%w: result says %d output bytes, has %d", ErrMalformed, n, len(b)-ResultSize)

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
@@ -309,11 +310,16 @@ func (q *queue) execFunction(cmd *command) {
 	f.calls.Add(1)
 	dev := backendDevice{cmd.ns.backend}
 	var res pushdown.Result
+	// The target time runs from the first read to the result: what a
+	// host's dispatcher subtracts from the round trip to see the transfer.
+	began := time.Now()
 	switch cmd.sqe.Opcode {
 	case nvme.IOPushdownRead:
 		res, err = q.srv.exec.Pushdown(ctx, dev, f.mod, &req)
+		res.TargetMicros = pushdown.MicrosOf(time.Since(began))
 	case nvme.IOLambdaRead:
 		res, err = q.srv.exec.LambdaRead(ctx, dev, f.mod, &req, cmd.inCap-pushdown.ResultSize)
+		res.TargetMicros = pushdown.MicrosOf(time.Since(began))
 	case nvme.IOLambdaWrite:
 		var n int64
 		res, n, err = q.srv.exec.LambdaWrite(ctx, dev, f.mod, &req)

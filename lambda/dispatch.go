@@ -1,0 +1,962 @@
+package lambda
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	iofs "io/fs"
+	"log/slog"
+	"math"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// Mode is where a λ call runs.
+type Mode int
+
+// Modes, in λ-IO's names: the dispatcher (λ), the sandboxed function on
+// the host (K), at the target (T), and plain buffered I/O with native
+// compute (B).
+const (
+	Auto     Mode = iota // "lambda": the dispatcher picks Host or Target per request
+	Host                 // "K": read through the host cache, run the same sandboxed function on the host
+	Target               // "T": run at the target (offloadfs File.RemoteLambdaRead/RemoteLambdaWrite)
+	Buffered             // "B": plain buffered I/O through the cache and native Go compute on the host
+)
+
+// String returns λ-IO's name of the mode: "lambda", "K", "T" or "B".
+func (m Mode) String() string {
+	switch m {
+	case Auto:
+		return "lambda"
+	case Host:
+		return "K"
+	case Target:
+		return "T"
+	case Buffered:
+		return "B"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// ParseMode parses a mode: lambda, λ or auto; K or host; T or target; B
+// or buffered (any case).
+func ParseMode(s string) (Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "lambda", "λ", "auto":
+		return Auto, nil
+	case "k", "host":
+		return Host, nil
+	case "t", "target":
+		return Target, nil
+	case "b", "buffered":
+		return Buffered, nil
+	}
+	return 0, fmt.Errorf("lambda: unknown mode %q (want lambda, K, T or B): %w", s, iofs.ErrInvalid)
+}
+
+// ParseModes parses a comma-separated list of modes, such as "B,K,T,lambda".
+func ParseModes(s string) ([]Mode, error) {
+	var out []Mode
+	for part := range strings.SplitSeq(s, ",") {
+		m, err := ParseMode(part)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// Errors of the dispatcher.
+var (
+	// ErrNoNative: mode B for a function registered without a native
+	// implementation.
+	ErrNoNative = errors.New("lambda: function has no native implementation (mode B)")
+	// ErrNotRegistered: a host-side mode for a function not registered
+	// with the dispatcher (mode T and Auto send it to the target).
+	ErrNotRegistered = errors.New("lambda: function not registered with the dispatcher")
+)
+
+// Function is one λ function: its module (wasm or eBPF), run at the target
+// and in the host's sandbox, and its native Go twin for mode B.
+type Function struct {
+	Name   string
+	Module []byte
+	Native func(in, out []byte) (int, error) // nil: mode B is refused for it (ErrNoNative)
+}
+
+// Options configure a Dispatcher.
+type Options struct {
+	Runtimes     []sandbox.Runtime // host-side runtimes for mode K (required)
+	Limits       sandbox.Limits    // for host-side runs (zero: sandbox defaults)
+	Metrics      *Metrics          // nil: none (Stats has the counts regardless)
+	Cache        *Cache            // nil: NewCache(DefaultCacheSize, 0)
+	Mode         Mode              // the mode of calls arriving through File.LambdaRead/LambdaWrite (default Auto)
+	ProfileEvery int               // n: every n requests per (file, function)... (default 200)
+	ProfileFirst int               // k: ...the first k run on both sides and are measured (default 5)
+	Logger       *slog.Logger
+}
+
+// Defaults of Options.
+const (
+	DefaultProfileEvery = 200
+	DefaultProfileFirst = 5
+)
+
+// Stats are a dispatcher's cumulative counters and current models.
+type Stats struct {
+	Requests uint64          // calls taken
+	Ran      map[Mode]uint64 // where calls finally ran: Host, Target, Buffered (Auto never appears)
+	Profiled uint64          // calls run on both sides for profiling
+	Models   []ModelStat     // per (file inode, function): the current fitted model
+}
+
+// ModelStat is one (file, function)'s fitted model and how many finished
+// runs it rests on.
+type ModelStat struct {
+	Ino     uint64
+	Fn      sandbox.ID
+	Model   Model
+	Samples int
+}
+
+// hostFunction is a registered function's host side.
+type hostFunction struct {
+	name   string
+	mod    sandbox.Module
+	native func(in, out []byte) (int, error)
+}
+
+// key names one (file, function) pair: the unit the profiler schedules
+// and the model is fitted for.
+type key struct {
+	ino uint64
+	fn  sandbox.ID
+}
+
+// keyState is a key's profile schedule and measurements.
+type keyState struct {
+	mu    sync.Mutex
+	count uint64
+	est   estimator
+	model Model
+	stale bool // est changed since model was fitted
+}
+
+// Dispatcher runs λ reads and writes on the host or at the target (see
+// the package documentation). It is safe for concurrent use.
+type Dispatcher struct {
+	fsys  *offloadfs.FS
+	opts  Options
+	cache *Cache
+	log   *slog.Logger
+	lim   sandbox.Limits
+	bs    int64
+
+	mu     sync.Mutex
+	fns    map[sandbox.ID]*hostFunction
+	keys   map[key]*keyState
+	closed bool
+
+	requests, profiled atomic.Uint64
+	ran                [4]atomic.Uint64 // by Mode
+	// bg counts the calls in progress and the losing sides of profiles
+	// still finishing, which may outlive their calls; Close waits for
+	// them. Every Add happens under mu with closed false, or while the
+	// caller's own count is held, so none races with Close's Wait.
+	bg sync.WaitGroup
+}
+
+// enter counts a call in (Close waits for it), or refuses it after Close.
+func (d *Dispatcher) enter() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("lambda: dispatcher: %w", iofs.ErrClosed)
+	}
+	d.bg.Add(1)
+	return nil
+}
+
+// New makes a dispatcher for fsys and installs it (fsys.SetDispatcher), so
+// File.LambdaRead/LambdaWrite go through it from then on.
+func New(ctx context.Context, fsys *offloadfs.FS, opts Options) (*Dispatcher, error) {
+	if fsys == nil {
+		return nil, fmt.Errorf("lambda: no file system: %w", iofs.ErrInvalid)
+	}
+	if len(opts.Runtimes) == 0 {
+		return nil, fmt.Errorf("lambda: no host runtimes (Options.Runtimes): %w", iofs.ErrInvalid)
+	}
+	if opts.Mode < Auto || opts.Mode > Buffered {
+		return nil, fmt.Errorf("lambda: %v: %w", opts.Mode, iofs.ErrInvalid)
+	}
+	if opts.Cache == nil {
+		opts.Cache = NewCache(DefaultCacheSize, 0)
+	}
+	if opts.ProfileEvery <= 0 {
+		opts.ProfileEvery = DefaultProfileEvery
+	}
+	if opts.ProfileFirst <= 0 {
+		opts.ProfileFirst = DefaultProfileFirst
+	}
+	opts.ProfileFirst = min(opts.ProfileFirst, opts.ProfileEvery)
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	d := &Dispatcher{
+		fsys:  fsys,
+		opts:  opts,
+		cache: opts.Cache,
+		log:   opts.Logger,
+		lim:   opts.Limits.WithDefaults(),
+		bs:    int64(fsys.DeviceBlockSize()),
+		fns:   make(map[sandbox.ID]*hostFunction),
+		keys:  make(map[key]*keyState),
+	}
+	fsys.SetDispatcher(d)
+	return d, nil
+}
+
+// Register loads fn into the host runtime of its kind (for mode K) and at
+// the target (fsys.RegisterFunction, which also gives the file system its
+// own host fallback), and returns its ID. Registering a function again
+// loads it at the target again, which is how to restore a restarted
+// target's functions.
+func (d *Dispatcher) Register(ctx context.Context, fn Function) (sandbox.ID, error) {
+	kind, err := sandbox.DetectKind(fn.Module)
+	if err != nil {
+		return sandbox.ID{}, fmt.Errorf("lambda: register %s: %w", fn.Name, err)
+	}
+	id := sandbox.IDOf(fn.Module)
+	d.mu.Lock()
+	closed, have := d.closed, d.fns[id] != nil
+	d.mu.Unlock()
+	if closed {
+		return id, fmt.Errorf("lambda: register %s: %w", fn.Name, iofs.ErrClosed)
+	}
+	if !have {
+		var rt sandbox.Runtime
+		for _, r := range d.opts.Runtimes {
+			if r.Kind() == kind {
+				rt = r
+				break
+			}
+		}
+		if rt == nil {
+			return id, fmt.Errorf("lambda: register %s: no %s runtime on the host (Options.Runtimes): %w", fn.Name, kind, iofs.ErrInvalid)
+		}
+		mod, err := rt.Load(ctx, fn.Module, d.opts.Limits)
+		if err != nil {
+			return id, fmt.Errorf("lambda: register %s on the host: %w", fn.Name, err)
+		}
+		if !mod.HasCompute() {
+			_ = mod.Close(ctx)
+			return id, fmt.Errorf("lambda: register %s: %w: no compute entry", fn.Name, sandbox.ErrNoEntry)
+		}
+		// One instance now, so the first measured run does not pay for
+		// instantiating the module.
+		if inst, err := mod.Acquire(ctx); err == nil {
+			inst.Release()
+		}
+		hf := &hostFunction{name: fn.Name, mod: mod, native: fn.Native}
+		d.mu.Lock()
+		if d.fns[id] == nil && !d.closed {
+			d.fns[id] = hf
+			hf = nil
+		}
+		d.mu.Unlock()
+		if hf != nil {
+			_ = hf.mod.Close(ctx)
+		}
+	}
+	if _, err := d.fsys.RegisterFunction(ctx, fn.Module); err != nil {
+		return id, fmt.Errorf("lambda: register %s: %w", fn.Name, err)
+	}
+	return id, nil
+}
+
+// Cache returns the dispatcher's host cache.
+func (d *Dispatcher) Cache() *Cache { return d.cache }
+
+// Stats returns the dispatcher's counters and models.
+func (d *Dispatcher) Stats() Stats {
+	st := Stats{Requests: d.requests.Load(), Profiled: d.profiled.Load(), Ran: make(map[Mode]uint64)}
+	for _, m := range []Mode{Host, Target, Buffered} {
+		if v := d.ran[m].Load(); v > 0 {
+			st.Ran[m] = v
+		}
+	}
+	d.mu.Lock()
+	keys := make(map[key]*keyState, len(d.keys))
+	for k, ks := range d.keys {
+		keys[k] = ks
+	}
+	d.mu.Unlock()
+	for k, ks := range keys {
+		ks.mu.Lock()
+		st.Models = append(st.Models, ModelStat{Ino: k.ino, Fn: k.fn, Model: d.modelLocked(ks), Samples: ks.est.samples})
+		ks.mu.Unlock()
+	}
+	sort.Slice(st.Models, func(i, j int) bool {
+		a, b := st.Models[i], st.Models[j]
+		if a.Ino != b.Ino {
+			return a.Ino < b.Ino
+		}
+		return bytes.Compare(a.Fn[:], b.Fn[:]) < 0
+	})
+	return st
+}
+
+// Close uninstalls the dispatcher (λ calls go to the target directly
+// again), refuses further calls, waits for the calls in progress and the
+// profiling runs still finishing, and releases the host modules. It does not flush or close the cache, whose files are the
+// caller's.
+func (d *Dispatcher) Close(ctx context.Context) error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.fsys.SetDispatcher(nil)
+	d.bg.Wait()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for id, hf := range d.fns {
+		errs = append(errs, hf.mod.Close(ctx))
+		delete(d.fns, id)
+	}
+	return errors.Join(errs...)
+}
+
+// LambdaRead is Read in Options.Mode: the offloadfs.Dispatcher hook.
+func (d *Dispatcher) LambdaRead(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
+	return d.Read(ctx, d.opts.Mode, f, fn, off, n, params, outCap)
+}
+
+// LambdaWrite is Write in Options.Mode: the offloadfs.Dispatcher hook.
+func (d *Dispatcher) LambdaWrite(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+	return d.Write(ctx, d.opts.Mode, f, fn, off, n, params, data)
+}
+
+// function returns fn's host side (nil: not registered), or ErrClosed.
+func (d *Dispatcher) function(fn sandbox.ID) (*hostFunction, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, fmt.Errorf("lambda: dispatcher: %w", iofs.ErrClosed)
+	}
+	return d.fns[fn], nil
+}
+
+// hostFunctionFor returns fn's host side for a host mode.
+func (d *Dispatcher) hostFunctionFor(fn sandbox.ID, mode Mode) (*hostFunction, error) {
+	hf, err := d.function(fn)
+	if err != nil {
+		return nil, err
+	}
+	if hf == nil {
+		return nil, fmt.Errorf("lambda: mode %v: function %s: %w", mode, fn, ErrNotRegistered)
+	}
+	if mode == Buffered && hf.native == nil {
+		return nil, fmt.Errorf("lambda: function %s: %w", hf.name, ErrNoNative)
+	}
+	return hf, nil
+}
+
+// state returns a key's state, creating it.
+func (d *Dispatcher) state(ino uint64, fn sandbox.ID) *keyState {
+	k := key{ino, fn}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ks := d.keys[k]
+	if ks == nil {
+		ks = &keyState{}
+		d.keys[k] = ks
+	}
+	return ks
+}
+
+// schedule counts a request of ks and says whether to profile it: the
+// first ProfileFirst of every ProfileEvery, and every request until a
+// run has finished and been measured. Otherwise it returns the model.
+func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	i := ks.count
+	ks.count++
+	if i%uint64(d.opts.ProfileEvery) < uint64(d.opts.ProfileFirst) || ks.est.samples == 0 {
+		return true, Model{}
+	}
+	return false, d.modelLocked(ks)
+}
+
+// modelLocked returns ks's model, fitting it again if measurements came
+// in. Callers hold ks.mu.
+func (d *Dispatcher) modelLocked(ks *keyState) Model {
+	if ks.stale || ks.est.samples == 0 {
+		ks.model = ks.est.fit(d.cache.missCost(), d.cache.writeBackCost())
+		ks.stale = false
+	}
+	return ks.model
+}
+
+// record adds a measurement to ks.
+func (ks *keyState) record(add func(e *estimator)) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	add(&ks.est)
+	ks.stale = true
+}
+
+// pathErr is the error for a bad call on f.
+func pathErr(op string, f *offloadfs.File, err error) error {
+	return &iofs.PathError{Op: op, Path: f.Name(), Err: err}
+}
+
+// Read runs fn on params followed by the file's bytes [off, off+n) in mode
+// (Auto decides), returning the function's output as res.Output. The
+// output and error are the same in every mode: a range past the file's
+// end fails with pushdown.ErrOutsideFile, a function's error code comes
+// as a *sandbox.FunctionError (and res.Code). The result's work counters
+// count the side's own reads (the cache's misses on the host).
+func (d *Dispatcher) Read(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
+	if err := d.enter(); err != nil {
+		return pushdown.Result{}, err
+	}
+	defer d.bg.Done()
+	d.requests.Add(1)
+	res, ran, err := d.read(ctx, mode, f, fn, off, n, params, outCap)
+	d.count(opRead, mode, ran)
+	return res, err
+}
+
+// read is Read, also returning where the call ran (Auto: nowhere).
+func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
+	const op = "lambda read"
+	if off < 0 || n < 0 || uint64(n) > math.MaxUint32 || outCap < 0 {
+		return pushdown.Result{}, Auto, pathErr(op, f, fmt.Errorf("%w: range [%d, +%d), output %d", iofs.ErrInvalid, off, n, outCap))
+	}
+	switch mode {
+	case Target:
+		res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
+		d.feedRead(f, fn, s)
+		return res, s.ranAt, err
+	case Host, Buffered:
+		hf, err := d.hostFunctionFor(fn, mode)
+		if err != nil {
+			return pushdown.Result{}, Auto, err
+		}
+		if mode == Buffered {
+			return d.bufferedRead(ctx, hf, f, off, n, params, outCap)
+		}
+		res, s, err := d.hostRead(ctx, hf, f, off, n, params, outCap)
+		d.feedRead(f, fn, s)
+		return res, s.ranAt, err
+	case Auto:
+	default:
+		return pushdown.Result{}, Auto, pathErr(op, f, fmt.Errorf("%w: %v", iofs.ErrInvalid, mode))
+	}
+	hf, err := d.function(fn)
+	if err != nil {
+		return pushdown.Result{}, Auto, err
+	}
+	if hf == nil {
+		// Only the target can run it (or say it does not know it).
+		res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
+		return res, s.ranAt, err
+	}
+	ks := d.state(f.Ino(), fn)
+	profile, m := d.schedule(ks)
+	if profile {
+		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
+	}
+	host, target := m.Read(int64(n), d.cache.Cached(f, off, int64(n)))
+	if host < target {
+		res, s, err := d.hostRead(ctx, hf, f, off, n, params, outCap)
+		ks.record(func(e *estimator) { e.addRead(s) })
+		return res, s.ranAt, err
+	}
+	res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
+	ks.record(func(e *estimator) { e.addRead(s) })
+	return res, s.ranAt, err
+}
+
+// feedRead adds a K or T run's measurement to its key's model.
+func (d *Dispatcher) feedRead(f *offloadfs.File, fn sandbox.ID, s readSample) {
+	if s.n <= 0 {
+		return
+	}
+	d.state(f.Ino(), fn).record(func(e *estimator) { e.addRead(s) })
+}
+
+// checkRange refuses a host-side read of bytes outside the file, with the
+// error the target gives.
+func checkRange(f *offloadfs.File, off int64, n int) error {
+	size, err := fileSize(f)
+	if err != nil {
+		return err
+	}
+	if off > size || int64(n) > size-off {
+		return pathErr("lambda read", f, fmt.Errorf("%w: bytes [%d, +%d) of a %d-byte file", pushdown.ErrOutsideFile, off, n, size))
+	}
+	return nil
+}
+
+// readThroughCache fills p with the file's bytes at off, through the cache.
+func (d *Dispatcher) readThroughCache(ctx context.Context, f *offloadfs.File, p []byte, off int64) (readStats, error) {
+	k, rs, err := d.cache.readAt(ctx, f, p, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return rs, err
+	}
+	if k < len(p) {
+		// The file shrank since the range was checked.
+		return rs, pathErr("lambda read", f, fmt.Errorf("%w: bytes [%d, +%d) past the file's end", pushdown.ErrOutsideFile, off, len(p)))
+	}
+	return rs, nil
+}
+
+// functionResult fills a result's code from a function's error.
+func functionResult(res *pushdown.Result, err error) {
+	var fe *sandbox.FunctionError
+	if errors.As(err, &fe) {
+		res.Code = fe.Code
+	}
+}
+
+// hostRead runs a λ read in mode K: the range read through the cache
+// straight into the sandbox instance's input, after the parameters, and
+// the compute entry run on it.
+//
+// Its measurement separates the cache misses' reads from the rest, and
+// the rest (the compute, and the copies and sandbox set-up around it) is
+// what the model's host compute term stands for: what a host run costs
+// beyond its misses.
+func (d *Dispatcher) hostRead(ctx context.Context, hf *hostFunction, f *offloadfs.File, off int64, n int, params []byte, outCap int) (res pushdown.Result, s readSample, err error) {
+	s = readSample{n: int64(n), out: -1, host: true}
+	if err := checkRange(f, off, n); err != nil {
+		return res, s, err
+	}
+	s.ranAt = Host
+	began := time.Now()
+	defer func() {
+		if s.readDone {
+			s.compute = max(time.Since(began)-s.missTime, time.Nanosecond)
+		}
+	}()
+	outCap = min(outCap, d.lim.MaxOutput)
+	inst, err := hf.mod.Acquire(ctx)
+	if err != nil {
+		return res, s, err
+	}
+	defer inst.Release()
+	in, err := inst.Input(len(params) + n)
+	if err != nil {
+		return res, s, err
+	}
+	copy(in, params)
+	rs, err := d.readThroughCache(ctx, f, in[len(params):], off)
+	s.missBytes, s.missTime = rs.missBytes, rs.missTime
+	res.Reads, res.BytesRead = uint32(rs.reads), uint64(rs.missBytes)
+	if err != nil {
+		return res, s, err
+	}
+	s.readDone = true
+	if err := ctx.Err(); err != nil {
+		return res, s, err
+	}
+	if _, err := inst.Output(outCap); err != nil {
+		return res, s, err
+	}
+	k, err := inst.Compute(ctx, len(params)+n, outCap)
+	res.Steps = 1
+	if err != nil {
+		functionResult(&res, err)
+		if ctx.Err() == nil {
+			// The function failed on its own: the run is finished.
+			s.computed, s.done = true, true
+		}
+		return res, s, err
+	}
+	out, err := inst.Output(outCap)
+	if err != nil {
+		return res, s, err
+	}
+	res.Done = true
+	res.Output = bytes.Clone(out[:k])
+	s.computed, s.done, s.out = true, true, int64(k)
+	return res, s, nil
+}
+
+// bufferedRead runs a λ read in mode B: the range read through the cache
+// into a Go buffer and the function's native twin run on it.
+func (d *Dispatcher) bufferedRead(ctx context.Context, hf *hostFunction, f *offloadfs.File, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
+	var res pushdown.Result
+	if err := checkRange(f, off, n); err != nil {
+		return res, Auto, err
+	}
+	in := make([]byte, len(params)+n)
+	copy(in, params)
+	rs, err := d.readThroughCache(ctx, f, in[len(params):], off)
+	res.Reads, res.BytesRead = uint32(rs.reads), uint64(rs.missBytes)
+	if err != nil {
+		return res, Buffered, err
+	}
+	out := make([]byte, min(outCap, d.lim.MaxOutput))
+	k, err := hf.native(in, out)
+	res.Steps = 1
+	if err != nil {
+		functionResult(&res, err)
+		return res, Buffered, err
+	}
+	if k < 0 || k > len(out) {
+		return res, Buffered, fmt.Errorf("lambda: %s: native output of %d bytes, buffer of %d: %w", hf.name, k, len(out), sandbox.ErrOutput)
+	}
+	res.Done = true
+	res.Output = out[:k]
+	return res, Buffered, nil
+}
+
+// targetRead runs a λ read in mode T, after writing back the cache's
+// dirty pages in the range (flush false: the caller did).
+func (d *Dispatcher) targetRead(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int, flush bool) (pushdown.Result, readSample, error) {
+	s := readSample{n: int64(n), out: -1}
+	if flush {
+		if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
+			return pushdown.Result{}, s, err
+		}
+	}
+	began := time.Now()
+	res, err := f.RemoteLambdaRead(ctx, fn, off, n, params, outCap)
+	s.total = time.Since(began)
+	s.targetMicros = res.TargetMicros
+	s.ranAt = Target
+	switch {
+	case err == nil && res.TargetMicros == 0:
+		// The file system ran it on the host (the target lacked the
+		// file's current map): not a measurement of the target.
+		s.ranAt = Host
+		s.n = 0
+	case err == nil:
+		s.done, s.out = true, int64(len(res.Output))
+	case ctx.Err() != nil:
+		// Cancelled: s.total is a lower bound.
+	default:
+		s.n = 0 // failed: no measurement
+	}
+	return res, s, err
+}
+
+// outcome is one side of a profiled read.
+type outcome struct {
+	side    Mode
+	res     pushdown.Result
+	s       readSample
+	err     error
+	elapsed time.Duration // from the start of the profile to the side's end
+}
+
+// censored returns the measurement of a profile's loser. Unless it
+// finished anyway, what it shows is a lower bound, and the time from the
+// profile's start to the loser's end is the best one: it was not done
+// when the winner was (whatever delayed its start), and only stopped
+// after. So the loser is never estimated faster than the winner was.
+func (o outcome) censored() readSample {
+	s := o.s
+	if s.done {
+		return s
+	}
+	if s.host {
+		if s.readDone {
+			s.compute = max(s.compute, o.elapsed-s.missTime)
+		}
+		return s
+	}
+	if s.n > 0 { // cancelled, not failed
+		s.total = max(s.total, o.elapsed)
+	}
+	return s
+}
+
+// profileRead runs a read on both sides at once and returns the first to
+// finish; the other is cancelled and contributes a lower bound (or, if it
+// finished anyway, a measurement).
+func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
+	d.profiled.Add(1)
+	d.opts.Metrics.profile(opRead)
+	// The target must see what the host cache holds.
+	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
+		return pushdown.Result{}, Auto, err
+	}
+	// The loser may outlive this call: it gets its own copy of params.
+	params = bytes.Clone(params)
+	ch := make(chan outcome, 2)
+	hctx, hcancel := context.WithCancel(ctx)
+	tctx, tcancel := context.WithCancel(ctx)
+	start := time.Now()
+	d.bg.Add(2)
+	go func() {
+		defer d.bg.Done()
+		res, s, err := d.hostRead(hctx, hf, f, off, n, params, outCap)
+		ch <- outcome{Host, res, s, err, time.Since(start)}
+	}()
+	go func() {
+		defer d.bg.Done()
+		res, s, err := d.targetRead(tctx, f, fn, off, n, params, outCap, false)
+		ch <- outcome{Target, res, s, err, time.Since(start)}
+	}()
+	cancel := map[Mode]context.CancelFunc{Host: hcancel, Target: tcancel}
+	first := <-ch
+	ks.record(func(e *estimator) { e.addRead(first.s) })
+	if first.err == nil || ctx.Err() != nil {
+		// The other side is cancelled now and measured when it stops.
+		cancel[Host+Target-first.side]()
+		d.bg.Add(1)
+		go func() {
+			defer d.bg.Done()
+			second := <-ch
+			hcancel()
+			tcancel()
+			ks.record(func(e *estimator) { e.addRead(second.censored()) })
+			d.logProfile(f, hf, first, second)
+		}()
+		return first.res, first.s.ranAt, first.err
+	}
+	// The first failed: the other side decides (a function's own error
+	// fails both the same way).
+	second := <-ch
+	hcancel()
+	tcancel()
+	ks.record(func(e *estimator) { e.addRead(second.s) })
+	d.logProfile(f, hf, first, second)
+	if second.err == nil {
+		return second.res, second.s.ranAt, nil
+	}
+	return first.res, first.s.ranAt, first.err
+}
+
+// count counts a call in Ran and the metrics where its result came from
+// (a profiled call counts once, for the side whose result it returns).
+func (d *Dispatcher) count(op string, asked, ran Mode) {
+	if ran != Auto {
+		d.ran[ran].Add(1)
+	}
+	d.opts.Metrics.request(op, asked, ran)
+}
+
+func (d *Dispatcher) logProfile(f *offloadfs.File, hf *hostFunction, a, b outcome) {
+	if !d.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	d.log.Debug("lambda: profiled a read", "file", f.Name(), "function", hf.name,
+		"first", a.side.String(), "host_miss_bytes", a.s.missBytes+b.s.missBytes,
+		"host_compute", a.s.compute+b.s.compute, "target_total", a.s.total+b.s.total)
+}
+
+// Write runs fn on params followed by data and writes the output, padded
+// with zeroes to whole device blocks, at off (same contract as
+// offloadfs File.RemoteLambdaWrite: off and n are multiples of the device
+// block size, the output must fit in n; a range past the file's end
+// extends it). It returns the output's length. On the host (modes K and
+// B) the output goes through the cache, write-back; at the target, the
+// cache's pages in the range are written back before and dropped after.
+func (d *Dispatcher) Write(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+	if err := d.enter(); err != nil {
+		return 0, err
+	}
+	defer d.bg.Done()
+	d.requests.Add(1)
+	k, ran, err := d.write(ctx, mode, f, fn, off, n, params, data)
+	d.count(opWrite, mode, ran)
+	return k, err
+}
+
+// write is Write, also returning where the call ran (Auto: nowhere).
+func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
+	const op = "lambda write"
+	if off < 0 || n <= 0 || uint64(n) > math.MaxUint32 || off%d.bs != 0 || int64(n)%d.bs != 0 {
+		return 0, Auto, pathErr(op, f, fmt.Errorf("%w: range [%d, +%d) is not a non-empty run of whole %d-byte blocks", iofs.ErrInvalid, off, n, d.bs))
+	}
+	switch mode {
+	case Target:
+		k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
+		if err == nil {
+			d.state(f.Ino(), fn).record(func(e *estimator) { e.addWriteTarget(int64(len(data)), int64(k), total, true) })
+		}
+		return k, Target, err
+	case Host, Buffered:
+		hf, err := d.hostFunctionFor(fn, mode)
+		if err != nil {
+			return 0, Auto, err
+		}
+		return d.hostWrite(ctx, mode, hf, f, fn, off, n, params, data)
+	case Auto:
+	default:
+		return 0, Auto, pathErr(op, f, fmt.Errorf("%w: %v", iofs.ErrInvalid, mode))
+	}
+	hf, err := d.function(fn)
+	if err != nil {
+		return 0, Auto, err
+	}
+	if hf == nil {
+		k, _, err := d.targetWrite(ctx, f, fn, off, n, params, data)
+		return k, Target, err
+	}
+	ks := d.state(f.Ino(), fn)
+	profile, m := d.schedule(ks)
+	if profile {
+		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
+	}
+	host, target := m.Write(int64(len(data)))
+	if host < target {
+		return d.hostWrite(ctx, Host, hf, f, fn, off, n, params, data)
+	}
+	k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
+	if err == nil {
+		ks.record(func(e *estimator) { e.addWriteTarget(int64(len(data)), int64(k), total, true) })
+	}
+	return k, Target, err
+}
+
+// hostCompute runs fn's compute entry (sandboxed, or native in mode B) on
+// params followed by data with an output of at most outCap bytes, and
+// returns the output and the compute's time.
+func (d *Dispatcher) hostCompute(ctx context.Context, mode Mode, hf *hostFunction, params, data []byte, outCap int) ([]byte, time.Duration, error) {
+	if mode == Buffered {
+		in := make([]byte, len(params)+len(data))
+		copy(in[copy(in, params):], data)
+		out := make([]byte, outCap)
+		began := time.Now()
+		k, err := hf.native(in, out)
+		took := time.Since(began)
+		if err != nil {
+			return nil, took, err
+		}
+		if k < 0 || k > outCap {
+			return nil, took, fmt.Errorf("lambda: %s: native output of %d bytes, buffer of %d: %w", hf.name, k, outCap, sandbox.ErrOutput)
+		}
+		return out[:k], took, nil
+	}
+	inst, err := hf.mod.Acquire(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer inst.Release()
+	in, err := inst.Input(len(params) + len(data))
+	if err != nil {
+		return nil, 0, err
+	}
+	copy(in[copy(in, params):], data)
+	if _, err := inst.Output(outCap); err != nil {
+		return nil, 0, err
+	}
+	began := time.Now()
+	k, err := inst.Compute(ctx, len(params)+len(data), outCap)
+	took := time.Since(began)
+	if err != nil {
+		return nil, took, err
+	}
+	out, err := inst.Output(outCap)
+	if err != nil {
+		return nil, took, err
+	}
+	return bytes.Clone(out[:k]), took, nil
+}
+
+// hostWrite runs a λ write on the host (mode K or B): compute, pad the
+// output to whole device blocks, write it through the cache.
+func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
+	k, err := d.hostWriteRun(ctx, mode, hf, f, fn, off, n, params, data)
+	return k, mode, err
+}
+
+func (d *Dispatcher) hostWriteRun(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+	began := time.Now()
+	out, _, err := d.hostCompute(ctx, mode, hf, params, data, n)
+	if err != nil {
+		return 0, pathErr("lambda write", f, err)
+	}
+	// As at the target: a range past the end grows the file to off+n,
+	// whatever the output's length.
+	size, err := fileSize(f)
+	if err != nil {
+		return 0, err
+	}
+	if end := off + int64(n); end > size {
+		if err := f.Truncate(end); err != nil {
+			return 0, err
+		}
+	}
+	padded := (int64(len(out)) + d.bs - 1) / d.bs * d.bs
+	buf := make([]byte, padded)
+	copy(buf, out)
+	_, wbTime, err := d.cache.writeAt(ctx, f, buf, off)
+	if err != nil {
+		return 0, err
+	}
+	if mode == Host {
+		// The host's cost is all of this call but the write-backs of
+		// pages it evicted: the model prices writing the output back
+		// (r·n/N + r·n/S) apart.
+		took := max(time.Since(began)-wbTime, 0)
+		d.state(f.Ino(), fn).record(func(e *estimator) { e.addWriteHost(int64(len(data)), int64(len(out)), took, true) })
+	}
+	return len(out), nil
+}
+
+// targetWrite runs a λ write in mode T: the cache's dirty pages in the
+// range are written back first (the partly overlapped ones must not be
+// lost), and every cached page in the range is dropped after, since the
+// target changed the bytes behind the cache.
+func (d *Dispatcher) targetWrite(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, time.Duration, error) {
+	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
+		return 0, 0, err
+	}
+	began := time.Now()
+	k, err := f.RemoteLambdaWrite(ctx, fn, off, n, params, data)
+	took := time.Since(began)
+	d.cache.Invalidate(f, off, int64(n))
+	return k, took, err
+}
+
+// profileWrite runs a λ write at the target (the real write) while the
+// host computes the same output without writing it; the host's estimate
+// is its compute time plus the output at the measured write cost. The
+// host compute is cancelled if the target finishes first.
+func (d *Dispatcher) profileWrite(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
+	d.profiled.Add(1)
+	d.opts.Metrics.profile(opWrite)
+	hctx, hcancel := context.WithCancel(ctx)
+	params, data = bytes.Clone(params), bytes.Clone(data)
+	start := time.Now()
+	d.bg.Add(1)
+	go func() {
+		defer d.bg.Done()
+		out, took, err := d.hostCompute(hctx, Host, hf, params, data, n)
+		done := err == nil || (hctx.Err() == nil && errors.Is(err, sandbox.ErrFunction))
+		if !done {
+			// Cancelled: it was not done when the target was, so the
+			// time since the start bounds it (see outcome.censored).
+			took = max(took, time.Since(start))
+		}
+		ks.record(func(e *estimator) { e.addWriteHost(int64(len(data)), int64(len(out)), took, done) })
+	}()
+	k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
+	hcancel()
+	if err == nil {
+		ks.record(func(e *estimator) { e.addWriteTarget(int64(len(data)), int64(k), total, true) })
+	}
+	return k, Target, err
+}

@@ -1,0 +1,469 @@
+package lambda
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/functions"
+	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/pushdown"
+)
+
+// readCase is a λ read application: its parameters, file bytes and
+// output capacity.
+type readCase struct {
+	fn     string
+	params []byte
+	data   []byte
+	outCap int
+}
+
+func readCases(rng *rand.Rand) []readCase {
+	nums := make([]byte, 200<<10) // 25600 u64s, not a whole number of pages
+	for i := 0; i < len(nums); i += 8 {
+		binary.LittleEndian.PutUint64(nums[i:], rng.Uint64()>>rng.IntN(64))
+	}
+	var text bytes.Buffer
+	words := []string{"alpha", "beta", "needle", "gamma", "haystack"}
+	for i := 0; text.Len() < 150<<10; i++ {
+		fmt.Fprintf(&text, "%d", i)
+		for range rng.IntN(6) {
+			text.WriteString(" " + words[rng.IntN(len(words))])
+		}
+		text.WriteByte('\n')
+	}
+	const dim = 16
+	tgt := make([]int32, dim)
+	for i := range tgt {
+		tgt[i] = rng.Int32N(2000) - 1000
+	}
+	var vecs []byte
+	for range 3000 {
+		for range dim {
+			vecs = binary.LittleEndian.AppendUint32(vecs, uint32(rng.Int32N(2000)-1000))
+		}
+	}
+	return []readCase{
+		{"stats64", nil, nums, functions.StatsSize},
+		{"grep", functions.EncodeGrep([]byte("needle"), nil), text.Bytes(), text.Len() + 1},
+		{"knn", functions.EncodeKNN(tgt), vecs, 8 * 3000},
+	}
+}
+
+// TestReadModesAgree: every mode gives the native function's output on
+// the same bytes, cold and warm, and mode T ran at the target.
+func TestReadModesAgree(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 4, profileFirst: 2})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, rc := range readCases(rng) {
+		f := e.file(rc.fn, rc.data)
+		want := native(t, rc.fn, concat(rc.params, rc.data), rc.outCap)
+		// A range starting and ending inside pages, too.
+		off, n := int64(3*devBS), len(rc.data)-5*devBS
+		if rc.fn == "stats64" {
+			n -= n % 8
+		}
+		if rc.fn == "knn" {
+			off, n = 0, len(rc.data)/2 // whole vectors
+		}
+		wantPart := native(t, rc.fn, concat(rc.params, rc.data[off:off+int64(n)]), rc.outCap)
+		for _, warm := range []float64{0, 0.5, 1} {
+			for _, mode := range []Mode{Buffered, Host, Target, Auto, Auto, Auto} {
+				name := fmt.Sprintf("%s/warm=%v/%v", rc.fn, warm, mode)
+				if err := e.d.Cache().Drop(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if err := e.d.Cache().Warm(ctx, f, warm, false, 0); err != nil {
+					t.Fatal(err)
+				}
+				before := e.fsys.Stats().Remote
+				res, err := e.d.Read(ctx, mode, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+				if err != nil {
+					t.Fatalf("%s: %v", name, err)
+				}
+				if !bytes.Equal(res.Output, want) {
+					t.Errorf("%s: output differs from native (%d bytes, want %d)", name, len(res.Output), len(want))
+				}
+				if mode == Target {
+					if e.fsys.Stats().Remote != before+1 || res.TargetMicros == 0 {
+						t.Errorf("%s: did not run at the target (remote %d -> %d, target time %d µs)",
+							name, before, e.fsys.Stats().Remote, res.TargetMicros)
+					}
+				}
+				res, err = e.d.Read(ctx, mode, f, e.fns[rc.fn], off, n, rc.params, rc.outCap)
+				if err != nil {
+					t.Fatalf("%s part: %v", name, err)
+				}
+				if !bytes.Equal(res.Output, wantPart) {
+					t.Errorf("%s part: output differs from native", name)
+				}
+			}
+		}
+	}
+	st := e.d.Stats()
+	if st.Ran[Host] == 0 || st.Ran[Target] == 0 || st.Ran[Buffered] == 0 || st.Ran[Auto] != 0 {
+		t.Errorf("Ran = %v: want every side used and no Auto", st.Ran)
+	}
+	if len(st.Models) != 3 {
+		t.Errorf("%d models, want one per (file, function): 3", len(st.Models))
+	}
+}
+
+// TestProfileRacesAgree: both sides of profiled reads finish (the loser
+// is cancelled, but its output, when it gets that far, equals the
+// winner's); checked by running both sides separately on every
+// application and comparing, and by profiling every request.
+func TestProfileRacesAgree(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 1, profileFirst: 1})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, rc := range readCases(rng) {
+		f := e.file(rc.fn, rc.data)
+		k, err := e.d.Read(ctx, Host, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr, err := e.d.Read(ctx, Target, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(k.Output, tr.Output) {
+			t.Fatalf("%s: K and T outputs differ", rc.fn)
+		}
+		for range 4 {
+			res, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(res.Output, k.Output) {
+				t.Errorf("%s: profiled output differs", rc.fn)
+			}
+		}
+	}
+	if got := e.d.Stats().Profiled; got != 12 {
+		t.Errorf("Profiled = %d, want 12", got)
+	}
+}
+
+// TestWriteModesAgree: bitmap λ writes in every mode leave the same file
+// contents: the expanded bitmap, zero-padded to whole device blocks, and
+// the file grown to the range's end.
+func TestWriteModesAgree(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 3, profileFirst: 1})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 6))
+	const nbits = 1<<18 + 77
+	bm := make([]byte, (nbits+7)/8)
+	for i := 0; i < nbits; {
+		run := 1 + rng.IntN(5000)
+		if rng.IntN(2) == 1 {
+			for j := i; j < min(i+run, nbits); j++ {
+				bm[j/8] |= 1 << (j % 8)
+			}
+		}
+		i += run
+	}
+	data := functions.EncodeBitmap(bm, nbits)
+	expanded, err := functions.BitmapExpand(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(expanded, bm) {
+		t.Fatal("bitmap reference does not round trip")
+	}
+	n := (len(expanded) + devBS - 1) / devBS * devBS
+	const off = 8 * devBS
+	for i, mode := range []Mode{Buffered, Host, Target, Auto, Auto, Auto, Auto} {
+		name := fmt.Sprintf("%v#%d", mode, i)
+		// A file with old bytes where the write lands, and shorter than
+		// the range's end: the write grows it.
+		old := bytes.Repeat([]byte{0xa5}, off+n/2)
+		f := e.file(fmt.Sprintf("bitmap%d", i), old)
+		if err := e.d.Cache().Warm(ctx, f, 1, false, 0); err != nil {
+			t.Fatal(err)
+		}
+		before := e.fsys.Stats().Remote
+		k, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], off, n, nil, data)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if mode == Target && e.fsys.Stats().Remote != before+1 {
+			t.Errorf("%s: did not run at the target", name)
+		}
+		if k != len(expanded) {
+			t.Errorf("%s: wrote %d bytes, want %d", name, k, len(expanded))
+		}
+		want := make([]byte, off+n)
+		copy(want, old[:off])
+		copy(want[off:], expanded)
+		// Through the cache, then on the file after a flush.
+		got := make([]byte, len(want)+10)
+		if k, _ := e.d.Cache().ReadAt(ctx, f, got, 0); !bytes.Equal(got[:k], want) {
+			t.Errorf("%s: contents through the cache differ (%d bytes, want %d)", name, k, len(want))
+		}
+		if err := e.d.Cache().Flush(ctx, f, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(contents(t, f), want) {
+			t.Errorf("%s: file contents differ", name)
+		}
+	}
+	if e.d.Stats().Ran[Target] == 0 {
+		t.Error("no write ran at the target")
+	}
+}
+
+// TestWriteErrors: an output longer than the range fails and writes
+// nothing, in every mode; misaligned ranges are refused.
+func TestWriteErrors(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	old := bytes.Repeat([]byte{7}, 8*devBS)
+	data := functions.EncodeBitmap(bytes.Repeat([]byte{0xff}, 2*devBS), 16*devBS) // expands to 2 blocks
+	for _, mode := range []Mode{Buffered, Host, Target, Auto} {
+		f := e.file("err"+mode.String(), old)
+		if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], 0, devBS, nil, data); err == nil {
+			t.Errorf("%v: output longer than the range accepted", mode)
+		}
+		if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], 1, 2*devBS, nil, data); err == nil {
+			t.Errorf("%v: misaligned range accepted", mode)
+		}
+		if err := e.d.Cache().Flush(ctx, f, 0, -1); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(contents(t, f), old) {
+			t.Errorf("%v: a failed write changed the file", mode)
+		}
+	}
+}
+
+// TestReadErrors: out-of-range reads fail alike in every mode; mode B
+// needs a native twin; host modes need a registered function.
+func TestReadErrors(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	f := e.file("small", make([]byte, 4096))
+	for _, mode := range []Mode{Buffered, Host, Target, Auto} {
+		_, err := e.d.Read(ctx, mode, f, e.fns["stats64"], 4000, 200, nil, 32)
+		if !errors.Is(err, pushdown.ErrOutsideFile) {
+			t.Errorf("%v: read past the end: %v, want ErrOutsideFile", mode, err)
+		}
+		if _, err := e.d.Read(ctx, mode, f, e.fns["stats64"], -1, 8, nil, 32); err == nil {
+			t.Errorf("%v: negative offset accepted", mode)
+		}
+	}
+	mod, err := functions.Module("stats32", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := e.d.Register(ctx, Function{Name: "stats32", Module: mod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.Read(ctx, Buffered, f, id, 0, 64, nil, 32); !errors.Is(err, ErrNoNative) {
+		t.Errorf("mode B without native: %v, want ErrNoNative", err)
+	}
+	if _, err := e.d.Read(ctx, Host, f, [32]byte{1}, 0, 64, nil, 32); !errors.Is(err, ErrNotRegistered) {
+		t.Errorf("mode K unregistered: %v, want ErrNotRegistered", err)
+	}
+}
+
+// TestProfileSchedule: with ProfileEvery=10 and ProfileFirst=2, 25 Auto
+// requests on one (file, function) profile exactly requests 0, 1, 10,
+// 11, 20 and 21.
+func TestProfileSchedule(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, envConfig{profileEvery: 10, profileFirst: 2, metrics: NewMetrics(reg)})
+	ctx := context.Background()
+	data := make([]byte, 64<<10)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	f := e.file("sched", data)
+	want := native(t, "stats64", data, functions.StatsSize)
+	for range 25 {
+		res, err := e.d.Read(ctx, Auto, f, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(res.Output, want) {
+			t.Fatal("output differs")
+		}
+	}
+	st := e.d.Stats()
+	if st.Profiled != 6 {
+		t.Errorf("Profiled = %d, want 6", st.Profiled)
+	}
+	if st.Requests != 25 || st.Ran[Host]+st.Ran[Target] != 25 {
+		t.Errorf("Requests = %d, Ran = %v: want 25 calls, each counted once", st.Requests, st.Ran)
+	}
+	if got := metricstest.Sum(t, reg, "nearstore_lambda_profiles_total", map[string]string{"op": "read"}); got != 6 {
+		t.Errorf("profiles metric %v, want 6", got)
+	}
+	k := metricstest.Sum(t, reg, "nearstore_lambda_requests_total", map[string]string{"op": "read", "mode": "lambda", "ran": "K"})
+	tr := metricstest.Sum(t, reg, "nearstore_lambda_requests_total", map[string]string{"op": "read", "mode": "lambda", "ran": "T"})
+	if k != float64(st.Ran[Host]) || tr != float64(st.Ran[Target]) {
+		t.Errorf("requests metric K %v, T %v; Stats.Ran %v", k, tr, st.Ran)
+	}
+	if len(st.Models) != 1 || st.Models[0].Ino != f.Ino() || st.Models[0].Fn != e.fns["stats64"] || st.Models[0].Samples < 6 {
+		t.Errorf("Models = %+v", st.Models)
+	}
+}
+
+// TestFileCallsGoThroughDispatcher: File.LambdaRead and LambdaWrite use
+// Options.Mode while the dispatcher is installed, and the target directly
+// after Close.
+func TestFileCallsGoThroughDispatcher(t *testing.T) {
+	e := newEnv(t, envConfig{mode: Host})
+	ctx := context.Background()
+	data := bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7, 8}, 1024)
+	f := e.file("hook", data)
+	want := native(t, "stats64", data, functions.StatsSize)
+	res, err := f.LambdaRead(ctx, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
+	if err != nil || !bytes.Equal(res.Output, want) {
+		t.Fatalf("LambdaRead: %v", err)
+	}
+	if st := e.d.Stats(); st.Requests != 1 || st.Ran[Host] != 1 {
+		t.Errorf("after a hooked read: %+v", st)
+	}
+	if _, err := f.LambdaWrite(ctx, e.fns["bitmap"], 0, devBS, nil, functions.EncodeBitmap([]byte{0xff}, 8)); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.d.Stats(); st.Requests != 2 || st.Ran[Host] != 2 {
+		t.Errorf("after a hooked write: %+v", st)
+	}
+	if err := e.d.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The hooked write is in the cache only: write it back (the caller's
+	// job after Close) and go to the target.
+	if err := e.d.Cache().Flush(ctx, f, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	e.sync()
+	before := e.fsys.Stats().Remote
+	res, err = f.LambdaRead(ctx, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[0] = 0xff
+	for i := 1; i < devBS; i++ {
+		data[i] = 0
+	}
+	if !bytes.Equal(res.Output, native(t, "stats64", data, functions.StatsSize)) {
+		t.Error("read after Close differs")
+	}
+	if e.d.Stats().Requests != 2 || e.fsys.Stats().Remote != before+1 {
+		t.Error("read after Close did not go to the target directly")
+	}
+	if _, err := e.d.Read(ctx, Host, f, e.fns["stats64"], 0, 8, nil, 32); err == nil {
+		t.Error("read on a closed dispatcher succeeded")
+	}
+}
+
+// TestConcurrent runs Auto reads, K writes and T writes on separate
+// regions of one file at once, for the race detector, and checks every
+// output.
+func TestConcurrent(t *testing.T) {
+	e := newEnv(t, envConfig{cache: NewCache(256<<10, 4096), profileEvery: 5, profileFirst: 2})
+	ctx := context.Background()
+	const region = 64 << 10
+	data := make([]byte, 4*region)
+	for i := range data {
+		data[i] = byte(i*13 + i>>9)
+	}
+	f := e.file("conc", data)
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for g := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			part := data[g*region : (g+1)*region]
+			want := native(t, "stats64", part, functions.StatsSize)
+			for range 15 {
+				res, err := e.d.Read(ctx, Auto, f, e.fns["stats64"], int64(g*region), region, nil, functions.StatsSize)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(res.Output, want) {
+					errs <- fmt.Errorf("reader %d: output differs", g)
+					return
+				}
+			}
+		}()
+	}
+	for g, mode := range []Mode{Host, Target} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			off := int64((2 + g) * region)
+			for i := range 10 {
+				bm := bytes.Repeat([]byte{byte(i + 1)}, 1024)
+				if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], off, region, nil, functions.EncodeBitmap(bm, 8*len(bm))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := e.d.Cache().Flush(ctx, f, 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	got := contents(t, f)
+	for g := range 2 {
+		off := (2 + g) * region
+		want := make([]byte, region)
+		copy(want, bytes.Repeat([]byte{10}, 1024))
+		copy(want[1024:], data[off+1024:off+region])
+		if !bytes.Equal(got[off:off+region], want) {
+			t.Errorf("region %d: contents differ", 2+g)
+		}
+	}
+}
+
+func TestParseMode(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Mode
+		ok   bool
+	}{
+		{"lambda", Auto, true}, {"λ", Auto, true}, {"AUTO", Auto, true},
+		{"K", Host, true}, {"host", Host, true},
+		{"t", Target, true}, {"Target", Target, true},
+		{"B", Buffered, true}, {"buffered", Buffered, true},
+		{"x", 0, false}, {"", 0, false},
+	} {
+		got, err := ParseMode(tc.in)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("ParseMode(%q) = %v, %v", tc.in, got, err)
+		}
+		if tc.ok {
+			if back, err := ParseMode(got.String()); err != nil || back != got {
+				t.Errorf("%v does not round trip through String", got)
+			}
+		}
+	}
+	ms, err := ParseModes("B,K, T,lambda")
+	if err != nil || fmt.Sprint(ms) != "[B K T lambda]" {
+		t.Errorf("ParseModes = %v, %v", ms, err)
+	}
+	if _, err := ParseModes("B,,K"); err == nil {
+		t.Error("ParseModes accepted an empty entry")
+	}
+}

@@ -1,0 +1,65 @@
+// Package lambda is λ-IO's host side for offloadfs: a host block cache,
+// λ-IO's execution-time model, and a dispatcher that runs each λ read or
+// write where the model says it finishes sooner — on the host, reading
+// through the cache and running the same sandboxed function (mode K), or
+// at the target next to the data (mode T, offloadfs File.RemoteLambdaRead
+// and RemoteLambdaWrite). Mode B, plain buffered I/O through the cache
+// with the function's native Go twin, is the baseline λ-IO compares with.
+// New installs the dispatcher on a file system, so File.LambdaRead and
+// File.LambdaWrite go through it.
+//
+// # The model
+//
+// λ-IO §3.4 prices a λ read of n bytes, a fraction c of them in the host
+// cache, as
+//
+//	host   = (1−c)·n/S + (1−c)·n/N + n/H
+//	target = n/S + n/(α·H) + r·n/N
+//
+// with S the target's media bandwidth, N the network's, H the host's
+// compute bandwidth for the function, α the target's compute speed
+// relative to the host's and r the output's size per input byte; a λ
+// write of n input bytes as host = n/H + r·n/N + r·n/S and target = n/N +
+// n/(α·H) + r·n/S. The parameters are fitted per (file, function) from
+// runs: a host run measures its cache misses' read time (1/S + 1/N per
+// missed byte) and its compute (1/H); a target run measures its whole
+// time and, in the result's TargetMicros, the target's own time (1/(α·H)
+// per byte), which leaves n/S + r·n/N for the rest; with r far enough
+// from 1 the two I/O equations give S and N apart, otherwise the measured
+// per-byte I/O cost is split evenly between them. Either way the target's
+// compute term takes up what the split leaves of the target's measured
+// time, so both sides' predictions match what was measured and the split
+// only changes how the parameters read. Every parameter is a trimmed mean of its last few
+// samples, and the cache keeps its own per-byte miss cost, so a model
+// profiled with everything cached can still price a cold read. A request
+// goes to the side the model predicts faster, at its range's current
+// cached fraction (Cache.Cached, a popcount).
+//
+// # Profiling
+//
+// Of every ProfileEvery requests per (file, function), the first
+// ProfileFirst are profiled (and every request until one run has been
+// measured): a read runs on both sides at once, and the first to finish
+// answers (both compute the same bytes from the same bytes). The other is
+// cancelled through its context at that moment rather than awaited: it
+// still yields a censored measurement — its elapsed time is a lower bound
+// on its cost, and a host run that finished its reads but not its compute
+// gives an exact read rate — and the call costs no more than the faster
+// side plus the slower side's interference until it stops. Waiting for
+// the loser would make each profiled call as slow as the worse of K and
+// T, and that, k times in n, is more than the dispatcher can afford if it
+// is never to be more than a few percent slower than the better of the
+// two. A profiled write runs the real write at the target while the host
+// only computes the output (cancelled likewise if the target is done
+// first); the host's estimate is its compute plus the output at the
+// measured write cost. Calls in modes K and T bypass the model but feed
+// it.
+//
+// # Consistency
+//
+// The cache is write-back, so before a λ read runs at the target the
+// dirty pages in its range are written back, and after a λ write at the
+// target the pages in its range are dropped (the partly overlapped dirty
+// ones written back before it was sent). Host-side writes (K, B) go
+// through the cache like any write.
+package lambda

@@ -1,0 +1,212 @@
+package lambda
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/functions"
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/wasm"
+	"github.com/nearstore/nearstore/target"
+	"github.com/nearstore/nearstore/volume"
+)
+
+const (
+	testNQN  = "nqn.2026-11.io.nearstore:lambda-test"
+	ownerNQN = "nqn.2026-11.io.nearstore:lambda-owner"
+	nsSize   = 64 << 20
+	devBS    = 512
+)
+
+// limits are the function limits of both sides, generous enough for the
+// race detector on a busy machine.
+var limits = sandbox.Limits{Time: 20 * time.Second}
+
+// env is a real target serving a memory namespace on TCP loopback, a host
+// connected to it, an offloadfs on the namespace with the target as its
+// Remote, and a dispatcher on that.
+type env struct {
+	t    testing.TB
+	srv  *target.Server
+	reg  *prometheus.Registry
+	fsys *offloadfs.FS
+	d    *Dispatcher
+	fns  map[string]sandbox.ID
+}
+
+type envConfig struct {
+	cache        *Cache
+	metrics      *Metrics
+	mode         Mode
+	profileEvery int
+	profileFirst int
+}
+
+func newEnv(t testing.TB, cfg envConfig) *env {
+	t.Helper()
+	ctx := context.Background()
+	e := &env{t: t, reg: prometheus.NewRegistry(), fns: make(map[string]sandbox.ID)}
+	vol, err := volume.Open(fmt.Sprintf("mem:%d?bs=%d", nsSize, devBS))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vol.Close() })
+	trt, err := wasm.NewRuntime(ctx, wasm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.srv, err = target.New(target.Config{
+		Subsystems:     []target.SubsystemConfig{{NQN: testNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "lambda"}}}},
+		Logger:         slog.New(slog.DiscardHandler),
+		Metrics:        target.NewMetrics(e.reg),
+		Runtimes:       []sandbox.Runtime{trt},
+		FunctionLimits: limits,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- e.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		e.srv.Close()
+		<-served
+		trt.Close(context.Background())
+	})
+
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ctrl, err := host.Connect(cctx, ln.Addr().String(), testNQN, host.Options{HostNQN: ownerNQN, IOQueues: 4, KeepAlive: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctrl.Close() })
+	ns, err := ctrl.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	hrt, err := wasm.NewRuntime(ctx, wasm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hrt.Close(context.Background()) })
+	e.fsys, err = offloadfs.Mount(ctx, ns, offloadfs.Options{
+		CommitInterval: -1,
+		Logger:         slog.New(slog.DiscardHandler),
+		Remote:         ns,
+		Loader:         ctrl,
+		Runtimes:       []sandbox.Runtime{hrt},
+		FunctionLimits: limits,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.fsys.Close(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	e.d, err = New(ctx, e.fsys, Options{
+		Runtimes:     []sandbox.Runtime{hrt},
+		Limits:       limits,
+		Cache:        cfg.cache,
+		Metrics:      cfg.metrics,
+		Mode:         cfg.mode,
+		ProfileEvery: cfg.profileEvery,
+		ProfileFirst: cfg.profileFirst,
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.d.Close(context.Background()); err != nil {
+			t.Errorf("dispatcher close: %v", err)
+		}
+	})
+	for _, name := range []string{"stats64", "grep", "knn", "bitmap"} {
+		mod, err := functions.Module(name, sandbox.KindWasm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := e.d.Register(ctx, Function{Name: name, Module: mod, Native: functions.Native(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.fns[name] = id
+	}
+	return e
+}
+
+// file creates a file holding data, committed and pushed to the target,
+// so λ calls on it can run there.
+func (e *env) file(name string, data []byte) *offloadfs.File {
+	e.t.Helper()
+	f, err := e.fsys.Create(name)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { f.Close() })
+	if len(data) > 0 {
+		if _, err := f.WriteAt(data, 0); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	e.sync()
+	return f
+}
+
+// sync commits and waits until the target holds every map.
+func (e *env) sync() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := e.fsys.Sync(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.fsys.SyncRemote(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// contents reads a file's bytes directly (not through the cache).
+func contents(t testing.TB, f *offloadfs.File) []byte {
+	t.Helper()
+	size, err := fileSize(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// native runs the native Go reference of a function.
+func native(t testing.TB, name string, in []byte, outCap int) []byte {
+	t.Helper()
+	out := make([]byte, outCap)
+	n, err := functions.Native(name)(in, out)
+	if err != nil {
+		t.Fatalf("native %s: %v", name, err)
+	}
+	return out[:n]
+}
+
+func concat(a, b []byte) []byte { return append(bytes.Clone(a), b...) }

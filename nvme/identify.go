@@ -57,6 +57,8 @@ const (
 	ONCSWriteUncorr = 1 << 1
 	ONCSDSM         = 1 << 2
 	ONCSWriteZeroes = 1 << 3
+	// ONCSReservations: the reservation commands (nvme/reservation.go).
+	ONCSReservations = 1 << 5
 )
 
 // Marshal encodes the structure into a fresh IdentifySize buffer.
@@ -158,6 +160,7 @@ type IdentifyNamespace struct {
 	NLBAF  uint8    // 25 number of LBA formats, zero-based
 	FLBAS  uint8    // 26 formatted LBA size: index into LBAF
 	NMIC   uint8    // 30 bit 0: namespace may be shared
+	RESCAP uint8    // 31 reservation capabilities (Rescap* bits)
 	DLFEAT uint8    // 33 bits 2:0 = 001b: deallocated blocks read as zeroes
 	NOWS   uint16   // 72 optimal write size, blocks, zero-based
 	NGUID  [16]byte // 104
@@ -179,6 +182,7 @@ func (ns *IdentifyNamespace) Marshal() []byte {
 	b[25] = ns.NLBAF
 	b[26] = ns.FLBAS
 	b[30] = ns.NMIC
+	b[31] = ns.RESCAP
 	b[33] = ns.DLFEAT
 	le.PutUint16(b[72:], ns.NOWS)
 	copy(b[104:120], ns.NGUID[:])
@@ -201,6 +205,7 @@ func (ns *IdentifyNamespace) Unmarshal(b []byte) error {
 	ns.NLBAF = b[25]
 	ns.FLBAS = b[26]
 	ns.NMIC = b[30]
+	ns.RESCAP = b[31]
 	ns.DLFEAT = b[33]
 	ns.NOWS = le.Uint16(b[72:])
 	copy(ns.NGUID[:], b[104:120])

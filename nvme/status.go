@@ -133,6 +133,8 @@ func (s Status) name() string {
 		return "keep alive timeout invalid"
 	case StatusTransientTransport:
 		return "transient transport error"
+	case StatusReservationConflict:
+		return "reservation conflict"
 	case StatusLBAOutOfRange:
 		return "LBA out of range"
 	case StatusCapacityExceeded:

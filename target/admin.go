@@ -182,6 +182,8 @@ func (q *queue) identify(cmd *command) {
 			NSZE: ns.blocks, NCAP: ns.blocks, NUSE: ns.blocks,
 			NSFEAT: 1<<0 | 1<<2, // thin provisioned; DLFEAT is honoured
 			NMIC:   1,
+			// Every reservation type, no PTPL (reservations.go).
+			RESCAP: nvme.RescapAllTypes | nvme.RescapIEKEY13,
 			DLFEAT: 1<<3 | 1, // deallocated blocks read as zeroes; Write Zeroes can deallocate
 			NGUID:  ns.nguid,
 			LBADS:  ns.lbaShift,
@@ -241,7 +243,7 @@ func (q *queue) identifyController() []byte {
 		CQES:         4<<4 | 4,
 		MAXCMD:       uint16(min(q.srv.cfg.QueueDepth, 0xFFFF)),
 		NN:           1024,
-		ONCS:         nvme.ONCSDSM | nvme.ONCSWriteZeroes,
+		ONCS:         nvme.ONCSDSM | nvme.ONCSWriteZeroes | nvme.ONCSReservations,
 		VWC:          1,
 		SGLS:         1<<0 | 1<<20, // SGLs supported; address as offset (in-capsule data)
 		MNAN:         1024,

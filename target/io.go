@@ -70,6 +70,8 @@ func (q *queue) prepareIO(cmd *command) (want int, st nvme.Status, ok bool) {
 			return 0, nvme.StatusSGLDataLenInvalid | nvme.DNR, false
 		}
 		return n, 0, true
+	case nvme.IOReservationRegister, nvme.IOReservationAcquire, nvme.IOReservationRelease, nvme.IOReservationReport:
+		return prepareReservation(cmd)
 	}
 	return 0, nvme.StatusInvalidOpcode | nvme.DNR, false
 }
@@ -106,6 +108,10 @@ func runsInline(cmd *command) bool {
 func (q *queue) execIO(cmd *command) {
 	sqe := &cmd.sqe
 	ns := cmd.ns
+	if st := q.reservationConflict(cmd); st != 0 {
+		q.complete(cmd, st, 0)
+		return
+	}
 	refs, st := q.admitIO(cmd)
 	if st != 0 {
 		q.complete(cmd, st, 0)
@@ -175,6 +181,8 @@ func (q *queue) execIO(cmd *command) {
 		q.complete(cmd, q.dsm(cmd), 0)
 	case nvme.IOPushdownRead, nvme.IOLambdaRead, nvme.IOLambdaWrite:
 		q.execFunction(cmd)
+	case nvme.IOReservationRegister, nvme.IOReservationAcquire, nvme.IOReservationRelease, nvme.IOReservationReport:
+		q.execReservation(cmd)
 	}
 }
 

@@ -22,6 +22,7 @@ type namespace struct {
 	blocks    uint64
 	nguid     [16]byte
 	uuid      [16]byte
+	resv      reservations // reservations.go
 }
 
 // subsystem is an NVM subsystem: namespaces plus the controllers hosts have

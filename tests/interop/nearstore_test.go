@@ -14,6 +14,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
+	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/tests/interop"
 	"github.com/nearstore/nearstore/volume"
@@ -59,7 +60,7 @@ func TestLinuxHostToOurTarget(t *testing.T) {
 	ctx := t.Context()
 	g, err := interop.Boot(ctx, interop.BootOptions{
 		Scenario: "host-to-ours",
-		Cmdline:  map[string]string{"nqn": nqn, "target_port": fmt.Sprint(port)},
+		Cmdline:  map[string]string{"nqn": nqn, "target_port": fmt.Sprint(port), "resv": "1"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +102,18 @@ func TestLinuxHostToOurTarget(t *testing.T) {
 		if !bytes.Equal(b, m.Bytes()) {
 			t.Errorf("marker at %d differs", m.Offset)
 		}
+	}
+	// The guest left a Write Exclusive reservation made with nvme-cli
+	// (resv=1): our host sees it, may read but not write.
+	rs, err := ns.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, ok := rs.Holder(); rs.Type != nvme.ResvWriteExclusive || rs.NumRegistrants != 1 || !ok || h.Key != 41394 {
+		t.Fatalf("reservation the guest left: %+v", rs)
+	}
+	if _, err := ns.WriteAt(make([]byte, 4096), 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("write under the guest's reservation: %v", err)
 	}
 }
 

@@ -8,6 +8,7 @@
 #             when it is at most 128 MiB; 1: always; 0: never)
 #             ctrl_loss_tmo= (nvme connect --ctrl-loss-tmo, default 15)
 #             strict_io= (1: fail if the kernel logged any NVMe I/O error; default 1)
+#             resv= (1: take a reservation with nvme-cli after the workload; default 0)
 #             MODULE.PARAM=VALUE for the modules, e.g. nvme_core.io_timeout=10
 #
 # Use a small namespace (64 MiB): TCG + user-net move a few MB/s.
@@ -24,6 +25,20 @@ log "namespace is $dev"
 nvme list 2>&1 || true
 
 host_workload "$dev"
+
+# resv=1: register key 41394 (0xa1b2) and take a Write Exclusive
+# reservation with nvme-cli, print the report, and leave both in place for
+# the host side to find after the disconnect.
+if [ "$(param resv 0)" = 1 ]; then
+	step "nvme resv-register/resv-acquire/resv-report on $dev"
+	must "nvme resv-register" nvme resv-register "$dev" -n 1 --nrkey=41394 --rrega=0
+	must "nvme resv-acquire" nvme resv-acquire "$dev" -n 1 --crkey=41394 --rtype=1 --racqa=0
+	must "nvme resv-report" nvme resv-report "$dev" -n 1 --eds
+	# Holding the reservation, this host still writes (a block back onto
+	# itself, so the checksums above stay true).
+	must "read a block" dd if="$dev" of=/tmp/resvblk bs=4096 count=1 skip=2 iflag=direct status=none
+	must "write under the reservation" dd if=/tmp/resvblk of="$dev" bs=4096 count=1 seek=2 oflag=direct conv=notrunc status=none
+fi
 
 step "nvme disconnect -n $nqn"
 must "nvme disconnect" nvme disconnect -n "$nqn"

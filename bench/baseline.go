@@ -28,6 +28,11 @@ type ProcessSpec struct {
 	// CPUs, when set, runs the program under taskset(1) with this CPU list
 	// ("1", "0-1", "0,2").
 	CPUs string
+	// Netns, when set, runs the program (under taskset, if CPUs is set)
+	// inside this network namespace with "ip netns exec", as a target
+	// behind a shaped Link (Link.Netns). ip execs the program, so Pid is
+	// still the program's.
+	Netns string
 	// Stdout receives the program's standard output (default: discarded).
 	Stdout io.Writer
 }
@@ -51,6 +56,10 @@ const processWaitDelay = 5 * time.Second
 // and may Wait for it.
 func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 	path, args := spec.Path, spec.Args
+	name := spec.Name
+	if name == "" {
+		name = filepath.Base(spec.Path)
+	}
 	if spec.CPUs != "" {
 		ts, err := exec.LookPath("taskset")
 		if err != nil {
@@ -59,9 +68,13 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 		args = append([]string{"-c", spec.CPUs, path}, args...)
 		path = ts
 	}
-	name := spec.Name
-	if name == "" {
-		name = filepath.Base(path)
+	if spec.Netns != "" {
+		ip, err := lookIP()
+		if err != nil {
+			return nil, fmt.Errorf("bench: running %s in netns %s: %w", name, spec.Netns, err)
+		}
+		args = append([]string{"netns", "exec", spec.Netns, path}, args...)
+		path = ip
 	}
 	p := &Process{name: name, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
 	cmd := exec.CommandContext(ctx, path, args...)
@@ -84,7 +97,8 @@ func StartProcess(ctx context.Context, spec ProcessSpec) (*Process, error) {
 	return p, nil
 }
 
-// Pid returns the process ID (that of taskset's successor: taskset execs).
+// Pid returns the process ID (that of the program itself: ip netns exec
+// and taskset exec it).
 func (p *Process) Pid() int { return p.cmd.Process.Pid }
 
 // Done is closed once the process has exited.

@@ -22,6 +22,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newBenchFuncCmd(g))
 	cmd.AddCommand(newBenchBTreeCmd(g))
 	cmd.AddCommand(newBenchFSCmd(g))
+	cmd.AddCommand(newBenchLinkCmd(g))
 	return cmd
 }
 

@@ -64,6 +64,11 @@ type Options struct {
 	// Metrics, if set, receives the function-call, synchronizer and grant
 	// counters (NewMetrics). Stats has them regardless.
 	Metrics *Metrics
+	// TakeOver lets a read-write mount on a device that takes
+	// reservations (Reserver) preempt another host's: for taking over
+	// from an owner known to be dead. Without it such a mount fails with
+	// ErrOwned.
+	TakeOver bool
 }
 
 // Commit describes one committed metadata transaction.
@@ -115,6 +120,9 @@ type FS struct {
 	// down is set once the file system is closed or has failed, so the
 	// data path can notice without the metadata lock.
 	down atomic.Bool
+
+	// owner is a read-write mount's reservation on a Reserver device.
+	owner *ownership
 
 	// dispatcher, when set, decides where File.LambdaRead and
 	// File.LambdaWrite run (SetDispatcher).
@@ -212,8 +220,30 @@ func MountReadOnly(ctx context.Context, dev Device, opts Options) (*FS, error) {
 // journal to the device, frees the inodes of files that were removed
 // while open, and starts a new journal epoch; a read-only mount replays
 // the journal in memory and writes nothing. Only one host may mount a
-// device read-write.
+// device read-write: on a device that takes reservations (Reserver) a
+// read-write mount first claims the namespace and fails with ErrOwned
+// if another host owns it (see Options.TakeOver).
 func Mount(ctx context.Context, dev Device, opts Options) (*FS, error) {
+	var o *ownership
+	if r, ok := dev.(Reserver); ok && !opts.ReadOnly {
+		// Before anything is written, replaying the journal included.
+		o = newOwnership(r)
+		if err := o.claim(ctx, opts.TakeOver); err != nil {
+			return nil, err
+		}
+	}
+	fsys, err := mount(ctx, dev, opts, o)
+	if err != nil && o != nil {
+		if rerr := o.release(context.WithoutCancel(ctx)); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}
+	return fsys, err
+}
+
+// mount is Mount once a read-write mount owns the device (o, nil if the
+// device takes no reservations).
+func mount(ctx context.Context, dev Device, opts Options, o *ownership) (*FS, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -257,6 +287,7 @@ func Mount(ctx context.Context, dev Device, opts Options) (*FS, error) {
 		grants:    map[uint64]*Grant{},
 		closing:   make(chan struct{}),
 	}
+	fsys.owner = o
 	fsys.grantSeq.Store(newGrantSeq())
 	fsys.specMin = max(1, (64<<10)/fsys.bs)
 	fsys.specMax = max(1, (1<<20)/fsys.bs)
@@ -671,6 +702,10 @@ func (fsys *FS) Close() error {
 	}
 	errs = append(errs, fsys.funcs.close(context.Background()))
 	errs = append(errs, fsys.unmount())
+	if fsys.owner != nil {
+		// Last: the journal's final writes need the reservation.
+		errs = append(errs, fsys.owner.release(context.Background()))
+	}
 	return errors.Join(errs...)
 }
 

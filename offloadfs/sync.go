@@ -374,8 +374,19 @@ func (s *syncer) verify(inos []uint64) (lost bool, err error) {
 }
 
 // pushAll pushes the committed map of every live file, a chunk of inodes
-// at a time.
+// at a time. It runs at mount and after the target lost the maps (it
+// restarted), so first it claims the owner's reservation again, which a
+// restart drops too: if another host took it meanwhile, this mount is no
+// longer the owner and the file system fails.
 func (s *syncer) pushAll() error {
+	if o := s.fsys.owner; o != nil {
+		if err := o.claim(s.ctx, false); err != nil {
+			if errors.Is(err, ErrOwned) {
+				s.fsys.fail(err)
+			}
+			return err
+		}
+	}
 	for next := uint64(firstIno); ; {
 		ups, after, err := s.fsys.liveMaps(next, walkChunk)
 		if err != nil {

@@ -36,8 +36,11 @@ func newFSCmd(g *globals) *cobra.Command {
 change the file system (mkfs, put, rm, mkdir, mv, mount) mount it read-write
 and commit before they exit; the others mount the committed state read-only,
 so they can run while another host owns it (they see what it last
-committed). Only one host may own a file system at a time: do not run a
-changing command while "fs mount" serves it read-write.
+committed). Only one host may own a file system at a time, and the target
+enforces it: a read-write mount holds an NVMe reservation on the namespace,
+so a changing command run while another host (or another "fs mount") owns
+it fails with "another host owns the file system". If that owner died
+without unmounting, --take-over preempts it.
 
 Paths inside the file system are slash-separated from its root; a leading
 slash is optional.`,
@@ -45,6 +48,8 @@ slash is optional.`,
   nearstore fs put photo.jpg /pics/ --addr 10.0.0.2:4420 --nqn nqn.2026-11.io.nearstore:vol1
   nearstore fs mount /mnt/vol1 --addr 10.0.0.2:4420 --nqn nqn.2026-11.io.nearstore:vol1`,
 	}
+	cmd.PersistentFlags().BoolVar(&g.takeOver, "take-over", false,
+		"mounting read-write, preempt another host's ownership (only if that owner is dead)")
 	cmd.AddCommand(newFSMkfsCmd(g), newFSLsCmd(g), newFSPutCmd(g), newFSGetCmd(g), newFSCatCmd(g),
 		newFSRmCmd(g), newFSMkdirCmd(g), newFSMvCmd(g), newFSStatCmd(g), newFSFsckCmd(g), newFSDfCmd(g),
 		newFSMountCmd(g))
@@ -69,10 +74,13 @@ func fsMount(ctx context.Context, g *globals, c *conn, rw bool, hopts host.Optio
 	if err != nil {
 		return nil, err
 	}
-	opts := offloadfs.Options{Logger: g.logger(), ReadOnly: !rw}
+	opts := offloadfs.Options{Logger: g.logger(), ReadOnly: !rw, TakeOver: g.takeOver}
 	fsys, err := offloadfs.Mount(ctx, ns, opts)
 	if err != nil {
 		ctrl.Close()
+		if errors.Is(err, offloadfs.ErrOwned) {
+			return nil, fmt.Errorf("%w (read-only commands still work; if the owner is dead, add --take-over)", err)
+		}
 		if errors.Is(err, offloadfs.ErrNotFormatted) {
 			return nil, fmt.Errorf("namespace %d of %s at %s holds no offloadfs (make one with `nearstore fs mkfs`): %w",
 				c.nsid, c.nqn, c.addr, err)

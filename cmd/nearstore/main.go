@@ -26,6 +26,9 @@ func main() {
 // globals are the flags every command shares.
 type globals struct {
 	logLevel string
+	// takeOver is fs's --take-over: a read-write mount preempts another
+	// host's ownership (offloadfs.Options.TakeOver).
+	takeOver bool
 }
 
 func (g *globals) logger() *slog.Logger {

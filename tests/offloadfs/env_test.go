@@ -188,6 +188,9 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		if e.fsys == nil {
+			return // a test closed it
+		}
 		if err := e.fsys.Close(); err != nil {
 			t.Errorf("unmount: %v", err)
 		}

@@ -1,0 +1,171 @@
+package offloadfs_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/offloadfs"
+)
+
+// otherNQN is a second would-be owner.
+const otherNQN = "nqn.2026-11.io.nearstore:other"
+
+// TestOneOwner: while a host owns the file system (the environment's
+// read-write mount holds the namespace's reservation), another host's
+// read-write mount fails with ErrOwned and writes nothing, its raw writes
+// are refused by the target, and its read-only mount works. Once the
+// owner unmounts, the other host can own it.
+func TestOneOwner(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	f, _ := e.create("f", 1, 16<<10)
+	if err := e.fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	quiet := offloadfs.Options{Logger: slog.New(slog.DiscardHandler), CommitInterval: -1}
+	_, other := e.connect(otherNQN, 1)
+	if _, err := offloadfs.Mount(ctx, other, quiet); !errors.Is(err, offloadfs.ErrOwned) {
+		t.Fatalf("a second read-write mount: %v, want ErrOwned", err)
+	}
+	if _, err := other.WriteAtContext(ctx, make([]byte, bs), 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("a raw write by the other host: %v, want Reservation Conflict", err)
+	}
+	// The refused mount left no registration behind (a registrant could
+	// write under the owner's reservation type).
+	st, err := e.ns.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.NumRegistrants != 1 || !st.Registrants[0].Holder || st.Type != nvme.ResvWriteExclusiveRegOnly {
+		t.Fatalf("reservation after the refused mount: %+v", st)
+	}
+
+	ro, err := offloadfs.MountReadOnly(ctx, other, quiet)
+	if err != nil {
+		t.Fatalf("a read-only mount by the other host: %v", err)
+	}
+	g, err := ro.Open("f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.ReadAt(make([]byte, 16<<10), 0); err != nil && err != io.EOF {
+		t.Fatalf("reading through the read-only mount: %v", err)
+	}
+	g.Close()
+	if err := ro.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The owner is unaffected, and once it unmounts the other host may
+	// own the file system.
+	if _, err := f.WriteAt(make([]byte, bs), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := e.fsys.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next, err := offloadfs.Mount(ctx, other, quiet)
+	if err != nil {
+		t.Fatalf("mounting after the owner unmounted: %v", err)
+	}
+	e.fsys = nil
+	if _, err := e.ns.WriteAtContext(ctx, make([]byte, bs), 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("the former owner's raw write: %v, want Reservation Conflict", err)
+	}
+	if err := next.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOwnerCrash: an owner that dies keeps the reservation (it is the
+// host's). The same host mounting again takes it back; another host gets
+// ErrOwned unless it takes over, which preempts the dead owner so its
+// writes are refused from then on.
+func TestOwnerCrash(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	e.create("f", 1, 16<<10)
+	if err := e.fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The owner "dies": its connection goes and it never unmounts.
+	quiet := offloadfs.Options{Logger: slog.New(slog.DiscardHandler), CommitInterval: -1}
+	e.ctrl.Close()
+	dead := e.fsys
+	e.fsys = nil
+	t.Cleanup(func() { _ = dead.Close() })
+
+	// The same host comes back: it owns the file system again.
+	_, again := e.connect(ownerNQN, 1)
+	back, err := offloadfs.Mount(ctx, again, quiet)
+	if err != nil {
+		t.Fatalf("the owner's host mounting again: %v", err)
+	}
+	if err := back.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// It "dies" again, holding the reservation this time.
+	_, again2 := e.connect(ownerNQN, 1)
+	held, err := offloadfs.Mount(ctx, again2, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Close() })
+
+	_, other := e.connect(otherNQN, 1)
+	if _, err := offloadfs.Mount(ctx, other, quiet); !errors.Is(err, offloadfs.ErrOwned) {
+		t.Fatalf("another host mounting without TakeOver: %v, want ErrOwned", err)
+	}
+	take := quiet
+	take.TakeOver = true
+	next, err := offloadfs.Mount(ctx, other, take)
+	if err != nil {
+		t.Fatalf("taking over: %v", err)
+	}
+	e.fsys = nil
+	if _, err := again2.WriteAtContext(ctx, make([]byte, bs), 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("the preempted owner's raw write: %v, want Reservation Conflict", err)
+	}
+	if _, err := next.Stat("f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOwnerAfterTargetRestart: a target restart drops reservations; the
+// owner's synchronizer claims the reservation again when it finds the
+// target restarted.
+func TestOwnerAfterTargetRestart(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	f, _ := e.create("f", 1, 16<<10)
+	e.syncRemote()
+	e.restart()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// A request naming the file finds the maps gone, which makes the
+		// synchronizer push them all again, claiming first.
+		e.stampAt(f, 0)
+		st, err := e.ns.Report(ctx)
+		if err == nil && st.NumRegistrants == 1 && st.Registrants[0].Holder {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the owner never claimed the restarted target's reservation: %+v, %v", st, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, other := e.connect(otherNQN, 1)
+	if _, err := other.WriteAtContext(ctx, make([]byte, bs), 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("another host's raw write after the restart: %v, want Reservation Conflict", err)
+	}
+}

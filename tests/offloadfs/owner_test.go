@@ -11,6 +11,7 @@ import (
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/pushdown"
 )
 
 // otherNQN is a second would-be owner.
@@ -167,5 +168,41 @@ func TestOwnerAfterTargetRestart(t *testing.T) {
 	_, other := e.connect(otherNQN, 1)
 	if _, err := other.WriteAtContext(ctx, make([]byte, bs), 0); !errors.Is(err, host.ErrReservationConflict) {
 		t.Fatalf("another host's raw write after the restart: %v, want Reservation Conflict", err)
+	}
+}
+
+// TestGranteeWritesUnderOwnership: the owner's reservation lets
+// registrants write, so a task host with a read-write grant registers a
+// key of its own and writes its grant; the grant still confines it.
+func TestGranteeWritesUnderOwnership(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	f, _ := e.create("shared", 1, 32<<10)
+	other, _ := e.create("private", 2, 32<<10)
+	if err := e.fsys.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, task := e.connect(taskNQN, 1)
+	g, err := e.fsys.Grant(ctx, taskNQN, []*offloadfs.File{f}, pushdown.GrantReadWrite, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := int64(g.Extents()[0].LBA) * bs
+	om, _ := other.Extents()
+	out := int64(om.Extents[0].LBA) * bs
+	if _, err := task.WriteAtContext(ctx, make([]byte, bs), in); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("an unregistered grantee writing its grant: %v, want Reservation Conflict", err)
+	}
+	if err := task.Register(ctx, host.RegisterOpts{Action: host.RegisterKey, NewKey: 0x7a5c}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := task.WriteAtContext(ctx, make([]byte, bs), in); err != nil {
+		t.Fatalf("a registered grantee writing its grant: %v", err)
+	}
+	if _, err := task.WriteAtContext(ctx, make([]byte, bs), out); !errors.Is(err, host.ErrAccessDenied) {
+		t.Fatalf("a registered grantee writing outside its grant: %v, want Access Denied", err)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

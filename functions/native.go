@@ -206,6 +206,12 @@ func Grep(in []byte) ([]byte, error) {
 	return out[:n], nil
 }
 
+// computeGrep scans the whole text rather than row by row, as grep.c
+// does: bytes.Index (vectorized) finds the next occurrence, which lies in
+// one row because the pattern holds no '\n', and the row around it is
+// copied out. Matching rows tend to come in runs (with a common pattern,
+// every row), so the rows after a match are then checked one at a time
+// until one does not match, and the whole-text scan resumes after it.
 func computeGrep(in, out []byte) (int, error) {
 	if len(in) < 4 {
 		return 0, fnErr(EINVAL)
@@ -215,18 +221,48 @@ func computeGrep(in, out []byte) (int, error) {
 		return 0, fnErr(EINVAL)
 	}
 	pat, text := in[4:4+m], in[4+m:]
+	if len(pat) == 0 {
+		// Every row: the text, with the last row's '\n' if it lacks one.
+		n := len(text)
+		if n > 0 && text[n-1] != '\n' {
+			n++
+		}
+		if n > len(out) {
+			return 0, fnErr(ERANGE)
+		}
+		if copy(out, text) < n {
+			out[n-1] = '\n'
+		}
+		return n, nil
+	}
+	if bytes.IndexByte(pat, '\n') >= 0 {
+		return 0, nil // no row holds a '\n'
+	}
 	o := 0
 	for len(text) > 0 {
-		row, rest, _ := bytes.Cut(text, []byte{'\n'})
-		if bytes.Contains(row, pat) {
+		i := bytes.Index(text, pat)
+		if i < 0 {
+			break
+		}
+		start := bytes.LastIndexByte(text[:i], '\n') + 1
+		row, rest, _ := bytes.Cut(text[start:], []byte{'\n'})
+		for {
 			if len(row)+1 > len(out)-o {
 				return 0, fnErr(ERANGE)
 			}
 			o += copy(out[o:], row)
 			out[o] = '\n'
 			o++
+			text = rest
+			if len(text) == 0 {
+				break
+			}
+			row, rest, _ = bytes.Cut(text, []byte{'\n'})
+			if !bytes.Contains(row, pat) {
+				text = rest
+				break
+			}
 		}
-		text = rest
 	}
 	return o, nil
 }

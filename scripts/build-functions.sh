@@ -25,6 +25,15 @@ while [ $# -gt 0 ]; do
 	esac
 done
 
+# Per-function wasm flags. SIMD (-msimd128) only where the source is
+# written for it (#ifdef __wasm_simd128__): the flag also lets clang
+# auto-vectorize, which would change the other modules for nothing.
+wasm_flags() {
+	case $1 in
+	grep) echo -msimd128 ;;
+	esac
+}
+
 # Functions whose C does not fit eBPF's limits (none today). List names
 # separated by spaces, with the reason in functions/README.md.
 NO_EBPF=""
@@ -73,7 +82,8 @@ common=(-O2 -g0 -std=c11 -Wall -Wextra -Werror -ffreestanding -fno-builtin
 cd "$src"
 for c in *.c; do
 	name=${c%.c}
-	clang --target=wasm32 "${common[@]}" -nostdlib \
+	# shellcheck disable=SC2046 # wasm_flags prints words to split
+	clang --target=wasm32 "${common[@]}" $(wasm_flags "$name") -nostdlib \
 		-Wl,--no-entry -Wl,--export=__heap_base -Wl,--strip-debug \
 		-Wl,--no-export-dynamic \
 		-o "$out/wasm/$name.wasm.tmp" "$c"

@@ -10,27 +10,273 @@
  *         an empty pattern matches every row), each followed by '\n'.
  * Errors: NS_EINVAL if the header is short or pattern_len runs past the
  *         input; NS_ERANGE if the rows do not fit in out_cap.
+ *
+ * The scan covers the whole text rather than one row at a time, so that a
+ * row without a match costs only the scan: a non-empty pattern without
+ * '\n' can only occur inside one row, so each occurrence names a matching
+ * row, found by looking back for the '\n' before it and on for the one
+ * after it; the scan resumes after that row. (A pattern holding '\n'
+ * matches no row, and the empty pattern every row: the text itself.)
+ *
+ * Candidates are the positions where the pattern's first byte and its
+ * last byte (m - 1 further on) both match, and in wasm its middle byte
+ * too: one byte matches often in text, two or three at the pattern's
+ * distances much less, so few candidates need the full comparison.
+ *
+ * A loop iteration costs far more than a few ALU operations in both
+ * runtimes (wasm leaves its compiled code at every back-edge to check for
+ * a timeout; eBPF counts backward jumps), so every loop looks at many
+ * bytes per iteration: up to 512 with wasm SIMD (built with -msimd128, see
+ * scripts/build-functions.sh), 8 at a time otherwise (eBPF has no SIMD).
  */
 #include "nearstore.h"
+#ifdef __wasm_simd128__
+#include <wasm_simd128.h>
+#endif
+
+#define ONES8  0x0101010101010101ULL
+#define LOWS8  0x7f7f7f7f7f7f7f7fULL
+#define HIGHS8 0x8080808080808080ULL
+
+/* same reports whether a[0, n) equals b[0, n). */
+NS_INLINE int same(const u8 *a, const u8 *b, u32 n)
+{
+	u32 i = 0;
+	for (; i + 8 <= n; i += 8)
+		if (ns_load64(a + i) != ns_load64(b + i))
+			return 0;
+	for (; i < n; i++)
+		if (a[i] != b[i])
+			return 0;
+	return 1;
+}
+
+#ifdef __wasm_simd128__
 
 /*
- * Word-at-a-time scanning: a loop iteration costs far more than a few
- * ALU operations in both runtimes (wasm leaves its compiled code at every
- * back-edge to check for a timeout; eBPF counts backward jumps), so look
- * at 8 bytes per iteration.
- *
+ * wasm leaves its compiled code at every loop iteration, so the helpers
+ * below avoid byte-at-a-time tails: a short remainder is one 16-byte
+ * load that overlaps bytes already seen (or not to be seen), masked.
+ */
+
+/* eq16 is the bitmask of the bytes of p[0, 16) equal to b (splatted). */
+NS_INLINE u32 eq16(const u8 *p, v128_t b)
+{
+	return (u32)wasm_i8x16_bitmask(wasm_i8x16_eq(wasm_v128_load(p), b));
+}
+
+/* find_byte returns the index of the first b in p[i, n), or n. */
+NS_INLINE u32 find_byte(const u8 *p, u32 i, u32 n, u8 b)
+{
+	v128_t bb = wasm_i8x16_splat((signed char)b);
+	for (; i + 64 <= n; i += 64) {
+		v128_t e0 = wasm_i8x16_eq(wasm_v128_load(p + i), bb);
+		v128_t e1 = wasm_i8x16_eq(wasm_v128_load(p + i + 16), bb);
+		v128_t e2 = wasm_i8x16_eq(wasm_v128_load(p + i + 32), bb);
+		v128_t e3 = wasm_i8x16_eq(wasm_v128_load(p + i + 48), bb);
+		if (!wasm_v128_any_true(wasm_v128_or(wasm_v128_or(e0, e1), wasm_v128_or(e2, e3))))
+			continue;
+		u64 hit = (u64)wasm_i8x16_bitmask(e0) | (u64)wasm_i8x16_bitmask(e1) << 16 |
+			  (u64)wasm_i8x16_bitmask(e2) << 32 | (u64)wasm_i8x16_bitmask(e3) << 48;
+		return i + (u32)__builtin_ctzll(hit);
+	}
+	for (; i + 16 <= n; i += 16) {
+		u32 hit = eq16(p + i, bb);
+		if (hit)
+			return i + (u32)__builtin_ctz(hit);
+	}
+	if (i == n)
+		return n;
+	if (n >= 16) {
+		/* p[n - 16, n), of which p[i, n) are the last n - i bytes. */
+		u32 hit = eq16(p + n - 16, bb) >> (16 - (n - i));
+		return hit ? i + (u32)__builtin_ctz(hit) : n;
+	}
+	while (i < n && p[i] != b)
+		i++;
+	return i;
+}
+
+/* row_start returns the index after the last '\n' in t[lo, i), or lo. */
+NS_INLINE u32 row_start(const u8 *t, u32 lo, u32 i)
+{
+	v128_t nl = wasm_i8x16_splat('\n');
+	for (; i - lo >= 64; i -= 64) {
+		const u8 *p = t + i - 64;
+		v128_t e0 = wasm_i8x16_eq(wasm_v128_load(p), nl);
+		v128_t e1 = wasm_i8x16_eq(wasm_v128_load(p + 16), nl);
+		v128_t e2 = wasm_i8x16_eq(wasm_v128_load(p + 32), nl);
+		v128_t e3 = wasm_i8x16_eq(wasm_v128_load(p + 48), nl);
+		if (!wasm_v128_any_true(wasm_v128_or(wasm_v128_or(e0, e1), wasm_v128_or(e2, e3))))
+			continue;
+		u64 hit = (u64)wasm_i8x16_bitmask(e0) | (u64)wasm_i8x16_bitmask(e1) << 16 |
+			  (u64)wasm_i8x16_bitmask(e2) << 32 | (u64)wasm_i8x16_bitmask(e3) << 48;
+		return i - (u32)__builtin_clzll(hit);
+	}
+	for (; i - lo >= 16; i -= 16) {
+		u32 hit = eq16(t + i - 16, nl);
+		if (hit)
+			return i - 16 + (32 - (u32)__builtin_clz(hit));
+	}
+	if (i >= 16) {
+		/* t[i - 16, i), of which t[lo, i) are the last i - lo bytes. */
+		u32 hit = eq16(t + i - 16, nl) & (0xffffu << (16 - (i - lo)));
+		return hit ? i - 16 + (32 - (u32)__builtin_clz(hit)) : lo;
+	}
+	while (i > lo && t[i - 1] != '\n')
+		i--;
+	return i;
+}
+
+/* copy copies s[0, n) to d. */
+NS_INLINE void copy(u8 *d, const u8 *s, u32 n)
+{
+	if (n < 16) {
+		u32 i = 0;
+		for (; i < n; i++)
+			d[i] = s[i];
+		return;
+	}
+	u32 i = 0;
+	for (; i + 64 <= n; i += 64) {
+		wasm_v128_store(d + i, wasm_v128_load(s + i));
+		wasm_v128_store(d + i + 16, wasm_v128_load(s + i + 16));
+		wasm_v128_store(d + i + 32, wasm_v128_load(s + i + 32));
+		wasm_v128_store(d + i + 48, wasm_v128_load(s + i + 48));
+	}
+	for (; i + 16 <= n; i += 16)
+		wasm_v128_store(d + i, wasm_v128_load(s + i));
+	/* The last 16 bytes, overlapping what is already copied. */
+	wasm_v128_store(d + n - 16, wasm_v128_load(s + n - 16));
+}
+
+/*
+ * pattern is what the scan needs of the pattern, set up once per call:
+ * its first, middle and last bytes splatted (f, c, l), which must all
+ * match at their distances (0, mid, m - 1) from a candidate, and head,
+ * its first 16 bytes (zero past m) for the comparison. Two bytes are not
+ * enough in text: 'e' and 'n' seven bytes apart, say, are in most 512-byte
+ * blocks of English, and every candidate costs a loop iteration; three
+ * leave few false candidates.
+ */
+struct pattern {
+	const u8 *p;
+	u32 m, mid;
+	v128_t f, c, l, head;
+};
+
+/* prepare sets k up for pat[0, m), m > 0; pat's input ends at in_end. */
+NS_INLINE void prepare(struct pattern *k, const u8 *pat, u32 m, const u8 *in_end)
+{
+	k->p = pat;
+	k->m = m;
+	k->mid = m / 2;
+	k->f = wasm_i8x16_splat((signed char)pat[0]);
+	k->c = wasm_i8x16_splat((signed char)pat[m / 2]);
+	k->l = wasm_i8x16_splat((signed char)pat[m - 1]);
+	if (in_end - pat >= 16) {
+		k->head = wasm_v128_load(pat);
+		return;
+	}
+	u8 b[16] = {0};
+	for (u32 j = 0; j < m; j++)
+		b[j] = pat[j];
+	k->head = wasm_v128_load(b);
+}
+
+/* cand is the candidate mask of the 16 positions from p. */
+NS_INLINE v128_t cand(const u8 *p, const struct pattern *k)
+{
+	return wasm_v128_and(wasm_v128_and(wasm_i8x16_eq(wasm_v128_load(p), k->f),
+					   wasm_i8x16_eq(wasm_v128_load(p + k->mid), k->c)),
+			     wasm_i8x16_eq(wasm_v128_load(p + k->m - 1), k->l));
+}
+
+/* cand64 is the candidate bitmap of the 64 positions from p. */
+NS_INLINE u64 cand64(const u8 *p, const struct pattern *k)
+{
+	return (u64)wasm_i8x16_bitmask(cand(p, k)) |
+	       (u64)wasm_i8x16_bitmask(cand(p + 16, k)) << 16 |
+	       (u64)wasm_i8x16_bitmask(cand(p + 32, k)) << 32 |
+	       (u64)wasm_i8x16_bitmask(cand(p + 48, k)) << 48;
+}
+
+/* match reports whether the pattern occurs at t + j (j + m <= n): one
+ * comparison and no loop for a pattern of up to 16 bytes. */
+NS_INLINE int match(const u8 *t, u32 j, u32 n, const struct pattern *k)
+{
+	if (j + 16 > n)
+		return same(t + j, k->p, k->m);
+	u32 ne = ~(u32)wasm_i8x16_bitmask(wasm_i8x16_eq(wasm_v128_load(t + j), k->head));
+	if (k->m <= 16)
+		return (ne & ((1u << k->m) - 1)) == 0;
+	return (ne & 0xffff) == 0 && same(t + j + 16, k->p + 16, k->m - 16);
+}
+
+/* find_pat returns the first position in [i, lim) where the pattern
+ * occurs in t, or lim; lim = n - m + 1 keeps every load inside t[0, n).
+ * It looks at 512 positions per iteration (the unrolled loop is one
+ * straight run of code), and at a block's 64 positions at a time only
+ * when the block holds a candidate. */
+NS_INLINE u32 find_pat(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *k)
+{
+	for (; i + 512 <= lim; i += 512) {
+		const u8 *p = t + i;
+		v128_t g[8];
+#pragma clang loop unroll(full)
+		for (u32 x = 0; x < 8; x++)
+			g[x] = wasm_v128_or(wasm_v128_or(cand(p + 64 * x, k), cand(p + 64 * x + 16, k)),
+					    wasm_v128_or(cand(p + 64 * x + 32, k), cand(p + 64 * x + 48, k)));
+		v128_t any = wasm_v128_or(wasm_v128_or(wasm_v128_or(g[0], g[1]), wasm_v128_or(g[2], g[3])),
+					  wasm_v128_or(wasm_v128_or(g[4], g[5]), wasm_v128_or(g[6], g[7])));
+		if (!wasm_v128_any_true(any))
+			continue;
+		/* The 64-position groups that hold a candidate, usually one. */
+		u32 groups = 0;
+#pragma clang loop unroll(full)
+		for (u32 x = 0; x < 8; x++)
+			groups |= (u32)wasm_v128_any_true(g[x]) << x;
+		for (; groups; groups &= groups - 1) {
+			u32 q = i + 64 * (u32)__builtin_ctz(groups);
+			for (u64 hit = cand64(t + q, k); hit; hit &= hit - 1) {
+				u32 j = q + (u32)__builtin_ctzll(hit);
+				if (match(t, j, n, k))
+					return j;
+			}
+		}
+	}
+	for (; i + 16 <= lim; i += 16)
+		for (u32 hit = wasm_i8x16_bitmask(cand(t + i, k)); hit; hit &= hit - 1) {
+			u32 j = i + (u32)__builtin_ctz(hit);
+			if (match(t, j, n, k))
+				return j;
+		}
+	for (; i < lim; i++)
+		if (t[i] == k->p[0] && same(t + i, k->p, k->m))
+			return i;
+	return lim;
+}
+
+#else /* word at a time */
+
+/*
  * has_byte(w, bb) flags (bit 7 of) each byte of w equal to b, where bb is
  * b in every byte: the classic zero-byte test on w ^ bb. It is non-zero
  * exactly when w holds b, and its lowest flag is exact (a borrow can only
- * add flags above a true one), so first_flag finds the first b.
+ * add flags above a true one), so first_flag finds the first b; the flags
+ * above may be false. exact_byte's flags are all exact, at the cost of
+ * one more operation, for finding the last b.
  */
-#define ONES8  0x0101010101010101ULL
-#define HIGHS8 0x8080808080808080ULL
-
 NS_INLINE u64 has_byte(u64 w, u64 bb)
 {
 	u64 x = w ^ bb;
 	return (x - ONES8) & ~x & HIGHS8;
+}
+
+NS_INLINE u64 exact_byte(u64 w, u64 bb)
+{
+	u64 x = w ^ bb;
+	return ~(((x & LOWS8) + LOWS8) | x | LOWS8);
 }
 
 /* first_flag returns the index of the lowest flagged byte of a non-zero
@@ -41,7 +287,24 @@ NS_INLINE u32 first_flag(u64 hit)
 	return (u32)((((hit & -hit) >> 7) * 0x0001020304050607ULL) >> 56);
 }
 
-/* find_byte returns the index of the first b in p[i, n), or n. */
+/* last_flag returns the index of the highest flagged byte of a non-zero
+ * exact_byte result (eBPF has no count-leading-zeros). */
+NS_INLINE u32 last_flag(u64 hit)
+{
+	u32 k = 0;
+	if (hit >> 32) {
+		k = 4;
+		hit >>= 32;
+	}
+	if (hit >> 16) {
+		k += 2;
+		hit >>= 16;
+	}
+	if (hit >> 8)
+		k++;
+	return k;
+}
+
 NS_INLINE u32 find_byte(const u8 *p, u32 i, u32 n, u8 b)
 {
 	u64 bb = b * ONES8;
@@ -55,23 +318,57 @@ NS_INLINE u32 find_byte(const u8 *p, u32 i, u32 n, u8 b)
 	return i;
 }
 
-NS_INLINE int contains(const u8 *row, u32 n, const u8 *pat, u32 m)
+NS_INLINE u32 row_start(const u8 *t, u32 lo, u32 i)
 {
-	if (m == 0)
-		return 1;
-	if (m > n)
-		return 0;
-	for (u32 i = 0;; i++) {
-		i = find_byte(row, i, n, pat[0]);
-		if (i + m > n)
-			return 0;
-		u32 j = 1;
-		while (j < m && row[i + j] == pat[j])
-			j++;
-		if (j == m)
-			return 1;
+	for (; i - lo >= 8; i -= 8) {
+		u64 hit = exact_byte(ns_load64(t + i - 8), '\n' * ONES8);
+		if (hit)
+			return i - 8 + last_flag(hit) + 1;
 	}
+	while (i > lo && t[i - 1] != '\n')
+		i--;
+	return i;
 }
+
+/* pattern: the pattern and its first and last bytes in every byte. */
+struct pattern {
+	const u8 *p;
+	u32 m;
+	u64 f, l;
+};
+
+NS_INLINE void prepare(struct pattern *k, const u8 *pat, u32 m, const u8 *in_end)
+{
+	(void)in_end;
+	k->p = pat;
+	k->m = m;
+	k->f = pat[0] * ONES8;
+	k->l = pat[m - 1] * ONES8;
+}
+
+NS_INLINE u32 find_pat(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *k)
+{
+	(void)n;
+	const u8 *e = t + k->m - 1;
+	for (; i + 8 <= lim; i += 8) {
+		/* A true candidate is flagged in both; the false flags the
+		 * borrows add are weeded out by the comparison. */
+		u64 hit = has_byte(ns_load64(t + i), k->f) & has_byte(ns_load64(e + i), k->l);
+		for (; hit; hit &= hit - 1) {
+			u32 j = i + first_flag(hit);
+			if (same(t + j, k->p, k->m))
+				return j;
+		}
+	}
+	for (; i < lim; i++)
+		if (t[i] == k->p[0] && same(t + i, k->p, k->m))
+			return i;
+	return lim;
+}
+
+NS_INLINE void copy(u8 *d, const u8 *s, u32 n) { ns_copy(d, s, n); }
+
+#endif
 
 NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 {
@@ -83,19 +380,35 @@ NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 	const u8 *pat = in + 4;
 	const u8 *text = pat + m;
 	u32 n = in_len - 4 - m;
+	if (m == 0) {
+		/* Every row: the text, with the last row's '\n' if it lacks one. */
+		u32 o = n + (n > 0 && text[n - 1] != '\n');
+		if (o > out_cap)
+			return NS_ERANGE;
+		copy(out, text, n);
+		if (o > n)
+			out[n] = '\n';
+		return (int)o;
+	}
+	if (m > n || find_byte(pat, 0, m, '\n') < m)
+		return 0;
+	struct pattern k;
+	prepare(&k, pat, m, in + in_len);
+	u32 lim = n - m + 1; /* the positions where the pattern fits */
 	u32 o = 0;
-	u32 start = 0;
-	while (start < n) {
-		u32 end = find_byte(text, start, n, '\n');
-		u32 rl = end - start;
-		if (contains(text + start, rl, pat, m)) {
-			if (rl + 1 > out_cap - o)
-				return NS_ERANGE;
-			ns_copy(out + o, text + start, rl);
-			o += rl;
-			out[o++] = '\n';
-		}
-		start = end + 1;
+	for (u32 start = 0; start < lim;) {
+		u32 i = find_pat(text, start, lim, n, &k);
+		if (i == lim)
+			break;
+		u32 rs = row_start(text, start, i);
+		u32 re = find_byte(text, i + m, n, '\n');
+		u32 rl = re - rs;
+		if (rl + 1 > out_cap - o)
+			return NS_ERANGE;
+		copy(out + o, text + rs, rl);
+		o += rl;
+		out[o++] = '\n';
+		start = re + 1;
 	}
 	return (int)o;
 }

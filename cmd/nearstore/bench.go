@@ -22,6 +22,8 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newBenchFuncCmd(g))
 	cmd.AddCommand(newBenchBTreeCmd(g))
 	cmd.AddCommand(newBenchFSCmd(g))
+	cmd.AddCommand(newBenchLambdaCmd(g))
+	cmd.AddCommand(newBenchTPCHCmd(g))
 	cmd.AddCommand(newBenchLinkCmd(g))
 	return cmd
 }

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/nearstore/nearstore/bench"
+	"github.com/nearstore/nearstore/lambda"
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/volume"
+)
+
+// lambdaRunFlags are the flags `bench lambda` and `bench tpch` share: the
+// modes, the cache's state, the runs, the runtime and the setup.
+type lambdaRunFlags struct {
+	requestSize, warmOrder, modes, runtime string
+	link, clientCPUs, serverCPUs           string
+	plotFile, cpuprof                      string
+	warm                                   float64
+	repeat, depth                          int
+	seed                                   uint64
+	inProcess, asJSON, quiet               bool
+}
+
+func (l *lambdaRunFlags) add(f *pflag.FlagSet) {
+	f.StringVar(&l.requestSize, "request-size", "1MiB", "bytes per λ request (whole records: 4 KiB multiples; TPC-H: 64-byte rows)")
+	f.Float64Var(&l.warm, "warm", 0, "fraction of the file in the host cache at the start of each run (0: cold)")
+	f.StringVar(&l.warmOrder, "warm-order", "seq", "which pages --warm brings in: seq (the first part of the file) or random")
+	f.StringVar(&l.modes, "modes", "B,K,T,lambda", "modes to run, comma separated: B (buffered, native), K (host), T (target), lambda (the dispatcher)")
+	f.IntVar(&l.repeat, "repeat", 3, "runs per mode (medians are reported); the modes take turns, ABCD DCBA …")
+	f.IntVar(&l.depth, "depth", 1, "λ requests in flight")
+	f.StringVar(&l.runtime, "runtime", "wasm", "the function's runtime in modes K, T and lambda: wasm or ebpf")
+	f.Uint64Var(&l.seed, "seed", 1, "the dataset's seed")
+	f.StringVar(&l.link, "link", "", "emulated link to the target (e.g. 10gbit: a netns behind a tc-shaped veth pair; falls back to loopback where that cannot be done, and says so)")
+	f.BoolVar(&l.inProcess, "in-process", false, "run the target in this process")
+	f.StringVar(&l.clientCPUs, "client-cpus", "", "pin this process (the host) to these CPUs (taskset list)")
+	f.StringVar(&l.serverCPUs, "server-cpus", "", "pin the target process to these CPUs (taskset list)")
+	f.StringVar(&l.plotFile, "plot", "", "write a bar chart of the modes' throughput, normalized to B, to this file (.png, .svg or .pdf)")
+	f.StringVar(&l.cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file")
+	f.BoolVar(&l.asJSON, "json", false, "print every run and the medians as JSON")
+	f.BoolVar(&l.quiet, "quiet", false, "no progress on stderr")
+}
+
+// settings parses the shared flags.
+type lambdaSettings struct {
+	requestSize int
+	warmRandom  bool
+	modes       []lambda.Mode
+	runtime     sandbox.Kind
+	targetExe   string
+	pinning     string
+}
+
+func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
+	var s lambdaSettings
+	n, err := volume.ParseSize(l.requestSize)
+	if err != nil {
+		return s, fmt.Errorf("--request-size: %w", err)
+	}
+	s.requestSize = int(n)
+	switch l.warmOrder {
+	case "seq", "sequential":
+	case "random", "rand":
+		s.warmRandom = true
+	default:
+		return s, fmt.Errorf("--warm-order %q: want seq or random", l.warmOrder)
+	}
+	if s.modes, err = lambda.ParseModes(l.modes); err != nil {
+		return s, fmt.Errorf("--modes: %w", err)
+	}
+	switch l.runtime {
+	case "wasm":
+		s.runtime = sandbox.KindWasm
+	case "ebpf":
+		s.runtime = sandbox.KindEBPF
+	default:
+		return s, fmt.Errorf("--runtime %q: want wasm or ebpf", l.runtime)
+	}
+	if s.targetExe, err = targetExe(l.inProcess, l.serverCPUs); err != nil {
+		return s, err
+	}
+	var pinning []string
+	h, err := pinHost(l.clientCPUs)
+	if err != nil {
+		return s, err
+	}
+	if h != "" {
+		pinning = append(pinning, h)
+	}
+	if l.serverCPUs != "" {
+		pinning = append(pinning, "target on CPUs "+l.serverCPUs)
+	}
+	s.pinning = strings.Join(pinning, "; ")
+	return s, nil
+}
+
+// report prints rep as a table or JSON, and writes its plot if asked.
+func (l *lambdaRunFlags) report(out io.Writer, rep *bench.LambdaReport) error {
+	if l.asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else if err := bench.WriteLambdaTable(out, rep); err != nil {
+		return err
+	}
+	if l.plotFile != "" {
+		if err := bench.SaveLambdaPlot(l.plotFile, rep); err != nil {
+			return err
+		}
+		if !l.asJSON {
+			fmt.Fprintf(out, "\nplot: %s\n", l.plotFile)
+		}
+	}
+	return nil
+}
+
+// newBenchLambdaCmd runs a λ-IO application in modes B, K, T and λ.
+func newBenchLambdaCmd(g *globals) *cobra.Command {
+	var (
+		lf        lambdaRunFlags
+		app, size string
+	)
+	cmd := &cobra.Command{
+		Use:   "lambda",
+		Short: "λ-IO's applications (stats64, stats32, knn, grep, bitmap) in modes B, K, T and λ",
+		Long: `lambda runs one of λ-IO's applications over an offloadfs file in each mode:
+B reads through the host cache and computes in native Go; K reads through
+the cache and runs the sandboxed function on the host; T runs the function
+at the target (λ read/write); lambda lets the dispatcher pick per request
+from its fitted model. "nearstore target serve" runs as its own process
+(or in this one with --in-process) with a memory volume; the host makes an
+offloadfs, writes the dataset of --size bytes and cuts it into requests of
+--request-size (records never straddle a request). Before every run the
+host cache is dropped and warmed to --warm (the first part of the file, or
+random pages with --warm-order random), untimed. The modes take turns
+(ABCD DCBA …), --repeat times; every run's combined answer must equal the
+native reference over the whole file, or the command fails.
+
+stats64, stats32, knn and grep are λ reads; bitmap is a λ write (the host
+sends a run-length-encoded bitmap, the function expands it into the file;
+the file is checked against the native expansion after every run, and a
+run includes flushing what the host cache holds dirty).
+
+The report gives the medians, the speedup over B, where each mode's calls
+ran, and the issue's bars: λ within 5% of the better of K and T, and, on a
+10gbit link with a cold cache, λ at least 2x B for stats64 and grep.`,
+		Example: `  nearstore bench lambda --app stats64 --size 256MiB --warm 0 --plot docs/img/lambda-stats64-cold.png
+  nearstore bench lambda --app grep --warm 0.5 --warm-order random --json
+  nearstore bench lambda --app stats64 --link 10gbit --modes B,lambda --repeat 5`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := lf.parse()
+			if err != nil {
+				return err
+			}
+			n, err := volume.ParseSize(size)
+			if err != nil {
+				return fmt.Errorf("--size: %w", err)
+			}
+			cfg := bench.LambdaConfig{
+				App: app, Size: n, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
+				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Runtime: s.runtime, Seed: lf.seed,
+				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.serverCPUs, Logger: benchLogger(cmd, g),
+			}
+			if !lf.quiet {
+				stderr := cmd.ErrOrStderr()
+				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
+			}
+			stopProfile, err := startCPUProfile(lf.cpuprof)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
+			rep, err := bench.RunLambda(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			rep.Machine.Pinning = s.pinning
+			return lf.report(cmd.OutOrStdout(), rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&app, "app", "stats64", "the application: "+strings.Join(bench.LambdaApps(), ", "))
+	f.StringVar(&size, "size", "64MiB", "the dataset's size (bitmap: the bitmap's), a multiple of 4 KiB")
+	lf.add(f)
+	return cmd
+}

@@ -420,11 +420,11 @@ type readStats struct {
 // pages are read from the file, each run of contiguous missing pages in
 // one read, and cached.
 func (c *Cache) ReadAt(ctx context.Context, f *offloadfs.File, p []byte, off int64) (int, error) {
-	n, _, err := c.readAt(ctx, f, p, off)
+	n, _, err := c.readAt(ctx, f, p, off, 0)
 	return n, err
 }
 
-func (c *Cache) readAt(ctx context.Context, f *offloadfs.File, p []byte, off int64) (int, readStats, error) {
+func (c *Cache) readAt(ctx context.Context, f *offloadfs.File, p []byte, off int64, maxRun int64) (int, readStats, error) {
 	var rs readStats
 	if off < 0 {
 		return 0, rs, &iofs.PathError{Op: "read", Path: f.Name(), Err: fmt.Errorf("%w: negative offset", iofs.ErrInvalid)}
@@ -444,7 +444,8 @@ func (c *Cache) readAt(ctx context.Context, f *offloadfs.File, p []byte, off int
 	ps := int64(c.pageSize)
 	first, last := off/ps, (off+int64(len(p))-1)/ps
 
-	// Copy what is cached; note the runs of missing pages.
+	// Copy what is cached; note the runs of missing pages (each at most
+	// maxRun bytes, unless 0).
 	type run struct{ lo, hi int64 }
 	var runs []run
 	c.mu.Lock()
@@ -457,7 +458,7 @@ func (c *Cache) readAt(ctx context.Context, f *offloadfs.File, p []byte, off int
 			continue
 		}
 		c.st.Misses++
-		if k := len(runs); k > 0 && runs[k-1].hi == idx-1 {
+		if k := len(runs); k > 0 && runs[k-1].hi == idx-1 && (maxRun == 0 || (idx-runs[k-1].lo+1)*ps <= maxRun) {
 			runs[k-1].hi = idx
 		} else {
 			runs = append(runs, run{idx, idx})
@@ -491,7 +492,11 @@ func (c *Cache) readAt(ctx context.Context, f *offloadfs.File, p []byte, off int
 			return 0, rs, fmt.Errorf("lambda: cache read of [%d, %d): %w", start, end, err)
 		}
 		c.mu.Lock()
-		c.miss.add(int64(k), took)
+		if maxRun == 0 {
+			// Split reads cost more per byte than the cache's own:
+			// they are not what a miss costs.
+			c.miss.add(int64(k), took)
+		}
 		c.st.ReadBytes += uint64(k)
 		c.st.Reads++
 		for idx := r.lo; idx <= r.hi; idx++ {

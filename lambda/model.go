@@ -153,9 +153,12 @@ type readSample struct {
 	readDone  bool // the host's reads finished
 	missBytes int64
 	missTime  time.Duration
-	computed  bool // the compute ran to the end
-	compute   time.Duration
-	done      bool
+	// splitReads says the misses were read in pieces (a profiled run),
+	// so missTime is not what the host's I/O costs.
+	splitReads bool
+	computed   bool // the compute ran to the end
+	compute    time.Duration
+	done       bool
 
 	// The target side (T): the whole time seen by the host and the
 	// target's own time (0: unknown).
@@ -173,7 +176,7 @@ func (e *estimator) addRead(s readSample) {
 		e.ratio.add(float64(s.out) / x)
 	}
 	if s.host {
-		if s.missBytes > 0 {
+		if s.missBytes > 0 && !s.splitReads {
 			// The reads that finished, each whole: exact even in a
 			// cancelled run.
 			e.hostIO.add(s.missTime.Seconds() / float64(s.missBytes))

@@ -956,25 +956,26 @@ func (d *Dispatcher) targetWrite(ctx context.Context, f *offloadfs.File, fn sand
 func (d *Dispatcher) profileWrite(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
 	d.profiled.Add(1)
 	d.opts.Metrics.profile(opWrite)
-	hctx, hcancel := context.WithCancel(ctx)
-	params, data = bytes.Clone(params), bytes.Clone(data)
-	start := time.Now()
-	d.bg.Add(1)
-	go func() {
-		defer d.bg.Done()
-		out, took, err := d.hostCompute(hctx, Host, hf, params, data, n)
-		done := err == nil || (hctx.Err() == nil && errors.Is(err, sandbox.ErrFunction))
-		if !done {
-			// Cancelled: it was not done when the target was, so the
-			// time since the start bounds it (see outcome.censored).
-			took = max(took, time.Since(start))
-		}
-		ks.record(func(e *estimator) { e.addWriteHost(int64(len(data)), int64(len(out)), took, done) })
-	}()
+	// The write itself runs at the target; then the host computes the
+	// same output, measured and thrown away. One after the other, not at
+	// once as a profiled read's sides run: a write cannot be cancelled
+	// when the other side is done, so both would run to the end, each
+	// measured while competing with the other for the CPUs, and a side
+	// measured only that way looks slower than it is (the model then
+	// kept sending writes to the side that was really slower).
 	k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
-	hcancel()
-	if err == nil {
-		ks.record(func(e *estimator) { e.addWriteTarget(int64(len(data)), int64(k), total, true) })
+	if err != nil {
+		return k, Target, err
 	}
-	return k, Target, err
+	ks.record(func(e *estimator) { e.addWriteTarget(int64(len(data)), int64(k), total, true) })
+	out, took, herr := d.hostCompute(ctx, Host, hf, params, data, n)
+	if herr == nil || errors.Is(herr, sandbox.ErrFunction) {
+		// A host run would also have written the output into the cache
+		// (its write-back the model prices apart): charge what that
+		// costs, as hostWriteRun's measurements include it.
+		padded := (int64(len(out)) + d.bs - 1) / d.bs * d.bs
+		took += time.Duration(float64(padded) * d.cache.insertCost() * float64(time.Second))
+		ks.record(func(e *estimator) { e.addWriteHost(int64(len(data)), int64(len(out)), took, herr == nil) })
+	}
+	return k, Target, nil
 }

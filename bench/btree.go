@@ -518,15 +518,7 @@ func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *BTreeConfig) (strin
 	if err != nil {
 		return "", err
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	e.closers = append(e.closers, func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		<-served
-		return err
-	})
+	e.closers = append(e.closers, serveInProcess(srv, ln))
 	e.probe = &inProcessProbe{counter: commandCounter{reg: reg, nsid: "1"}}
 	return ln.Addr().String(), nil
 }

@@ -426,15 +426,7 @@ func (e *fsEnv) startTargetHere(cfg *FSConfig, size int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	e.closers = append(e.closers, func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		<-served
-		return err
-	})
+	e.closers = append(e.closers, serveInProcess(srv, ln))
 	return ln.Addr().String(), nil
 }
 

@@ -882,14 +882,8 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 	if err != nil {
 		return rep, err
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-served
-	}()
+	stop := serveInProcess(srv, ln)
+	defer func() { _ = stop() }()
 	ctrl, err := host.Connect(ctx, ln.Addr().String(), chainNQN, host.Options{IOQueues: 1, QueueDepth: 4, Logger: discard})
 	if err != nil {
 		return rep, err

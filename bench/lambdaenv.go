@@ -182,15 +182,7 @@ func (e *lambdaEnv) startTargetHere(ctx context.Context, cfg lambdaEnvConfig) (s
 	if err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	e.closers = append(e.closers, func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err := srv.Shutdown(sctx)
-		<-served
-		return err
-	})
+	e.closers = append(e.closers, serveInProcess(srv, ln))
 	return ln.Addr().String(), nil
 }
 

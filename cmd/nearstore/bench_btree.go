@@ -21,13 +21,13 @@ import (
 func newBenchBTreeCmd(g *globals) *cobra.Command {
 	var (
 		keys, mode, sweep, device, rt    string
-		plotFile, cpuprof                string
-		clientCPUs, serverCPUs           string
+		plotFile                         string
 		fanout, levels, valueSize, cache int
 		repeat, queues                   int
 		threads                          []int
 		dur                              time.Duration
-		inProcess, asJSON, quiet         bool
+		asJSON, quiet                    bool
+		proc                             procFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "btree",
@@ -91,23 +91,13 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 					return fmt.Errorf("--sweep: %w", err)
 				}
 			}
-			if cfg.TargetExe, err = targetExe(inProcess, serverCPUs); err != nil {
+			var pinning string
+			if cfg.TargetExe, pinning, err = proc.setup(); err != nil {
 				return err
 			}
-			cfg.ServerCPUs = serverCPUs
+			cfg.ServerCPUs = proc.serverCPUs
 			cfg.Logger = benchLogger(cmd, g)
-			var pinning []string
-			host, err := pinHost(clientCPUs)
-			if err != nil {
-				return err
-			}
-			if host != "" {
-				pinning = append(pinning, host)
-			}
-			if cfg.ServerCPUs != "" {
-				pinning = append(pinning, "target on CPUs "+cfg.ServerCPUs)
-			}
-			stopProfile, err := startCPUProfile(cpuprof)
+			stopProfile, err := startCPUProfile(proc.cpuprof)
 			if err != nil {
 				return err
 			}
@@ -137,7 +127,7 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 			if rep == nil || len(rep.Points) == 0 {
 				return err
 			}
-			rep.Machine.Pinning = strings.Join(pinning, "; ")
+			rep.Machine.Pinning = pinning
 			// A sweep that failed part way prints what it measured.
 			if asJSON {
 				enc := json.NewEncoder(out)
@@ -176,11 +166,8 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 	f.StringVar(&device, "device", bench.DeviceNAND, "target device: mem, nand or optane (simulated SSDs)")
 	f.StringVar(&rt, "runtime", "ebpf", "btree_lookup's runtime at the target: ebpf or wasm")
 	f.IntVar(&queues, "queues", 1, "host I/O queues (TCP connections)")
-	f.BoolVar(&inProcess, "in-process", false, "run the target in this process (CPU per side is then not separable)")
-	f.StringVar(&clientCPUs, "client-cpus", "", "pin this process (the host) to these CPUs (taskset list)")
-	f.StringVar(&serverCPUs, "server-cpus", "", "pin the target process to these CPUs (taskset list)")
+	proc.add(f, "run the target in this process (CPU per side is then not separable)")
 	f.StringVar(&plotFile, "plot", "", "write throughput against p99 latency to this file (.png, .svg or .pdf)")
-	f.StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file")
 	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
 	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	return cmd

@@ -15,12 +15,13 @@ import (
 // newBenchFSCmd benchmarks file I/O through offloadfs against raw namespace I/O.
 func newBenchFSCmd(g *globals) *cobra.Command {
 	var (
-		repeat, queues                  int
-		dur, metaDur, slice             time.Duration
-		fileSize, plotFile, cpuprof     string
-		clientCPUs, serverCPUs, configs string
-		inProcess, noMeta, asJSON       bool
-		quiet                           bool
+		repeat, queues      int
+		dur, metaDur, slice time.Duration
+		fileSize, plotFile  string
+		configs             string
+		noMeta, asJSON      bool
+		quiet               bool
+		proc                procFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "fs",
@@ -64,23 +65,13 @@ randwrite} 4k, each at 1 and 32 threads.`,
 					cfg.Cases = append(cfg.Cases, c)
 				}
 			}
-			if cfg.TargetExe, err = targetExe(inProcess, serverCPUs); err != nil {
+			var pinning string
+			if cfg.TargetExe, pinning, err = proc.setup(); err != nil {
 				return err
 			}
-			cfg.ServerCPUs = serverCPUs
+			cfg.ServerCPUs = proc.serverCPUs
 			cfg.Logger = benchLogger(cmd, g)
-			var pinning []string
-			host, err := pinHost(clientCPUs)
-			if err != nil {
-				return err
-			}
-			if host != "" {
-				pinning = append(pinning, host)
-			}
-			if cfg.ServerCPUs != "" {
-				pinning = append(pinning, "target on CPUs "+cfg.ServerCPUs)
-			}
-			stopProfile, err := startCPUProfile(cpuprof)
+			stopProfile, err := startCPUProfile(proc.cpuprof)
 			if err != nil {
 				return err
 			}
@@ -91,7 +82,7 @@ randwrite} 4k, each at 1 and 32 threads.`,
 			}
 			rep, err := bench.RunFS(ctx, cfg)
 			if rep != nil {
-				rep.Machine.Pinning = strings.Join(pinning, "; ")
+				rep.Machine.Pinning = pinning
 			}
 			if err != nil {
 				return err
@@ -125,11 +116,8 @@ randwrite} 4k, each at 1 and 32 threads.`,
 	f.IntVar(&queues, "queues", 2, "host I/O queues (TCP connections), shared by both sides")
 	f.DurationVar(&metaDur, "meta-duration", time.Second, "length of each metadata run")
 	f.BoolVar(&noMeta, "no-meta", false, "leave out the metadata operations")
-	f.BoolVar(&inProcess, "in-process", false, "run the target in this process")
-	f.StringVar(&clientCPUs, "client-cpus", "", "pin this process (the host) to these CPUs (taskset list)")
-	f.StringVar(&serverCPUs, "server-cpus", "", "pin the target process to these CPUs (taskset list)")
+	proc.add(f, "run the target in this process")
 	f.StringVar(&plotFile, "plot", "", "write the ratios to this file (.png, .svg or .pdf)")
-	f.StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file")
 	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
 	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	return cmd

@@ -19,12 +19,13 @@ import (
 // modes, the cache's state, the runs, the runtime and the setup.
 type lambdaRunFlags struct {
 	requestSize, warmOrder, modes, runtime string
-	link, clientCPUs, serverCPUs           string
-	plotFile, cpuprof                      string
+	link                                   string
+	plotFile                               string
 	warm                                   float64
 	repeat, depth                          int
 	seed                                   uint64
-	inProcess, asJSON, quiet               bool
+	asJSON, quiet                          bool
+	proc                                   procFlags
 }
 
 func (l *lambdaRunFlags) add(f *pflag.FlagSet) {
@@ -37,11 +38,8 @@ func (l *lambdaRunFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&l.runtime, "runtime", "wasm", "the function's runtime in modes K, T and lambda: wasm or ebpf")
 	f.Uint64Var(&l.seed, "seed", 1, "the dataset's seed")
 	f.StringVar(&l.link, "link", "", "emulated link to the target (e.g. 10gbit: a netns behind a tc-shaped veth pair; falls back to loopback where that cannot be done, and says so)")
-	f.BoolVar(&l.inProcess, "in-process", false, "run the target in this process")
-	f.StringVar(&l.clientCPUs, "client-cpus", "", "pin this process (the host) to these CPUs (taskset list)")
-	f.StringVar(&l.serverCPUs, "server-cpus", "", "pin the target process to these CPUs (taskset list)")
+	l.proc.add(f, "run the target in this process")
 	f.StringVar(&l.plotFile, "plot", "", "write a bar chart of the modes' throughput, normalized to B, to this file (.png, .svg or .pdf)")
-	f.StringVar(&l.cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file")
 	f.BoolVar(&l.asJSON, "json", false, "print every run and the medians as JSON")
 	f.BoolVar(&l.quiet, "quiet", false, "no progress on stderr")
 }
@@ -81,21 +79,9 @@ func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
 	default:
 		return s, fmt.Errorf("--runtime %q: want wasm or ebpf", l.runtime)
 	}
-	if s.targetExe, err = targetExe(l.inProcess, l.serverCPUs); err != nil {
+	if s.targetExe, s.pinning, err = l.proc.setup(); err != nil {
 		return s, err
 	}
-	var pinning []string
-	h, err := pinHost(l.clientCPUs)
-	if err != nil {
-		return s, err
-	}
-	if h != "" {
-		pinning = append(pinning, h)
-	}
-	if l.serverCPUs != "" {
-		pinning = append(pinning, "target on CPUs "+l.serverCPUs)
-	}
-	s.pinning = strings.Join(pinning, "; ")
 	return s, nil
 }
 
@@ -167,13 +153,13 @@ ran, and the issue's bars: λ within 5% of the better of K and T, and, on a
 			cfg := bench.LambdaConfig{
 				App: app, Size: n, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
 				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Runtime: s.runtime, Seed: lf.seed,
-				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.serverCPUs, Logger: benchLogger(cmd, g),
+				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
 			if !lf.quiet {
 				stderr := cmd.ErrOrStderr()
 				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
 			}
-			stopProfile, err := startCPUProfile(lf.cpuprof)
+			stopProfile, err := startCPUProfile(lf.proc.cpuprof)
 			if err != nil {
 				return err
 			}

@@ -44,7 +44,7 @@ validation parameters.`,
 			cfg := bench.TPCHConfig{
 				SF: sf, Query: query, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
 				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Runtime: s.runtime, Seed: lf.seed,
-				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.serverCPUs, Logger: benchLogger(cmd, g),
+				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
 			if !lf.quiet {
 				stderr := cmd.ErrOrStderr()
@@ -53,7 +53,7 @@ validation parameters.`,
 				defer bar.wait()
 				cfg.GenProgress = bar.update
 			}
-			stopProfile, err := startCPUProfile(lf.cpuprof)
+			stopProfile, err := startCPUProfile(lf.proc.cpuprof)
 			if err != nil {
 				return err
 			}

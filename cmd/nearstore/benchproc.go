@@ -7,8 +7,10 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/nearstore/nearstore/bench"
 )
@@ -21,6 +23,43 @@ func benchLogger(cmd *cobra.Command, g *globals) *slog.Logger {
 		return g.logger()
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// procFlags are the flags of a benchmark whose target runs as its own
+// process: where it runs, which CPUs each side may use, and a CPU profile
+// of this process.
+type procFlags struct {
+	inProcess              bool
+	clientCPUs, serverCPUs string
+	cpuprof                string
+}
+
+// add registers the flags; inProcessHelp says what --in-process costs.
+func (p *procFlags) add(f *pflag.FlagSet, inProcessHelp string) {
+	f.BoolVar(&p.inProcess, "in-process", false, inProcessHelp)
+	f.StringVar(&p.clientCPUs, "client-cpus", "", "pin this process (the host) to these CPUs (taskset list)")
+	f.StringVar(&p.serverCPUs, "server-cpus", "", "pin the target process to these CPUs (taskset list)")
+	f.StringVar(&p.cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file")
+}
+
+// setup finds the target binary ("" in process) and pins this process,
+// returning them with the pinning as the report describes it.
+func (p *procFlags) setup() (exe, pinning string, err error) {
+	if exe, err = targetExe(p.inProcess, p.serverCPUs); err != nil {
+		return "", "", err
+	}
+	var parts []string
+	h, err := pinHost(p.clientCPUs)
+	if err != nil {
+		return "", "", err
+	}
+	if h != "" {
+		parts = append(parts, h)
+	}
+	if p.serverCPUs != "" {
+		parts = append(parts, "target on CPUs "+p.serverCPUs)
+	}
+	return exe, strings.Join(parts, "; "), nil
 }
 
 // targetExe is the binary a benchmark runs as its separate target process

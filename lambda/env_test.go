@@ -5,18 +5,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/wasm"
-	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -36,8 +33,7 @@ var limits = sandbox.Limits{Time: 20 * time.Second}
 // Remote, and a dispatcher on that.
 type env struct {
 	t    testing.TB
-	srv  *target.Server
-	reg  *prometheus.Registry
+	srv  *testtarget.Target
 	fsys *offloadfs.FS
 	d    *Dispatcher
 	fns  map[string]sandbox.ID
@@ -54,41 +50,24 @@ type envConfig struct {
 func newEnv(t testing.TB, cfg envConfig) *env {
 	t.Helper()
 	ctx := context.Background()
-	e := &env{t: t, reg: prometheus.NewRegistry(), fns: make(map[string]sandbox.ID)}
+	e := &env{t: t, fns: make(map[string]sandbox.ID)}
 	vol, err := volume.Open(fmt.Sprintf("mem:%d?bs=%d", nsSize, devBS))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { vol.Close() })
-	trt, err := wasm.NewRuntime(ctx, wasm.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.srv, err = target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: testNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "lambda"}}}},
-		Logger:         slog.New(slog.DiscardHandler),
-		Metrics:        target.NewMetrics(e.reg),
-		Runtimes:       []sandbox.Runtime{trt},
-		FunctionLimits: limits,
+	e.srv = testtarget.Start(t, testtarget.Config{
+		NQN: testNQN, Name: "lambda", Volume: vol, Limits: limits,
+		Runtimes: func() ([]sandbox.Runtime, error) {
+			trt, err := wasm.NewRuntime(ctx, wasm.Options{})
+			return []sandbox.Runtime{trt}, err
+		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- e.srv.Serve(ln) }()
-	t.Cleanup(func() {
-		e.srv.Close()
-		<-served
-		trt.Close(context.Background())
-	})
+	t.Cleanup(e.srv.Stop)
 
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ctrl, err := host.Connect(cctx, ln.Addr().String(), testNQN, host.Options{HostNQN: ownerNQN, IOQueues: 4, KeepAlive: -1})
+	ctrl, err := host.Connect(cctx, e.srv.Addr(), testNQN, host.Options{HostNQN: ownerNQN, IOQueues: 4, KeepAlive: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -404,7 +404,7 @@ func TestPushdownStaleAfterRestart(t *testing.T) {
 	if s.Stale != 1 || s.Fallbacks != 1 || s.Remote != 0 {
 		t.Fatalf("after the restart: %+v", s)
 	}
-	if n := e.target.metric("nearstore_target_stale_requests_total", nil); n != 1 {
+	if n := e.target.Metric("nearstore_target_stale_requests_total", nil); n != 1 {
 		t.Fatalf("the target refused %v requests as stale, want 1", n)
 	}
 	e.syncRemote()

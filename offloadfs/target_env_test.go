@@ -6,20 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/nearstore/nearstore/host"
-	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/ebpf"
-	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -44,74 +40,19 @@ const (
 // detector on a busy machine.
 var envLimits = sandbox.Limits{Time: 10 * time.Second}
 
-// testTarget is a target serving one memory namespace on a fixed
-// address, so a test can stop it and start another in its place (a
-// restart: the data stays; the extent maps, functions and grants go).
-type testTarget struct {
-	t      testing.TB
-	addr   string
-	reg    *prometheus.Registry
-	srv    *target.Server
-	served chan error
-}
-
-func startTarget(t testing.TB, vol volume.Volume, addr string) *testTarget {
-	t.Helper()
-	s := &testTarget{t: t, reg: prometheus.NewRegistry(), served: make(chan error, 1)}
-	var err error
-	s.srv, err = target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: envNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "unit"}}}},
-		Logger:         slog.New(slog.DiscardHandler),
-		Metrics:        target.NewMetrics(s.reg),
-		Runtimes:       []sandbox.Runtime{ebpf.NewRuntime(ebpf.Options{Logger: slog.New(slog.DiscardHandler)})},
-		FunctionLimits: envLimits,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	// The port of a stopped target can take a moment to be free again.
-	for try := 0; ; try++ {
-		if ln, err = net.Listen("tcp", addr); err == nil || try == 50 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.addr = ln.Addr().String()
-	go func() { s.served <- s.srv.Serve(ln) }()
-	return s
-}
-
-// stop stops the target (again is harmless).
-func (s *testTarget) stop() {
-	if s.srv == nil {
-		return
-	}
-	s.srv.Close()
-	<-s.served
-	s.srv = nil
-}
-
-// metric sums the target metric name's samples whose labels include want.
-func (s *testTarget) metric(name string, want map[string]string) float64 {
-	s.t.Helper()
-	return metricstest.Sum(s.t, s.reg, name, want)
-}
+// testTarget is the environment's target, restartable on the same
+// address and volume (testtarget), with counters the tests read.
+type testTarget struct{ *testtarget.Target }
 
 // ran is how many function requests of op (pushdown, lambda_read,
 // lambda_write) the target completed with result (ok, error).
-func (s *testTarget) ran(op, result string) int {
-	s.t.Helper()
-	return int(s.metric("nearstore_target_commands_total", map[string]string{"op": op, "result": result}))
+func (s testTarget) ran(op, result string) int {
+	return int(s.Metric("nearstore_target_commands_total", map[string]string{"op": op, "result": result}))
 }
 
 // grants is how many grants the target holds.
-func (s *testTarget) grants() int {
-	s.t.Helper()
-	return int(s.metric("nearstore_target_grants", nil))
+func (s testTarget) grants() int {
+	return int(s.Metric("nearstore_target_grants", nil))
 }
 
 // remoteEnv is a file system on a namespace of a real target, with the
@@ -119,7 +60,7 @@ func (s *testTarget) grants() int {
 type remoteEnv struct {
 	t      testing.TB
 	vol    volume.Volume
-	target *testTarget
+	target testTarget
 	ctrl   *host.Controller
 	ns     *host.Namespace
 	fsys   *offloadfs.FS
@@ -138,10 +79,15 @@ func newRemoteEnv(t testing.TB, mutate func(*offloadfs.Options)) *remoteEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.vol.Close() })
-	e.target = startTarget(t, e.vol, "127.0.0.1:0")
+	e.target = testTarget{testtarget.Start(t, testtarget.Config{
+		NQN: envNQN, Name: "unit", Volume: e.vol, Limits: envLimits,
+		Runtimes: func() ([]sandbox.Runtime, error) {
+			return []sandbox.Runtime{ebpf.NewRuntime(ebpf.Options{Logger: slog.New(slog.DiscardHandler)})}, nil
+		},
+	})}
 	// Whichever target runs at the end (restart replaces it) stops after
 	// everything registered later: the host and the file system.
-	t.Cleanup(func() { e.target.stop() })
+	t.Cleanup(func() { e.target.Stop() })
 	e.ctrl, e.ns = e.connect(ownerNQN)
 	if err := offloadfs.Mkfs(ctx, e.ns, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
@@ -175,7 +121,7 @@ func (e *remoteEnv) connect(hostNQN string) (*host.Controller, *host.Namespace) 
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ctrl, err := host.Connect(ctx, e.target.addr, envNQN, host.Options{
+	ctrl, err := host.Connect(ctx, e.target.Addr(), envNQN, host.Options{
 		HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1, ReconnectDelay: 20 * time.Millisecond,
 	})
 	if err != nil {
@@ -194,8 +140,7 @@ func (e *remoteEnv) connect(hostNQN string) (*host.Controller, *host.Namespace) 
 // owner's connection reconnects on its own.
 func (e *remoteEnv) restart() {
 	e.t.Helper()
-	e.target.stop()
-	e.target = startTarget(e.t, e.vol, e.target.addr)
+	e.target = testTarget{e.target.Restart()}
 }
 
 // loadAgain loads the stamp function at the target again, bypassing the

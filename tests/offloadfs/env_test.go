@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,12 +24,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
-	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/wasm"
-	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -47,76 +45,11 @@ const (
 // race detector on a busy machine.
 var limits = sandbox.Limits{Time: 10 * time.Second}
 
-// server is a target serving one memory namespace on a fixed address, so
-// a test can stop it and start a new one in its place (a restart: the
-// data stays, the extent maps, functions and grants do not).
-type server struct {
-	t      testing.TB
-	vol    volume.Volume
-	addr   string
-	reg    *prometheus.Registry
-	srv    *target.Server
-	wrt    *wasm.Runtime
-	served chan error
-}
-
-func startServer(t testing.TB, vol volume.Volume, addr string) *server {
-	t.Helper()
-	ctx := context.Background()
-	s := &server{t: t, vol: vol, reg: prometheus.NewRegistry(), served: make(chan error, 1)}
-	var err error
-	if s.wrt, err = wasm.NewRuntime(ctx, wasm.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	s.srv, err = target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: testNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "e2e"}}}},
-		Logger:         slog.New(slog.DiscardHandler),
-		Metrics:        target.NewMetrics(s.reg),
-		Runtimes:       []sandbox.Runtime{s.wrt},
-		FunctionLimits: limits,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	// The port of a stopped server can take a moment to be free again.
-	for try := 0; ; try++ {
-		if ln, err = net.Listen("tcp", addr); err == nil || try == 50 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.addr = ln.Addr().String()
-	go func() { s.served <- s.srv.Serve(ln) }()
-	return s
-}
-
-// restart stops the server and starts a new one on the same address and
+// restart stops the target and starts a new one on the same address and
 // volume.
 func (e *env) restart() {
 	e.t.Helper()
-	e.srv.stop()
-	e.srv = startServer(e.t, e.vol, e.srv.addr)
-}
-
-// stop stops the server (again is harmless).
-func (s *server) stop() {
-	if s.srv == nil {
-		return
-	}
-	s.srv.Close()
-	<-s.served
-	s.wrt.Close(context.Background())
-	s.srv = nil
-}
-
-// counter sums the target counter name's samples whose labels include want.
-func (s *server) counter(name string, want map[string]string) float64 {
-	s.t.Helper()
-	return metricstest.Sum(s.t, s.reg, name, want)
+	e.srv = e.srv.Restart()
 }
 
 // env is a target, the owner connected to it, and an offloadfs on the
@@ -124,7 +57,7 @@ func (s *server) counter(name string, want map[string]string) float64 {
 type env struct {
 	t    testing.TB
 	vol  volume.Volume
-	srv  *server
+	srv  *testtarget.Target
 	ctrl *host.Controller
 	ns   *host.Namespace
 	fsys *offloadfs.FS
@@ -155,10 +88,16 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.vol.Close() })
-	e.srv = startServer(t, e.vol, "127.0.0.1:0")
+	e.srv = testtarget.Start(t, testtarget.Config{
+		NQN: testNQN, Name: "e2e", Volume: e.vol, Limits: limits,
+		Runtimes: func() ([]sandbox.Runtime, error) {
+			wrt, err := wasm.NewRuntime(ctx, wasm.Options{})
+			return []sandbox.Runtime{wrt}, err
+		},
+	})
 	// Whichever server is running at the end (restart replaces it) stops
 	// after everything registered later: the hosts and the file system.
-	t.Cleanup(func() { e.srv.stop() })
+	t.Cleanup(func() { e.srv.Stop() })
 	e.ctrl, e.ns = e.connect(ownerNQN, 4)
 	if err := offloadfs.Mkfs(ctx, e.ns, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
@@ -207,7 +146,7 @@ func (e *env) connect(hostNQN string, queues int) (*host.Controller, *host.Names
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ctrl, err := host.Connect(ctx, e.srv.addr, testNQN, host.Options{
+	ctrl, err := host.Connect(ctx, e.srv.Addr(), testNQN, host.Options{
 		HostNQN: hostNQN, IOQueues: queues, KeepAlive: -1, ReconnectDelay: 20 * time.Millisecond,
 	})
 	if err != nil {

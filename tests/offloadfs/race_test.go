@@ -338,7 +338,7 @@ func TestPushdownRaces(t *testing.T) {
 	if s.Fallbacks == 0 || s.Stale == 0 || s.Discarded == 0 || s.Remote == 0 || s.NotSynced == 0 {
 		t.Errorf("the churn did not exercise every path: %+v", s)
 	}
-	if got := e.srv.counter("nearstore_target_stale_requests_total", nil); got != float64(s.Stale) {
+	if got := e.srv.Metric("nearstore_target_stale_requests_total", nil); got != float64(s.Stale) {
 		t.Errorf("the target counted %v stale requests, the file system %d", got, s.Stale)
 	}
 	if s.Fallbacks != s.Requests-s.Remote {

@@ -128,9 +128,9 @@ func TestLambdaWriteTarget(t *testing.T) {
 		t.Fatalf("%+v", s)
 	}
 	e.syncRemote()
-	before := e.srv.counter("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"})
+	before := e.srv.Metric("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"})
 	write(2, 8192)
-	if got := e.srv.counter("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"}); got != before+1 {
+	if got := e.srv.Metric("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"}); got != before+1 {
 		t.Fatalf("λ writes at the target: %v, want %v", got, before+1)
 	}
 	if _, err := f.LambdaWrite(ctx, e.fn, 1000, 8*bs, stampParams(2), nil); !errors.Is(err, iofs.ErrInvalid) {
@@ -188,7 +188,7 @@ func TestLambdaWritePreallocated(t *testing.T) {
 	// The file grows in steps; the blocks it already maps never move.
 	free := e.fsys.Usage().FreeBlocks
 	atTarget := func() float64 {
-		return e.srv.counter("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"})
+		return e.srv.Metric("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"})
 	}
 	var prev []uint64
 	write := func(gen uint64, off int64, blocks int) []byte {

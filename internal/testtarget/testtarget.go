@@ -1,0 +1,121 @@
+// Package testtarget runs a real nearstore target inside a test: one
+// namespace on a volume the test owns, served over TCP loopback with the
+// function runtimes the test asks for and its own metrics registry. A
+// target can be stopped and another started on the same address and
+// volume, which is a target restart: the data stays; extent maps,
+// functions, grants and reservations go.
+package testtarget
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/target"
+	"github.com/nearstore/nearstore/volume"
+)
+
+// Config describes the target.
+type Config struct {
+	// NQN is the subsystem's; Name labels the namespace.
+	NQN, Name string
+	// Volume backs namespace 1; the test owns and closes it.
+	Volume volume.Volume
+	// Addr is where to listen (default "127.0.0.1:0").
+	Addr string
+	// Runtimes makes the target's function runtimes, afresh for every
+	// start; Stop closes them.
+	Runtimes func() ([]sandbox.Runtime, error)
+	// Limits bound the target's function calls.
+	Limits sandbox.Limits
+}
+
+// Target is a running target.
+type Target struct {
+	t      testing.TB
+	cfg    Config
+	addr   string
+	reg    *prometheus.Registry
+	srv    *target.Server
+	rts    []sandbox.Runtime
+	served chan error
+}
+
+// Start starts a target; the test fails if it cannot. The caller stops it
+// (Stop), usually in a t.Cleanup.
+func Start(t testing.TB, cfg Config) *Target {
+	t.Helper()
+	if cfg.Addr == "" {
+		cfg.Addr = "127.0.0.1:0"
+	}
+	s := &Target{t: t, cfg: cfg, reg: prometheus.NewRegistry(), served: make(chan error, 1)}
+	if cfg.Runtimes != nil {
+		var err error
+		if s.rts, err = cfg.Runtimes(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var err error
+	s.srv, err = target.New(target.Config{
+		Subsystems:     []target.SubsystemConfig{{NQN: cfg.NQN, Namespaces: []target.NamespaceConfig{{Backend: cfg.Volume, Name: cfg.Name}}}},
+		Logger:         slog.New(slog.DiscardHandler),
+		Metrics:        target.NewMetrics(s.reg),
+		Runtimes:       s.rts,
+		FunctionLimits: cfg.Limits,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ln net.Listener
+	// The port of a stopped target can take a moment to be free again.
+	for try := 0; ; try++ {
+		if ln, err = net.Listen("tcp", cfg.Addr); err == nil || try == 50 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.addr = ln.Addr().String()
+	go func() { s.served <- s.srv.Serve(ln) }()
+	return s
+}
+
+// Addr is where the target listens.
+func (s *Target) Addr() string { return s.addr }
+
+// Stop stops the target and closes its runtimes (again is harmless).
+func (s *Target) Stop() {
+	if s.srv == nil {
+		return
+	}
+	s.srv.Close()
+	<-s.served
+	for _, rt := range s.rts {
+		rt.Close(context.Background())
+	}
+	s.srv = nil
+}
+
+// Restart stops the target and starts a new one on the same address and
+// volume, returning it.
+func (s *Target) Restart() *Target {
+	s.t.Helper()
+	s.Stop()
+	cfg := s.cfg
+	cfg.Addr = s.addr
+	return Start(s.t, cfg)
+}
+
+// Metric sums the target metric name's samples whose labels include want.
+func (s *Target) Metric(name string, want map[string]string) float64 {
+	s.t.Helper()
+	return metricstest.Sum(s.t, s.reg, name, want)
+}

@@ -207,6 +207,40 @@ func TestCacheWriteBack(t *testing.T) {
 	}
 }
 
+// TestCacheWriteBackLongRun: a run of dirty pages longer than one
+// write-back chunk reaches the file whole, chunk boundaries and a short
+// last page included, and the write-back moves exactly the file's bytes.
+func TestCacheWriteBackLongRun(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		size int
+	}{
+		{"one chunk", writeBackChunk},
+		{"chunk and a page", writeBackChunk + 4096},
+		{"chunks and a short page", 2*writeBackChunk + 3*4096 + 123},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envConfig{cache: NewCache(64<<20, 4096)})
+			ctx := context.Background()
+			c := e.d.Cache()
+			f := e.file("long", make([]byte, tc.size))
+			data := pattern(tc.size, 9)
+			if _, err := c.WriteAt(ctx, f, data, 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Flush(ctx, f, 0, -1); err != nil {
+				t.Fatal(err)
+			}
+			if st := c.Stats(); st.Dirty != 0 || st.WriteBackBytes != uint64(tc.size) {
+				t.Errorf("stats %+v: want no dirty pages and %d bytes written back", st, tc.size)
+			}
+			if !bytes.Equal(contents(t, f), data) {
+				t.Error("file differs after the flush")
+			}
+		})
+	}
+}
+
 // TestCacheEvictionWritesBack: a cache smaller than what is written
 // evicts dirty pages by writing them back first.
 func TestCacheEvictionWritesBack(t *testing.T) {

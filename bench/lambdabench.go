@@ -266,7 +266,7 @@ type runOpts struct {
 }
 
 // RunLambda runs the benchmark.
-func RunLambda(ctx context.Context, cfg LambdaConfig) (*LambdaReport, error) {
+func RunLambda(ctx context.Context, cfg LambdaConfig) (_ *LambdaReport, err error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -288,6 +288,7 @@ func RunLambda(ctx context.Context, cfg LambdaConfig) (*LambdaReport, error) {
 		return nil, err
 	}
 	defer e.Close()
+	defer func() { err = e.targetFailure(err) }()
 	rep := newLambdaReport(e, cfg.Runtime, cfg.Repeat, cfg.Depth, cfg.Warm, cfg.WarmRandom)
 	rep.App, rep.Function = app.name, app.function
 	rep.Size, rep.RequestSize, rep.Requests = cfg.Size, cfg.RequestSize, len(reqs)

@@ -55,6 +55,7 @@ type lambdaEnv struct {
 	fsys   *offloadfs.FS
 	disp   *lambda.Dispatcher
 	cache  *lambda.Cache
+	target *Process // the target's process (nil: it runs in this one)
 	limits sandbox.Limits
 	// maxOut is the most output one λ read can return: its result and
 	// output travel in one NVMe transfer, which the controller limits.
@@ -70,6 +71,24 @@ func (e *lambdaEnv) Close() error {
 	}
 	e.closers = nil
 	return errors.Join(errs...)
+}
+
+// targetFailure adds to a failed run's error why the target's process
+// ended, when it has: a bench that lost its target then says what the
+// target said, not only that the connection closed.
+func (e *lambdaEnv) targetFailure(err error) error {
+	if err == nil || e.target == nil {
+		return err
+	}
+	select {
+	case <-e.target.Done():
+	case <-time.After(time.Second):
+		return err // still running: the failure was not the target's
+	}
+	if perr := e.target.Wait(); perr != nil {
+		return fmt.Errorf("%w; the target process had ended: %w", err, perr)
+	}
+	return fmt.Errorf("%w; the target process had exited (status 0)", err)
 }
 
 // lambdaLimits are the function limits of both sides (they must agree,
@@ -202,6 +221,7 @@ func (e *lambdaEnv) startTargetProcess(ctx context.Context, cfg lambdaEnvConfig)
 	if err != nil {
 		return "", err
 	}
+	e.target = p
 	e.closers = append(e.closers, p.Stop)
 	if err := WaitListening(ctx, addr, p, 10*time.Second); err != nil {
 		return "", err

@@ -59,7 +59,7 @@ type TPCHConfig struct {
 }
 
 // RunTPCH runs the benchmark.
-func RunTPCH(ctx context.Context, cfg TPCHConfig) (*LambdaReport, error) {
+func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *LambdaReport, err error) {
 	if cfg.SF == 0 {
 		cfg.SF = DefaultTPCHSF
 	}
@@ -99,6 +99,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (*LambdaReport, error) {
 		return nil, err
 	}
 	defer e.Close()
+	defer func() { err = e.targetFailure(err) }()
 	rep := newLambdaReport(e, lc.Runtime, lc.Repeat, lc.Depth, lc.Warm, lc.WarmRandom)
 	rep.App, rep.Function = q.Function(), q.Function()
 	rep.SF, rep.Query, rep.Rows = cfg.SF, q.String(), rows

@@ -61,6 +61,14 @@ const (
 	ONCSReservations = 1 << 5
 )
 
+// CTRATT bits.
+const (
+	CTRATTHostID128 = 1 << 0 // 128-bit host identifier
+	// CTRATTTrafficBasedKeepAlive (TBKAS): any command counts as a keep
+	// alive, not only Keep Alive commands.
+	CTRATTTrafficBasedKeepAlive = 1 << 2
+)
+
 // Marshal encodes the structure into a fresh IdentifySize buffer.
 func (id *IdentifyController) Marshal() []byte {
 	b := make([]byte, IdentifySize)

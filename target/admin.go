@@ -231,7 +231,7 @@ func (q *queue) identifyController() []byte {
 		CNTLID:       c.id,
 		Version:      targetVersion,
 		OAES:         aenNamespaceAttr,
-		CTRATT:       1<<0 | 1<<2, // 128-bit host ID; traffic based keep alive
+		CTRATT:       nvme.CTRATTHostID128 | nvme.CTRATTTrafficBasedKeepAlive,
 		CNTRLTYPE:    1,
 		ACL:          3,
 		AERL:         maxAER - 1,

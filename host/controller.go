@@ -28,8 +28,9 @@ type Controller struct {
 
 	mu     sync.Mutex
 	assoc  *association  // nil while reconnecting
-	ready  chan struct{} // closed when assoc is set again
+	ready  chan struct{} // closed when assoc is set again, or reconnecting is given up
 	closed bool
+	gone   error           // set when reconnecting was given up (Options.ControllerLossTimeout)
 	bg     context.Context // cancelled by Close: ends reconnect attempts
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // reconnect goroutines
@@ -425,12 +426,18 @@ func (c *Controller) reconnect(old *association) {
 	c.log.Warn("host: connection lost, reconnecting", "err", old.err)
 	old.wg.Wait()
 	ctx := c.bg // cancelled by Close
+	if tmo := c.opts.ControllerLossTimeout; tmo > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, tmo)
+		defer cancel()
+	}
 	delay := c.opts.ReconnectDelay
 	for attempt := 1; ; attempt++ {
 		t := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
 			t.Stop()
+			c.giveUp(ctx, old.err)
 			return
 		case <-t.C:
 		}
@@ -442,11 +449,31 @@ func (c *Controller) reconnect(old *association) {
 			return
 		}
 		if ctx.Err() != nil {
+			c.giveUp(ctx, err)
 			return
 		}
 		c.log.Warn("host: reconnect failed", "attempt", attempt, "err", err)
 		delay = min(2*delay, maxReconnectDelay)
 	}
+}
+
+// giveUp ends reconnecting once Options.ControllerLossTimeout has passed
+// (ctx ended while Close had not run): every submission waiting for a
+// connection, and every later one, fails with ErrConnectionLost.
+func (c *Controller) giveUp(ctx context.Context, last error) {
+	if c.bg.Err() != nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return // closed
+	}
+	err := fmt.Errorf("%w: gave up reconnecting to %s after %v (Options.ControllerLossTimeout); last error: %w",
+		ErrConnectionLost, c.addr, c.opts.ControllerLossTimeout, last)
+	c.log.Error("host: controller lost for good", "after", c.opts.ControllerLossTimeout, "err", last)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed || c.assoc != nil {
+		return
+	}
+	c.gone = err
+	close(c.ready)
 }
 
 // waiter bounds, across retries, how long one submission waits for a
@@ -466,10 +493,13 @@ func (c *Controller) current(ctx context.Context, w *waiter) (*association, erro
 			return nil, err
 		}
 		c.mu.Lock()
-		closed, a, ready := c.closed, c.assoc, c.ready
+		closed, a, ready, gone := c.closed, c.assoc, c.ready, c.gone
 		c.mu.Unlock()
 		if closed {
 			return nil, ErrClosed
+		}
+		if gone != nil {
+			return nil, gone
 		}
 		if a != nil {
 			if !a.failed.Load() {
@@ -517,6 +547,12 @@ func (c *Controller) submit(ctx context.Context, call *Call, pin int) error {
 		a, err := c.current(ctx, &w)
 		if err != nil {
 			return err
+		}
+		if call.ns != nil {
+			// After current: a reconnect has installed its scan by now.
+			if err := call.ns.usable(); err != nil {
+				return err
+			}
 		}
 		q, err := c.pick(a, pin)
 		if err != nil {
@@ -572,6 +608,9 @@ func (c *Controller) submitBatch(ctx context.Context, calls []*Call, pin int) {
 	defer w.stop()
 	for len(calls) > 0 {
 		a, err := c.current(ctx, &w)
+		if err == nil && calls[0].ns != nil {
+			err = calls[0].ns.usable() // one namespace per batch
+		}
 		var q *queue
 		if err == nil {
 			q, err = c.pick(a, pin)

@@ -69,7 +69,17 @@
 // meanwhile wait for it, bounded by their context and
 // Options.MaxReconnectWait, then proceed on the new association. A Keep
 // Alive command goes out on the admin queue every KATO/2; its failure is a
-// connection loss too.
+// connection loss too. After Options.ControllerLossTimeout without a new
+// association (Linux's ctrl_loss_tmo, 10 minutes by default) the controller
+// gives up: every waiting and later submission fails with ErrConnectionLost,
+// and only Close is left.
+//
+// Every new association scans the namespaces again before any submission
+// may use it. An NSID whose identifiers (NGUID, UUID) or block size
+// changed names another volume now: its old Namespace handles refuse
+// every command with ErrNamespaceChanged, so nothing meant for the old
+// volume is written to the new one, and Controller.Namespace returns a
+// handle to the new namespace.
 //
 // Close shuts the controller down cleanly (CC.SHN normal shutdown, then
 // CSTS.SHST polled) and waits for every goroutine the Controller started.

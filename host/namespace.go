@@ -28,6 +28,34 @@ type nsState struct {
 	nsid   uint32
 	info   atomic.Pointer[nsInfo]
 	active atomic.Bool
+	// replaced is set, for good, when the NSID came to name another
+	// namespace (ErrNamespaceChanged); the handles holding this state
+	// then refuse every command.
+	replaced atomic.Pointer[error]
+}
+
+// usable returns why commands may not be sent through the handles of st
+// (nil: they may).
+func (st *nsState) usable() error {
+	if e := st.replaced.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// sameNamespace says whether a rescan's b is the namespace a was, as far
+// as its handles can tell: the same identifiers and block size. (Its size
+// may change: a namespace can be grown in place.)
+func sameNamespace(a, b *nsInfo) error {
+	switch {
+	case a.nguid != b.nguid:
+		return fmt.Errorf("NGUID %x is now %x", a.nguid, b.nguid)
+	case a.uuid != b.uuid:
+		return fmt.Errorf("UUID %x is now %x", a.uuid, b.uuid)
+	case a.bs != b.bs:
+		return fmt.Errorf("block size %d is now %d", a.bs, b.bs)
+	}
+	return nil
 }
 
 // Namespace is a handle to one namespace of a Controller. It stays valid
@@ -105,7 +133,11 @@ func isStatus(err error) bool {
 	return errors.As(err, &se)
 }
 
-// updateNamespaces installs a scan's result, keeping existing handles.
+// updateNamespaces installs a scan's result, keeping existing handles of
+// namespaces that are still the same ones; an NSID that names another
+// namespace now gets a new state, and the old handles refuse commands.
+// It runs before a new association is published, so no command reaches
+// the new association through a handle of a namespace it no longer has.
 func (c *Controller) updateNamespaces(infos []nsInfo) {
 	c.nsMu.Lock()
 	defer c.nsMu.Unlock()
@@ -116,6 +148,18 @@ func (c *Controller) updateNamespaces(infos []nsInfo) {
 	for i := range infos {
 		inf := &infos[i]
 		ns := c.ns[inf.nsid]
+		if ns != nil {
+			if old := ns.st.info.Load(); old != nil {
+				if why := sameNamespace(old, inf); why != nil {
+					err := fmt.Errorf("%w: nsid %d of %s at %s: %w; the handle is no longer usable (Controller.Namespace gives the new namespace's)",
+						ErrNamespaceChanged, inf.nsid, c.subnqn, c.addr, why)
+					ns.st.replaced.Store(&err)
+					ns.st.active.Store(false)
+					c.log.Error("host: namespace changed identity; refusing its old handles' commands", "nsid", inf.nsid, "why", why)
+					ns = nil
+				}
+			}
+		}
 		if ns == nil {
 			ns = &Namespace{c: c, st: &nsState{nsid: inf.nsid}, pin: -1}
 			c.ns[inf.nsid] = ns
@@ -190,7 +234,7 @@ func (ns *Namespace) Queue(i int) *Namespace {
 // flight completes the Call with ctx.Err() (its slot stays taken until the
 // controller answers). To submit several commands at once, see Batch.
 func (ns *Namespace) Go(ctx context.Context, cmd *nvme.Command, out, in []byte, done chan *Call) *Call {
-	call := &Call{Cmd: *cmd, Out: out, In: in, Done: done}
+	call := &Call{Cmd: *cmd, Out: out, In: in, Done: done, ns: ns.st}
 	call.Cmd.NSID = ns.st.nsid
 	return ns.c.goCall(ctx, call, ns.pin)
 }
@@ -224,7 +268,7 @@ func (b *Batch) Go(cmd *nvme.Command, out, in []byte, done chan *Call) *Call {
 	} else if cap(done) == 0 {
 		panic("host: done channel is unbuffered")
 	}
-	call := &Call{Cmd: *cmd, Out: out, In: in, Done: done}
+	call := &Call{Cmd: *cmd, Out: out, In: in, Done: done, ns: b.ns.st}
 	call.Cmd.NSID = b.ns.st.nsid
 	b.calls = append(b.calls, call)
 	return call

@@ -15,6 +15,16 @@ import (
 // executed is unknown.
 var ErrConnectionLost = errors.New("host: connection to controller lost")
 
+// ErrNamespaceChanged is wrapped by the error of every command sent
+// through a Namespace handle whose NSID, after a reconnect, names a
+// namespace with other identifiers (NGUID or UUID) or another block size:
+// a different volume, such as another target now listening at the same
+// address, or a RAM volume served again empty. Sending the handle's
+// commands there would read and overwrite a volume that is not the one it
+// was opened on, so they are refused (Linux drops such a namespace too).
+// Controller.Namespace returns a handle to the new namespace.
+var ErrNamespaceChanged = errors.New("host: namespace changed identity")
+
 // ErrClosed is returned by every operation on a Controller after Close, and
 // wrapped by the error of commands still in flight when Close ran.
 var ErrClosed = errors.New("host: controller closed")
@@ -26,6 +36,8 @@ const (
 	DefaultDialTimeout      = 5 * time.Second
 	DefaultReconnectDelay   = 200 * time.Millisecond
 	DefaultMaxReconnectWait = 30 * time.Second
+	// DefaultControllerLossTimeout is Linux's default ctrl_loss_tmo.
+	DefaultControllerLossTimeout = 10 * time.Minute
 	// maxReconnectDelay caps the exponential reconnect backoff.
 	maxReconnectDelay = 5 * time.Second
 	// adminDepth is the admin queue's size (SQSIZE 31), as in Linux.
@@ -72,6 +84,12 @@ type Options struct {
 	// MaxReconnectWait bounds how long a submission waits for a reconnect
 	// before failing with ErrConnectionLost. Default 30 s.
 	MaxReconnectWait time.Duration
+	// ControllerLossTimeout is how long the controller keeps reconnecting
+	// after a connection loss before giving up, as Linux's ctrl_loss_tmo:
+	// from then on every submission fails at once with ErrConnectionLost,
+	// and only Close is left to do. Default 10 minutes; negative: never
+	// give up.
+	ControllerLossTimeout time.Duration
 	// Logger receives connection and reconnection events. Default: discard.
 	Logger *slog.Logger
 }
@@ -116,6 +134,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.MaxReconnectWait <= 0 {
 		o.MaxReconnectWait = DefaultMaxReconnectWait
+	}
+	if o.ControllerLossTimeout == 0 {
+		o.ControllerLossTimeout = DefaultControllerLossTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -26,6 +26,7 @@ type Call struct {
 	Done       chan *Call      // receives the Call once; must be buffered
 
 	q       *queue
+	ns      *nsState      // the namespace handle's state (nil: not sent through one)
 	state   atomic.Uint32 // 0 in flight, 1 delivered (by completion or abandonment)
 	stopCtx func() bool   // stops the context.AfterFunc that abandons the call
 	watch   *ctxWatch     // instead of stopCtx, for a call submitted in a Batch

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -56,7 +57,10 @@ func (p *proxy) serve() {
 		if err != nil {
 			return
 		}
-		up, err := net.Dial("tcp", p.target)
+		p.mu.Lock()
+		to := p.target
+		p.mu.Unlock()
+		up, err := net.Dial("tcp", to)
 		if err != nil {
 			down.Close()
 			continue
@@ -78,6 +82,13 @@ func (p *proxy) serve() {
 		go pipe(up, down)
 		go pipe(down, up)
 	}
+}
+
+// retarget sends later connections to addr.
+func (p *proxy) retarget(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = addr
 }
 
 func (p *proxy) killAll() {
@@ -334,6 +345,114 @@ func TestTargetReconnect(t *testing.T) {
 	}
 	if c.IOQueues() != 2 {
 		t.Errorf("IOQueues after reconnect = %d", c.IOQueues())
+	}
+}
+
+// TestReconnectToAnotherVolume: when a reconnect lands on a target that
+// serves another volume under the same NQN and NSID (another target now
+// at the address, or a RAM volume served again empty), the old handle
+// refuses every command with ErrNamespaceChanged, and none of them
+// reaches the new volume; Controller.Namespace gives a working handle to
+// the new one. A reconnect to the same volume keeps the handle working
+// (TestTargetReconnect).
+func TestReconnectToAnotherVolume(t *testing.T) {
+	checkGoroutines(t)
+	_, addrA := startTarget(t, target.Config{})
+	_, addrB := startTarget(t, target.Config{}) // same specs and NQN, other volumes
+	p := newProxy(t, addrA)
+	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{IOQueues: 2, ReconnectDelay: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	old, err := c.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := ctxT(t, 20*time.Second)
+	data := bytes.Repeat([]byte("volume A"), 512)
+	if _, err := old.WriteAtContext(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	p.retarget(addrB)
+	p.killAll()
+	waitFor(t, 5*time.Second, "reconnect", func() bool { return c.Stats().Reconnects >= 1 })
+
+	buf := make([]byte, len(data))
+	if _, err := old.WriteAtContext(ctx, data, 8192); !errors.Is(err, ErrNamespaceChanged) {
+		t.Errorf("write through the old handle: %v, want ErrNamespaceChanged", err)
+	}
+	if _, err := old.ReadAtContext(ctx, buf, 0); !errors.Is(err, ErrNamespaceChanged) {
+		t.Errorf("read through the old handle: %v, want ErrNamespaceChanged", err)
+	}
+	b := old.NewBatch()
+	call := b.WriteBlocks(data[:4096], 0, nil)
+	b.Submit(ctx)
+	if <-call.Done; !errors.Is(call.Err, ErrNamespaceChanged) {
+		t.Errorf("batched write through the old handle: %v, want ErrNamespaceChanged", call.Err)
+	}
+
+	// The new namespace has none of those writes, and works.
+	ns, err := c.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns == old {
+		t.Fatal("Controller.Namespace returned the old handle")
+	}
+	got := make([]byte, 3*len(data))
+	if _, err := ns.ReadAtContext(ctx, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, make([]byte, len(got))) {
+		t.Error("the other volume holds bytes written through the old handle")
+	}
+	if _, err := ns.WriteAtContext(ctx, data, 0); err != nil {
+		t.Fatalf("write through the new handle: %v", err)
+	}
+	if _, err := ns.ReadAtContext(ctx, buf, 0); err != nil || !bytes.Equal(buf, data) {
+		t.Fatalf("read through the new handle: %v", err)
+	}
+}
+
+// TestControllerLossTimeout: a controller that cannot reconnect within
+// Options.ControllerLossTimeout gives up: a submission waiting for the
+// connection fails with ErrConnectionLost long before MaxReconnectWait,
+// later ones fail at once, and Close returns.
+func TestControllerLossTimeout(t *testing.T) {
+	checkGoroutines(t)
+	_, addr := startTarget(t, target.Config{})
+	p := newProxy(t, addr)
+	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{
+		ReconnectDelay: 10 * time.Millisecond, MaxReconnectWait: time.Hour, ControllerLossTimeout: 300 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := c.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead.Close() // nothing listens there now: every reconnect fails
+	p.retarget(dead.Addr().String())
+	p.killAll()
+	waitFor(t, 5*time.Second, "the connection loss", func() bool { return c.Stats().ConnLosses >= 1 })
+	// The test's own deadline is far later: failing by it would mean the
+	// controller never gave up.
+	ctx := ctxT(t, 60*time.Second)
+	buf := make([]byte, 4096)
+	for i, what := range []string{"waiting", "later"} {
+		_, err := ns.ReadAtContext(ctx, buf, 0)
+		if !errors.Is(err, ErrConnectionLost) || !strings.Contains(err.Error(), "gave up reconnecting") {
+			t.Fatalf("%s read (%d): %v, want ErrConnectionLost after giving up", what, i, err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
 	}
 }
 

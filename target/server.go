@@ -42,7 +42,9 @@ type NamespaceConfig struct {
 	Backend Backend
 	// Name identifies the backend (its volume spec) and feeds the namespace's
 	// stable NGUID and UUID: the same subsystem, NSID and name always give
-	// the same identifiers, across restarts.
+	// the same identifiers, across restarts. A backend whose bytes live
+	// only as long as the object (a mem or sim volume, with an Instance
+	// method) adds its instance, so only the same object gives them again.
 	Name string
 }
 

@@ -87,6 +87,10 @@ func (ss *subsystem) addNamespace(nc NamespaceConfig) (uint32, error) {
 		return 0, fmt.Errorf("target: %s: NSID %d configured twice", ss.nqn, id)
 	}
 	idstr := fmt.Sprint(id)
+	idname := nc.Name
+	if in, ok := nc.Backend.(instanced); ok {
+		idname += "\x00" + in.Instance()
+	}
 	ss.namespaces[id] = &namespace{
 		id:        id,
 		backend:   nc.Backend,
@@ -94,8 +98,8 @@ func (ss *subsystem) addNamespace(nc NamespaceConfig) (uint32, error) {
 		blockSize: bs,
 		lbaShift:  shift,
 		blocks:    uint64(nc.Backend.Size()) >> shift,
-		nguid:     stableID("nguid", ss.nqn, idstr, nc.Name),
-		uuid:      stableID("uuid", ss.nqn, idstr, nc.Name),
+		nguid:     stableID("nguid", ss.nqn, idstr, idname),
+		uuid:      stableID("uuid", ss.nqn, idstr, idname),
 	}
 	return id, nil
 }
@@ -375,3 +379,10 @@ func (c *controller) recordError(qid, cid uint16, st nvme.Status, nsid uint32, l
 	le64(e[16:], lba)
 	le32(e[24:], nsid)
 }
+
+// instanced is a backend whose bytes live only as long as the object (a
+// RAM volume). Its namespace identifiers include the instance, so a host
+// reconnecting to a target that serves a new, empty backend under the
+// same name sees another namespace, and refuses to go on as if it were the
+// old one, rather than the old one's identifiers.
+type instanced interface{ Instance() string }

@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -51,14 +53,12 @@ func TestBringUpAndIdentify(t *testing.T) {
 		t.Fatalf("descriptors %+v", ds)
 	}
 
-	// The same configuration served again gives the same identifiers.
+	// Another mem volume of the same spec is another (empty) volume, so
+	// it gets other identifiers: a host reconnecting to it must not take
+	// it for the one it had.
 	_, addr2 := startServer(t, Config{}, "mem:16MiB", "mem:4MiB")
-	b := adminQueue(t, addr2, testNQN)
-	b.ok(b.exec(&nvme.Command{Opcode: nvme.AdminIdentify, NSID: 2, CDW10: nvme.CNSNamespace}, nil, in, false))
-	var ns2 nvme.IdentifyNamespace
-	must(t, ns2.Unmarshal(in))
-	if ns2.NGUID != ns.NGUID {
-		t.Fatal("NGUID is not stable across servers with the same configuration")
+	if nguid(t, addr2, 2) == ns.NGUID {
+		t.Fatal("two mem volumes of one spec have the same NGUID")
 	}
 
 	// An inactive NSID reads as zeroes; NSID 0 is invalid.
@@ -506,5 +506,56 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if err := s.Serve(nil); !errors.Is(err, ErrServerClosed) {
 		t.Fatalf("Serve after Shutdown: %v", err)
+	}
+}
+
+// nguid returns namespace nsid's NGUID as the target at addr reports it.
+func nguid(t *testing.T, addr string, nsid uint32) [16]byte {
+	t.Helper()
+	a := adminQueue(t, addr, testNQN)
+	in := make([]byte, nvme.IdentifySize)
+	a.ok(a.exec(&nvme.Command{Opcode: nvme.AdminIdentify, NSID: nsid, CDW10: nvme.CNSNamespace}, nil, in, false))
+	var ns nvme.IdentifyNamespace
+	must(t, ns.Unmarshal(in))
+	return ns.NGUID
+}
+
+// TestStableIdentifiers: a namespace's identifiers come back whenever the
+// same volume is served under the same name again (a file volume by its
+// spec; a RAM volume only as the same object, since its bytes die with
+// it), and differ for another volume.
+func TestStableIdentifiers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "vol.img")
+	if err := os.WriteFile(path, make([]byte, 4<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	serve := func(v volume.Volume, name string) string {
+		_, addr := startServer(t, Config{Subsystems: []SubsystemConfig{{NQN: testNQN, Namespaces: []NamespaceConfig{{Backend: v, Name: name}}}}})
+		return addr
+	}
+	open := func(spec string) volume.Volume {
+		v, err := volume.Open(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { v.Close() })
+		return v
+	}
+	fileSpec := "file:" + path
+	mem := open("mem:4MiB")
+	for _, tc := range []struct {
+		name string
+		a, b func() string // two servings
+		same bool
+	}{
+		{"file, served twice", func() string { return serve(open(fileSpec), fileSpec) }, func() string { return serve(open(fileSpec), fileSpec) }, true},
+		{"mem, the same object served twice", func() string { return serve(mem, "mem:4MiB") }, func() string { return serve(mem, "mem:4MiB") }, true},
+		{"mem, two objects of one spec", func() string { return serve(open("mem:4MiB"), "mem:4MiB") }, func() string { return serve(open("mem:4MiB"), "mem:4MiB") }, false},
+		{"file, another name", func() string { return serve(open(fileSpec), fileSpec) }, func() string { return serve(open(fileSpec), fileSpec+"?bs=512") }, false},
+	} {
+		a, b := nguid(t, tc.a(), 1), nguid(t, tc.b(), 1)
+		if (a == b) != tc.same {
+			t.Errorf("%s: NGUIDs %x and %x, want same=%v", tc.name, a, b, tc.same)
+		}
 	}
 }

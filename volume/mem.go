@@ -1,6 +1,8 @@
 package volume
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"sync"
 	"sync/atomic"
 )
@@ -35,11 +37,12 @@ type memChunk struct {
 // memVolume is a RAM volume. A nil group or chunk pointer means that part
 // reads as zeroes and costs nothing.
 type memVolume struct {
-	spec   string
-	size   int64
-	bs     int
-	groups []atomic.Pointer[memGroup]
-	closed atomic.Bool
+	spec     string
+	instance string // random: this volume's bytes, as against another's of the same spec
+	size     int64
+	bs       int
+	groups   []atomic.Pointer[memGroup]
+	closed   atomic.Bool
 }
 
 // openMem opens "mem:SIZE[?bs=N]".
@@ -81,13 +84,23 @@ func newMemFromSpec(s *spec) (*memVolume, error) {
 // allocated.
 func newMem(spec string, size int64, bs int) *memVolume {
 	const groupBytes = 1 << (memChunkShift + memGroupShift)
+	var id [16]byte
+	_, _ = rand.Read(id[:]) // crypto/rand.Read does not fail
 	return &memVolume{
-		spec:   spec,
-		size:   size,
-		bs:     bs,
-		groups: make([]atomic.Pointer[memGroup], (size+groupBytes-1)/groupBytes),
+		spec:     spec,
+		instance: hex.EncodeToString(id[:]),
+		size:     size,
+		bs:       bs,
+		groups:   make([]atomic.Pointer[memGroup], (size+groupBytes-1)/groupBytes),
 	}
 }
+
+// Instance names this volume's contents: a RAM volume's bytes live only as
+// long as it does, so two mem volumes of one spec are different volumes.
+// The target puts it into the namespace's identifiers, so a host that
+// reconnects to a target serving a new, empty volume of the same spec
+// sees another namespace rather than its old one.
+func (v *memVolume) Instance() string { return v.instance }
 
 // load returns chunk i, or nil if it is unallocated.
 func (v *memVolume) load(i int64) *memChunk {

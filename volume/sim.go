@@ -166,6 +166,9 @@ func (v *simVolume) Size() int64    { return v.mem.size }
 func (v *simVolume) BlockSize() int { return v.mem.bs }
 func (v *simVolume) String() string { return v.mem.spec }
 
+// Instance names this volume's contents (see memVolume.Instance).
+func (v *simVolume) Instance() string { return v.mem.instance }
+
 // reserve runs the model for a command arriving now and returns when it
 // completes.
 func (v *simVolume) reserve(n int64, latency time.Duration) time.Time {

@@ -104,6 +104,10 @@ func (p *Process) Pid() int { return p.cmd.Process.Pid }
 // Done is closed once the process has exited.
 func (p *Process) Done() <-chan struct{} { return p.done }
 
+// StderrTail returns the end of what the process has written to its
+// standard error so far (at most 8 KiB).
+func (p *Process) StderrTail() string { return strings.TrimSpace(p.stderr.String()) }
+
 // Wait waits for the process to exit and returns its failure, with the end
 // of its standard error, if it did not exit 0.
 func (p *Process) Wait() error {

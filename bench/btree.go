@@ -397,7 +397,7 @@ func startBTreeEnv(ctx context.Context, cfg *BTreeConfig, threads int) (_ *btree
 		return nil, err
 	}
 	depth := min(MaxBTreeThreads-1, max(threads, 32))
-	e.ctrl, err = host.Connect(ctx, addr, btreeNQN, host.Options{IOQueues: cfg.Queues, QueueDepth: depth, Logger: cfg.Logger})
+	e.ctrl, err = host.Connect(ctx, addr, btreeNQN, benchHost(host.Options{IOQueues: cfg.Queues, QueueDepth: depth, Logger: cfg.Logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

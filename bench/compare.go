@@ -104,7 +104,7 @@ func (n *Nearstore) Start(ctx context.Context) error {
 }
 
 func (n *Nearstore) connect(ctx context.Context, queues, depth int) (*host.Controller, *host.Namespace, error) {
-	ctrl, err := host.Connect(ctx, n.addr, nearstoreNQN, host.Options{IOQueues: queues, QueueDepth: depth, Logger: n.Logger})
+	ctrl, err := host.Connect(ctx, n.addr, nearstoreNQN, benchHost(host.Options{IOQueues: queues, QueueDepth: depth, Logger: n.Logger}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: nearstore: %w", err)
 	}

@@ -359,7 +359,7 @@ func startFSEnv(ctx context.Context, cfg *FSConfig) (_ *fsEnv, err error) {
 		return nil, err
 	}
 	cfg.progress("connecting with %d queues", cfg.Queues)
-	e.ctrl, err = host.Connect(ctx, addr, fsNQN, host.Options{IOQueues: cfg.Queues, QueueDepth: 64, Logger: cfg.Logger})
+	e.ctrl, err = host.Connect(ctx, addr, fsNQN, benchHost(host.Options{IOQueues: cfg.Queues, QueueDepth: 64, Logger: cfg.Logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

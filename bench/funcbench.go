@@ -884,7 +884,7 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 	}
 	stop := serveInProcess(srv, ln)
 	defer func() { _ = stop() }()
-	ctrl, err := host.Connect(ctx, ln.Addr().String(), chainNQN, host.Options{IOQueues: 1, QueueDepth: 4, Logger: discard})
+	ctrl, err := host.Connect(ctx, ln.Addr().String(), chainNQN, benchHost(host.Options{IOQueues: 1, QueueDepth: 4, Logger: discard}))
 	if err != nil {
 		return rep, err
 	}

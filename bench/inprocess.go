@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/target"
 )
 
@@ -21,4 +22,20 @@ func serveInProcess(srv *target.Server, ln net.Listener) (stop func() error) {
 		<-served
 		return err
 	}
+}
+
+// Reconnect bounds of a benchmark's host: its target is its own child
+// process or in this one, so a target gone for long is a run already
+// lost, and the benchmark must fail and exit rather than wait the
+// defaults (30 s per submission, 10 minutes of reconnecting), or, with the
+// port free again, reconnect to some later benchmark's target.
+const (
+	benchMaxReconnectWait      = 5 * time.Second
+	benchControllerLossTimeout = 15 * time.Second
+)
+
+// benchHost sets a benchmark host's reconnect bounds in o.
+func benchHost(o host.Options) host.Options {
+	o.MaxReconnectWait, o.ControllerLossTimeout = benchMaxReconnectWait, benchControllerLossTimeout
+	return o
 }

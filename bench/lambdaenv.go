@@ -83,7 +83,11 @@ func (e *lambdaEnv) targetFailure(err error) error {
 	select {
 	case <-e.target.Done():
 	case <-time.After(time.Second):
-		return err // still running: the failure was not the target's
+		// Still running: what it logged may still say why.
+		if said := e.target.StderrTail(); said != "" {
+			return fmt.Errorf("%w; the target process, still running, logged:\n%s", err, said)
+		}
+		return err
 	}
 	if perr := e.target.Wait(); perr != nil {
 		return fmt.Errorf("%w; the target process had ended: %w", err, perr)
@@ -125,7 +129,7 @@ func startLambdaEnv(ctx context.Context, cfg lambdaEnvConfig) (_ *lambdaEnv, err
 	if err != nil {
 		return nil, err
 	}
-	e.ctrl, err = host.Connect(ctx, addr, lambdaNQN, host.Options{IOQueues: 2, QueueDepth: 64, Logger: cfg.logger})
+	e.ctrl, err = host.Connect(ctx, addr, lambdaNQN, benchHost(host.Options{IOQueues: 2, QueueDepth: 64, Logger: cfg.logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

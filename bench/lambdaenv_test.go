@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestTargetFailure: a failed run whose target process ended says how it
@@ -22,6 +23,7 @@ func TestTargetFailure(t *testing.T) {
 		{"crashed", "echo 'panic: boom' >&2; exit 2", runErr, []string{runErr.Error(), "exit status 2", "panic: boom"}},
 		{"exited cleanly", "exit 0", runErr, []string{runErr.Error(), "status 0"}},
 		{"still running", "sleep 30", runErr, nil},
+		{"still running, logged", "echo 'WARN queue failed' >&2; sleep 30", runErr, []string{runErr.Error(), "still running", "WARN queue failed"}},
 		{"no failure", "exit 1", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -30,8 +32,11 @@ func TestTargetFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Stop()
-			if tc.want != nil {
+			if tc.want != nil && !strings.Contains(tc.script, "sleep") {
 				<-p.Done()
+			}
+			if strings.Contains(tc.script, "echo") {
+				waitLogged(t, p)
 			}
 			e := &lambdaEnv{target: p}
 			got := e.targetFailure(tc.err)
@@ -50,5 +55,17 @@ func TestTargetFailure(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// waitLogged waits until p has written to its standard error.
+func waitLogged(t *testing.T, p *Process) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.StderrTail() == "" {
+		if time.Now().After(deadline) {
+			t.Fatal("the process logged nothing")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

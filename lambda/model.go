@@ -137,6 +137,7 @@ type estimator struct {
 	tgtTotal window // target read: whole seconds per byte seen by the host
 	wrTotal  window // target write: whole seconds per input byte (1/N + 1/(αH) + r/S)
 	samples  int    // exact measurements taken
+	recent   int    // exact measurements since the times were last forgotten
 	writes   bool   // the function is used for λ writes
 }
 
@@ -166,6 +167,16 @@ type readSample struct {
 	targetMicros uint32
 }
 
+// forgetTimes drops the time measurements (the output ratio, a property
+// of the function and its data, stays), so the next fit rests on the
+// newest profile and the runs after it.
+func (e *estimator) forgetTimes() {
+	for _, w := range []*window{&e.hostIO, &e.hostCPU, &e.tgtCPU, &e.tgtTotal, &e.wrTotal} {
+		w.v = w.v[:0]
+	}
+	e.recent = 0
+}
+
 // addRead records a λ read measurement.
 func (e *estimator) addRead(s readSample) {
 	if s.n <= 0 {
@@ -186,6 +197,7 @@ func (e *estimator) addRead(s readSample) {
 		}
 		if s.done {
 			e.samples++
+			e.recent++
 		}
 		return
 	}
@@ -194,6 +206,7 @@ func (e *estimator) addRead(s readSample) {
 		return
 	}
 	e.samples++
+	e.recent++
 	tc := time.Duration(s.targetMicros) * time.Microsecond
 	if s.targetMicros > 0 {
 		e.tgtCPU.add(tc.Seconds() / x)
@@ -212,6 +225,7 @@ func (e *estimator) addWriteHost(n, out int64, compute time.Duration, done bool)
 	if done {
 		e.ratio.add(float64(out) / x)
 		e.samples++
+		e.recent++
 	}
 }
 
@@ -226,6 +240,7 @@ func (e *estimator) addWriteTarget(n, out int64, total time.Duration, done bool)
 	if done {
 		e.ratio.add(float64(out) / x)
 		e.samples++
+		e.recent++
 	}
 }
 

@@ -262,3 +262,28 @@ func TestFitPredictsMeasured(t *testing.T) {
 		}
 	}
 }
+
+// TestForgetTimes: after forgetTimes the fit rests on the new
+// measurements alone, however many old ones said otherwise, and the
+// estimator counts no recent measurement until one comes.
+func TestForgetTimes(t *testing.T) {
+	const n = 1 << 20
+	target := func(total time.Duration) readSample {
+		return readSample{n: n, out: 32, ranAt: Target, done: true, total: total, targetMicros: uint32(total.Microseconds() * 9 / 10)}
+	}
+	var e estimator
+	for range windowSize {
+		e.addRead(target(10 * time.Millisecond)) // a slow spell
+	}
+	e.forgetTimes()
+	if e.recent != 0 || e.samples != windowSize {
+		t.Fatalf("after forgetting: recent %d, samples %d; want 0, %d", e.recent, e.samples, windowSize)
+	}
+	e.addRead(target(time.Millisecond))
+	if _, got := e.fit(0, 0).Read(n, 0); got > 1100*time.Microsecond || got < 900*time.Microsecond {
+		t.Errorf("target predicted %v after forgetting, want about 1ms", got)
+	}
+	if r, _ := e.ratio.mean(); r != 32.0/n {
+		t.Errorf("output ratio %v forgotten, want %v", r, 32.0/n)
+	}
+}

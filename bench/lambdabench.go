@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -576,6 +577,7 @@ func (e *lambdaEnv) runOnce(ctx context.Context, w *lambdaWork, mode lambda.Mode
 			return LambdaRun{}, fmt.Errorf("warming the cache: %w", err)
 		}
 	}
+	settle()
 	s0, c0 := e.disp.Stats(), e.cache.Stats()
 	outs := make([][]byte, len(w.reqs))
 	start := time.Now()
@@ -634,6 +636,21 @@ func (e *lambdaEnv) runOnce(ctx context.Context, w *lambdaWork, mode lambda.Mode
 	}
 	return run, nil
 }
+
+// settle lets the previous run's leftovers finish before a timed run:
+// this process's garbage is collected now (runtime.GC), and a moment
+// passes for the target process's own collection, so neither happens in
+// the next run's time. Without it, whichever mode followed a run that
+// left much garbage paid for that run's clean-up. (Freed memory is not
+// returned to the system: the next run would then pay for faulting it
+// back in, which is no fairer.)
+func settle() {
+	runtime.GC()
+	time.Sleep(settleTime)
+}
+
+// settleTime is settle's wait for the target process.
+const settleTime = 300 * time.Millisecond
 
 // forEachRequest calls do for 0..n-1, depth at a time, in order of
 // issue; the first error stops the rest.

@@ -391,8 +391,7 @@ func (d *Dispatcher) state(ino uint64, fn sandbox.ID) *keyState {
 
 // schedule counts a request of ks and says whether to profile it: the
 // first ProfileFirst of every ProfileEvery, and every request until a
-// run since the last profile began has finished and been measured.
-// Otherwise it returns the model.
+// run has finished and been measured. Otherwise it returns the model.
 func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
@@ -400,16 +399,18 @@ func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
 	ks.count++
 	every := uint64(d.opts.ProfileEvery)
 	if i > 0 && i%every == 0 {
-		// A new profile: the model is fitted again from what it measures
-		// and what follows. Without this a side the model stopped
-		// picking kept its last samples until profiles pushed them out,
-		// k at a time: a slow spell of the target (a few requests) once
-		// kept 431 of 1024 reads on the host, twice as slow, for several
-		// profiles.
-		ks.est.forgetTimes()
+		// A new profile. A side the model did not pick since the last
+		// one has only old samples: they are dropped, so the side rests
+		// on what this profile measures. Kept, they stayed until
+		// profiles pushed them out of the window k at a time: a slow
+		// spell of the target (a few requests) once kept 431 of 1024
+		// reads on the host, 1.5x as slow, across several profiles. The
+		// picked side keeps its samples: they are recent, and measured
+		// alone, where a profile measures both sides competing.
+		ks.est.forgetUnpicked()
 		ks.stale = true
 	}
-	if i%every < uint64(d.opts.ProfileFirst) || ks.est.recent == 0 {
+	if i%every < uint64(d.opts.ProfileFirst) || ks.est.samples == 0 {
 		return true, Model{}
 	}
 	return false, d.modelLocked(ks)
@@ -498,11 +499,11 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 	host, target := m.Read(int64(n), d.cache.Cached(f, off, int64(n)))
 	if host < target {
 		res, s, err := d.hostRead(ctx, hf, f, off, n, params, outCap, false)
-		ks.record(func(e *estimator) { e.addRead(s) })
+		ks.record(func(e *estimator) { e.addRead(s); e.picked(Host) })
 		return res, s.ranAt, err
 	}
 	res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
-	ks.record(func(e *estimator) { e.addRead(s) })
+	ks.record(func(e *estimator) { e.addRead(s); e.picked(Target) })
 	return res, s.ranAt, err
 }
 
@@ -511,7 +512,7 @@ func (d *Dispatcher) feedRead(f *offloadfs.File, fn sandbox.ID, s readSample) {
 	if s.n <= 0 {
 		return
 	}
-	d.state(f.Ino(), fn).record(func(e *estimator) { e.addRead(s) })
+	d.state(f.Ino(), fn).record(func(e *estimator) { e.addRead(s); e.picked(s.ranAt) })
 }
 
 // checkRange refuses a host-side read of bytes outside the file, with the
@@ -823,7 +824,10 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	case Target:
 		k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
 		if err == nil {
-			d.state(f.Ino(), fn).record(func(e *estimator) { e.addWriteTarget(int64(len(data)), int64(k), total, true) })
+			d.state(f.Ino(), fn).record(func(e *estimator) {
+				e.addWriteTarget(int64(len(data)), int64(k), total, true)
+				e.picked(Target)
+			})
 		}
 		return k, Target, err
 	case Host, Buffered:
@@ -855,7 +859,10 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	}
 	k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
 	if err == nil {
-		ks.record(func(e *estimator) { e.addWriteTarget(int64(len(data)), int64(k), total, true) })
+		ks.record(func(e *estimator) {
+			e.addWriteTarget(int64(len(data)), int64(k), total, true)
+			e.picked(Target)
+		})
 	}
 	return k, Target, err
 }
@@ -941,7 +948,10 @@ func (d *Dispatcher) hostWriteRun(ctx context.Context, mode Mode, hf *hostFuncti
 		// pages it evicted: the model prices writing the output back
 		// (r·n/N + r·n/S) apart.
 		took := max(time.Since(began)-wbTime, 0)
-		d.state(f.Ino(), fn).record(func(e *estimator) { e.addWriteHost(int64(len(data)), int64(len(out)), took, true) })
+		d.state(f.Ino(), fn).record(func(e *estimator) {
+			e.addWriteHost(int64(len(data)), int64(len(out)), took, true)
+			e.picked(Host)
+		})
 	}
 	return len(out), nil
 }

@@ -137,8 +137,10 @@ type estimator struct {
 	tgtTotal window // target read: whole seconds per byte seen by the host
 	wrTotal  window // target write: whole seconds per input byte (1/N + 1/(αH) + r/S)
 	samples  int    // exact measurements taken
-	recent   int    // exact measurements since the times were last forgotten
-	writes   bool   // the function is used for λ writes
+	// hostRuns and targetRuns count the runs of each side outside
+	// profiles since the last forgetUnpicked: the side the model picked.
+	hostRuns, targetRuns int
+	writes               bool // the function is used for λ writes
 }
 
 // readSample is one finished or cancelled run of a λ read.
@@ -167,14 +169,28 @@ type readSample struct {
 	targetMicros uint32
 }
 
-// forgetTimes drops the time measurements (the output ratio, a property
-// of the function and its data, stays), so the next fit rests on the
-// newest profile and the runs after it.
-func (e *estimator) forgetTimes() {
-	for _, w := range []*window{&e.hostIO, &e.hostCPU, &e.tgtCPU, &e.tgtTotal, &e.wrTotal} {
-		w.v = w.v[:0]
+// forgetUnpicked drops the time measurements of a side that ran no
+// request outside profiles since the last call (its samples are all
+// older than that profile), and starts counting again. The output
+// ratio, a property of the function and its data, stays.
+func (e *estimator) forgetUnpicked() {
+	if e.hostRuns == 0 {
+		e.hostIO.v, e.hostCPU.v = e.hostIO.v[:0], e.hostCPU.v[:0]
 	}
-	e.recent = 0
+	if e.targetRuns == 0 {
+		e.tgtCPU.v, e.tgtTotal.v, e.wrTotal.v = e.tgtCPU.v[:0], e.tgtTotal.v[:0], e.wrTotal.v[:0]
+	}
+	e.hostRuns, e.targetRuns = 0, 0
+}
+
+// picked counts a run of side (Host or Target) outside a profile.
+func (e *estimator) picked(side Mode) {
+	switch side {
+	case Host:
+		e.hostRuns++
+	case Target:
+		e.targetRuns++
+	}
 }
 
 // addRead records a λ read measurement.
@@ -197,7 +213,6 @@ func (e *estimator) addRead(s readSample) {
 		}
 		if s.done {
 			e.samples++
-			e.recent++
 		}
 		return
 	}
@@ -206,7 +221,6 @@ func (e *estimator) addRead(s readSample) {
 		return
 	}
 	e.samples++
-	e.recent++
 	tc := time.Duration(s.targetMicros) * time.Microsecond
 	if s.targetMicros > 0 {
 		e.tgtCPU.add(tc.Seconds() / x)
@@ -225,7 +239,6 @@ func (e *estimator) addWriteHost(n, out int64, compute time.Duration, done bool)
 	if done {
 		e.ratio.add(float64(out) / x)
 		e.samples++
-		e.recent++
 	}
 }
 
@@ -240,7 +253,6 @@ func (e *estimator) addWriteTarget(n, out int64, total time.Duration, done bool)
 	if done {
 		e.ratio.add(float64(out) / x)
 		e.samples++
-		e.recent++
 	}
 }
 

@@ -263,27 +263,41 @@ func TestFitPredictsMeasured(t *testing.T) {
 	}
 }
 
-// TestForgetTimes: after forgetTimes the fit rests on the new
-// measurements alone, however many old ones said otherwise, and the
-// estimator counts no recent measurement until one comes.
-func TestForgetTimes(t *testing.T) {
+// TestForgetUnpicked: at a profile, a side that ran nothing since the
+// last one loses its (old) samples, so the fit rests on the new ones
+// however many old ones said otherwise; a side that ran keeps its own.
+func TestForgetUnpicked(t *testing.T) {
 	const n = 1 << 20
 	target := func(total time.Duration) readSample {
 		return readSample{n: n, out: 32, ranAt: Target, done: true, total: total, targetMicros: uint32(total.Microseconds() * 9 / 10)}
 	}
+	host := func(compute time.Duration) readSample {
+		return readSample{n: n, out: 32, host: true, ranAt: Host, readDone: true, computed: true, compute: compute, done: true}
+	}
 	var e estimator
 	for range windowSize {
-		e.addRead(target(10 * time.Millisecond)) // a slow spell
+		e.addRead(target(10 * time.Millisecond)) // a slow spell of the target...
+		e.addRead(host(3 * time.Millisecond))
+		e.picked(Host) // ...after which the host was picked
 	}
-	e.forgetTimes()
-	if e.recent != 0 || e.samples != windowSize {
-		t.Fatalf("after forgetting: recent %d, samples %d; want 0, %d", e.recent, e.samples, windowSize)
+	e.forgetUnpicked()
+	e.addRead(target(time.Millisecond)) // the new profile
+	hostT, targetT := e.fit(0, 0).Read(n, 1)
+	if targetT > 1100*time.Microsecond || targetT < 900*time.Microsecond {
+		t.Errorf("target predicted %v after the profile, want about 1ms: the old samples were kept", targetT)
 	}
-	e.addRead(target(time.Millisecond))
-	if _, got := e.fit(0, 0).Read(n, 0); got > 1100*time.Microsecond || got < 900*time.Microsecond {
-		t.Errorf("target predicted %v after forgetting, want about 1ms", got)
+	if hostT < 2900*time.Microsecond || hostT > 3100*time.Microsecond {
+		t.Errorf("host predicted %v, want about 3ms: the picked side's samples were dropped", hostT)
 	}
 	if r, _ := e.ratio.mean(); r != 32.0/n {
 		t.Errorf("output ratio %v forgotten, want %v", r, 32.0/n)
+	}
+	// Both sides picked in a period: nothing is dropped.
+	e.picked(Host)
+	e.picked(Target)
+	before := len(e.hostCPU.v) + len(e.tgtTotal.v)
+	e.forgetUnpicked()
+	if after := len(e.hostCPU.v) + len(e.tgtTotal.v); after != before {
+		t.Errorf("%d samples after a period with both sides picked, want %d", after, before)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"image/png"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,14 +78,7 @@ func TestRunFS(t *testing.T) {
 	if err := SaveFSPlot(path, rep); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if _, err := png.Decode(f); err != nil {
-		t.Fatalf("the plot is not a PNG: %v", err)
-	}
+	decodePNG(t, path)
 }
 
 // TestParseFSCase: the command line's RW:BS:THREADS.

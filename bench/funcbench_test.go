@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"image/png"
 	"maps"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -118,15 +116,7 @@ func TestRunFunc(t *testing.T) {
 	if err := SaveFuncPlot(path, rep); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("not a PNG: %v", err)
-	}
+	img := decodePNG(t, path)
 	if b := img.Bounds(); b.Dx() < b.Dy() {
 		t.Errorf("two charts side by side in %v", b)
 	}

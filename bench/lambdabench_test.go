@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"image/png"
 	"math"
 	"os"
 	"path/filepath"
@@ -94,14 +93,7 @@ func TestRunLambda(t *testing.T) {
 				if err := SaveLambdaPlot(path, rep); err != nil {
 					t.Fatal(err)
 				}
-				f, err := os.Open(path)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer f.Close()
-				if _, err := png.Decode(f); err != nil {
-					t.Fatalf("not a PNG: %v", err)
-				}
+				decodePNG(t, path)
 			}
 		})
 	}

@@ -822,14 +822,7 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	}
 	switch mode {
 	case Target:
-		k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
-		if err == nil {
-			d.state(f.Ino(), fn).record(func(e *estimator) {
-				e.addWriteTarget(int64(len(data)), int64(k), total, true)
-				e.picked(Target)
-			})
-		}
-		return k, Target, err
+		return d.measuredTargetWrite(ctx, d.state(f.Ino(), fn), f, fn, off, n, params, data)
 	case Host, Buffered:
 		hf, err := d.hostFunctionFor(fn, mode)
 		if err != nil {
@@ -857,6 +850,12 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	if host < target {
 		return d.hostWrite(ctx, Host, hf, f, fn, off, n, params, data)
 	}
+	return d.measuredTargetWrite(ctx, ks, f, fn, off, n, params, data)
+}
+
+// measuredTargetWrite runs a λ write at the target, outside a profile,
+// and feeds its time to ks's model as a run of the picked side.
+func (d *Dispatcher) measuredTargetWrite(ctx context.Context, ks *keyState, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
 	k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
 	if err == nil {
 		ks.record(func(e *estimator) {

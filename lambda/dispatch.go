@@ -175,6 +175,45 @@ type Dispatcher struct {
 	// them. Every Add happens under mu with closed false, or while the
 	// caller's own count is held, so none races with Close's Wait.
 	bg sync.WaitGroup
+	// losers counts, under mu, the losing sides of profiles whose calls
+	// have returned; idle is closed (and replaced) when it drops to zero.
+	losers int
+	idle   chan struct{}
+}
+
+// WaitProfiles waits until the losing sides of profiled calls that have
+// already returned stop, or ctx ends. A profiled call returns when its
+// faster side does; the slower one is cancelled and measured when it
+// stops, which takes a moment more. A benchmark that times calls in one
+// mode against another waits for this, so the leftover is charged to the
+// calls that made it rather than to whatever runs next.
+func (d *Dispatcher) WaitProfiles(ctx context.Context) error {
+	d.mu.Lock()
+	if d.losers == 0 {
+		d.mu.Unlock()
+		return nil
+	}
+	if d.idle == nil {
+		d.idle = make(chan struct{})
+	}
+	idle := d.idle
+	d.mu.Unlock()
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// loserDone counts a profile's losing side out (WaitProfiles).
+func (d *Dispatcher) loserDone() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.losers--; d.losers == 0 && d.idle != nil {
+		close(d.idle)
+		d.idle = nil
+	}
 }
 
 // enter counts a call in (Close waits for it), or refuses it after Close.
@@ -755,8 +794,12 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 		// The other side is cancelled now and measured when it stops.
 		cancel[Host+Target-first.side]()
 		d.bg.Add(1)
+		d.mu.Lock()
+		d.losers++
+		d.mu.Unlock()
 		go func() {
 			defer d.bg.Done()
+			defer d.loserDone()
 			second := <-ch
 			hcancel()
 			tcancel()

@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -465,5 +467,67 @@ func TestParseMode(t *testing.T) {
 	}
 	if _, err := ParseModes("B,,K"); err == nil {
 		t.Error("ParseModes accepted an empty entry")
+	}
+}
+
+// gateHandler is a slog handler that holds every "profiled a read"
+// record until release is closed: it keeps a profile's losing side (which
+// logs before it counts itself out) from finishing.
+type gateHandler struct {
+	held    chan struct{} // one send per held record
+	release chan struct{}
+}
+
+func (h gateHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h gateHandler) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "lambda: profiled a read" {
+		h.held <- struct{}{}
+		<-h.release
+	}
+	return nil
+}
+func (h gateHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h gateHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestWaitProfiles: a profiled read returns with its faster side;
+// WaitProfiles waits for the slower one, and gives up with ctx.
+func TestWaitProfiles(t *testing.T) {
+	gate := gateHandler{held: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, envConfig{profileEvery: 1, profileFirst: 1, logger: slog.New(gate)})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate.release) }) }
+	t.Cleanup(open) // before the dispatcher's Close, which waits for the loser
+	ctx := context.Background()
+	rc := readCases(rand.New(rand.NewPCG(5, 6)))[0]
+	f := e.file(rc.fn, rc.data)
+	if err := e.d.WaitProfiles(ctx); err != nil {
+		t.Fatalf("WaitProfiles with nothing running: %v", err)
+	}
+	if _, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.held // the loser has stopped and is logging
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := e.d.WaitProfiles(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("WaitProfiles with the loser held = %v, want %v", err, context.DeadlineExceeded)
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.d.WaitProfiles(ctx) }()
+	open()
+	if err := <-done; err != nil {
+		t.Fatalf("WaitProfiles after the loser finished: %v", err)
+	}
+	// A second profile: WaitProfiles returns once it is done as well.
+	if _, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.WaitProfiles(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.d.mu.Lock()
+	defer e.d.mu.Unlock()
+	if e.d.losers != 0 {
+		t.Errorf("%d losers running after WaitProfiles", e.d.losers)
 	}
 }

@@ -2,6 +2,7 @@ package lambda
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -45,6 +46,7 @@ type envConfig struct {
 	mode         Mode
 	profileEvery int
 	profileFirst int
+	logger       *slog.Logger // nil: discard
 }
 
 func newEnv(t testing.TB, cfg envConfig) *env {
@@ -108,7 +110,7 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 		Mode:         cfg.mode,
 		ProfileEvery: cfg.profileEvery,
 		ProfileFirst: cfg.profileFirst,
-		Logger:       slog.New(slog.DiscardHandler),
+		Logger:       cmp.Or(cfg.logger, slog.New(slog.DiscardHandler)),
 	})
 	if err != nil {
 		t.Fatal(err)

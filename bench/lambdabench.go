@@ -72,6 +72,13 @@ type LambdaConfig struct {
 	// Depth is the requests in flight (default 1: λ-IO's applications
 	// issue synchronous reads).
 	Depth int
+	// Interleave, when positive, runs the modes together: each mode over
+	// its own copy of the file, the requests in blocks of this many, each
+	// block run in every mode in turn (ABCD, then DCBA), a mode's time
+	// the sum of its blocks'. A busy spell of the machine then falls on
+	// every mode alike instead of on whichever run it hit. Zero runs each
+	// mode's whole run in turn.
+	Interleave int
 	// Runtime is where the function runs in modes K and T (and λ):
 	// sandbox.KindWasm (default) or sandbox.KindEBPF.
 	Runtime sandbox.Kind
@@ -112,8 +119,8 @@ func (c *LambdaConfig) setDefaults() error {
 	if c.Depth == 0 {
 		c.Depth = 1
 	}
-	if c.Repeat < 0 || c.Depth < 0 || c.Depth > 64 {
-		return errors.New("bench: negative repeat, or depth outside 1 to 64")
+	if c.Repeat < 0 || c.Depth < 0 || c.Depth > 64 || c.Interleave < 0 {
+		return errors.New("bench: negative repeat or interleave, or depth outside 1 to 64")
 	}
 	if c.Runtime == 0 {
 		c.Runtime = sandbox.KindWasm
@@ -161,6 +168,8 @@ type LambdaReport struct {
 	Warm        float64 `json:"warm"`
 	WarmOrder   string  `json:"warm_order"`
 	Repeat      int     `json:"repeat"`
+	// Interleave is LambdaConfig.Interleave (0: whole runs in turn).
+	Interleave int `json:"interleave,omitempty"`
 	// Answer is the native reference every run's combined answer equalled.
 	Answer string `json:"answer"`
 	// Modes has one entry per mode, in the order asked for.
@@ -249,10 +258,10 @@ type lambdaWork struct {
 	check func(outs [][]byte) (string, error)
 	// scrub, before each write run, overwrites what the writes will
 	// write, so that no run can pass on its predecessor's output.
-	scrub func(ctx context.Context) error
+	scrub func(ctx context.Context, f *offloadfs.File) error
 	// verify, after each write run, checks the file against the
 	// reference and returns the answer.
-	verify func(ctx context.Context) (string, error)
+	verify func(ctx context.Context, f *offloadfs.File) (string, error)
 }
 
 // runOpts are a benchmark's run settings.
@@ -264,6 +273,7 @@ type runOpts struct {
 	warmRandom bool
 	seed       uint64
 	progress   func(format string, args ...any)
+	interleave int // requests per block (LambdaConfig.Interleave)
 }
 
 // RunLambda runs the benchmark.
@@ -279,10 +289,11 @@ func RunLambda(ctx context.Context, cfg LambdaConfig) (_ *LambdaReport, err erro
 	if err != nil {
 		return nil, err
 	}
+	copies := fileCopies(cfg.Interleave, cfg.Modes)
 	cfg.progress("starting the target (link: %s)", linkLabel(cfg.Link))
 	e, err := startLambdaEnv(ctx, lambdaEnvConfig{
 		targetExe: cfg.TargetExe, serverCPUs: cfg.ServerCPUs, link: cfg.Link,
-		volumeSize: cfg.Size + cfg.Size/8 + 96<<20, cacheSize: cfg.Size + 64<<20,
+		volumeSize: copies*(cfg.Size+cfg.Size/8) + 96<<20, cacheSize: copies*cfg.Size + 64<<20,
 		requestSize: cfg.RequestSize, depth: cfg.Depth, logger: cfg.Logger,
 	})
 	if err != nil {
@@ -291,6 +302,7 @@ func RunLambda(ctx context.Context, cfg LambdaConfig) (_ *LambdaReport, err erro
 	defer e.Close()
 	defer func() { err = e.targetFailure(err) }()
 	rep := newLambdaReport(e, cfg.Runtime, cfg.Repeat, cfg.Depth, cfg.Warm, cfg.WarmRandom)
+	rep.Interleave = cfg.Interleave
 	rep.App, rep.Function = app.name, app.function
 	rep.Size, rep.RequestSize, rep.Requests = cfg.Size, cfg.RequestSize, len(reqs)
 	fn, err := e.register(ctx, app.function, cfg.Runtime)
@@ -306,7 +318,7 @@ func RunLambda(ctx context.Context, cfg LambdaConfig) (_ *LambdaReport, err erro
 	rep.Answer = w.reference
 	err = e.runModes(ctx, rep, w, runOpts{
 		modes: cfg.Modes, repeat: cfg.Repeat, depth: cfg.Depth, warm: cfg.Warm, warmRandom: cfg.WarmRandom,
-		seed: cfg.Seed, progress: cfg.progress,
+		seed: cfg.Seed, progress: cfg.progress, interleave: cfg.Interleave,
 	})
 	return rep, err
 }
@@ -357,8 +369,8 @@ func prepareLambdaApp(ctx context.Context, e *lambdaEnv, app *lambdaApp, fn sand
 		}
 		sum := sha256.Sum256(ref)
 		w.reference = fmt.Sprintf("%s bitmap, sha256 %s", volume.FormatSize(size), hex.EncodeToString(sum[:8]))
-		w.scrub = func(ctx context.Context) error { return scrubFile(f, size) }
-		w.verify = func(ctx context.Context) (string, error) {
+		w.scrub = func(ctx context.Context, f *offloadfs.File) error { return scrubFile(f, size) }
+		w.verify = func(ctx context.Context, f *offloadfs.File) (string, error) {
 			if err := e.cache.Drop(ctx); err != nil {
 				return "", fmt.Errorf("dropping the cache: %w", err)
 			}
@@ -437,14 +449,49 @@ func scrubFile(f *offloadfs.File, size int64) error {
 }
 
 // runModes runs every mode opts.repeat times, the order of the modes
-// alternating between runs (ABCD DCBA …), and fills in the report's
+// alternating between runs (ABCD DCBA …), or, with opts.interleave, in
+// rounds of interleaved blocks (runRound), and fills in the report's
 // medians and bars.
 func (e *lambdaEnv) runModes(ctx context.Context, rep *LambdaReport, w *lambdaWork, opts runOpts) error {
 	res := make([]LambdaModeResult, len(opts.modes))
 	for i, m := range opts.modes {
 		res[i].Mode = m.String()
 	}
+	// λ's model is the one reported: with interleaving, that of λ's own
+	// copy of the file.
+	modelFile := w.file
+	var works []*lambdaWork
+	if opts.interleave > 0 {
+		works = make([]*lambdaWork, len(opts.modes))
+		for i, m := range opts.modes {
+			if i == 0 {
+				works[i] = w
+			} else {
+				opts.progress("%s: copying the file for mode %s", rep.App, m)
+				tw, err := w.twin(ctx, e.fsys, fmt.Sprintf("%s.%s", w.file.Name(), m))
+				if err != nil {
+					return err
+				}
+				defer tw.file.Close()
+				works[i] = tw
+			}
+			if m == lambda.Auto {
+				modelFile = works[i].file
+			}
+		}
+	}
 	for r := range opts.repeat {
+		if works != nil {
+			opts.progress("%s: round %d of %d, the modes interleaved in blocks of %d requests", rep.App, r+1, opts.repeat, opts.interleave)
+			runs, err := e.runRound(ctx, works, opts, opts.seed+uint64(r))
+			if err != nil {
+				return fmt.Errorf("bench: %s, round %d: %w", rep.App, r+1, err)
+			}
+			for i := range runs {
+				res[i].Runs = append(res[i].Runs, runs[i])
+			}
+			continue
+		}
 		order := make([]int, len(opts.modes))
 		for i := range order {
 			order[i] = i
@@ -473,10 +520,65 @@ func (e *lambdaEnv) runModes(ctx context.Context, rep *LambdaReport, w *lambdaWo
 	rep.Modes = res
 	rep.Bars = lambdaBars(rep)
 	for _, m := range e.disp.Stats().Models {
-		if m.Fn != w.fn {
+		if m.Fn != w.fn || m.Ino != modelFile.Ino() {
 			continue
 		}
 		rep.Models = append(rep.Models, fmt.Sprintf("%s (%d samples)", formatModel(m.Model), m.Samples))
+	}
+	return nil
+}
+
+// fileCopies is how many copies of the dataset a run needs: one per mode
+// when the modes are interleaved, else one.
+func fileCopies(interleave int, modes []lambda.Mode) int64 {
+	if interleave > 0 {
+		return int64(max(len(modes), 1))
+	}
+	return 1
+}
+
+// twin returns w over a file of its own, name: for a read, a copy of w's
+// file; for a write, a scrubbed file of the same size. Interleaved modes
+// each run over their own file, so that one mode's reads and writes
+// through the host cache never warm or dirty another's pages, and each
+// mode's model in the dispatcher is fed by its own calls only.
+func (w *lambdaWork) twin(ctx context.Context, fsys *offloadfs.FS, name string) (_ *lambdaWork, err error) {
+	f, err := fsys.Create(name)
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	if w.write {
+		err = w.scrub(ctx, f)
+	} else {
+		err = copyFile(f, w.file, w.bytes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := fsys.SyncRemote(ctx); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	t := *w
+	t.file = f
+	return &t, nil
+}
+
+// copyFile copies the first n bytes of src to dst, 8 MiB at a time.
+func copyFile(dst, src *offloadfs.File, n int64) error {
+	buf := make([]byte, min(n, 8<<20))
+	for off := int64(0); off < n; off += int64(len(buf)) {
+		p := buf[:min(int64(len(buf)), n-off)]
+		if _, err := src.ReadAt(p, off); err != nil {
+			return fmt.Errorf("bench: copying %s: %w", src.Name(), err)
+		}
+		if _, err := dst.WriteAt(p, off); err != nil {
+			return fmt.Errorf("bench: copying %s: %w", src.Name(), err)
+		}
 	}
 	return nil
 }
@@ -568,7 +670,7 @@ func (e *lambdaEnv) runOnce(ctx context.Context, w *lambdaWork, mode lambda.Mode
 		return LambdaRun{}, fmt.Errorf("dropping the cache: %w", err)
 	}
 	if w.scrub != nil {
-		if err := w.scrub(ctx); err != nil {
+		if err := w.scrub(ctx, w.file); err != nil {
 			return LambdaRun{}, err
 		}
 	}
@@ -581,7 +683,37 @@ func (e *lambdaEnv) runOnce(ctx context.Context, w *lambdaWork, mode lambda.Mode
 	s0, c0 := e.disp.Stats(), e.cache.Stats()
 	outs := make([][]byte, len(w.reqs))
 	start := time.Now()
-	err := forEachRequest(ctx, len(w.reqs), opts.depth, func(ctx context.Context, i int) error {
+	err := e.runRequests(ctx, w, mode, opts.depth, 0, len(w.reqs), outs)
+	if err == nil && w.write {
+		// The writes are done when they are on the target.
+		if err = e.cache.Flush(ctx, w.file, 0, -1); err != nil {
+			err = fmt.Errorf("flushing the cache: %w", err)
+		}
+	}
+	el := time.Since(start)
+	if err != nil {
+		return LambdaRun{}, err
+	}
+	run := LambdaRun{Seconds: el.Seconds(), MBps: float64(w.bytes) / el.Seconds() / 1e6, Ran: map[string]uint64{}}
+	run.count(s0, e.disp.Stats(), c0, e.cache.Stats())
+	if w.write {
+		_, err = w.verify(ctx, w.file)
+	} else {
+		_, err = w.check(outs)
+	}
+	if err != nil {
+		return run, fmt.Errorf("wrong answer: %w", err)
+	}
+	return run, nil
+}
+
+// runRequests runs requests [lo, hi) of w in mode, depth in flight,
+// keeping each read's output in outs (indexed like w.reqs), and then
+// waits for what the dispatcher's profiles left running (λ's leftovers
+// are λ's cost, not the next run's).
+func (e *lambdaEnv) runRequests(ctx context.Context, w *lambdaWork, mode lambda.Mode, depth, lo, hi int, outs [][]byte) error {
+	err := forEachRequest(ctx, hi-lo, depth, func(ctx context.Context, j int) error {
+		i := lo + j
 		q := w.reqs[i]
 		if w.write {
 			k, err := e.disp.Write(ctx, mode, w.file, w.fn, q.off, q.n, w.params, w.inputs[i])
@@ -605,36 +737,99 @@ func (e *lambdaEnv) runOnce(ctx context.Context, w *lambdaWork, mode lambda.Mode
 		outs[i] = res.Output
 		return nil
 	})
-	if err == nil && w.write {
-		// The writes are done when they are on the target.
-		if err = e.cache.Flush(ctx, w.file, 0, -1); err != nil {
-			err = fmt.Errorf("flushing the cache: %w", err)
-		}
-	}
-	el := time.Since(start)
 	if err != nil {
-		return LambdaRun{}, err
+		return err
 	}
-	s1, c1 := e.disp.Stats(), e.cache.Stats()
-	run := LambdaRun{
-		Seconds: el.Seconds(), MBps: float64(w.bytes) / el.Seconds() / 1e6,
-		Ran: map[string]uint64{}, Profiled: s1.Profiled - s0.Profiled,
-		CacheHits: c1.Hits - c0.Hits, CacheMisses: c1.Misses - c0.Misses,
-	}
+	return e.disp.WaitProfiles(ctx)
+}
+
+// count adds to run what the dispatcher and the cache counted between
+// two snapshots.
+func (run *LambdaRun) count(s0, s1 lambda.Stats, c0, c1 lambda.CacheStats) {
+	run.Profiled += s1.Profiled - s0.Profiled
+	run.CacheHits += c1.Hits - c0.Hits
+	run.CacheMisses += c1.Misses - c0.Misses
 	for m, n := range s1.Ran {
 		if d := n - s0.Ran[m]; d > 0 {
-			run.Ran[m.String()] = d
+			run.Ran[m.String()] += d
 		}
 	}
-	if w.write {
-		_, err = w.verify(ctx)
-	} else {
-		_, err = w.check(outs)
+}
+
+// runRound makes one timed run of every mode at once, interleaved: each
+// mode over its own file (works[i] for opts.modes[i]); first, untimed,
+// the cache dropped, the write outputs scrubbed and every file warmed
+// alike; then the requests in blocks of opts.interleave, each block run
+// in every mode in turn (ABCD, then DCBA for the next block), timed per
+// mode; for writes, each mode's flush of what the cache holds dirty of
+// its file, timed; then every mode's answer checked.
+func (e *lambdaEnv) runRound(ctx context.Context, works []*lambdaWork, opts runOpts, seed uint64) ([]LambdaRun, error) {
+	if err := e.cache.Drop(ctx); err != nil {
+		return nil, fmt.Errorf("dropping the cache: %w", err)
 	}
-	if err != nil {
-		return run, fmt.Errorf("wrong answer: %w", err)
+	for _, w := range works {
+		if w.scrub != nil {
+			if err := w.scrub(ctx, w.file); err != nil {
+				return nil, err
+			}
+		}
+		if opts.warm > 0 {
+			if err := e.cache.Warm(ctx, w.file, opts.warm, opts.warmRandom, seed); err != nil {
+				return nil, fmt.Errorf("warming the cache: %w", err)
+			}
+		}
 	}
-	return run, nil
+	settle()
+	n := len(works)
+	runs := make([]LambdaRun, n)
+	took := make([]time.Duration, n)
+	outs := make([][][]byte, n)
+	order := make([]int, n)
+	for i := range n {
+		runs[i].Ran = map[string]uint64{}
+		outs[i] = make([][]byte, len(works[i].reqs))
+		order[i] = i
+	}
+	reqs := len(works[0].reqs)
+	for lo := 0; lo < reqs; lo += opts.interleave {
+		hi := min(lo+opts.interleave, reqs)
+		for _, i := range order {
+			s0, c0 := e.disp.Stats(), e.cache.Stats()
+			start := time.Now()
+			err := e.runRequests(ctx, works[i], opts.modes[i], opts.depth, lo, hi, outs[i])
+			took[i] += time.Since(start)
+			if err != nil {
+				return nil, fmt.Errorf("mode %s: %w", opts.modes[i], err)
+			}
+			runs[i].count(s0, e.disp.Stats(), c0, e.cache.Stats())
+		}
+		slices.Reverse(order)
+	}
+	for i, w := range works {
+		if !w.write {
+			continue
+		}
+		start := time.Now()
+		err := e.cache.Flush(ctx, w.file, 0, -1)
+		took[i] += time.Since(start)
+		if err != nil {
+			return nil, fmt.Errorf("mode %s: flushing the cache: %w", opts.modes[i], err)
+		}
+	}
+	for i, w := range works {
+		runs[i].Seconds = took[i].Seconds()
+		runs[i].MBps = float64(w.bytes) / took[i].Seconds() / 1e6
+		var err error
+		if w.write {
+			_, err = w.verify(ctx, w.file)
+		} else {
+			_, err = w.check(outs[i])
+		}
+		if err != nil {
+			return nil, fmt.Errorf("mode %s: wrong answer: %w", opts.modes[i], err)
+		}
+	}
+	return runs, nil
 }
 
 // settle lets the previous run's leftovers finish before a timed run:
@@ -715,10 +910,14 @@ func WriteLambdaTable(w io.Writer, r *LambdaReport) error {
 	if r.Query != "" {
 		ref = "tpch.Evaluate's"
 	}
+	runs := fmt.Sprintf("medians of %d runs", r.Repeat)
+	if r.Interleave > 0 {
+		runs = fmt.Sprintf("medians of %d runs, the modes interleaved in blocks of %d requests, each over its own copy of the file", r.Repeat, r.Interleave)
+	}
 	if strings.Contains(strings.TrimRight(r.Answer, "\n"), "\n") {
-		fmt.Fprintf(w, "%s; medians of %d runs; answer (equal to %s in every run):\n%s\n\n", cache, r.Repeat, ref, tpchAnswerLines(r.Answer))
+		fmt.Fprintf(w, "%s; %s; answer (equal to %s in every run):\n%s\n\n", cache, runs, ref, tpchAnswerLines(r.Answer))
 	} else {
-		fmt.Fprintf(w, "%s; medians of %d runs; answer (equal to %s in every run): %s\n\n", cache, r.Repeat, ref, strings.TrimSpace(r.Answer))
+		fmt.Fprintf(w, "%s; %s; answer (equal to %s in every run): %s\n\n", cache, runs, ref, strings.TrimSpace(r.Answer))
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "mode\ttime s\tMB/s\t× B\tran (median run)\truns (s)\t")

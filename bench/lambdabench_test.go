@@ -26,6 +26,8 @@ func TestRunLambda(t *testing.T) {
 		random  bool
 		depth   int
 		runtime sandbox.Kind
+		// interleave: the modes run together, each over its own file
+		interleave int
 	}{
 		{app: "stats64"},
 		{app: "stats32", warm: 0.5, random: true},
@@ -33,17 +35,22 @@ func TestRunLambda(t *testing.T) {
 		{app: "grep", depth: 3},
 		{app: "bitmap", warm: 0.5},
 		{app: "stats64", runtime: sandbox.KindEBPF, warm: 0.25, random: true},
+		{app: "grep", warm: 0.5, random: true, interleave: 3},
+		{app: "bitmap", warm: 0.5, depth: 2, interleave: 2},
 	} {
 		name := tc.app
 		if tc.runtime == sandbox.KindEBPF {
 			name += "-ebpf"
+		}
+		if tc.interleave > 0 {
+			name += "-interleaved"
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			rep, err := RunLambda(ctx, LambdaConfig{
 				App: tc.app, Size: size, RequestSize: req, Repeat: 1, Depth: tc.depth,
-				Warm: tc.warm, WarmRandom: tc.random, Runtime: tc.runtime,
+				Warm: tc.warm, WarmRandom: tc.random, Runtime: tc.runtime, Interleave: tc.interleave,
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -78,6 +85,9 @@ func TestRunLambda(t *testing.T) {
 			}
 			if len(rep.Bars) != 2 {
 				t.Errorf("bars: %v", rep.Bars)
+			}
+			if rep.Interleave != tc.interleave || len(rep.Models) != 1 {
+				t.Errorf("report: interleave %d, want %d; models %q, want λ's file's one", rep.Interleave, tc.interleave, rep.Models)
 			}
 			var out strings.Builder
 			if err := WriteLambdaTable(&out, rep); err != nil {
@@ -134,10 +144,10 @@ func TestLambdaRunDetectsWrongAnswers(t *testing.T) {
 		}
 		if app.write {
 			// Nothing written since the scrub: the file is not the bitmap.
-			if err := w.scrub(ctx); err != nil {
+			if err := w.scrub(ctx, w.file); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := w.verify(ctx); err == nil || !strings.Contains(err.Error(), "differs") {
+			if _, err := w.verify(ctx, w.file); err == nil || !strings.Contains(err.Error(), "differs") {
 				t.Errorf("%s: verifying an unwritten file: %v", name, err)
 			}
 		} else {

@@ -40,17 +40,17 @@ type TPCHConfig struct {
 	// RequestSize is each λ read's size (default 1 MiB), a multiple of
 	// the 64-byte row up to MaxLambdaRequestSize.
 	RequestSize int
-	// Warm, WarmRandom, Modes, Repeat, Depth, Runtime, Link, TargetExe,
-	// ServerCPUs, Logger and Progress are as LambdaConfig's.
-	Warm                  float64
-	WarmRandom            bool
-	Modes                 []lambda.Mode
-	Repeat, Depth         int
-	Runtime               sandbox.Kind
-	Link                  string
-	TargetExe, ServerCPUs string
-	Logger                *slog.Logger
-	Progress              func(stage string)
+	// Warm, WarmRandom, Modes, Repeat, Depth, Interleave, Runtime, Link,
+	// TargetExe, ServerCPUs, Logger and Progress are as LambdaConfig's.
+	Warm                      float64
+	WarmRandom                bool
+	Modes                     []lambda.Mode
+	Repeat, Depth, Interleave int
+	Runtime                   sandbox.Kind
+	Link                      string
+	TargetExe, ServerCPUs     string
+	Logger                    *slog.Logger
+	Progress                  func(stage string)
 	// Seed is the generator's (default 1).
 	Seed uint64
 	// GenProgress, when set, is told how many of LINEITEM's bytes are
@@ -69,8 +69,8 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *LambdaReport, err error) {
 	// The settings LambdaConfig shares get its defaults and checks.
 	lc := LambdaConfig{
 		App: "tpch", Size: 1, RequestSize: cfg.RequestSize, Warm: cfg.Warm, WarmRandom: cfg.WarmRandom,
-		Modes: cfg.Modes, Repeat: cfg.Repeat, Depth: cfg.Depth, Runtime: cfg.Runtime, Seed: cfg.Seed,
-		Logger: cfg.Logger, Progress: cfg.Progress,
+		Modes: cfg.Modes, Repeat: cfg.Repeat, Depth: cfg.Depth, Interleave: cfg.Interleave, Runtime: cfg.Runtime,
+		Seed: cfg.Seed, Logger: cfg.Logger, Progress: cfg.Progress,
 	}
 	if err := lc.setDefaults(); err != nil {
 		return nil, err
@@ -89,10 +89,11 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *LambdaReport, err error) {
 	if err != nil {
 		return nil, err
 	}
+	copies := fileCopies(lc.Interleave, lc.Modes)
 	lc.progress("starting the target (link: %s)", linkLabel(cfg.Link))
 	e, err := startLambdaEnv(ctx, lambdaEnvConfig{
 		targetExe: cfg.TargetExe, serverCPUs: cfg.ServerCPUs, link: cfg.Link,
-		volumeSize: (size + size/8 + 96<<20 + lambdaBlock - 1) / lambdaBlock * lambdaBlock, cacheSize: size + 64<<20,
+		volumeSize: (copies*(size+size/8) + 96<<20 + lambdaBlock - 1) / lambdaBlock * lambdaBlock, cacheSize: copies*size + 64<<20,
 		requestSize: lc.RequestSize, depth: lc.Depth, logger: lc.Logger,
 	})
 	if err != nil {
@@ -101,6 +102,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *LambdaReport, err error) {
 	defer e.Close()
 	defer func() { err = e.targetFailure(err) }()
 	rep := newLambdaReport(e, lc.Runtime, lc.Repeat, lc.Depth, lc.Warm, lc.WarmRandom)
+	rep.Interleave = lc.Interleave
 	rep.App, rep.Function = q.Function(), q.Function()
 	rep.SF, rep.Query, rep.Rows = cfg.SF, q.String(), rows
 	rep.Size, rep.RequestSize, rep.Requests = size, lc.RequestSize, len(reqs)
@@ -152,7 +154,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *LambdaReport, err error) {
 	}
 	err = e.runModes(ctx, rep, w, runOpts{
 		modes: lc.Modes, repeat: lc.Repeat, depth: lc.Depth, warm: lc.Warm, warmRandom: lc.WarmRandom,
-		seed: lc.Seed, progress: lc.progress,
+		seed: lc.Seed, progress: lc.progress, interleave: lc.Interleave,
 	})
 	return rep, err
 }

@@ -22,7 +22,7 @@ type lambdaRunFlags struct {
 	link                                   string
 	plotFile                               string
 	warm                                   float64
-	repeat, depth                          int
+	repeat, depth, interleave              int
 	seed                                   uint64
 	asJSON, quiet                          bool
 	proc                                   procFlags
@@ -35,6 +35,7 @@ func (l *lambdaRunFlags) add(f *pflag.FlagSet) {
 	f.StringVar(&l.modes, "modes", "B,K,T,lambda", "modes to run, comma separated: B (buffered, native), K (host), T (target), lambda (the dispatcher)")
 	f.IntVar(&l.repeat, "repeat", 3, "runs per mode (medians are reported); the modes take turns, ABCD DCBA …")
 	f.IntVar(&l.depth, "depth", 1, "λ requests in flight")
+	f.IntVar(&l.interleave, "interleave", 0, "run the modes together, each over its own copy of the file, taking turns every this many requests (ABCD DCBA …); 0: whole runs take turns")
 	f.StringVar(&l.runtime, "runtime", "wasm", "the function's runtime in modes K, T and lambda: wasm or ebpf")
 	f.Uint64Var(&l.seed, "seed", 1, "the dataset's seed")
 	f.StringVar(&l.link, "link", "", "emulated link to the target (e.g. 10gbit: a netns behind a tc-shaped veth pair; falls back to loopback where that cannot be done, and says so)")
@@ -152,7 +153,7 @@ ran, and the issue's bars: λ within 5% of the better of K and T, and, on a
 			}
 			cfg := bench.LambdaConfig{
 				App: app, Size: n, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
-				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Runtime: s.runtime, Seed: lf.seed,
+				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Interleave: lf.interleave, Runtime: s.runtime, Seed: lf.seed,
 				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
 			if !lf.quiet {

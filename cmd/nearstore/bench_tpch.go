@@ -43,7 +43,7 @@ validation parameters.`,
 			}
 			cfg := bench.TPCHConfig{
 				SF: sf, Query: query, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
-				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Runtime: s.runtime, Seed: lf.seed,
+				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Interleave: lf.interleave, Runtime: s.runtime, Seed: lf.seed,
 				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
 			if !lf.quiet {

@@ -128,7 +128,10 @@ offloadfs, writes the dataset of --size bytes and cuts it into requests of
 host cache is dropped and warmed to --warm (the first part of the file, or
 random pages with --warm-order random), untimed. The modes take turns
 (ABCD DCBA …), --repeat times; every run's combined answer must equal the
-native reference over the whole file, or the command fails.
+native reference over the whole file, or the command fails. With
+--interleave N the modes run together instead, each over its own copy of
+the file, taking turns every N requests, so that a busy spell of a shared
+machine slows them alike.
 
 stats64, stats32, knn and grep are λ reads; bitmap is a λ write (the host
 sends a run-length-encoded bitmap, the function expands it into the file;
@@ -140,7 +143,8 @@ ran, and the issue's bars: λ within 5% of the better of K and T, and, on a
 10gbit link with a cold cache, λ at least 2x B for stats64 and grep.`,
 		Example: `  nearstore bench lambda --app stats64 --size 256MiB --warm 0 --plot docs/img/lambda-stats64-cold.png
   nearstore bench lambda --app grep --warm 0.5 --warm-order random --json
-  nearstore bench lambda --app stats64 --link 10gbit --modes B,lambda --repeat 5`,
+  nearstore bench lambda --app stats64 --link 10gbit --modes B,lambda --repeat 5
+  nearstore bench lambda --app knn --size 1GiB --warm 1 --repeat 9 --interleave 32`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := lf.parse()

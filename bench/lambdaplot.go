@@ -46,8 +46,12 @@ func PlotLambda(r *LambdaReport) (*plot.Plot, error) {
 	case r.Link != "loopback":
 		link = "loopback (shaping unavailable)"
 	}
-	p.Title.Text = fmt.Sprintf("%s (%s, %s), %s\n%s; %s requests, %d in flight; medians of %d runs",
-		what, r.Runtime, volume.FormatSize(r.Size), cache, link, volume.FormatSize(int64(r.RequestSize)), r.Depth, r.Repeat)
+	runs := fmt.Sprintf("medians of %d runs", r.Repeat)
+	if r.Interleave > 0 {
+		runs += fmt.Sprintf(", interleaved every %d", r.Interleave)
+	}
+	p.Title.Text = fmt.Sprintf("%s (%s, %s), %s\n%s; %s requests, %d in flight; %s",
+		what, r.Runtime, volume.FormatSize(r.Size), cache, link, volume.FormatSize(int64(r.RequestSize)), r.Depth, runs)
 	p.Y.Label.Text = fmt.Sprintf("throughput normalized to %s", baseName)
 	p.Y.Min = 0
 	p.Add(plotter.NewGrid())

@@ -483,7 +483,7 @@ func (e *lambdaEnv) runModes(ctx context.Context, rep *LambdaReport, w *lambdaWo
 	for r := range opts.repeat {
 		if works != nil {
 			opts.progress("%s: round %d of %d, the modes interleaved in blocks of %d requests", rep.App, r+1, opts.repeat, opts.interleave)
-			runs, err := e.runRound(ctx, works, opts, opts.seed+uint64(r))
+			runs, err := e.runRound(ctx, works, opts.modes, opts.interleave, opts, opts.seed+uint64(r))
 			if err != nil {
 				return fmt.Errorf("bench: %s, round %d: %w", rep.App, r+1, err)
 			}
@@ -504,7 +504,7 @@ func (e *lambdaEnv) runModes(ctx context.Context, rep *LambdaReport, w *lambdaWo
 			opts.progress("%s: mode %s, run %d of %d", rep.App, m, r+1, opts.repeat)
 			run, err := e.runOnce(ctx, w, m, opts, opts.seed+uint64(r))
 			if err != nil {
-				return fmt.Errorf("bench: %s, mode %s, run %d: %w", rep.App, m, r+1, err)
+				return fmt.Errorf("bench: %s, run %d: %w", rep.App, r+1, err)
 			}
 			res[i].Runs = append(res[i].Runs, run)
 		}
@@ -661,50 +661,14 @@ func lambdaBars(rep *LambdaReport) []LambdaBar {
 	return bars
 }
 
-// runOnce makes one timed run of mode: the cache dropped and warmed
-// (and, for writes, the output scrubbed) first, untimed; then every
-// request, opts.depth in flight, and for writes the flush of what the
-// host cache holds dirty, timed; then the answer checked.
+// runOnce makes one timed run of mode over w alone: a round of one
+// mode whose one block is every request.
 func (e *lambdaEnv) runOnce(ctx context.Context, w *lambdaWork, mode lambda.Mode, opts runOpts, seed uint64) (LambdaRun, error) {
-	if err := e.cache.Drop(ctx); err != nil {
-		return LambdaRun{}, fmt.Errorf("dropping the cache: %w", err)
-	}
-	if w.scrub != nil {
-		if err := w.scrub(ctx, w.file); err != nil {
-			return LambdaRun{}, err
-		}
-	}
-	if opts.warm > 0 {
-		if err := e.cache.Warm(ctx, w.file, opts.warm, opts.warmRandom, seed); err != nil {
-			return LambdaRun{}, fmt.Errorf("warming the cache: %w", err)
-		}
-	}
-	settle()
-	s0, c0 := e.disp.Stats(), e.cache.Stats()
-	outs := make([][]byte, len(w.reqs))
-	start := time.Now()
-	err := e.runRequests(ctx, w, mode, opts.depth, 0, len(w.reqs), outs)
-	if err == nil && w.write {
-		// The writes are done when they are on the target.
-		if err = e.cache.Flush(ctx, w.file, 0, -1); err != nil {
-			err = fmt.Errorf("flushing the cache: %w", err)
-		}
-	}
-	el := time.Since(start)
+	runs, err := e.runRound(ctx, []*lambdaWork{w}, []lambda.Mode{mode}, len(w.reqs), opts, seed)
 	if err != nil {
 		return LambdaRun{}, err
 	}
-	run := LambdaRun{Seconds: el.Seconds(), MBps: float64(w.bytes) / el.Seconds() / 1e6, Ran: map[string]uint64{}}
-	run.count(s0, e.disp.Stats(), c0, e.cache.Stats())
-	if w.write {
-		_, err = w.verify(ctx, w.file)
-	} else {
-		_, err = w.check(outs)
-	}
-	if err != nil {
-		return run, fmt.Errorf("wrong answer: %w", err)
-	}
-	return run, nil
+	return runs[0], nil
 }
 
 // runRequests runs requests [lo, hi) of w in mode, depth in flight,
@@ -757,13 +721,14 @@ func (run *LambdaRun) count(s0, s1 lambda.Stats, c0, c1 lambda.CacheStats) {
 }
 
 // runRound makes one timed run of every mode at once, interleaved: each
-// mode over its own file (works[i] for opts.modes[i]); first, untimed,
-// the cache dropped, the write outputs scrubbed and every file warmed
-// alike; then the requests in blocks of opts.interleave, each block run
-// in every mode in turn (ABCD, then DCBA for the next block), timed per
-// mode; for writes, each mode's flush of what the cache holds dirty of
-// its file, timed; then every mode's answer checked.
-func (e *lambdaEnv) runRound(ctx context.Context, works []*lambdaWork, opts runOpts, seed uint64) ([]LambdaRun, error) {
+// mode over its own file (works[i] for modes[i]); first, untimed, the
+// cache dropped, the write outputs scrubbed and every file warmed alike;
+// then the requests in blocks of block, each block run in every mode in
+// turn (ABCD, then DCBA for the next block), timed per mode; for writes,
+// each mode's flush of what the cache holds dirty of its file, timed;
+// then every mode's answer checked. One mode with one block of every
+// request is a plain run (runOnce).
+func (e *lambdaEnv) runRound(ctx context.Context, works []*lambdaWork, modes []lambda.Mode, block int, opts runOpts, seed uint64) ([]LambdaRun, error) {
 	if err := e.cache.Drop(ctx); err != nil {
 		return nil, fmt.Errorf("dropping the cache: %w", err)
 	}
@@ -791,15 +756,15 @@ func (e *lambdaEnv) runRound(ctx context.Context, works []*lambdaWork, opts runO
 		order[i] = i
 	}
 	reqs := len(works[0].reqs)
-	for lo := 0; lo < reqs; lo += opts.interleave {
-		hi := min(lo+opts.interleave, reqs)
+	for lo := 0; lo < reqs; lo += block {
+		hi := min(lo+block, reqs)
 		for _, i := range order {
 			s0, c0 := e.disp.Stats(), e.cache.Stats()
 			start := time.Now()
-			err := e.runRequests(ctx, works[i], opts.modes[i], opts.depth, lo, hi, outs[i])
+			err := e.runRequests(ctx, works[i], modes[i], opts.depth, lo, hi, outs[i])
 			took[i] += time.Since(start)
 			if err != nil {
-				return nil, fmt.Errorf("mode %s: %w", opts.modes[i], err)
+				return nil, fmt.Errorf("mode %s: %w", modes[i], err)
 			}
 			runs[i].count(s0, e.disp.Stats(), c0, e.cache.Stats())
 		}
@@ -813,7 +778,7 @@ func (e *lambdaEnv) runRound(ctx context.Context, works []*lambdaWork, opts runO
 		err := e.cache.Flush(ctx, w.file, 0, -1)
 		took[i] += time.Since(start)
 		if err != nil {
-			return nil, fmt.Errorf("mode %s: flushing the cache: %w", opts.modes[i], err)
+			return nil, fmt.Errorf("mode %s: flushing the cache: %w", modes[i], err)
 		}
 	}
 	for i, w := range works {
@@ -826,7 +791,7 @@ func (e *lambdaEnv) runRound(ctx context.Context, works []*lambdaWork, opts runO
 			_, err = w.check(outs[i])
 		}
 		if err != nil {
-			return nil, fmt.Errorf("mode %s: wrong answer: %w", opts.modes[i], err)
+			return nil, fmt.Errorf("mode %s: wrong answer: %w", modes[i], err)
 		}
 	}
 	return runs, nil

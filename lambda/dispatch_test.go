@@ -531,3 +531,46 @@ func TestWaitProfiles(t *testing.T) {
 		t.Errorf("%d losers running after WaitProfiles", e.d.losers)
 	}
 }
+
+// TestProfileWriteMeasuresBothSides: a profiled write writes at the target
+// and measures the host computing the same output alongside, and once
+// WaitProfiles returns the host side's measurement is in the model, exact
+// or as a lower bound. The caller reuses its buffer as soon as the call
+// returns (under -race, a host side still reading it would be reported
+// when the host's compute outlives the target's write).
+func TestProfileWriteMeasuresBothSides(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 1, profileFirst: 1})
+	ctx := context.Background()
+	bm := bytes.Repeat([]byte{0x0f, 0xf0, 0x00, 0xff}, 1<<14)
+	nbits := 8 * len(bm)
+	n := (len(bm) + devBS - 1) / devBS * devBS
+	fn := e.fns["bitmap"]
+	for i := range 3 {
+		f := e.file(fmt.Sprintf("profiled%d", i), nil)
+		data := functions.EncodeBitmap(bm, nbits)
+		k, err := e.d.Write(ctx, Auto, f, fn, 0, n, nil, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(data) // the caller's again
+		if k != len(bm) {
+			t.Fatalf("wrote %d bytes, want %d", k, len(bm))
+		}
+		if err := e.d.WaitProfiles(ctx); err != nil {
+			t.Fatal(err)
+		}
+		ks := e.d.state(f.Ino(), fn)
+		ks.mu.Lock()
+		host, target := len(ks.est.hostCPU.v), len(ks.est.wrTotal.v)
+		ks.mu.Unlock()
+		if host != 1 || target != 1 {
+			t.Errorf("write %d: %d host and %d target measurements, want 1 and 1", i, host, target)
+		}
+		if got := contents(t, f); !bytes.Equal(got[:len(bm)], bm) {
+			t.Errorf("write %d: file contents differ", i)
+		}
+	}
+	if got := e.d.Stats().Profiled; got != 3 {
+		t.Errorf("Profiled = %d, want 3", got)
+	}
+}

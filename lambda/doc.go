@@ -49,13 +49,14 @@
 // the loser would make each profiled call as slow as the worse of K and
 // T, and that, k times in n, is more than the dispatcher can afford if it
 // is never to be more than a few percent slower than the better of the
-// two. A profiled write runs the real write at the target and then has
-// the host compute the same output, thrown away: a write cannot be
-// cancelled, so racing would measure each side only while it competes
-// with the other, which made the slower side look faster. The host's
-// estimate is its compute, the cost of putting the output in the cache,
-// and the output's write-back at the measured cost. Calls in modes K and
-// T bypass the model but feed it.
+// two. A profiled write runs the real write at the target while the host
+// computes the same output, thrown away; the call returns when the
+// target's write does, and a host run not finished by then is cancelled
+// and counts with its bound, as a read's loser. (The target's write
+// cannot be cancelled, so it is always the side that answers.) The
+// host's estimate is its compute, the cost of putting the output in the
+// cache, and the output's write-back at the measured cost. Calls in modes
+// K and T bypass the model but feed it.
 //
 // # Consistency
 //

@@ -179,6 +179,23 @@ type Dispatcher struct {
 	// have returned; idle is closed (and replaced) when it drops to zero.
 	losers int
 	idle   chan struct{}
+	// inputs holds mode B's input buffers (*[]byte) between calls.
+	inputs sync.Pool
+}
+
+// input returns a buffer of n bytes for mode B's input, reused from an
+// earlier call when one is large enough, as a buffered application
+// reads request after request into the same buffer. A fresh buffer each
+// call made B's cost its allocations: once the host cache had grown the
+// heap, the collector let every buffer come from new memory, and a warm
+// round of 1024 requests took 5.4 s instead of 0.9.
+func (d *Dispatcher) input(n int) *[]byte {
+	if p, ok := d.inputs.Get().(*[]byte); ok && cap(*p) >= n {
+		*p = (*p)[:n]
+		return p
+	}
+	b := make([]byte, n)
+	return &b
 }
 
 // WaitProfiles waits until the losing sides of profiled calls that have
@@ -666,7 +683,9 @@ func (d *Dispatcher) bufferedRead(ctx context.Context, hf *hostFunction, f *offl
 	if err := checkRange(f, off, n); err != nil {
 		return res, Auto, err
 	}
-	in := make([]byte, len(params)+n)
+	buf := d.input(len(params) + n)
+	defer d.inputs.Put(buf)
+	in := *buf
 	copy(in, params)
 	rs, err := d.readThroughCache(ctx, f, in[len(params):], off, 0)
 	res.Reads, res.BytesRead = uint32(rs.reads), uint64(rs.missBytes)
@@ -914,7 +933,9 @@ func (d *Dispatcher) measuredTargetWrite(ctx context.Context, ks *keyState, f *o
 // returns the output and the compute's time.
 func (d *Dispatcher) hostCompute(ctx context.Context, mode Mode, hf *hostFunction, params, data []byte, outCap int) ([]byte, time.Duration, error) {
 	if mode == Buffered {
-		in := make([]byte, len(params)+len(data))
+		buf := d.input(len(params) + len(data))
+		defer d.inputs.Put(buf)
+		in := *buf
 		copy(in[copy(in, params):], data)
 		out := make([]byte, outCap)
 		began := time.Now()

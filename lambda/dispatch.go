@@ -118,6 +118,7 @@ type Stats struct {
 	Requests uint64          // calls taken
 	Ran      map[Mode]uint64 // where calls finally ran: Host, Target, Buffered (Auto never appears)
 	Profiled uint64          // calls run on both sides for profiling
+	Rechecks uint64          // profiles begun early because the model's pick changed
 	Models   []ModelStat     // per (file inode, function): the current fitted model
 }
 
@@ -147,10 +148,15 @@ type key struct {
 // keyState is a key's profile schedule and measurements.
 type keyState struct {
 	mu    sync.Mutex
-	count uint64
+	count uint64 // requests, for the profile schedule (a recheck moves it on)
 	est   estimator
 	model Model
 	stale bool // est changed since model was fitted
+	// pick is the side the model picked for the last request outside a
+	// profile since the last profile began (Auto: none yet); seen counts
+	// every request, and rechecked is seen at the last recheck.
+	pick            Mode
+	seen, rechecked uint64
 }
 
 // Dispatcher runs λ reads and writes on the host or at the target (see
@@ -168,8 +174,8 @@ type Dispatcher struct {
 	keys   map[key]*keyState
 	closed bool
 
-	requests, profiled atomic.Uint64
-	ran                [4]atomic.Uint64 // by Mode
+	requests, profiled, rechecks atomic.Uint64
+	ran                          [4]atomic.Uint64 // by Mode
 	// bg counts the calls in progress and the losing sides of profiles
 	// still finishing, which may outlive their calls; Close waits for
 	// them. Every Add happens under mu with closed false, or while the
@@ -346,7 +352,7 @@ func (d *Dispatcher) Cache() *Cache { return d.cache }
 
 // Stats returns the dispatcher's counters and models.
 func (d *Dispatcher) Stats() Stats {
-	st := Stats{Requests: d.requests.Load(), Profiled: d.profiled.Load(), Ran: make(map[Mode]uint64)}
+	st := Stats{Requests: d.requests.Load(), Profiled: d.profiled.Load(), Rechecks: d.rechecks.Load(), Ran: make(map[Mode]uint64)}
 	for _, m := range []Mode{Host, Target, Buffered} {
 		if v := d.ran[m].Load(); v > 0 {
 			st.Ran[m] = v
@@ -453,7 +459,11 @@ func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
 	defer ks.mu.Unlock()
 	i := ks.count
 	ks.count++
+	ks.seen++
 	every := uint64(d.opts.ProfileEvery)
+	if i%every == 0 {
+		ks.pick = Auto
+	}
 	if i > 0 && i%every == 0 {
 		// A new profile. A side the model did not pick since the last
 		// one has only old samples: they are dropped, so the side rests
@@ -470,6 +480,39 @@ func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
 		return true, Model{}
 	}
 	return false, d.modelLocked(ks)
+}
+
+// recheck is told the side the model picked for a read outside a
+// profile, and says whether to profile the read instead: when the
+// pick changes between profiles, the request that would switch sides
+// starts a new profile, in which the side being left has lost its
+// samples. A switch between profiles comes from the picked side's own
+// runs getting slower, measured alone, against the other side's older
+// samples from the last profile; on a shared machine that is mostly a
+// slow spell, which a profile measures on both sides at once. Without
+// this, with every read cached (stats64: host 0.7 ms, target 1.0), a
+// spell sent the rest of the profile period's reads to the target, up to
+// 671 of 1024 in a round. A recheck comes at most once every
+// ProfileEvery requests, so a key whose sides really are a toss-up
+// costs at most twice the profiles.
+func (d *Dispatcher) recheck(ks *keyState, pick Mode) bool {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	prev := ks.pick
+	ks.pick = pick
+	every := uint64(d.opts.ProfileEvery)
+	if prev == Auto || prev == pick || (ks.rechecked > 0 && ks.seen-ks.rechecked < every) {
+		return false
+	}
+	ks.rechecked = ks.seen
+	d.rechecks.Add(1)
+	// This request begins a profile period; the requests after it are
+	// its next ProfileFirst-1.
+	ks.count = (ks.count/every+1)*every + 1
+	ks.pick = Auto
+	ks.est.forget(prev)
+	ks.stale = true
+	return true
 }
 
 // modelLocked returns ks's model, fitting it again if measurements came
@@ -553,6 +596,9 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
 	}
 	host, target := m.Read(int64(n), d.cache.Cached(f, off, int64(n)))
+	if d.recheck(ks, pickOf(host, target)) {
+		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
+	}
 	if host < target {
 		res, s, err := d.hostRead(ctx, hf, f, off, n, params, outCap, false)
 		ks.record(func(e *estimator) { e.addRead(s); e.picked(Host) })
@@ -561,6 +607,14 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 	res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
 	ks.record(func(e *estimator) { e.addRead(s); e.picked(Target) })
 	return res, s.ranAt, err
+}
+
+// pickOf is the side the model picks given its two predictions.
+func pickOf(host, target time.Duration) Mode {
+	if host < target {
+		return Host
+	}
+	return Target
 }
 
 // feedRead adds a K or T run's measurement to its key's model.
@@ -780,8 +834,9 @@ func (o outcome) censored() readSample {
 }
 
 // profileRead runs a read on both sides at once and returns the first to
-// finish; the other is cancelled and contributes a lower bound (or, if it
-// finished anyway, a measurement).
+// finish. A losing host run is cancelled and contributes a lower bound
+// (or, if it finished anyway, a measurement); a losing target run is
+// measured when it finishes.
 func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
 	d.profiled.Add(1)
 	d.opts.Metrics.profile(opRead)
@@ -810,8 +865,19 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 	first := <-ch
 	ks.record(func(e *estimator) { e.addRead(first.s) })
 	if first.err == nil || ctx.Err() != nil {
-		// The other side is cancelled now and measured when it stops.
-		cancel[Host+Target-first.side]()
+		// The other side is measured when it stops. A host run is
+		// cancelled now. A target run is not: the target does not abort
+		// a function it is running, so cancelling would only stop the
+		// host waiting for the answer, and the target's time would be a
+		// lower bound where waiting gives the real one. That bound is
+		// about the host's time, since the host won, and kept the
+		// target's estimate just above the host's: with every read
+		// cached (stats64, host 0.7 ms, target 1.0), any slow spell of
+		// the host sent reads to the target, 332 and 671 of 1024 in two
+		// rounds of nine.
+		if first.side == Target || first.err != nil {
+			cancel[Host]()
+		}
 		d.bg.Add(1)
 		d.mu.Lock()
 		d.losers++
@@ -908,6 +974,11 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	if profile {
 		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
 	}
+	// No recheck for writes: a write's profile measures the host's
+	// compute only, its write-back priced by the model, so checking a
+	// switch with one measures again what made the model switch (bitmap,
+	// 100% warm: 289-585 of 1024 writes to the slower host with
+	// rechecks, 0-247 without).
 	host, target := m.Write(int64(len(data)))
 	if host < target {
 		return d.hostWrite(ctx, Host, hf, f, fn, off, n, params, data)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -302,14 +303,17 @@ func TestProfileSchedule(t *testing.T) {
 		}
 	}
 	st := e.d.Stats()
-	if st.Profiled != 6 {
-		t.Errorf("Profiled = %d, want 6", st.Profiled)
+	// 6 on the schedule; a recheck (the pick changed between profiles,
+	// which this small, fast read may do) begins a period early, and
+	// profiles ProfileFirst at most for each.
+	if st.Profiled < 6 || st.Profiled > 6+2*st.Rechecks || st.Rechecks > 3 {
+		t.Errorf("Profiled = %d with %d rechecks, want 6 and at most 2 per recheck", st.Profiled, st.Rechecks)
 	}
 	if st.Requests != 25 || st.Ran[Host]+st.Ran[Target] != 25 {
 		t.Errorf("Requests = %d, Ran = %v: want 25 calls, each counted once", st.Requests, st.Ran)
 	}
-	if got := metricstest.Sum(t, reg, "nearstore_lambda_profiles_total", map[string]string{"op": "read"}); got != 6 {
-		t.Errorf("profiles metric %v, want 6", got)
+	if got := metricstest.Sum(t, reg, "nearstore_lambda_profiles_total", map[string]string{"op": "read"}); got != float64(st.Profiled) {
+		t.Errorf("profiles metric %v, want %d", got, st.Profiled)
 	}
 	k := metricstest.Sum(t, reg, "nearstore_lambda_requests_total", map[string]string{"op": "read", "mode": "lambda", "ran": "K"})
 	tr := metricstest.Sum(t, reg, "nearstore_lambda_requests_total", map[string]string{"op": "read", "mode": "lambda", "ran": "T"})
@@ -572,5 +576,56 @@ func TestProfileWriteMeasuresBothSides(t *testing.T) {
 	}
 	if got := e.d.Stats().Profiled; got != 3 {
 		t.Errorf("Profiled = %d, want 3", got)
+	}
+}
+
+// TestRecheck: a change of the model's pick between profiles profiles
+// that request and starts a new profile period, with the side being left
+// measured afresh; at most once every ProfileEvery requests, and never
+// for the first pick after a profile.
+func TestRecheck(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 10, profileFirst: 2})
+	d := e.d
+	ks := &keyState{}
+	ks.est.samples = 1
+	ks.est.hostCPU.add(1e-9)
+	ks.est.tgtTotal.add(2e-9)
+	// step runs one request's scheduling with the model picking pick.
+	step := func(pick Mode) string {
+		if p, _ := d.schedule(ks); p {
+			return "P" // scheduled profile
+		}
+		if d.recheck(ks, pick) {
+			return "R" // recheck: profiled
+		}
+		return pick.String()
+	}
+	var got []string
+	for _, pick := range []Mode{
+		Host, Host, // the period's two profiles
+		Host, Host, Target, // then a switch: a recheck, the first of a new period
+		Target,             // its second profile
+		Target, Host, Host, // switches within 10 requests of the recheck: taken
+		Target, Target, Target, Target, Target,
+		Target, Target, // the next period's profiles
+		Host, // the first pick after a profile is no switch
+	} {
+		got = append(got, step(pick))
+	}
+	// A switch 10 requests after the last recheck is rechecked.
+	ks.est.hostCPU.add(1e-9)
+	ks.est.tgtTotal.add(2e-9)
+	got = append(got, step(Target))
+	want := []string{"P", "P", "K", "K", "R", "P", "T", "K", "K", "T", "T", "T", "T", "T", "P", "P", "K", "R"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got  %v\nwant %v", got, want)
+	}
+	if n := d.Stats().Rechecks; n != 2 {
+		t.Errorf("Rechecks = %d, want 2", n)
+	}
+	// The last recheck left the host: its samples are gone, the
+	// target's stay.
+	if len(ks.est.hostCPU.v) != 0 || len(ks.est.tgtTotal.v) == 0 {
+		t.Errorf("after leaving the host: %d host, %d target samples, want 0 and some", len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v))
 	}
 }

@@ -55,8 +55,18 @@
 // and counts with its bound, as a read's loser. (The target's write
 // cannot be cancelled, so it is always the side that answers.) The
 // host's estimate is its compute, the cost of putting the output in the
-// cache, and the output's write-back at the measured cost. Calls in modes
-// K and T bypass the model but feed it.
+// cache, and the output's write-back at the measured cost.
+//
+// Between profiles the picked side's runs, measured alone, keep its
+// estimate current, while the other side's rests on the last profile. A
+// slow spell of the picked side could then move requests to the other
+// side for the rest of the period. So when the pick for a read changes
+// between profiles, that read begins a new profile period (a recheck),
+// in which the side being left is measured afresh; at most one recheck
+// every ProfileEvery requests. Writes are not rechecked: a write's
+// profile measures the host's compute only (its write-back is priced),
+// so it would measure again what made the model switch. Calls in modes K and T bypass the model
+// but feed it.
 //
 // # Consistency
 //

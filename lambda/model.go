@@ -174,10 +174,23 @@ type readSample struct {
 // older than that profile), and starts counting again. The output
 // ratio, a property of the function and its data, stays.
 func (e *estimator) forgetUnpicked() {
-	if e.hostRuns == 0 {
-		e.hostIO.v, e.hostCPU.v = e.hostIO.v[:0], e.hostCPU.v[:0]
+	host, target := e.hostRuns, e.targetRuns
+	if host == 0 {
+		e.forget(Host)
 	}
-	if e.targetRuns == 0 {
+	if target == 0 {
+		e.forget(Target)
+	}
+	e.hostRuns, e.targetRuns = 0, 0
+}
+
+// forget drops side's time measurements (Host or Target) and starts
+// counting runs again, as forgetUnpicked does for an unpicked side.
+func (e *estimator) forget(side Mode) {
+	switch side {
+	case Host:
+		e.hostIO.v, e.hostCPU.v = e.hostIO.v[:0], e.hostCPU.v[:0]
+	case Target:
 		e.tgtCPU.v, e.tgtTotal.v, e.wrTotal.v = e.tgtCPU.v[:0], e.tgtTotal.v[:0], e.wrTotal.v[:0]
 	}
 	e.hostRuns, e.targetRuns = 0, 0

@@ -861,7 +861,6 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 		res, s, err := d.targetRead(tctx, f, fn, off, n, params, outCap, false)
 		ch <- outcome{Target, res, s, err, time.Since(start)}
 	}()
-	cancel := map[Mode]context.CancelFunc{Host: hcancel, Target: tcancel}
 	first := <-ch
 	ks.record(func(e *estimator) { e.addRead(first.s) })
 	if first.err == nil || ctx.Err() != nil {
@@ -876,7 +875,7 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 		// the host sent reads to the target, 332 and 671 of 1024 in two
 		// rounds of nine.
 		if first.side == Target || first.err != nil {
-			cancel[Host]()
+			hcancel()
 		}
 		d.bg.Add(1)
 		d.mu.Lock()

@@ -229,8 +229,19 @@ func (d *Dispatcher) WaitProfiles(ctx context.Context) error {
 	}
 }
 
-// loserDone counts a profile's losing side out (WaitProfiles).
+// loserStart counts in a profile's side that may outlive its call
+// (Close and WaitProfiles wait for it); loserDone counts it out. The
+// caller holds its own call's count, so the Add cannot race Close.
+func (d *Dispatcher) loserStart() {
+	d.bg.Add(1)
+	d.mu.Lock()
+	d.losers++
+	d.mu.Unlock()
+}
+
+// loserDone counts a profile's losing side out.
 func (d *Dispatcher) loserDone() {
+	defer d.bg.Done()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.losers--; d.losers == 0 && d.idle != nil {
@@ -511,6 +522,7 @@ func (d *Dispatcher) recheck(ks *keyState, pick Mode) bool {
 	ks.count = (ks.count/every+1)*every + 1
 	ks.pick = Auto
 	ks.est.forget(prev)
+	ks.est.hostRuns, ks.est.targetRuns = 0, 0
 	ks.stale = true
 	return true
 }
@@ -877,12 +889,8 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 		if first.side == Target || first.err != nil {
 			hcancel()
 		}
-		d.bg.Add(1)
-		d.mu.Lock()
-		d.losers++
-		d.mu.Unlock()
+		d.loserStart()
 		go func() {
-			defer d.bg.Done()
 			defer d.loserDone()
 			second := <-ch
 			hcancel()
@@ -1125,43 +1133,24 @@ func (d *Dispatcher) profileWrite(ctx context.Context, ks *keyState, hf *hostFun
 	// is cancelled: only then is a cancelled host run a lower bound (a
 	// write that failed at once says nothing of how slow the host is).
 	var won atomic.Bool
-	// copied is closed once the host side no longer reads params and
-	// data (they are the caller's again when the call returns).
-	copied := make(chan struct{})
+	// The host side may outlive the call: it computes on its own copy
+	// of the input.
+	hparams, hdata := bytes.Clone(params), bytes.Clone(data)
 	start := time.Now()
-	d.mu.Lock()
-	d.losers++
-	d.mu.Unlock()
-	d.bg.Add(1)
+	d.loserStart()
 	go func() {
-		defer d.bg.Done()
 		defer d.loserDone()
-		inst, err := hf.mod.Acquire(hctx)
-		if err != nil {
-			close(copied)
-			return
-		}
-		defer inst.Release()
-		in, err := inst.Input(len(params) + len(data))
-		if err == nil {
-			copy(in[copy(in, params):], data)
-			_, err = inst.Output(n)
-		}
-		close(copied)
-		if err != nil {
-			return
-		}
-		k, err := inst.Compute(hctx, len(params)+len(data), n)
+		out, _, err := d.hostCompute(hctx, Host, hf, hparams, hdata, n)
 		took := time.Since(start)
 		switch {
 		case err == nil:
-			padded := (int64(k) + d.bs - 1) / d.bs * d.bs
+			padded := (int64(len(out)) + d.bs - 1) / d.bs * d.bs
 			took += time.Duration(float64(padded) * d.cache.insertCost() * float64(time.Second))
-			ks.record(func(e *estimator) { e.addWriteHost(x, int64(k), took, true) })
+			ks.record(func(e *estimator) { e.addWriteHost(x, int64(len(out)), took, true) })
 		case errors.Is(err, sandbox.ErrFunction) && hctx.Err() == nil:
 			// The function's own error: the run is finished.
 			ks.record(func(e *estimator) { e.addWriteHost(x, 0, took, false) })
-		case won.Load():
+		case won.Load() && hctx.Err() != nil:
 			// Cancelled when the target finished: a lower bound.
 			ks.record(func(e *estimator) { e.addWriteHost(x, 0, took, false) })
 		}
@@ -1171,7 +1160,6 @@ func (d *Dispatcher) profileWrite(ctx context.Context, ks *keyState, hf *hostFun
 		won.Store(true)
 	}
 	hcancel()
-	<-copied
 	if err != nil {
 		return k, Target, err
 	}

@@ -540,8 +540,7 @@ func TestWaitProfiles(t *testing.T) {
 // and measures the host computing the same output alongside, and once
 // WaitProfiles returns the host side's measurement is in the model, exact
 // or as a lower bound. The caller reuses its buffer as soon as the call
-// returns (under -race, a host side still reading it would be reported
-// when the host's compute outlives the target's write).
+// returns.
 func TestProfileWriteMeasuresBothSides(t *testing.T) {
 	e := newEnv(t, envConfig{profileEvery: 1, profileFirst: 1})
 	ctx := context.Background()

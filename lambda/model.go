@@ -174,18 +174,16 @@ type readSample struct {
 // older than that profile), and starts counting again. The output
 // ratio, a property of the function and its data, stays.
 func (e *estimator) forgetUnpicked() {
-	host, target := e.hostRuns, e.targetRuns
-	if host == 0 {
+	if e.hostRuns == 0 {
 		e.forget(Host)
 	}
-	if target == 0 {
+	if e.targetRuns == 0 {
 		e.forget(Target)
 	}
 	e.hostRuns, e.targetRuns = 0, 0
 }
 
-// forget drops side's time measurements (Host or Target) and starts
-// counting runs again, as forgetUnpicked does for an unpicked side.
+// forget drops side's time measurements (Host or Target).
 func (e *estimator) forget(side Mode) {
 	switch side {
 	case Host:
@@ -193,7 +191,6 @@ func (e *estimator) forget(side Mode) {
 	case Target:
 		e.tgtCPU.v, e.tgtTotal.v, e.wrTotal.v = e.tgtCPU.v[:0], e.tgtTotal.v[:0], e.wrTotal.v[:0]
 	}
-	e.hostRuns, e.targetRuns = 0, 0
 }
 
 // picked counts a run of side (Host or Target) outside a profile.

@@ -60,7 +60,6 @@ type Cache struct {
 	st    CacheStats
 	miss  costRing // miss reads: seconds per byte
 	wb    costRing // write-backs: seconds per byte
-	in    costRing // writes into the cache, write-backs excluded: seconds per byte
 	// free holds the buffers of dropped pages for new ones (at most a
 	// capacity's worth), so a cache that keeps missing does not keep the
 	// garbage collector busy.
@@ -171,14 +170,6 @@ func (c *Cache) writeBackCost() float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.wb.perByte()
-}
-
-// insertCost is what writing a byte into the cache costs (copying,
-// page management), the write-backs it caused excluded.
-func (c *Cache) insertCost() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.in.perByte()
 }
 
 // fileLocked returns f's pages, creating the entry. The handle kept for
@@ -593,7 +584,6 @@ func (c *Cache) WriteAt(ctx context.Context, f *offloadfs.File, p []byte, off in
 // writeAt is WriteAt, also returning the time spent writing back pages it
 // evicted.
 func (c *Cache) writeAt(ctx context.Context, f *offloadfs.File, p []byte, off int64) (int, time.Duration, error) {
-	began := time.Now()
 	if off < 0 {
 		return 0, 0, &iofs.PathError{Op: "write", Path: f.Name(), Err: fmt.Errorf("%w: negative offset", iofs.ErrInvalid)}
 	}
@@ -668,7 +658,6 @@ func (c *Cache) writeAt(ctx context.Context, f *offloadfs.File, p []byte, off in
 	if err != nil {
 		return len(p), wbTime, err
 	}
-	c.in.add(int64(len(p)), max(time.Since(began)-wbTime, 0))
 	return len(p), wbTime, nil
 }
 

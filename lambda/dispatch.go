@@ -157,6 +157,8 @@ type keyState struct {
 	// every request, and rechecked is seen at the last recheck.
 	pick            Mode
 	seen, rechecked uint64
+	// writeProfiles counts profiled writes, whose sides alternate.
+	writeProfiles uint64
 }
 
 // Dispatcher runs λ reads and writes on the host or at the target (see
@@ -493,14 +495,14 @@ func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
 	return false, d.modelLocked(ks)
 }
 
-// recheck is told the side the model picked for a read outside a
-// profile, and says whether to profile the read instead: when the
+// recheck is told the side the model picked for a request outside a
+// profile, and says whether to profile the request instead: when the
 // pick changes between profiles, the request that would switch sides
 // starts a new profile, in which the side being left has lost its
 // samples. A switch between profiles comes from the picked side's own
 // runs getting slower, measured alone, against the other side's older
 // samples from the last profile; on a shared machine that is mostly a
-// slow spell, which a profile measures on both sides at once. Without
+// slow spell, which a profile measures on both sides anew. Without
 // this, with every read cached (stats64: host 0.7 ms, target 1.0), a
 // spell sent the rest of the profile period's reads to the target, up to
 // 671 of 1024 in a round. A recheck comes at most once every
@@ -981,12 +983,13 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	if profile {
 		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
 	}
-	// No recheck for writes: a write's profile measures the host's
-	// compute only, its write-back priced by the model, so checking a
-	// switch with one measures again what made the model switch (bitmap,
-	// 100% warm: 289-585 of 1024 writes to the slower host with
-	// rechecks, 0-247 without).
 	host, target := m.Write(int64(len(data)))
+	// A switch between profiles is rechecked as a read's is: a slow spell
+	// of the target's writes (bitmap, 100% warm: 3.8 ms against 2.7)
+	// otherwise kept the rest of the period, 163 writes, on the host.
+	if d.recheck(ks, pickOf(host, target)) {
+		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
+	}
 	if host < target {
 		return d.hostWrite(ctx, Host, hf, f, fn, off, n, params, data)
 	}
@@ -1056,25 +1059,34 @@ func (d *Dispatcher) hostCompute(ctx context.Context, mode Mode, hf *hostFunctio
 // hostWrite runs a λ write on the host (mode K or B): compute, pad the
 // output to whole device blocks, write it through the cache.
 func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
-	k, err := d.hostWriteRun(ctx, mode, hf, f, fn, off, n, params, data)
+	k, took, err := d.hostWriteRun(ctx, mode, hf, f, off, n, params, data)
+	if err == nil && mode == Host {
+		d.state(f.Ino(), fn).record(func(e *estimator) {
+			e.addWriteHost(int64(len(data)), int64(k), took, true)
+			e.picked(Host)
+		})
+	}
 	return k, mode, err
 }
 
-func (d *Dispatcher) hostWriteRun(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+// hostWriteRun is hostWrite's work. took is the host's cost, all of the
+// call but the write-backs of pages it evicted: the model prices writing
+// the output back (r·n/N + r·n/S) apart.
+func (d *Dispatcher) hostWriteRun(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, off int64, n int, params, data []byte) (k int, took time.Duration, err error) {
 	began := time.Now()
 	out, _, err := d.hostCompute(ctx, mode, hf, params, data, n)
 	if err != nil {
-		return 0, pathErr("lambda write", f, err)
+		return 0, 0, pathErr("lambda write", f, err)
 	}
 	// As at the target: a range past the end grows the file to off+n,
 	// whatever the output's length.
 	size, err := fileSize(f)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if end := off + int64(n); end > size {
 		if err := f.Truncate(end); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 	}
 	padded := (int64(len(out)) + d.bs - 1) / d.bs * d.bs
@@ -1082,19 +1094,9 @@ func (d *Dispatcher) hostWriteRun(ctx context.Context, mode Mode, hf *hostFuncti
 	copy(buf, out)
 	_, wbTime, err := d.cache.writeAt(ctx, f, buf, off)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	if mode == Host {
-		// The host's cost is all of this call but the write-backs of
-		// pages it evicted: the model prices writing the output back
-		// (r·n/N + r·n/S) apart.
-		took := max(time.Since(began)-wbTime, 0)
-		d.state(f.Ino(), fn).record(func(e *estimator) {
-			e.addWriteHost(int64(len(data)), int64(len(out)), took, true)
-			e.picked(Host)
-		})
-	}
-	return len(out), nil
+	return len(out), max(time.Since(began)-wbTime, 0), nil
 }
 
 // targetWrite runs a λ write in mode T: the cache's dirty pages in the
@@ -1112,57 +1114,42 @@ func (d *Dispatcher) targetWrite(ctx context.Context, f *offloadfs.File, fn sand
 	return k, took, err
 }
 
-// profileWrite runs a λ write at the target (the real write) while the
-// host computes the same output, thrown away. The call returns when the
-// target's write does; a host run still computing then is cancelled and
-// measured when it stops, its time from the profile's start a lower
-// bound (as a profiled read's loser), so the host is never estimated
-// faster than the target that beat it. A host run that finishes first
-// is measured exactly: its compute, plus what putting the output in the
-// cache costs (hostWriteRun's measurements include that; the write-back
-// the model prices apart). Running the host's side after the target's
-// instead, as it once did, cost a whole host compute per profiled write:
-// 4.3 ms of bitmap's 4 ms target write, 2.7% of a cold run.
+// profileWrite runs one of a profile's writes. A write cannot run on
+// both sides as a read does, its output being written once, so a
+// profile's writes alternate sides, target first (with ProfileFirst 5:
+// T, K, T, K, T), each the real write, measured alone as the picked
+// side's writes are. The host side's time is its compute and putting the
+// output in the cache; the model prices the output's write-back apart.
+//
+// A profiled write once ran the target's write while the host computed
+// the same output alongside, thrown away. Competing for the CPUs slowed
+// the target's write more than the host's compute (bitmap, 1 GiB cold:
+// 3.6 ms against 2.7 alone, the host's compute 2.8 against 2.7), so the
+// side picked after a profile, measured alone from then on, looked faster
+// than the other, measured competing, whichever it was: a slow spell that
+// made the host the pick kept it there profile after profile (325 of 1024
+// writes in one round to the host, 1.3x slower). Alternating also costs
+// less: a profiled write costs what the slower side takes over the
+// faster, where running both cost the host's whole compute on the CPUs
+// the target's write needed.
 func (d *Dispatcher) profileWrite(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
 	d.profiled.Add(1)
 	d.opts.Metrics.profile(opWrite)
-	hctx, hcancel := context.WithCancel(ctx)
-	defer hcancel()
+	ks.mu.Lock()
+	turn := ks.writeProfiles
+	ks.writeProfiles++
+	ks.mu.Unlock()
 	x := int64(len(data))
-	// won is set when the target's write succeeded, before the host side
-	// is cancelled: only then is a cancelled host run a lower bound (a
-	// write that failed at once says nothing of how slow the host is).
-	var won atomic.Bool
-	// The host side may outlive the call: it computes on its own copy
-	// of the input.
-	hparams, hdata := bytes.Clone(params), bytes.Clone(data)
-	start := time.Now()
-	d.loserStart()
-	go func() {
-		defer d.loserDone()
-		out, _, err := d.hostCompute(hctx, Host, hf, hparams, hdata, n)
-		took := time.Since(start)
-		switch {
-		case err == nil:
-			padded := (int64(len(out)) + d.bs - 1) / d.bs * d.bs
-			took += time.Duration(float64(padded) * d.cache.insertCost() * float64(time.Second))
-			ks.record(func(e *estimator) { e.addWriteHost(x, int64(len(out)), took, true) })
-		case errors.Is(err, sandbox.ErrFunction) && hctx.Err() == nil:
-			// The function's own error: the run is finished.
-			ks.record(func(e *estimator) { e.addWriteHost(x, 0, took, false) })
-		case won.Load() && hctx.Err() != nil:
-			// Cancelled when the target finished: a lower bound.
-			ks.record(func(e *estimator) { e.addWriteHost(x, 0, took, false) })
+	if turn%2 == 1 {
+		k, took, err := d.hostWriteRun(ctx, Host, hf, f, off, n, params, data)
+		if err == nil {
+			ks.record(func(e *estimator) { e.addWriteHost(x, int64(k), took, true) })
 		}
-	}()
+		return k, Host, err
+	}
 	k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
 	if err == nil {
-		won.Store(true)
+		ks.record(func(e *estimator) { e.addWriteTarget(x, int64(k), total, true) })
 	}
-	hcancel()
-	if err != nil {
-		return k, Target, err
-	}
-	ks.record(func(e *estimator) { e.addWriteTarget(x, int64(k), total, true) })
-	return k, Target, nil
+	return k, Target, err
 }

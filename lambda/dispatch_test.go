@@ -536,45 +536,53 @@ func TestWaitProfiles(t *testing.T) {
 	}
 }
 
-// TestProfileWriteMeasuresBothSides: a profiled write writes at the target
-// and measures the host computing the same output alongside, and once
-// WaitProfiles returns the host side's measurement is in the model, exact
-// or as a lower bound. The caller reuses its buffer as soon as the call
-// returns.
-func TestProfileWriteMeasuresBothSides(t *testing.T) {
-	e := newEnv(t, envConfig{profileEvery: 1, profileFirst: 1})
+// TestProfileWritesAlternate: a profile's writes alternate sides, target
+// first, each the real write measured alone into its side's estimate, and
+// each writes the right bytes (through the host cache on the host's
+// turns).
+func TestProfileWritesAlternate(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 100, profileFirst: 4})
 	ctx := context.Background()
-	bm := bytes.Repeat([]byte{0x0f, 0xf0, 0x00, 0xff}, 1<<14)
-	nbits := 8 * len(bm)
-	n := (len(bm) + devBS - 1) / devBS * devBS
 	fn := e.fns["bitmap"]
-	for i := range 3 {
-		f := e.file(fmt.Sprintf("profiled%d", i), nil)
-		data := functions.EncodeBitmap(bm, nbits)
-		k, err := e.d.Write(ctx, Auto, f, fn, 0, n, nil, data)
+	f := e.file("profiled", nil)
+	rng := rand.New(rand.NewPCG(7, 8))
+	want := []Mode{Target, Host, Target, Host}
+	var bms [][]byte
+	for i, side := range want {
+		bm := make([]byte, 4*devBS)
+		for j := range bm {
+			bm[j] = byte(rng.Uint32())
+		}
+		bms = append(bms, bm)
+		data := functions.EncodeBitmap(bm, 8*len(bm))
+		before := e.d.Stats().Ran[side]
+		k, err := e.d.Write(ctx, Auto, f, fn, int64(i*len(bm)), len(bm), nil, data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		clear(data) // the caller's again
 		if k != len(bm) {
-			t.Fatalf("wrote %d bytes, want %d", k, len(bm))
+			t.Fatalf("write %d: wrote %d bytes, want %d", i, k, len(bm))
 		}
-		if err := e.d.WaitProfiles(ctx); err != nil {
-			t.Fatal(err)
+		if got := e.d.Stats().Ran[side]; got != before+1 {
+			t.Errorf("write %d ran on %v %d times, want once", i, side, got-before)
 		}
 		ks := e.d.state(f.Ino(), fn)
 		ks.mu.Lock()
 		host, target := len(ks.est.hostCPU.v), len(ks.est.wrTotal.v)
 		ks.mu.Unlock()
-		if host != 1 || target != 1 {
-			t.Errorf("write %d: %d host and %d target measurements, want 1 and 1", i, host, target)
-		}
-		if got := contents(t, f); !bytes.Equal(got[:len(bm)], bm) {
-			t.Errorf("write %d: file contents differ", i)
+		if wantHost, wantTarget := (i+1)/2, i/2+1; host != wantHost || target != wantTarget {
+			t.Errorf("after write %d: %d host and %d target measurements, want %d and %d", i, host, target, wantHost, wantTarget)
 		}
 	}
-	if got := e.d.Stats().Profiled; got != 3 {
-		t.Errorf("Profiled = %d, want 3", got)
+	if err := e.d.Cache().Flush(ctx, f, 0, int64(len(want)*4*devBS)); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(t, f); !bytes.Equal(got, bytes.Join(bms, nil)) {
+		t.Error("file contents differ from the bitmaps written")
+	}
+	if got := e.d.Stats().Profiled; got != uint64(len(want)) {
+		t.Errorf("Profiled = %d, want %d", got, len(want))
 	}
 }
 
@@ -626,5 +634,54 @@ func TestRecheck(t *testing.T) {
 	// target's stay.
 	if len(ks.est.hostCPU.v) != 0 || len(ks.est.tgtTotal.v) == 0 {
 		t.Errorf("after leaving the host: %d host, %d target samples, want 0 and some", len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v))
+	}
+}
+
+// TestWriteRecheck: a λ write whose pick switches sides between profiles
+// is profiled instead, as a read's is.
+func TestWriteRecheck(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 100, profileFirst: 2})
+	ctx := context.Background()
+	fn := e.fns["bitmap"]
+	f := e.file("rechecked", nil)
+	ks := e.d.state(f.Ino(), fn)
+	// set fills both sides' windows so that side is the faster by far.
+	set := func(side Mode) {
+		ks.mu.Lock()
+		defer ks.mu.Unlock()
+		fast, slow := 1e-9, 1e-3
+		if side == Target {
+			fast, slow = slow, fast
+		}
+		for range windowSize {
+			ks.est.hostCPU.add(fast)
+			ks.est.wrTotal.add(slow)
+		}
+		ks.stale = true
+	}
+	bm := bytes.Repeat([]byte{0x3c}, devBS)
+	write := func(i int) Stats {
+		t.Helper()
+		if _, err := e.d.Write(ctx, Auto, f, fn, int64(i*devBS), devBS, nil, functions.EncodeBitmap(bm, 8*devBS)); err != nil {
+			t.Fatal(err)
+		}
+		return e.d.Stats()
+	}
+	for i := range 2 { // the scheduled profile
+		write(i)
+	}
+	set(Host)
+	if st := write(2); st.Profiled != 2 || st.Ran[Host] != 2 {
+		t.Fatalf("after the profile, host picked: profiled %d, ran on the host %d, want 2 and 2", st.Profiled, st.Ran[Host])
+	}
+	set(Target)
+	if st := write(3); st.Rechecks != 1 || st.Profiled != 3 {
+		t.Errorf("a switch to the target: %d rechecks, %d profiled, want 1 and 3", st.Rechecks, st.Profiled)
+	}
+	if err := e.d.Cache().Flush(ctx, f, 0, 4*devBS); err != nil {
+		t.Fatal(err)
+	}
+	if got := contents(t, f); !bytes.Equal(got, bytes.Repeat(bm, 4)) {
+		t.Error("file contents differ from the bitmaps written")
 	}
 }

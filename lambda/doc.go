@@ -49,13 +49,14 @@
 // the loser would make each profiled call as slow as the worse of K and
 // T, and that, k times in n, is more than the dispatcher can afford if it
 // is never to be more than a few percent slower than the better of the
-// two. A profiled write runs the real write at the target while the host
-// computes the same output, thrown away; the call returns when the
-// target's write does, and a host run not finished by then is cancelled
-// and counts with its bound, as a read's loser. (The target's write
-// cannot be cancelled, so it is always the side that answers.) The
-// host's estimate is its compute, the cost of putting the output in the
-// cache, and the output's write-back at the measured cost.
+// two. A write cannot run on both sides, its output being written once,
+// so a profile's writes alternate sides, target first: each is the real
+// write, measured alone. (Running the host's compute alongside the
+// target's write, as profiled writes once did, slowed the target's write
+// more than the host's compute, so whichever side was picked after a
+// profile looked the faster from then on.) The host's estimate is its
+// compute, the cost of putting the output in the cache, and the output's
+// write-back at the cache's measured cost.
 //
 // Between profiles the picked side's runs, measured alone, keep its
 // estimate current, while the other side's rests on the last profile. A
@@ -63,10 +64,8 @@
 // side for the rest of the period. So when the pick for a read changes
 // between profiles, that read begins a new profile period (a recheck),
 // in which the side being left is measured afresh; at most one recheck
-// every ProfileEvery requests. Writes are not rechecked: a write's
-// profile measures the host's compute only (its write-back is priced),
-// so it would measure again what made the model switch. Calls in modes K and T bypass the model
-// but feed it.
+// every ProfileEvery requests. Writes are rechecked the same way. Calls
+// in modes K and T bypass the model but feed it.
 //
 // # Consistency
 //

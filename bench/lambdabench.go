@@ -191,7 +191,7 @@ type LambdaModeResult struct {
 	// without B).
 	VsB float64 `json:"vs_b,omitempty"`
 	// Ran and Profiled are the median run's: where its calls ran and how
-	// many ran on both sides to be measured.
+	// many were profiled (Dispatcher.Stats().Profiled).
 	Ran      map[string]uint64 `json:"ran"`
 	Profiled uint64            `json:"profiled"`
 }
@@ -201,7 +201,7 @@ type LambdaRun struct {
 	Seconds float64 `json:"seconds"`
 	MBps    float64 `json:"mb_per_s"`
 	// Ran counts the run's calls by where they ran ("K" host, "T"
-	// target, "B" buffered); Profiled those run on both sides.
+	// target, "B" buffered); Profiled those profiled.
 	Ran      map[string]uint64 `json:"ran"`
 	Profiled uint64            `json:"profiled"`
 	// CacheHits and CacheMisses are the host cache's page counts.

@@ -117,7 +117,7 @@ const (
 type Stats struct {
 	Requests uint64          // calls taken
 	Ran      map[Mode]uint64 // where calls finally ran: Host, Target, Buffered (Auto never appears)
-	Profiled uint64          // calls run on both sides for profiling
+	Profiled uint64          // profiled calls: reads run on both sides, writes on each side in turn
 	Rechecks uint64          // profiles begun early because the model's pick changed
 	Models   []ModelStat     // per (file inode, function): the current fitted model
 }
@@ -959,13 +959,20 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	}
 	switch mode {
 	case Target:
-		return d.measuredTargetWrite(ctx, d.state(f.Ino(), fn), f, fn, off, n, params, data)
-	case Host, Buffered:
+		return d.writeOn(ctx, d.state(f.Ino(), fn), Target, true, nil, f, fn, off, n, params, data)
+	case Host:
 		hf, err := d.hostFunctionFor(fn, mode)
 		if err != nil {
 			return 0, Auto, err
 		}
-		return d.hostWrite(ctx, mode, hf, f, fn, off, n, params, data)
+		return d.writeOn(ctx, d.state(f.Ino(), fn), Host, true, hf, f, fn, off, n, params, data)
+	case Buffered:
+		hf, err := d.hostFunctionFor(fn, mode)
+		if err != nil {
+			return 0, Auto, err
+		}
+		k, _, err := d.hostWrite(ctx, Buffered, hf, f, off, n, params, data)
+		return k, Buffered, err
 	case Auto:
 	default:
 		return 0, Auto, pathErr(op, f, fmt.Errorf("%w: %v", iofs.ErrInvalid, mode))
@@ -987,26 +994,42 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	// A switch between profiles is rechecked as a read's is: a slow spell
 	// of the target's writes (bitmap, 100% warm: 3.8 ms against 2.7)
 	// otherwise kept the rest of the period, 163 writes, on the host.
-	if d.recheck(ks, pickOf(host, target)) {
+	pick := pickOf(host, target)
+	if d.recheck(ks, pick) {
 		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
 	}
-	if host < target {
-		return d.hostWrite(ctx, Host, hf, f, fn, off, n, params, data)
-	}
-	return d.measuredTargetWrite(ctx, ks, f, fn, off, n, params, data)
+	return d.writeOn(ctx, ks, pick, true, hf, f, fn, off, n, params, data)
 }
 
-// measuredTargetWrite runs a λ write at the target, outside a profile,
-// and feeds its time to ks's model as a run of the picked side.
-func (d *Dispatcher) measuredTargetWrite(ctx context.Context, ks *keyState, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
-	k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
-	if err == nil {
-		ks.record(func(e *estimator) {
-			e.addWriteTarget(int64(len(data)), int64(k), total, true)
-			e.picked(Target)
-		})
+// writeOn runs a λ write on side (Host, with hf, or Target) and feeds its
+// time to ks's model; picked says it is a run of the side picked
+// (outside a profile), which keeps that side's samples at the next one.
+func (d *Dispatcher) writeOn(ctx context.Context, ks *keyState, side Mode, picked bool, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
+	var (
+		k    int
+		took time.Duration
+		err  error
+	)
+	if side == Host {
+		k, took, err = d.hostWrite(ctx, Host, hf, f, off, n, params, data)
+	} else {
+		k, took, err = d.targetWrite(ctx, f, fn, off, n, params, data)
 	}
-	return k, Target, err
+	if err != nil {
+		return k, side, err
+	}
+	x := int64(len(data))
+	ks.record(func(e *estimator) {
+		if side == Host {
+			e.addWriteHost(x, int64(k), took, true)
+		} else {
+			e.addWriteTarget(x, int64(k), took, true)
+		}
+		if picked {
+			e.picked(side)
+		}
+	})
+	return k, side, nil
 }
 
 // hostCompute runs fn's compute entry (sandboxed, or native in mode B) on
@@ -1057,22 +1080,10 @@ func (d *Dispatcher) hostCompute(ctx context.Context, mode Mode, hf *hostFunctio
 }
 
 // hostWrite runs a λ write on the host (mode K or B): compute, pad the
-// output to whole device blocks, write it through the cache.
-func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
-	k, took, err := d.hostWriteRun(ctx, mode, hf, f, off, n, params, data)
-	if err == nil && mode == Host {
-		d.state(f.Ino(), fn).record(func(e *estimator) {
-			e.addWriteHost(int64(len(data)), int64(k), took, true)
-			e.picked(Host)
-		})
-	}
-	return k, mode, err
-}
-
-// hostWriteRun is hostWrite's work. took is the host's cost, all of the
-// call but the write-backs of pages it evicted: the model prices writing
-// the output back (r·n/N + r·n/S) apart.
-func (d *Dispatcher) hostWriteRun(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, off int64, n int, params, data []byte) (k int, took time.Duration, err error) {
+// output to whole device blocks, write it through the cache. took is the
+// host's cost, all of the call but the write-backs of pages it evicted:
+// the model prices writing the output back (r·n/N + r·n/S) apart.
+func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, off int64, n int, params, data []byte) (k int, took time.Duration, err error) {
 	began := time.Now()
 	out, _, err := d.hostCompute(ctx, mode, hf, params, data, n)
 	if err != nil {
@@ -1139,17 +1150,9 @@ func (d *Dispatcher) profileWrite(ctx context.Context, ks *keyState, hf *hostFun
 	turn := ks.writeProfiles
 	ks.writeProfiles++
 	ks.mu.Unlock()
-	x := int64(len(data))
+	side := Target
 	if turn%2 == 1 {
-		k, took, err := d.hostWriteRun(ctx, Host, hf, f, off, n, params, data)
-		if err == nil {
-			ks.record(func(e *estimator) { e.addWriteHost(x, int64(k), took, true) })
-		}
-		return k, Host, err
+		side = Host
 	}
-	k, total, err := d.targetWrite(ctx, f, fn, off, n, params, data)
-	if err == nil {
-		ks.record(func(e *estimator) { e.addWriteTarget(x, int64(k), total, true) })
-	}
-	return k, Target, err
+	return d.writeOn(ctx, ks, side, false, hf, f, fn, off, n, params, data)
 }

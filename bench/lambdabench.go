@@ -82,6 +82,12 @@ type LambdaConfig struct {
 	// Runtime is where the function runs in modes K and T (and λ):
 	// sandbox.KindWasm (default) or sandbox.KindEBPF.
 	Runtime sandbox.Kind
+	// ProfileEvery and ProfileFirst are the dispatcher's profiling
+	// schedule in mode λ, n and k: of every n requests, the first k run
+	// on both sides (0: lambda.DefaultProfileEvery and
+	// DefaultProfileFirst). A large n shows what λ's periodic profiles
+	// cost, against its routing alone.
+	ProfileEvery, ProfileFirst int
 	// Seed makes the dataset (default 1).
 	Seed uint64
 	// Link is the --link rate: "" or "loopback", or a rate such as
@@ -121,6 +127,9 @@ func (c *LambdaConfig) setDefaults() error {
 	}
 	if c.Repeat < 0 || c.Depth < 0 || c.Depth > 64 || c.Interleave < 0 {
 		return errors.New("bench: negative repeat or interleave, or depth outside 1 to 64")
+	}
+	if c.ProfileEvery < 0 || c.ProfileFirst < 0 {
+		return fmt.Errorf("bench: profile schedule: first %d of every %d requests: want 0 (the default) or more", c.ProfileFirst, c.ProfileEvery)
 	}
 	if c.Runtime == 0 {
 		c.Runtime = sandbox.KindWasm
@@ -170,6 +179,11 @@ type LambdaReport struct {
 	Repeat      int     `json:"repeat"`
 	// Interleave is LambdaConfig.Interleave (0: whole runs in turn).
 	Interleave int `json:"interleave,omitempty"`
+	// ProfileEvery and ProfileFirst are the dispatcher's schedule in
+	// mode λ, after defaults: the first ProfileFirst of every
+	// ProfileEvery requests were profiled.
+	ProfileEvery int `json:"profile_every"`
+	ProfileFirst int `json:"profile_first"`
 	// Answer is the native reference every run's combined answer equalled.
 	Answer string `json:"answer"`
 	// Modes has one entry per mode, in the order asked for.
@@ -295,6 +309,7 @@ func RunLambda(ctx context.Context, cfg LambdaConfig) (_ *LambdaReport, err erro
 		targetExe: cfg.TargetExe, serverCPUs: cfg.ServerCPUs, link: cfg.Link,
 		volumeSize: copies*(cfg.Size+cfg.Size/8) + 96<<20, cacheSize: copies*cfg.Size + 64<<20,
 		requestSize: cfg.RequestSize, depth: cfg.Depth, logger: cfg.Logger,
+		profileEvery: cfg.ProfileEvery, profileFirst: cfg.ProfileFirst,
 	})
 	if err != nil {
 		return nil, err
@@ -336,10 +351,12 @@ func newLambdaReport(e *lambdaEnv, kind sandbox.Kind, repeat, depth int, warm fl
 	if random {
 		order = "random"
 	}
+	every, first := e.disp.ProfileSchedule()
 	return &LambdaReport{
 		Machine: DescribeMachine(), Runtime: kind.String(), Target: e.where,
 		Link: e.link.String(), LinkShaped: e.link.Shaped(), LinkRate: e.link.Rate(),
 		Depth: depth, Warm: warm, WarmOrder: order, Repeat: repeat,
+		ProfileEvery: every, ProfileFirst: first,
 	}
 }
 
@@ -911,6 +928,9 @@ func WriteLambdaTable(w io.Writer, r *LambdaReport) error {
 			fmt.Fprintf(w, " — %s", b.Note)
 		}
 		fmt.Fprintln(w)
+	}
+	if len(r.Models) > 0 && r.ProfileEvery > 0 {
+		fmt.Fprintf(w, "dispatcher schedule: the first %d of every %d requests profiled\n", r.ProfileFirst, r.ProfileEvery)
 	}
 	for _, m := range r.Models {
 		fmt.Fprintf(w, "dispatcher model: %s\n", m)

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"cmp"
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -157,6 +159,62 @@ func TestLambdaRunDetectsWrongAnswers(t *testing.T) {
 			}
 		}
 		w.file.Close()
+	}
+}
+
+// TestLambdaProfileSchedule: the profiling schedule given reaches λ's
+// dispatcher (how many of λ's calls were profiled follows it), the
+// report says which schedule ran, and a negative one is refused.
+func TestLambdaProfileSchedule(t *testing.T) {
+	const size, req = 2 << 20, 256 << 10 // 8 requests a run
+	for _, tc := range []struct {
+		every, first int
+		// λ's profiled calls over both runs' 16 requests: the first
+		// `first` of every `every`, and a recheck's `first` (a recheck
+		// comes at most once every `every` requests).
+		min, max uint64
+	}{
+		{every: 4, first: 2, min: 8, max: 16},
+		{every: 1000, first: 1, min: 1, max: 2},
+		{every: 0, first: 0, min: lambda.DefaultProfileFirst, max: 2 * lambda.DefaultProfileFirst},
+	} {
+		t.Run(fmt.Sprintf("%d-of-%d", tc.first, tc.every), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			rep, err := RunLambda(ctx, LambdaConfig{
+				App: "stats64", Size: size, RequestSize: req, Repeat: 2,
+				ProfileEvery: tc.every, ProfileFirst: tc.first,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			every, first := cmp.Or(tc.every, lambda.DefaultProfileEvery), cmp.Or(tc.first, lambda.DefaultProfileFirst)
+			if rep.ProfileEvery != every || rep.ProfileFirst != first {
+				t.Errorf("report: first %d of every %d, want %d of %d", rep.ProfileFirst, rep.ProfileEvery, first, every)
+			}
+			var profiled uint64
+			for _, m := range rep.Modes {
+				for _, r := range m.Runs {
+					if m.Mode != lambda.Auto.String() && r.Profiled > 0 {
+						t.Errorf("mode %s profiled %d calls", m.Mode, r.Profiled)
+					}
+					profiled += r.Profiled
+				}
+			}
+			if profiled < tc.min || profiled > tc.max {
+				t.Errorf("λ profiled %d calls, want %d to %d", profiled, tc.min, tc.max)
+			}
+			var out strings.Builder
+			if err := WriteLambdaTable(&out, rep); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("the first %d of every %d requests profiled", first, every); !strings.Contains(out.String(), want) {
+				t.Errorf("the table has no %q:\n%s", want, out.String())
+			}
+		})
+	}
+	if _, err := RunLambda(context.Background(), LambdaConfig{App: "stats64", ProfileEvery: -1}); err == nil {
+		t.Error("a negative profile schedule was taken")
 	}
 }
 

@@ -43,8 +43,11 @@ type lambdaEnvConfig struct {
 	// and output limits must hold.
 	requestSize int
 	// depth is the requests in flight, for the host's instance pool.
-	depth  int
-	logger *slog.Logger
+	depth int
+	// profileEvery and profileFirst are the dispatcher's n and k
+	// (lambda.Options; 0: its defaults).
+	profileEvery, profileFirst int
+	logger                     *slog.Logger
 }
 
 // lambdaEnv is a running setup.
@@ -157,7 +160,10 @@ func startLambdaEnv(ctx context.Context, cfg lambdaEnvConfig) (_ *lambdaEnv, err
 	}
 	e.closers = append(e.closers, e.fsys.Close)
 	e.cache = lambda.NewCache(cfg.cacheSize, 0)
-	e.disp, err = lambda.New(ctx, e.fsys, lambda.Options{Runtimes: rts, Limits: e.limits, Cache: e.cache, Logger: cfg.logger})
+	e.disp, err = lambda.New(ctx, e.fsys, lambda.Options{
+		Runtimes: rts, Limits: e.limits, Cache: e.cache, Logger: cfg.logger,
+		ProfileEvery: cfg.profileEvery, ProfileFirst: cfg.profileFirst,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

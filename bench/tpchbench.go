@@ -40,17 +40,19 @@ type TPCHConfig struct {
 	// RequestSize is each λ read's size (default 1 MiB), a multiple of
 	// the 64-byte row up to MaxLambdaRequestSize.
 	RequestSize int
-	// Warm, WarmRandom, Modes, Repeat, Depth, Interleave, Runtime, Link,
-	// TargetExe, ServerCPUs, Logger and Progress are as LambdaConfig's.
-	Warm                      float64
-	WarmRandom                bool
-	Modes                     []lambda.Mode
-	Repeat, Depth, Interleave int
-	Runtime                   sandbox.Kind
-	Link                      string
-	TargetExe, ServerCPUs     string
-	Logger                    *slog.Logger
-	Progress                  func(stage string)
+	// Warm, WarmRandom, Modes, Repeat, Depth, Interleave, Runtime,
+	// ProfileEvery, ProfileFirst, Link, TargetExe, ServerCPUs, Logger and
+	// Progress are as LambdaConfig's.
+	Warm                       float64
+	WarmRandom                 bool
+	Modes                      []lambda.Mode
+	Repeat, Depth, Interleave  int
+	Runtime                    sandbox.Kind
+	ProfileEvery, ProfileFirst int
+	Link                       string
+	TargetExe, ServerCPUs      string
+	Logger                     *slog.Logger
+	Progress                   func(stage string)
 	// Seed is the generator's (default 1).
 	Seed uint64
 	// GenProgress, when set, is told how many of LINEITEM's bytes are
@@ -70,7 +72,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *LambdaReport, err error) {
 	lc := LambdaConfig{
 		App: "tpch", Size: 1, RequestSize: cfg.RequestSize, Warm: cfg.Warm, WarmRandom: cfg.WarmRandom,
 		Modes: cfg.Modes, Repeat: cfg.Repeat, Depth: cfg.Depth, Interleave: cfg.Interleave, Runtime: cfg.Runtime,
-		Seed: cfg.Seed, Logger: cfg.Logger, Progress: cfg.Progress,
+		ProfileEvery: cfg.ProfileEvery, ProfileFirst: cfg.ProfileFirst, Seed: cfg.Seed, Logger: cfg.Logger, Progress: cfg.Progress,
 	}
 	if err := lc.setDefaults(); err != nil {
 		return nil, err
@@ -95,6 +97,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *LambdaReport, err error) {
 		targetExe: cfg.TargetExe, serverCPUs: cfg.ServerCPUs, link: cfg.Link,
 		volumeSize: (copies*(size+size/8) + 96<<20 + lambdaBlock - 1) / lambdaBlock * lambdaBlock, cacheSize: copies*size + 64<<20,
 		requestSize: lc.RequestSize, depth: lc.Depth, logger: lc.Logger,
+		profileEvery: lc.ProfileEvery, profileFirst: lc.ProfileFirst,
 	})
 	if err != nil {
 		return nil, err

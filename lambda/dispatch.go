@@ -363,6 +363,12 @@ func (d *Dispatcher) Register(ctx context.Context, fn Function) (sandbox.ID, err
 // Cache returns the dispatcher's host cache.
 func (d *Dispatcher) Cache() *Cache { return d.cache }
 
+// ProfileSchedule returns the profiling schedule in use, after defaults:
+// of every n requests per (file, function), the first k are profiled.
+func (d *Dispatcher) ProfileSchedule() (n, k int) {
+	return d.opts.ProfileEvery, d.opts.ProfileFirst
+}
+
 // Stats returns the dispatcher's counters and models.
 func (d *Dispatcher) Stats() Stats {
 	st := Stats{Requests: d.requests.Load(), Profiled: d.profiled.Load(), Rechecks: d.rechecks.Load(), Ran: make(map[Mode]uint64)}

@@ -23,6 +23,7 @@ type lambdaRunFlags struct {
 	plotFile                               string
 	warm                                   float64
 	repeat, depth, interleave              int
+	profileEvery, profileFirst             int
 	seed                                   uint64
 	asJSON, quiet                          bool
 	proc                                   procFlags
@@ -36,6 +37,8 @@ func (l *lambdaRunFlags) add(f *pflag.FlagSet) {
 	f.IntVar(&l.repeat, "repeat", 3, "runs per mode (medians are reported); the modes take turns, ABCD DCBA …")
 	f.IntVar(&l.depth, "depth", 1, "λ requests in flight")
 	f.IntVar(&l.interleave, "interleave", 0, "run the modes together, each over its own copy of the file, taking turns every this many requests (ABCD DCBA …); 0: whole runs take turns")
+	f.IntVar(&l.profileEvery, "profile-every", lambda.DefaultProfileEvery, "mode lambda: profile the first --profile-first of every this many requests per (file, function)")
+	f.IntVar(&l.profileFirst, "profile-first", lambda.DefaultProfileFirst, "mode lambda: requests profiled (run on both sides and measured) at the start of every --profile-every")
 	f.StringVar(&l.runtime, "runtime", "wasm", "the function's runtime in modes K, T and lambda: wasm or ebpf")
 	f.Uint64Var(&l.seed, "seed", 1, "the dataset's seed")
 	f.StringVar(&l.link, "link", "", "emulated link to the target (e.g. 10gbit: a netns behind a tc-shaped veth pair; falls back to loopback where that cannot be done, and says so)")
@@ -68,6 +71,9 @@ func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
 		s.warmRandom = true
 	default:
 		return s, fmt.Errorf("--warm-order %q: want seq or random", l.warmOrder)
+	}
+	if l.profileEvery < 1 || l.profileFirst < 1 {
+		return s, fmt.Errorf("--profile-first %d, --profile-every %d: want 1 or more", l.profileFirst, l.profileEvery)
 	}
 	if s.modes, err = lambda.ParseModes(l.modes); err != nil {
 		return s, fmt.Errorf("--modes: %w", err)
@@ -158,6 +164,7 @@ ran, and the issue's bars: λ within 5% of the better of K and T, and, on a
 			cfg := bench.LambdaConfig{
 				App: app, Size: n, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
 				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Interleave: lf.interleave, Runtime: s.runtime, Seed: lf.seed,
+				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst,
 				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
 			if !lf.quiet {

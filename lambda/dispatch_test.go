@@ -586,6 +586,109 @@ func TestProfileWritesAlternate(t *testing.T) {
 	}
 }
 
+// TestProfileReadsAlternate: where the model last picked the host, a
+// profile's reads alternate sides, host first, each run alone: one
+// measurement of one side per read, and no losing run left going. Where
+// it picked the target, a profiled read races both sides.
+func TestProfileReadsAlternate(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 100, profileFirst: 4})
+	ctx := context.Background()
+	fn := e.fns["stats64"]
+	const chunk = 64 << 10
+	data := make([]byte, 4*chunk)
+	for i := 0; i < len(data); i += 8 {
+		binary.LittleEndian.PutUint64(data[i:], uint64(i)*0x9e3779b97f4a7c15)
+	}
+	f := e.file("alternate", data)
+	ks := e.d.state(f.Ino(), fn)
+	ks.mu.Lock()
+	ks.last = Host
+	ks.mu.Unlock()
+	for i, side := range []Mode{Host, Target, Host, Target} {
+		off := int64(i * chunk)
+		before := e.d.Stats().Ran[side]
+		res, err := e.d.Read(ctx, Auto, f, fn, off, chunk, nil, functions.StatsSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := native(t, "stats64", data[off:off+chunk], functions.StatsSize); !bytes.Equal(res.Output, want) {
+			t.Errorf("read %d: output %x, want %x", i, res.Output, want)
+		}
+		if err := e.d.WaitProfiles(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.d.Stats().Ran[side]; got != before+1 {
+			t.Errorf("read %d ran on %v %d times, want once", i, side, got-before)
+		}
+		ks.mu.Lock()
+		host, target := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		ks.mu.Unlock()
+		if wantHost, wantTarget := i/2+1, (i+1)/2; host != wantHost || target != wantTarget {
+			t.Errorf("after read %d: %d host and %d target measurements, want %d and %d", i, host, target, wantHost, wantTarget)
+		}
+	}
+	if got := e.d.Stats().Profiled; got != 4 {
+		t.Errorf("Profiled = %d, want 4", got)
+	}
+
+	// With the target picked last, the next profile's reads race: the
+	// target runs, and is measured, whichever side wins (a host loser
+	// cancelled before its reads ended is not, so only the target's
+	// measurement is certain). The new profile begins with neither side
+	// picked since the last, so both sides' windows start empty.
+	ks.mu.Lock()
+	ks.last, ks.count = Target, 100
+	ks.mu.Unlock()
+	if _, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.WaitProfiles(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ks.mu.Lock()
+	target := len(ks.est.tgtTotal.v)
+	ks.mu.Unlock()
+	if target != 1 {
+		t.Errorf("after a raced read: %d target measurements, want 1", target)
+	}
+
+	// A recheck's reads alternate sides, the new pick first.
+	ks.mu.Lock()
+	ks.pick, ks.rechecked = Host, 0
+	ks.mu.Unlock()
+	if !e.d.recheck(ks, Target) {
+		t.Fatal("a switch to the target was not rechecked")
+	}
+	for i, side := range []Mode{Target, Host} {
+		ks.mu.Lock()
+		host, target := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		ks.mu.Unlock()
+		before := e.d.Stats().Ran[side]
+		if _, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.d.WaitProfiles(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := e.d.Stats().Ran[side]; got != before+1 {
+			t.Errorf("recheck read %d ran on %v %d times, want once", i, side, got-before)
+		}
+		ks.mu.Lock()
+		dh, dt := len(ks.est.hostCPU.v)-host, len(ks.est.tgtTotal.v)-target
+		ks.mu.Unlock()
+		if wantHost := b2i(side == Host); dh != wantHost || dt != 1-wantHost {
+			t.Errorf("recheck read %d (%v): %d new host and %d new target measurements", i, side, dh, dt)
+		}
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // TestRecheck: a change of the model's pick between profiles profiles
 // that request and starts a new profile period, with the side being left
 // measured afresh; at most once every ProfileEvery requests, and never
@@ -608,6 +711,7 @@ func TestRecheck(t *testing.T) {
 		return pick.String()
 	}
 	var got []string
+	var alone []bool // whether the current profile's reads alternate sides
 	for _, pick := range []Mode{
 		Host, Host, // the period's two profiles
 		Host, Host, Target, // then a switch: a recheck, the first of a new period
@@ -618,14 +722,26 @@ func TestRecheck(t *testing.T) {
 		Host, // the first pick after a profile is no switch
 	} {
 		got = append(got, step(pick))
+		alone = append(alone, ks.alone)
 	}
 	// A switch 10 requests after the last recheck is rechecked.
 	ks.est.hostCPU.add(1e-9)
 	ks.est.tgtTotal.add(2e-9)
 	got = append(got, step(Target))
+	alone = append(alone, ks.alone)
 	want := []string{"P", "P", "K", "K", "R", "P", "T", "K", "K", "T", "T", "T", "T", "T", "P", "P", "K", "R"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got  %v\nwant %v", got, want)
+	}
+	// A recheck's profile alternates; a scheduled one does where the
+	// host was the last pick (none here: the first had no pick, the
+	// second came after the target's).
+	const F, T = false, true
+	if want := []bool{F, F, F, F, T, T, T, T, T, T, T, T, T, T, F, F, F, T}; !slices.Equal(alone, want) {
+		t.Errorf("alone %v\nwant  %v", alone, want)
+	}
+	if ks.last != Target {
+		t.Errorf("last pick %v, want T", ks.last)
 	}
 	if n := d.Stats().Rechecks; n != 2 {
 		t.Errorf("Rechecks = %d, want 2", n)

@@ -39,32 +39,38 @@
 //
 // Of every ProfileEvery requests per (file, function), the first
 // ProfileFirst are profiled (and every request until one run has been
-// measured): a read runs on both sides at once, and the first to finish
-// answers (both compute the same bytes from the same bytes). The other is
-// cancelled through its context at that moment rather than awaited: it
-// still yields a censored measurement — its elapsed time is a lower bound
-// on its cost, and a host run that finished its reads but not its compute
-// gives an exact read rate — and the call costs no more than the faster
-// side plus the slower side's interference until it stops. Waiting for
-// the loser would make each profiled call as slow as the worse of K and
-// T, and that, k times in n, is more than the dispatcher can afford if it
-// is never to be more than a few percent slower than the better of the
-// two. A write cannot run on both sides, its output being written once,
-// so a profile's writes alternate sides, target first: each is the real
-// write, measured alone. (Running the host's compute alongside the
-// target's write, as profiled writes once did, slowed the target's write
-// more than the host's compute, so whichever side was picked after a
-// profile looked the faster from then on.) The host's estimate is its
-// compute, the cost of putting the output in the cache, and the output's
-// write-back at the cache's measured cost.
+// measured). Where the model last picked the target (or has not picked
+// yet), a profiled read runs on both sides at once, and the first to
+// finish answers (both compute the same bytes from the same bytes). A
+// losing host run is cancelled through its context at that moment rather
+// than awaited: it still yields a censored measurement — its elapsed
+// time is a lower bound on its cost, and a host run that finished its
+// reads but not its compute gives an exact read rate — and the call costs
+// no more than the faster side plus the slower side's interference until
+// it stops. A losing target run cannot be stopped (the target does not
+// abort a function it is running), so it is measured when it ends. Where
+// the model last picked the host, that target run is the expected loser,
+// and k of them in a row queue behind each other on the CPUs the host's
+// next requests need; so those profiles' reads alternate sides instead,
+// host first, each the real read, run and measured alone. A write cannot
+// run on both sides, its output being written once, so a profile's
+// writes always alternate sides, target first. (Running the host's
+// compute alongside the target's write, as profiled writes once did,
+// slowed the target's write more than the host's compute, so whichever
+// side was picked after a profile looked the faster from then on.) The
+// host's estimate for a write is its compute, the cost of putting the
+// output in the cache, and the output's write-back at the cache's
+// measured cost.
 //
 // Between profiles the picked side's runs, measured alone, keep its
 // estimate current, while the other side's rests on the last profile. A
 // slow spell of the picked side could then move requests to the other
 // side for the rest of the period. So when the pick for a read changes
 // between profiles, that read begins a new profile period (a recheck),
-// in which the side being left is measured afresh; at most one recheck
-// every ProfileEvery requests. Writes are rechecked the same way. Calls
+// in which the side being left is measured afresh, each read alternating
+// sides, the new pick first, so that both are measured alone; at most
+// one recheck every ProfileEvery requests. Writes are rechecked the same
+// way. Calls
 // in modes K and T bypass the model but feed it.
 //
 // # Consistency

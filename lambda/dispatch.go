@@ -117,7 +117,7 @@ const (
 type Stats struct {
 	Requests uint64          // calls taken
 	Ran      map[Mode]uint64 // where calls finally ran: Host, Target, Buffered (Auto never appears)
-	Profiled uint64          // profiled calls: reads run on both sides (or, after the host was picked, on each side in turn), writes on each side in turn
+	Profiled uint64          // profiled calls: reads run on both sides (or on each side in turn, after the host was picked and at rechecks), writes on each side in turn
 	Rechecks uint64          // profiles begun early because the model's pick changed
 	Models   []ModelStat     // per (file inode, function): the current fitted model
 }

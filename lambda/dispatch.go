@@ -158,12 +158,18 @@ type keyState struct {
 	pick            Mode
 	seen, rechecked uint64
 	// last is the side the model picked for the last request outside a
-	// profile (Auto: none yet): the side a profile expects to win.
+	// profile (Auto: none yet): the side a profile expects to win. near
+	// says the model's two estimates for that request were within
+	// raceMargin of each other.
 	last Mode
+	near bool
 	// alone says the current profile's reads alternate sides, last's
 	// first, rather than race (see profileRead); turn counts them.
 	alone bool
 	turn  uint64
+	// rechecking says the current profile is a recheck's, whose first
+	// pick after it decides whether the switch is on probation.
+	rechecking bool
 	// writeProfiles counts profiled writes, whose sides alternate.
 	writeProfiles uint64
 }
@@ -489,7 +495,7 @@ func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
 	every := uint64(d.opts.ProfileEvery)
 	if i%every == 0 {
 		ks.pick = Auto
-		ks.alone, ks.turn = ks.last == Host, 0
+		ks.alone, ks.turn = ks.last == Host || (ks.last == Target && ks.near), 0
 	}
 	if i > 0 && i%every == 0 {
 		// A new profile. A side the model did not pick since the last
@@ -522,13 +528,46 @@ func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
 // 671 of 1024 in a round. A recheck comes at most once every
 // ProfileEvery requests, so a key whose sides really are a toss-up
 // costs at most twice the profiles.
-func (d *Dispatcher) recheck(ks *keyState, pick Mode) bool {
+//
+// The first pick after a profile is a switch too when it leaves the side
+// picked before the profile (last): a profile has only two or three
+// samples a side, and a slow spell covering one side's turns moved the
+// whole period (traced once, every read cached: host turns of 1.8 and
+// 3.1 ms sent the period's other 206 reads to the slower target). The
+// recheck confirms the switch with a second profile, in which the side
+// being left is measured afresh, before the period follows it.
+//
+// A switch made without a recheck (one came less than ProfileEvery
+// requests ago), or confirmed by a recheck's profile, is on probation:
+// the next profile comes at most a quarter period later instead of up to
+// a whole one. A slow spell can outlast both profiles, and until the next
+// profile nothing measures the side left (the picked side's runs only
+// move its own estimate): with every read cached, rounds sent 207-419 of
+// 1024 reads to the target, 1.2x as slow as the host. A real change
+// costs a profile more.
+func (d *Dispatcher) recheck(ks *keyState, pick Mode, near bool) bool {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
-	prev := ks.pick
-	ks.pick, ks.last = pick, pick
 	every := uint64(d.opts.ProfileEvery)
-	if prev == Auto || prev == pick || (ks.rechecked > 0 && ks.seen-ks.rechecked < every) {
+	leaving, held := ks.pick, false
+	if leaving == Auto {
+		leaving = ks.last
+		if ks.rechecking {
+			// The first pick after a recheck's profile: did the switch
+			// hold?
+			ks.rechecking = false
+			held = pick == ks.last
+		}
+	}
+	ks.pick, ks.last, ks.near = pick, pick, near
+	switched := leaving != Auto && leaving != pick
+	if !switched || (ks.rechecked > 0 && ks.seen-ks.rechecked < every) {
+		if switched || held {
+			// Probation: the side left is measured again a quarter
+			// period on.
+			next := (ks.count/every + 1) * every
+			ks.count = max(ks.count, next-every/4)
+		}
 		return false
 	}
 	ks.rechecked = ks.seen
@@ -537,9 +576,9 @@ func (d *Dispatcher) recheck(ks *keyState, pick Mode) bool {
 	// its next ProfileFirst-1. Its reads alternate sides, pick's first
 	// (profileRead).
 	ks.count = (ks.count/every+1)*every + 1
-	ks.pick = Auto
+	ks.pick, ks.rechecking = Auto, true
 	ks.alone, ks.turn = true, 0
-	ks.est.forget(prev)
+	ks.est.forget(leaving)
 	ks.est.hostRuns, ks.est.targetRuns = 0, 0
 	ks.stale = true
 	return true
@@ -626,7 +665,7 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
 	}
 	host, target := m.Read(int64(n), d.cache.Cached(f, off, int64(n)))
-	if d.recheck(ks, pickOf(host, target)) {
+	if d.recheck(ks, pickOf(host, target), max(host, target) < time.Duration(raceMargin*float64(min(host, target)))) {
 		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
 	}
 	if host < target {
@@ -840,6 +879,24 @@ func (d *Dispatcher) targetRead(ctx context.Context, f *offloadfs.File, fn sandb
 // unsplit K runs and the cache's own misses do.
 const profileReadMax = 256 << 10
 
+// A profile's reads race only where the host is expected to lose by a
+// wide margin: where the model last picked the target with the host's
+// estimate at least raceMargin times the target's, or, before the key's
+// first pick, where less than aloneCached of the range is cached (the
+// host must fetch it). Elsewhere they alternate sides, each run alone.
+//
+// A race where the sides are close measures the host at its worst: its
+// compute shares the two CPUs with the target's, and a host run that
+// loses counts with the winner's time as its lower bound. Once the
+// target was picked, every later profile raced again, and with every
+// read cached (where the host is 1.2-1.3x faster alone) whole rounds
+// stayed on the target: stats32 sent 992 of 1024 reads there, knn 555.
+// Alone, a host turn costs at most raceMargin-1 of a target read more.
+const (
+	raceMargin  = 1.5
+	aloneCached = 0.9
+)
+
 // outcome is one side of a profiled read.
 type outcome struct {
 	side    Mode
@@ -872,17 +929,21 @@ func (o outcome) censored() readSample {
 }
 
 // profileRead runs one read of a profile. Where the model last picked
-// the target, or has not picked yet, the read runs on both sides at once
-// and the first to finish answers. A losing host run is cancelled and
+// the target by a wide margin, or has not picked yet and the range is
+// mostly uncached (raceMargin), the read runs on both sides at once and
+// the first to finish answers. A losing host run is cancelled and
 // contributes a lower bound (or, if it finished anyway, a measurement).
 //
-// Where the model last picked the host, the target is the expected
-// loser, and a losing target run cannot be stopped: the target does not
-// abort a function it is running, so the race would leave it running on
-// the CPUs the host's next requests need, and k of them, one per
-// profiled read, queue behind each other. Those reads alternate sides
-// instead, host first (K, T, K, T, K with ProfileFirst 5), each run
-// alone, as a profile's writes do (profileReadAlone).
+// Where the model last picked the host (or has not picked yet, with the
+// range mostly cached), the target is the expected loser, and a losing
+// target run cannot be stopped: the target does not abort a function it
+// is running, so the race would leave it running on the CPUs the host's
+// next requests need, and k of them, one per profiled read, queue behind
+// each other. Those reads alternate sides instead, host first (K, T, K,
+// T, K with ProfileFirst 5), each run alone, as a profile's writes do
+// (profileReadAlone). Where the model picked the target narrowly, they
+// alternate too, target first: a race would measure the host at its
+// worst.
 //
 // A recheck's reads alternate too, the new pick first: a recheck comes
 // when the two sides' estimates cross, mostly in a slow spell, and a race
@@ -894,8 +955,12 @@ func (o outcome) censored() readSample {
 func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
 	d.profiled.Add(1)
 	d.opts.Metrics.profile(opRead)
+	cached := d.cache.Cached(f, off, int64(n))
 	ks.mu.Lock()
 	alone, turn, lead := ks.alone, ks.turn, ks.last
+	if lead == Auto && cached >= aloneCached {
+		alone, lead = true, Host
+	}
 	if alone {
 		ks.turn++
 	}
@@ -1065,7 +1130,7 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 	// of the target's writes (bitmap, 100% warm: 3.8 ms against 2.7)
 	// otherwise kept the rest of the period, 163 writes, on the host.
 	pick := pickOf(host, target)
-	if d.recheck(ks, pick) {
+	if d.recheck(ks, pick, false) {
 		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
 	}
 	return d.writeOn(ctx, ks, pick, true, hf, f, fn, off, n, params, data)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 )
 
@@ -656,7 +656,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 	ks.mu.Lock()
 	ks.pick, ks.rechecked = Host, 0
 	ks.mu.Unlock()
-	if !e.d.recheck(ks, Target) {
+	if !e.d.recheck(ks, Target, false) {
 		t.Fatal("a switch to the target was not rechecked")
 	}
 	for i, side := range []Mode{Target, Host} {
@@ -682,6 +682,110 @@ func TestProfileReadsAlternate(t *testing.T) {
 	}
 }
 
+// TestProfileRaceOrAlone: a profile's reads race only where the host is
+// expected to lose by a wide margin. Before a key's first pick they
+// alternate sides, host first, where the range is cached, and race where
+// it is not; after the model picked the target narrowly they alternate,
+// target first. The margin comes from the model's estimates.
+func TestProfileRaceOrAlone(t *testing.T) {
+	e := newEnv(t, envConfig{profileEvery: 100, profileFirst: 4})
+	ctx := context.Background()
+	fn := e.fns["stats64"]
+	const chunk = 64 << 10
+	data := make([]byte, 2*chunk)
+	for i := 0; i < len(data); i += 8 {
+		binary.LittleEndian.PutUint64(data[i:], uint64(i)*0x9e3779b97f4a7c15)
+	}
+	// read runs one read of f and says where it ran and how many host
+	// and target measurements it added.
+	read := func(f *offloadfs.File) (ran Mode, host, target int) {
+		t.Helper()
+		ks := e.d.state(f.Ino(), fn)
+		ks.mu.Lock()
+		h0, t0 := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		ks.mu.Unlock()
+		before := e.d.Stats().Ran
+		res, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := native(t, "stats64", data[:chunk], functions.StatsSize); !bytes.Equal(res.Output, want) {
+			t.Errorf("output %x, want %x", res.Output, want)
+		}
+		if err := e.d.WaitProfiles(ctx); err != nil {
+			t.Fatal(err)
+		}
+		after := e.d.Stats().Ran
+		for _, m := range []Mode{Host, Target} {
+			if after[m] > before[m] {
+				ran = m
+			}
+		}
+		ks.mu.Lock()
+		defer ks.mu.Unlock()
+		return ran, len(ks.est.hostCPU.v) - h0, len(ks.est.tgtTotal.v) - t0
+	}
+
+	warm := e.file("warm", data)
+	if err := e.d.Cache().Warm(ctx, warm, 1, false, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []Mode{Host, Target} {
+		ran, h, tg := read(warm)
+		if ran != want || h != b2i(want == Host) || tg != b2i(want == Target) {
+			t.Errorf("cached, first profile, read %d: ran on %v, %d host and %d target measurements; want %v alone", i, ran, h, tg, want)
+		}
+	}
+
+	// Uncached: a race, in which the target is measured whichever wins.
+	cold := e.file("cold", data)
+	if _, _, tg := read(cold); tg != 1 {
+		t.Errorf("uncached, first profile: %d target measurements, want 1 (a race)", tg)
+	}
+
+	// The target picked narrowly: the next profile alternates, target
+	// first. (Both sides ran since the last profile: it keeps their
+	// samples.)
+	ks := e.d.state(cold.Ino(), fn)
+	ks.mu.Lock()
+	ks.last, ks.near, ks.count = Target, true, 100
+	ks.est.hostRuns, ks.est.targetRuns = 1, 1
+	ks.mu.Unlock()
+	for i, want := range []Mode{Target, Host} {
+		ran, h, tg := read(cold)
+		if ran != want || h != b2i(want == Host) || tg != b2i(want == Target) {
+			t.Errorf("after a narrow pick of the target, read %d: ran on %v, %d host and %d target measurements; want %v alone", i, ran, h, tg, want)
+		}
+	}
+
+	// near is whether the model's estimates were within raceMargin.
+	for _, c := range []struct {
+		host float64 // the host's compute, seconds per byte; the target takes 1 ns
+		near bool
+	}{{1.2e-9, true}, {3e-9, false}} {
+		ks := e.d.state(warm.Ino(), fn)
+		ks.mu.Lock()
+		ks.est.forget(Host)
+		ks.est.forget(Target)
+		for range windowSize {
+			ks.est.hostCPU.add(c.host)
+			ks.est.tgtTotal.add(1e-9)
+			ks.est.tgtCPU.add(0.5e-9)
+		}
+		ks.count, ks.pick, ks.last, ks.near, ks.stale = 50, Target, Target, !c.near, true
+		ks.mu.Unlock()
+		if ran, _, _ := read(warm); ran != Target {
+			t.Fatalf("host %g s/B against the target's 1e-9: ran on %v, want T", c.host, ran)
+		}
+		ks.mu.Lock()
+		near := ks.near
+		ks.mu.Unlock()
+		if near != c.near {
+			t.Errorf("host %g s/B against the target's 1e-9: near %v, want %v", c.host, near, c.near)
+		}
+	}
+}
+
 func b2i(b bool) int {
 	if b {
 		return 1
@@ -691,65 +795,91 @@ func b2i(b bool) int {
 
 // TestRecheck: a change of the model's pick between profiles profiles
 // that request and starts a new profile period, with the side being left
-// measured afresh; at most once every ProfileEvery requests, and never
-// for the first pick after a profile.
+// measured afresh; so does a first pick after a profile that leaves the
+// side picked before it (a confirmation); at most once every
+// ProfileEvery requests. A switch taken without one, or confirmed by
+// one, brings the next profile within a quarter period.
 func TestRecheck(t *testing.T) {
 	e := newEnv(t, envConfig{profileEvery: 10, profileFirst: 2})
 	d := e.d
 	ks := &keyState{}
 	ks.est.samples = 1
-	ks.est.hostCPU.add(1e-9)
-	ks.est.tgtTotal.add(2e-9)
-	// step runs one request's scheduling with the model picking pick.
-	step := func(pick Mode) string {
-		if p, _ := d.schedule(ks); p {
-			return "P" // scheduled profile
-		}
-		if d.recheck(ks, pick) {
-			return "R" // recheck: profiled
-		}
-		return pick.String()
+	// fill gives both sides samples, as runs would.
+	fill := func() {
+		ks.est.hostCPU.add(1e-9)
+		ks.est.tgtTotal.add(2e-9)
 	}
-	var got []string
-	var alone []bool // whether the current profile's reads alternate sides
-	for _, pick := range []Mode{
-		Host, Host, // the period's two profiles
-		Host, Host, Target, // then a switch: a recheck, the first of a new period
-		Target,             // its second profile
-		Target, Host, Host, // switches within 10 requests of the recheck: taken
-		Target, Target, Target, Target, Target,
-		Target, Target, // the next period's profiles
-		Host, // the first pick after a profile is no switch
-	} {
-		got = append(got, step(pick))
-		alone = append(alone, ks.alone)
-	}
-	// A switch 10 requests after the last recheck is rechecked.
-	ks.est.hostCPU.add(1e-9)
-	ks.est.tgtTotal.add(2e-9)
-	got = append(got, step(Target))
-	alone = append(alone, ks.alone)
-	want := []string{"P", "P", "K", "K", "R", "P", "T", "K", "K", "T", "T", "T", "T", "T", "P", "P", "K", "R"}
-	if !slices.Equal(got, want) {
-		t.Errorf("got  %v\nwant %v", got, want)
-	}
-	// A recheck's profile alternates; a scheduled one does where the
-	// host was the last pick (none here: the first had no pick, the
-	// second came after the target's).
+	fill()
 	const F, T = false, true
-	if want := []bool{F, F, F, F, T, T, T, T, T, T, T, T, T, T, F, F, F, T}; !slices.Equal(alone, want) {
-		t.Errorf("alone %v\nwant  %v", alone, want)
+	steps := []struct {
+		pick  Mode
+		want  string // P: scheduled profile, R: recheck, else the side run
+		alone bool   // the current profile's reads alternate sides
+		fill  bool   // give both sides samples first
+		why   string
+	}{
+		{Host, "P", F, F, "the period's first profile (no pick yet: a race)"},
+		{Host, "P", F, F, "its second"},
+		{Host, "K", F, F, ""},
+		{Host, "K", F, F, ""},
+		{Target, "R", T, F, "a switch: a recheck, the first of a new period, alternating"},
+		{Target, "P", T, F, "its second profile"},
+		{Target, "T", T, F, "the switch held: on probation, the next profile 6 requests on"},
+		{Target, "T", T, F, ""},
+		{Target, "T", T, F, ""},
+		{Target, "P", F, F, "the next profile: a race, as the target was the last pick"},
+		{Target, "P", F, F, ""},
+		{Target, "T", F, F, "the first pick after a profile, the last one's side: no switch"},
+		{Host, "K", F, F, "a switch within 10 requests of the recheck: taken, on probation"},
+		{Host, "K", F, F, ""},
+		{Host, "K", F, F, ""},
+		{Host, "P", T, F, "the next profile, alternating: the host was the last pick"},
+		{Host, "P", T, F, ""},
+		{Target, "R", T, T, "the first pick after it leaves the host: confirmed by a recheck"},
+		{Target, "P", T, F, "the recheck's second profile"},
+		{Host, "K", T, F, "the switch did not hold: back within 10 requests, on probation"},
+		{Host, "K", T, F, ""},
+		{Host, "K", T, F, ""},
+		{Host, "P", T, F, "the next profile"},
+		{Host, "P", T, F, ""},
+		{Host, "K", T, F, "no switch, and no probation: the next profile a whole period on"},
+		{Host, "K", T, F, ""},
+		{Host, "K", T, F, ""},
+		{Host, "K", T, F, ""},
+		{Host, "K", T, F, ""},
+		{Host, "K", T, F, ""},
+		{Host, "K", T, F, ""},
+		{Host, "K", T, F, ""},
+		{Host, "P", T, F, "the next period"},
+		{Host, "P", T, F, ""},
+		{Host, "K", T, F, ""},
 	}
-	if ks.last != Target {
-		t.Errorf("last pick %v, want T", ks.last)
+	for i, st := range steps {
+		if st.fill {
+			fill()
+		}
+		got := st.pick.String()
+		if p, _ := d.schedule(ks); p {
+			got = "P"
+		} else if d.recheck(ks, st.pick, false) {
+			got = "R"
+		}
+		if got != st.want || ks.alone != st.alone {
+			t.Errorf("request %d (%s): %s, alone %v; want %s, alone %v", i, st.why, got, ks.alone, st.want, st.alone)
+		}
+		if i == 17 {
+			// The recheck left the host: its samples are gone, the
+			// target's stay.
+			if len(ks.est.hostCPU.v) != 0 || len(ks.est.tgtTotal.v) == 0 {
+				t.Errorf("after leaving the host: %d host, %d target samples, want 0 and some", len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v))
+			}
+		}
+	}
+	if ks.last != Host {
+		t.Errorf("last pick %v, want K", ks.last)
 	}
 	if n := d.Stats().Rechecks; n != 2 {
 		t.Errorf("Rechecks = %d, want 2", n)
-	}
-	// The last recheck left the host: its samples are gone, the
-	// target's stay.
-	if len(ks.est.hostCPU.v) != 0 || len(ks.est.tgtTotal.v) == 0 {
-		t.Errorf("after leaving the host: %d host, %d target samples, want 0 and some", len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v))
 	}
 }
 

@@ -39,8 +39,9 @@
 //
 // Of every ProfileEvery requests per (file, function), the first
 // ProfileFirst are profiled (and every request until one run has been
-// measured). Where the model last picked the target (or has not picked
-// yet), a profiled read runs on both sides at once, and the first to
+// measured). Where the model last picked the target by a wide margin
+// (or has not picked yet, and the range is mostly uncached), a profiled
+// read runs on both sides at once, and the first to
 // finish answers (both compute the same bytes from the same bytes). A
 // losing host run is cancelled through its context at that moment rather
 // than awaited: it still yields a censored measurement — its elapsed
@@ -52,9 +53,15 @@
 // the model last picked the host, that target run is the expected loser,
 // and k of them in a row queue behind each other on the CPUs the host's
 // next requests need; so those profiles' reads alternate sides instead,
-// host first, each the real read, run and measured alone. A write cannot
-// run on both sides, its output being written once, so a profile's
-// writes always alternate sides, target first. (Running the host's
+// host first, each the real read, run and measured alone. So do a key's
+// first profile where the range is mostly cached, and profiles after
+// the model picked the target by less than 1.5x (target first): where
+// the sides are close, a race measures the host at its worst, its
+// compute sharing the CPUs with the target's and a lost run counted at
+// the winner's time, and once the target was picked every later race
+// kept it there. A write cannot run on both sides, its output being
+// written once, so a profile's writes always alternate sides, target
+// first. (Running the host's
 // compute alongside the target's write, as profiled writes once did,
 // slowed the target's write more than the host's compute, so whichever
 // side was picked after a profile looked the faster from then on.) The
@@ -69,9 +76,13 @@
 // between profiles, that read begins a new profile period (a recheck),
 // in which the side being left is measured afresh, each read alternating
 // sides, the new pick first, so that both are measured alone; at most
-// one recheck every ProfileEvery requests. Writes are rechecked the same
-// way. Calls
-// in modes K and T bypass the model but feed it.
+// one recheck every ProfileEvery requests. The first pick after a
+// profile is rechecked the same way when it leaves the side picked
+// before the profile: a profile has two or three samples a side, and a
+// slow spell covering one side's turns would otherwise move the whole
+// period, so a second profile confirms the switch first. Writes are
+// rechecked the same way. Calls in modes K and T bypass the model but
+// feed it.
 //
 // # Consistency
 //

@@ -2,7 +2,6 @@ package lambda
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"testing"
 
@@ -19,10 +18,7 @@ func BenchmarkRead(b *testing.B) {
 			b.Run(fmt.Sprintf("warm=%v/%v", warm, mode), func(b *testing.B) {
 				e := newEnv(b, envConfig{})
 				ctx := context.Background()
-				data := make([]byte, size)
-				for i := 0; i < size; i += 8 {
-					binary.LittleEndian.PutUint64(data[i:], uint64(i)*0x9e3779b97f4a7c15)
-				}
+				data := u64s(size)
 				f := e.file("bench", data)
 				c := e.d.Cache()
 				fn := e.fns["stats64"]

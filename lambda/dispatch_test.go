@@ -595,10 +595,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 	ctx := context.Background()
 	fn := e.fns["stats64"]
 	const chunk = 64 << 10
-	data := make([]byte, 4*chunk)
-	for i := 0; i < len(data); i += 8 {
-		binary.LittleEndian.PutUint64(data[i:], uint64(i)*0x9e3779b97f4a7c15)
-	}
+	data := u64s(4 * chunk)
 	f := e.file("alternate", data)
 	ks := e.d.state(f.Ino(), fn)
 	ks.mu.Lock()
@@ -692,10 +689,7 @@ func TestProfileRaceOrAlone(t *testing.T) {
 	ctx := context.Background()
 	fn := e.fns["stats64"]
 	const chunk = 64 << 10
-	data := make([]byte, 2*chunk)
-	for i := 0; i < len(data); i += 8 {
-		binary.LittleEndian.PutUint64(data[i:], uint64(i)*0x9e3779b97f4a7c15)
-	}
+	data := u64s(2 * chunk)
 	// read runs one read of f and says where it ran and how many host
 	// and target measurements it added.
 	read := func(f *offloadfs.File) (ran Mode, host, target int) {
@@ -784,6 +778,16 @@ func TestProfileRaceOrAlone(t *testing.T) {
 			t.Errorf("host %g s/B against the target's 1e-9: near %v, want %v", c.host, near, c.near)
 		}
 	}
+}
+
+// u64s returns n bytes of little-endian u64s, a different value every 8
+// bytes: stats64's input.
+func u64s(n int) []byte {
+	data := make([]byte, n)
+	for i := 0; i < len(data); i += 8 {
+		binary.LittleEndian.PutUint64(data[i:], uint64(i)*0x9e3779b97f4a7c15)
+	}
+	return data
 }
 
 func b2i(b bool) int {

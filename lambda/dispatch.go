@@ -115,11 +115,12 @@ const (
 
 // Stats are a dispatcher's cumulative counters and current models.
 type Stats struct {
-	Requests uint64          // calls taken
-	Ran      map[Mode]uint64 // where calls finally ran: Host, Target, Buffered (Auto never appears)
-	Profiled uint64          // profiled calls: reads run on both sides (or on each side in turn, after the host was picked and at rechecks), writes on each side in turn
-	Rechecks uint64          // profiles begun early because the model's pick changed
-	Models   []ModelStat     // per (file inode, function): the current fitted model
+	Requests   uint64          // calls taken
+	Ran        map[Mode]uint64 // where calls finally ran: Host, Target, Buffered (Auto never appears)
+	Profiled   uint64          // profiled calls: reads run on both sides (or on each side in turn, after the host was picked and at rechecks), writes on each side in turn
+	Rechecks   uint64          // profiles begun early because the model's pick changed
+	Probations uint64          // switches of side that brought the next scheduled profile closer
+	Models     []ModelStat     // per (file inode, function): the current fitted model
 }
 
 // ModelStat is one (file, function)'s fitted model and how many finished
@@ -189,8 +190,8 @@ type Dispatcher struct {
 	keys   map[key]*keyState
 	closed bool
 
-	requests, profiled, rechecks atomic.Uint64
-	ran                          [4]atomic.Uint64 // by Mode
+	requests, profiled, rechecks, probations atomic.Uint64
+	ran                                      [4]atomic.Uint64 // by Mode
 	// bg counts the calls in progress and the losing sides of profiles
 	// still finishing, which may outlive their calls; Close waits for
 	// them. Every Add happens under mu with closed false, or while the
@@ -384,7 +385,7 @@ func (d *Dispatcher) ProfileSchedule() (n, k int) {
 
 // Stats returns the dispatcher's counters and models.
 func (d *Dispatcher) Stats() Stats {
-	st := Stats{Requests: d.requests.Load(), Profiled: d.profiled.Load(), Rechecks: d.rechecks.Load(), Ran: make(map[Mode]uint64)}
+	st := Stats{Requests: d.requests.Load(), Profiled: d.profiled.Load(), Rechecks: d.rechecks.Load(), Probations: d.probations.Load(), Ran: make(map[Mode]uint64)}
 	for _, m := range []Mode{Host, Target, Buffered} {
 		if v := d.ran[m].Load(); v > 0 {
 			st.Ran[m] = v
@@ -566,7 +567,10 @@ func (d *Dispatcher) recheck(ks *keyState, pick Mode, near bool) bool {
 			// Probation: the side left is measured again a quarter
 			// period on.
 			next := (ks.count/every + 1) * every
-			ks.count = max(ks.count, next-every/4)
+			if next-every/4 > ks.count {
+				ks.count = next - every/4
+				d.probations.Add(1)
+			}
 		}
 		return false
 	}
@@ -665,7 +669,7 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
 	}
 	host, target := m.Read(int64(n), d.cache.Cached(f, off, int64(n)))
-	if d.recheck(ks, pickOf(host, target), max(host, target) < time.Duration(raceMargin*float64(min(host, target)))) {
+	if d.recheck(ks, pickOf(host, target), closeCall(host, target)) {
 		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
 	}
 	if host < target {
@@ -692,6 +696,11 @@ func pickOf(host, target time.Duration) Mode {
 		return Host
 	}
 	return Target
+}
+
+// closeCall says the two predictions are within raceMargin of each other.
+func closeCall(host, target time.Duration) bool {
+	return max(host, target) < time.Duration(raceMargin*float64(min(host, target)))
 }
 
 // feedRead adds a K or T run's measurement to its key's model.

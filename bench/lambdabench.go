@@ -215,9 +215,11 @@ type LambdaRun struct {
 	Seconds float64 `json:"seconds"`
 	MBps    float64 `json:"mb_per_s"`
 	// Ran counts the run's calls by where they ran ("K" host, "T"
-	// target, "B" buffered); Profiled those profiled.
+	// target, "B" buffered); Profiled those profiled, and Races the
+	// profiled reads that ran on both sides at once.
 	Ran      map[string]uint64 `json:"ran"`
 	Profiled uint64            `json:"profiled"`
+	Races    uint64            `json:"races"`
 	// CacheHits and CacheMisses are the host cache's page counts.
 	CacheHits   uint64 `json:"cache_hits"`
 	CacheMisses uint64 `json:"cache_misses"`
@@ -728,6 +730,7 @@ func (e *lambdaEnv) runRequests(ctx context.Context, w *lambdaWork, mode lambda.
 // two snapshots.
 func (run *LambdaRun) count(s0, s1 lambda.Stats, c0, c1 lambda.CacheStats) {
 	run.Profiled += s1.Profiled - s0.Profiled
+	run.Races += s1.Races - s0.Races
 	run.CacheHits += c1.Hits - c0.Hits
 	run.CacheMisses += c1.Misses - c0.Misses
 	for m, n := range s1.Ran {

@@ -734,8 +734,31 @@ func TestProfileRaceOrAlone(t *testing.T) {
 
 	// Uncached: a race, in which the target is measured whichever wins.
 	cold := e.file("cold", data)
-	if _, _, tg := read(cold); tg != 1 {
-		t.Errorf("uncached, first profile: %d target measurements, want 1 (a race)", tg)
+	races := e.d.Stats().Races
+	if _, _, tg := read(cold); tg != 1 || e.d.Stats().Races != races+1 {
+		t.Errorf("uncached, first profile: %d target measurements, %d races; want 1 and 1", tg, e.d.Stats().Races-races)
+	}
+
+	// The target picked by a wide margin: the profile's first read races,
+	// the rest run on the target alone.
+	ksc := e.d.state(cold.Ino(), fn)
+	ksc.mu.Lock()
+	ksc.last, ksc.near, ksc.count = Target, false, 100
+	ksc.est.hostRuns, ksc.est.targetRuns = 1, 1
+	ksc.mu.Unlock()
+	for i := range 4 {
+		races := e.d.Stats().Races
+		ran, h, tg := read(cold)
+		raced := e.d.Stats().Races - races
+		if i == 0 {
+			if raced != 1 || tg != 1 {
+				t.Errorf("after a wide pick of the target, read 0: %d races, %d target measurements; want 1 and 1", raced, tg)
+			}
+			continue
+		}
+		if raced != 0 || ran != Target || h != 0 || tg != 1 {
+			t.Errorf("after a wide pick of the target, read %d: %d races, ran on %v, %d host and %d target measurements; want T alone", i, raced, ran, h, tg)
+		}
 	}
 
 	// The target picked narrowly: the next profile alternates, target
@@ -743,7 +766,7 @@ func TestProfileRaceOrAlone(t *testing.T) {
 	// samples.)
 	ks := e.d.state(cold.Ino(), fn)
 	ks.mu.Lock()
-	ks.last, ks.near, ks.count = Target, true, 100
+	ks.last, ks.near, ks.count = Target, true, 200
 	ks.est.hostRuns, ks.est.targetRuns = 1, 1
 	ks.mu.Unlock()
 	for i, want := range []Mode{Target, Host} {

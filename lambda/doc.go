@@ -49,7 +49,11 @@
 // reads but not its compute gives an exact read rate — and the call costs
 // no more than the faster side plus the slower side's interference until
 // it stops. A losing target run cannot be stopped (the target does not
-// abort a function it is running), so it is measured when it ends. Where
+// abort a function it is running), so it is measured when it ends.
+// After a wide pick of the target only a profile's first read races and
+// the rest run on the target alone: a race slows the target's run by
+// what the host's takes of the CPUs and the link, and one race is enough
+// to find a host that has become the faster side. Where
 // the model last picked the host, that target run is the expected loser,
 // and k of them in a row queue behind each other on the CPUs the host's
 // next requests need; so those profiles' reads alternate sides instead,

@@ -562,7 +562,17 @@ func (d *Dispatcher) recheck(ks *keyState, pick Mode, near bool) bool {
 		}
 	}
 	ks.pick, ks.last, ks.near = pick, pick, near
-	switched := leaving != Auto && leaving != pick
+	if leaving == Auto {
+		// A key's first pick is confirmed as a switch is, the side not
+		// picked measured afresh: the first profile includes the
+		// target's first run on the file, which can be many times
+		// slower than its next (traced: 5.3 ms against 0.6-1.0), and a
+		// host that won those races kept a whole first period (knn
+		// cold: 206 and 209 of 1024 reads on the slower host in a
+		// first round).
+		leaving = otherSide(pick)
+	}
+	switched := leaving != pick
 	if !switched || (ks.rechecked > 0 && ks.seen-ks.rechecked < every) {
 		if switched || held {
 			// Probation: the side left is measured again a quarter

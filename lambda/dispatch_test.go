@@ -823,9 +823,9 @@ func b2i(b bool) int {
 
 // TestRecheck: a change of the model's pick between profiles profiles
 // that request and starts a new profile period, with the side being left
-// measured afresh; so does a first pick after a profile that leaves the
-// side picked before it (a confirmation); at most once every
-// ProfileEvery requests. A switch taken without one, or confirmed by
+// measured afresh; so do a key's first pick and a first pick after a
+// profile that leaves the side picked before it (confirmations); at most
+// once every ProfileEvery requests. A switch taken without one, or confirmed by
 // one, brings the next profile within a quarter period.
 func TestRecheck(t *testing.T) {
 	e := newEnv(t, envConfig{profileEvery: 10, profileFirst: 2})
@@ -846,13 +846,11 @@ func TestRecheck(t *testing.T) {
 		fill  bool   // give both sides samples first
 		why   string
 	}{
-		{Host, "P", F, F, "the period's first profile (no pick yet: a race)"},
-		{Host, "P", F, F, "its second"},
-		{Host, "K", F, F, ""},
-		{Host, "K", F, F, ""},
-		{Target, "R", T, F, "a switch: a recheck, the first of a new period, alternating"},
+		{Target, "P", F, F, "the key's first profile (no pick yet: a race)"},
+		{Target, "P", F, F, "its second"},
+		{Target, "R", T, F, "the key's first pick: confirmed by a recheck, alternating"},
 		{Target, "P", T, F, "its second profile"},
-		{Target, "T", T, F, "the switch held: on probation, the next profile 6 requests on"},
+		{Target, "T", T, F, "the pick held: on probation, the next profile 6 requests on"},
 		{Target, "T", T, F, ""},
 		{Target, "T", T, F, ""},
 		{Target, "P", F, F, "the next profile: a race, as the target was the last pick"},
@@ -881,6 +879,10 @@ func TestRecheck(t *testing.T) {
 		{Host, "P", T, F, "the next period"},
 		{Host, "P", T, F, ""},
 		{Host, "K", T, F, ""},
+		{Host, "K", T, F, ""},
+		{Target, "R", T, T, "a switch between profiles: a recheck, alternating"},
+		{Target, "P", T, F, "its second profile"},
+		{Target, "T", T, F, "the switch held: on probation"},
 	}
 	for i, st := range steps {
 		if st.fill {
@@ -895,7 +897,7 @@ func TestRecheck(t *testing.T) {
 		if got != st.want || ks.alone != st.alone {
 			t.Errorf("request %d (%s): %s, alone %v; want %s, alone %v", i, st.why, got, ks.alone, st.want, st.alone)
 		}
-		if i == 17 {
+		if i == 15 {
 			// The recheck left the host: its samples are gone, the
 			// target's stay.
 			if len(ks.est.hostCPU.v) != 0 || len(ks.est.tgtTotal.v) == 0 {
@@ -903,14 +905,14 @@ func TestRecheck(t *testing.T) {
 			}
 		}
 	}
-	if ks.last != Host {
-		t.Errorf("last pick %v, want K", ks.last)
+	if ks.last != Target {
+		t.Errorf("last pick %v, want T", ks.last)
 	}
-	if n := d.Stats().Rechecks; n != 2 {
-		t.Errorf("Rechecks = %d, want 2", n)
+	if n := d.Stats().Rechecks; n != 3 {
+		t.Errorf("Rechecks = %d, want 3", n)
 	}
-	if n := d.Stats().Probations; n != 3 {
-		t.Errorf("Probations = %d, want 3", n)
+	if n := d.Stats().Probations; n != 4 {
+		t.Errorf("Probations = %d, want 4", n)
 	}
 }
 
@@ -948,17 +950,30 @@ func TestWriteRecheck(t *testing.T) {
 		write(i)
 	}
 	set(Host)
-	if st := write(2); st.Profiled != 2 || st.Ran[Host] != 2 {
-		t.Fatalf("after the profile, host picked: profiled %d, ran on the host %d, want 2 and 2", st.Profiled, st.Ran[Host])
+	// The key's first pick is confirmed by a recheck, its two writes
+	// alternating sides, the host first; then the host runs.
+	if st := write(2); st.Rechecks != 1 || st.Profiled != 3 {
+		t.Fatalf("the first pick: %d rechecks, %d profiled, want 1 and 3", st.Rechecks, st.Profiled)
+	}
+	write(3)
+	before := e.d.Stats()
+	if st := write(4); st.Profiled != before.Profiled || st.Ran[Host] != before.Ran[Host]+1 {
+		t.Fatalf("after the recheck, host picked: profiled %d, ran on the host %d, want %d and %d", st.Profiled, st.Ran[Host], before.Profiled, before.Ran[Host]+1)
+	}
+	// A switch a whole period after that recheck is rechecked too.
+	const n = 106
+	for i := 5; i < n-1; i++ {
+		write(i)
 	}
 	set(Target)
-	if st := write(3); st.Rechecks != 1 || st.Profiled != 3 {
-		t.Errorf("a switch to the target: %d rechecks, %d profiled, want 1 and 3", st.Rechecks, st.Profiled)
+	before = e.d.Stats()
+	if st := write(n - 1); st.Rechecks != 2 || st.Profiled != before.Profiled+1 {
+		t.Errorf("a switch to the target: %d rechecks, %d profiled, want 2 and %d", st.Rechecks, st.Profiled, before.Profiled+1)
 	}
-	if err := e.d.Cache().Flush(ctx, f, 0, 4*devBS); err != nil {
+	if err := e.d.Cache().Flush(ctx, f, 0, n*devBS); err != nil {
 		t.Fatal(err)
 	}
-	if got := contents(t, f); !bytes.Equal(got, bytes.Repeat(bm, 4)) {
+	if got := contents(t, f); !bytes.Equal(got, bytes.Repeat(bm, n)) {
 		t.Error("file contents differ from the bitmaps written")
 	}
 }

@@ -84,8 +84,11 @@
 // profile is rechecked the same way when it leaves the side picked
 // before the profile: a profile has two or three samples a side, and a
 // slow spell covering one side's turns would otherwise move the whole
-// period, so a second profile confirms the switch first. Writes are
-// rechecked the same way. Calls in modes K and T bypass the model but
+// period, so a second profile confirms the switch first. A key's first
+// pick is confirmed the same way, the side not picked measured afresh:
+// the first profile includes the target's first run on the file, which
+// can be many times slower than its next. Writes are rechecked the same
+// way. Calls in modes K and T bypass the model but
 // feed it.
 //
 // # Consistency

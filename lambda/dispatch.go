@@ -963,8 +963,8 @@ func (o outcome) censored() readSample {
 // leaves no measurement, and one that loses after them leaves a bound
 // at least the target's time. What the race is for is a host that has
 // become the faster side (its range cached since, say): it wins, is
-// measured exactly, and a recheck confirms the switch. One race per
-// profile finds that as surely as five.
+// measured exactly, and a recheck confirms the switch. One race a
+// profile is enough for that.
 //
 // Where the model last picked the host (or has not picked yet, with the
 // range mostly cached), the target is the expected loser, and a losing

@@ -825,8 +825,8 @@ func b2i(b bool) int {
 // that request and starts a new profile period, with the side being left
 // measured afresh; so do a key's first pick and a first pick after a
 // profile that leaves the side picked before it (confirmations); at most
-// once every ProfileEvery requests. A switch taken without one, or confirmed by
-// one, brings the next profile within a quarter period.
+// once every ProfileEvery requests. A switch taken without one, or
+// confirmed by one, brings the next profile within a quarter period.
 func TestRecheck(t *testing.T) {
 	e := newEnv(t, envConfig{profileEvery: 10, profileFirst: 2})
 	d := e.d

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/pushdown"
 )
 
@@ -52,17 +53,17 @@ func (f *File) check(op string, write bool) error {
 	case f.closed.Load():
 		err = iofs.ErrClosed
 	case f.fsys.down.Load():
-		f.fsys.mu.Lock()
-		if err = f.fsys.usable(); err == nil {
-			err = iofs.ErrClosed
+		err = f.fsys.downErr(write)
+	}
+	if err == nil {
+		switch {
+		case f.dir:
+			err = ErrIsDir
+		case write && f.fsys.ro:
+			err = ErrReadOnly
+		case write && !f.write, !write && !f.read:
+			err = fmt.Errorf("%w: file not open for %s", iofs.ErrPermission, op)
 		}
-		f.fsys.mu.Unlock()
-	case f.dir:
-		err = ErrIsDir
-	case write && f.fsys.ro:
-		err = ErrReadOnly
-	case write && !f.write, !write && !f.read:
-		err = fmt.Errorf("%w: file not open for %s", iofs.ErrPermission, op)
 	}
 	if err != nil {
 		return pathErr(op, f.name, err)
@@ -477,7 +478,12 @@ func (fsys *FS) dataIO(in *inode, p []byte, off uint64, write bool) error {
 			if write {
 				op = "write"
 			}
-			return fmt.Errorf("offloadfs: inode %d: %s %d bytes at device offset %d: %w", in.ino, op, k, at, err)
+			err = fmt.Errorf("offloadfs: inode %d: %s %d bytes at device offset %d: %w", in.ino, op, k, at, err)
+			if write && fsys.owner != nil && errors.Is(err, host.ErrReservationConflict) {
+				// Preempted: fenced for good (owner.go, rule 3).
+				return fsys.fail(err)
+			}
+			return err
 		}
 		p = p[k:]
 		off += k

@@ -13,8 +13,10 @@ import (
 // integers are little-endian. Block numbers are in file-system blocks
 // (BlockSize bytes) counted from the start of the device.
 
-// FormatVersion is the on-disk format this package writes and reads.
-const FormatVersion = 1
+// FormatVersion is the on-disk format this package writes. It also
+// reads version 1, whose superblock has no owner state (see superblock);
+// the first read-write mount of such a file system writes version 2.
+const FormatVersion = 2
 
 const (
 	// superMagic opens the superblock.
@@ -130,13 +132,18 @@ func checkHeader(uuid *[16]byte, b []byte, magic uint32, blk uint64, what string
 }
 
 // superblock is the file system's geometry, written once by Mkfs and
-// never changed: everything that changes lives in journaled blocks.
+// never changed, and its owner state: the mount generation and whether a
+// read-write mount is active, which only a claimed read-write mount
+// changes (at mount and at a clean unmount, see owner.go). Everything
+// else that changes lives in journaled blocks. The owner state is
+// rewritten with the whole first device block, which a device writes
+// atomically, so a crash leaves either the old or the new state.
 //
 // Layout of the first 512 bytes of block 0 (the rest of the block is
 // zero):
 //
 //	bytes   0-7   magic "NSOFFLFS"
-//	bytes   8-11  format version (1)
+//	bytes   8-11  format version (2; 1 is read too)
 //	bytes  12-15  flags (0)
 //	bytes  16-19  block size B in bytes (power of two, 512 to 64 KiB)
 //	bytes  20-23  device logical block size at Mkfs (divides B)
@@ -153,9 +160,15 @@ func checkHeader(uuid *[16]byte, b []byte, magic uint32, blk uint64, what string
 //	bytes 112-119 inode count
 //	bytes 120-127 first data block
 //	bytes 128-135 creation time (Unix nanoseconds)
-//	bytes 136-507 reserved (0)
+//	bytes 136-143 mount generation (version 2; 0 in version 1)
+//	bytes 144-147 owner state (version 2): 1 clean, no read-write mount
+//	              since the last clean unmount; 2 mounted read-write.
+//	              0 in version 1, whose owner state is unknown and read
+//	              as mounted.
+//	bytes 148-507 reserved (0)
 //	bytes 508-511 CRC32C of bytes 0-507 (not UUID-seeded)
 type superblock struct {
+	version       uint32
 	blockSize     uint32
 	devBlockSize  uint32
 	totalBlocks   uint64
@@ -171,12 +184,27 @@ type superblock struct {
 	inodeCount    uint64
 	dataStart     uint64
 	created       int64
+
+	// gen is the mount generation: every read-write mount increments it
+	// before it writes anything else, so an owner that finds another
+	// generation on the device has been taken over (ErrFenced).
+	gen uint64
+	// clean says no read-write mount is active: the last one unmounted
+	// cleanly. Only then may the next mount take the namespace's
+	// reservation from the host that holds it (owner.go).
+	clean bool
 }
+
+// Owner states, bytes 144-147 of a version 2 superblock.
+const (
+	stateClean   = 1
+	stateMounted = 2
+)
 
 func (sb *superblock) encode() []byte {
 	b := make([]byte, superSize)
 	copy(b[0:8], superMagic)
-	le.PutUint32(b[8:], FormatVersion)
+	le.PutUint32(b[8:], sb.version)
 	le.PutUint32(b[16:], sb.blockSize)
 	le.PutUint32(b[20:], sb.devBlockSize)
 	le.PutUint64(b[24:], sb.totalBlocks)
@@ -192,6 +220,14 @@ func (sb *superblock) encode() []byte {
 	le.PutUint64(b[112:], sb.inodeCount)
 	le.PutUint64(b[120:], sb.dataStart)
 	le.PutUint64(b[128:], uint64(sb.created))
+	if sb.version >= 2 {
+		le.PutUint64(b[136:], sb.gen)
+		state := uint32(stateMounted)
+		if sb.clean {
+			state = stateClean
+		}
+		le.PutUint32(b[144:], state)
+	}
 	le.PutUint32(b[508:], crc32.Checksum(b[:508], castagnoli))
 	return b
 }
@@ -209,13 +245,15 @@ func decodeSuperblock(b []byte) (*superblock, error) {
 	if got, want := le.Uint32(b[508:]), crc32.Checksum(b[:508], castagnoli); got != want {
 		return nil, corruptf("superblock: checksum mismatch (stored %#08x, computed %#08x)", got, want)
 	}
-	if v := le.Uint32(b[8:]); v != FormatVersion {
-		return nil, corruptf("superblock: format version %d, this build reads %d", v, FormatVersion)
+	v := le.Uint32(b[8:])
+	if v != 1 && v != FormatVersion {
+		return nil, corruptf("superblock: format version %d, this build reads 1 and %d", v, FormatVersion)
 	}
 	if f := le.Uint32(b[12:]); f != 0 {
 		return nil, corruptf("superblock: unknown flags %#x", f)
 	}
 	sb := &superblock{
+		version:       v,
 		blockSize:     le.Uint32(b[16:]),
 		devBlockSize:  le.Uint32(b[20:]),
 		totalBlocks:   le.Uint64(b[24:]),
@@ -232,7 +270,21 @@ func decodeSuperblock(b []byte) (*superblock, error) {
 		created:       int64(le.Uint64(b[128:])),
 	}
 	copy(sb.uuid[:], b[32:48])
-	if !isZero(b[136:508]) {
+	reserved := b[148:508]
+	switch v {
+	case 1:
+		reserved = b[136:508]
+	default:
+		sb.gen = le.Uint64(b[136:])
+		switch le.Uint32(b[144:]) {
+		case stateClean:
+			sb.clean = true
+		case stateMounted:
+		default:
+			return nil, corruptf("superblock: owner state %d", le.Uint32(b[144:]))
+		}
+	}
+	if !isZero(reserved) {
 		return nil, corruptf("superblock: reserved bytes set")
 	}
 	if err := sb.validate(); err != nil {
@@ -260,6 +312,7 @@ func (sb *superblock) validate() error {
 	}
 	want := layout(bs, sb.totalBlocks, sb.inodeCount, sb.journalBlocks)
 	want.devBlockSize, want.uuid, want.created = sb.devBlockSize, sb.uuid, sb.created
+	want.version, want.gen, want.clean = sb.version, sb.gen, sb.clean
 	if *sb != *want {
 		return corruptf("superblock: inconsistent geometry")
 	}

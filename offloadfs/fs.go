@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 )
@@ -227,8 +228,12 @@ func Mount(ctx context.Context, dev Device, opts Options) (*FS, error) {
 	var o *ownership
 	if r, ok := dev.(Reserver); ok && !opts.ReadOnly {
 		// Before anything is written, replaying the journal included.
-		o = newOwnership(r)
-		if err := o.claim(ctx, opts.TakeOver); err != nil {
+		o = newOwnership(r, dev)
+		mode := claimParked
+		if opts.TakeOver {
+			mode = claimTakeOver
+		}
+		if err := o.claim(ctx, mode); err != nil {
 			return nil, err
 		}
 	}
@@ -250,11 +255,7 @@ func mount(ctx context.Context, dev Device, opts Options, o *ownership) (*FS, er
 	if opts.CommitInterval == 0 {
 		opts.CommitInterval = 5 * time.Second
 	}
-	raw := make([]byte, superSize)
-	if _, err := dev.ReadAt(raw, 0); err != nil {
-		return nil, fmt.Errorf("offloadfs: read superblock: %w", err)
-	}
-	sb, err := decodeSuperblock(raw)
+	sb, err := readSuperblock(dev)
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +264,14 @@ func mount(ctx context.Context, dev Device, opts Options, o *ownership) (*FS, er
 	}
 	if uint64(dev.Size())/uint64(sb.blockSize) < sb.totalBlocks {
 		return nil, corruptf("superblock: %d blocks of %d bytes, but the device has %d bytes", sb.totalBlocks, sb.blockSize, dev.Size())
+	}
+	if !opts.ReadOnly {
+		// A new generation before anything else is written (owner.go,
+		// rule 3): from here on an earlier owner's commits are refused.
+		sb.version, sb.gen, sb.clean = FormatVersion, sb.gen+1, false
+		if err := writeOwnerState(ctx, dev, sb); err != nil {
+			return nil, err
+		}
 	}
 	fsys := &FS{
 		dev:       dev,
@@ -466,6 +475,23 @@ func (fsys *FS) usable() error {
 	return nil
 }
 
+// downErr is why a file operation may not proceed once the file system
+// is down (closed or failed): nil for a read on a fenced mount, which
+// turns read-only and may still read what it sees, as a read-only mount
+// of a changing file system does.
+func (fsys *FS) downErr(write bool) error {
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	err := fsys.usable()
+	switch {
+	case err == nil:
+		return iofs.ErrClosed
+	case !write && errors.Is(err, ErrFenced):
+		return nil
+	}
+	return err
+}
+
 // lockForChange takes mu for an operation that changes metadata, first
 // committing the running transaction if it is too large to take another
 // operation.
@@ -527,7 +553,14 @@ func (fsys *FS) fail(err error) error {
 // failLocked is fail with mu held. Damaged metadata found while changing
 // the file system fails it the same way: nothing more is committed.
 func (fsys *FS) failLocked(err error) error {
-	err = fmt.Errorf("%w: %w", ErrFailed, err)
+	switch {
+	case errors.Is(err, ErrFenced):
+	case fsys.owner != nil && errors.Is(err, host.ErrReservationConflict):
+		// The owner's key was preempted (owner.go, rule 3).
+		err = fmt.Errorf("%w (the target refused a write: %w)", ErrFenced, err)
+	default:
+		err = fmt.Errorf("%w: %w", ErrFailed, err)
+	}
 	if fsys.failed == nil {
 		fsys.failed = err
 		fsys.down.Store(true)
@@ -569,8 +602,7 @@ func (fsys *FS) commit(ctx context.Context, flushEmpty bool) error {
 		fsys.mu.Unlock()
 		return err
 	}
-	t := fsys.txn
-	if t.empty() {
+	if fsys.txn.empty() {
 		fsys.mu.Unlock()
 		if !flushEmpty {
 			return nil
@@ -580,6 +612,18 @@ func (fsys *FS) commit(ctx context.Context, flushEmpty bool) error {
 		}
 		return nil
 	}
+	fsys.mu.Unlock()
+	// Still the owner? (owner.go, rule 3.) Only commit replaces the
+	// transaction, and it holds commitMu, so it is still non-empty after.
+	if err := fsys.checkFence(); err != nil {
+		return err
+	}
+	fsys.mu.Lock()
+	if err := fsys.usable(); err != nil {
+		fsys.mu.Unlock()
+		return err
+	}
+	t := fsys.txn
 	fsys.txn = newTxn()
 	seq := fsys.jnl.nextSeq
 	imgs, changes := fsys.encodeTxn(t, seq)
@@ -701,9 +745,16 @@ func (fsys *FS) Close() error {
 		fsys.syncer.close()
 	}
 	errs = append(errs, fsys.funcs.close(context.Background()))
-	errs = append(errs, fsys.unmount())
-	if fsys.owner != nil {
-		// Last: the journal's final writes need the reservation.
+	uerr := fsys.unmount()
+	errs = append(errs, uerr)
+	switch {
+	case fsys.owner == nil, uerr == nil:
+		// A clean unmount keeps the reservation (owner.go, rule 1).
+	case errors.Is(uerr, ErrFenced):
+		// The key is gone: preempted.
+	default:
+		// Not clean: let the next mount, from any host, replay the
+		// journal without a take-over, as after any failure.
 		errs = append(errs, fsys.owner.release(context.Background()))
 	}
 	return errors.Join(errs...)
@@ -747,6 +798,12 @@ func (fsys *FS) unmount() error {
 		err = fsys.dev.Flush(context.Background())
 		if err == nil {
 			err = fsys.jnl.writeHeader(context.Background(), fsys.jnl.nextSeq)
+		}
+		if err == nil {
+			// Last: the next mount may take the reservation over
+			// (owner.go, rule 2).
+			fsys.sb.clean = true
+			err = writeOwnerState(context.Background(), fsys.dev, fsys.sb)
 		}
 		fsys.commitMu.Unlock()
 		errs = append(errs, err)

@@ -16,6 +16,9 @@ func FuzzDecoders(f *testing.F) {
 	const bs = 512
 	sb := layout(bs, 4096, 64, 256)
 	sb.devBlockSize, sb.uuid = 512, uuid
+	sb.version, sb.gen, sb.clean = FormatVersion, 3, true
+	f.Add(byte(0), false, sb.encode())
+	sb.version = 1
 	f.Add(byte(0), false, sb.encode())
 	ino := make([]byte, inodeSize)
 	encodeInode(&uuid, ino, 5, &inodeRec{typ: typeFile, nlink: 1, nextents: 2, size: 700, version: 3, inline: []extent{{20, 1}, {30, 1}}})

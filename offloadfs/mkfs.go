@@ -3,6 +3,7 @@ package offloadfs
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	iofs "io/fs"
 	"time"
@@ -22,12 +23,45 @@ type MkfsOptions struct {
 	// room for the largest transaction one operation can make, twice
 	// over (at least 256 blocks).
 	JournalBlocks uint64
+	// TakeOver lets Mkfs on a device that takes reservations (Reserver)
+	// preempt a host that holds one on a namespace whose file system is
+	// not parked (owner.go): for reusing a namespace whose owner is
+	// known to be dead.
+	TakeOver bool
 }
 
 // Mkfs writes a new, empty file system on dev, destroying what was there.
 // The superblock goes last, after a flush, so an interrupted Mkfs leaves
 // no file system rather than a broken one.
+//
+// On a device that takes reservations (Reserver), Mkfs first claims the
+// namespace as a read-write mount does, so it fails with ErrOwned while
+// another host owns a file system there, and leaves the new file system
+// parked with this host (owner.go).
 func Mkfs(ctx context.Context, dev Device, opts MkfsOptions) error {
+	r, ok := dev.(Reserver)
+	if !ok {
+		return mkfs(ctx, dev, opts)
+	}
+	o := newOwnership(r, dev)
+	mode := claimParked
+	if opts.TakeOver {
+		mode = claimTakeOver
+	}
+	if err := o.claim(ctx, mode); err != nil {
+		return fmt.Errorf("offloadfs: mkfs: %w", err)
+	}
+	if err := mkfs(ctx, dev, opts); err != nil {
+		if rerr := o.release(context.WithoutCancel(ctx)); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return err
+	}
+	return nil
+}
+
+// mkfs is Mkfs once the device is claimed.
+func mkfs(ctx context.Context, dev Device, opts MkfsOptions) error {
 	devBS := dev.BlockSize()
 	bs := opts.BlockSize
 	if bs == 0 {
@@ -51,6 +85,7 @@ func Mkfs(ctx context.Context, dev Device, opts MkfsOptions) error {
 	// on the journal, so one recomputation settles it.
 	sb.devBlockSize = uint32(devBS)
 	sb.created = time.Now().UnixNano()
+	sb.version, sb.clean = FormatVersion, true
 	if _, err := rand.Read(sb.uuid[:]); err != nil {
 		return fmt.Errorf("offloadfs: mkfs: uuid: %w", err)
 	}

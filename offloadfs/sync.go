@@ -3,6 +3,7 @@ package offloadfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	iofs "io/fs"
 	"log/slog"
 	"maps"
@@ -380,10 +381,18 @@ func (s *syncer) verify(inos []uint64) (lost bool, err error) {
 // longer the owner and the file system fails.
 func (s *syncer) pushAll() error {
 	if o := s.fsys.owner; o != nil {
-		if err := o.claim(s.ctx, false); err != nil {
+		if err := o.claim(s.ctx, claimFree); err != nil {
 			if errors.Is(err, ErrOwned) {
-				s.fsys.fail(err)
+				return s.fsys.fail(fmt.Errorf("%w (%w)", ErrFenced, err))
 			}
+			return err
+		}
+		// Reservations do not survive a target restart: the generation
+		// says whether another host mounted meanwhile.
+		s.fsys.commitMu.Lock()
+		err := s.fsys.checkFence()
+		s.fsys.commitMu.Unlock()
+		if err != nil {
 			return err
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nearstore/nearstore/offloadfs"
 )
 
 // TestCLI round-trips files through the `nearstore fs` commands and checks
@@ -184,6 +186,11 @@ func TestCLIFsckDamage(t *testing.T) {
 		t.Fatal(err)
 	}
 	b[0] ^= 0xff
+	// The namespace stays reserved for the file system's owners after
+	// put's unmount; free it, as `io verify --force` does.
+	if err := offloadfs.Evict(context.Background(), e.ns, false); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := e.ns.WriteAt(b, at); err != nil {
 		t.Fatal(err)
 	}

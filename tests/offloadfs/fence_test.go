@@ -95,6 +95,11 @@ func TestGrantsEndAtRemount(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, task := e.connect(taskNQN, 1)
+	// A task host registers before writing under a grant: the namespace
+	// stays reserved for its owners (the environment's mount parked it).
+	if err := task.Register(ctx, host.RegisterOpts{Action: host.RegisterKey, NewKey: 7}); err != nil {
+		t.Fatal(err)
+	}
 	g, err := first.Grant(ctx, taskNQN, []*offloadfs.File{f}, pushdown.GrantReadWrite, time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -1,10 +1,13 @@
 package offloadfs_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
+	iofs "io/fs"
 	"log/slog"
+	"syscall"
 	"testing"
 	"time"
 
@@ -205,4 +208,132 @@ func TestGranteeWritesUnderOwnership(t *testing.T) {
 	if err := g.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestTakeOverFencesLiveOwner: a take-over from an owner that is still
+// alive fences it for good. The preempted owner's data writes and commits
+// fail with ErrFenced (and EROFS), before and after the new owner has
+// unmounted, so its stale metadata never overwrites the new owner's: the
+// new owner's file survives, the preempted owner's later changes do not
+// appear, fsck is clean, and a third mount takes the parked namespace
+// without a take-over.
+func TestTakeOverFencesLiveOwner(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	old := e.fsys
+	f, _ := e.create("old", 1, 16<<10)
+	if err := old.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	quiet := offloadfs.Options{Logger: slog.New(slog.DiscardHandler), CommitInterval: -1}
+	take := quiet
+	take.TakeOver = true
+	_, other := e.connect(otherNQN, 1)
+	next, err := offloadfs.Mount(ctx, other, take)
+	if err != nil {
+		t.Fatalf("taking over: %v", err)
+	}
+	want := bytes.Repeat([]byte("new owner's file "), 1000)
+	g, err := next.Create("r.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.WriteAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Close(); err != nil {
+		t.Fatalf("the new owner's unmount: %v", err)
+	}
+
+	// The new owner has gone; the preempted one tries to carry on.
+	if _, err := f.WriteAt(make([]byte, bs), 0); !errors.Is(err, offloadfs.ErrFenced) || !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("the preempted owner's data write: %v, want ErrFenced (EROFS)", err)
+	}
+	if _, err := old.Create("live.txt"); !errors.Is(err, offloadfs.ErrFenced) {
+		t.Fatalf("the preempted owner's create: %v, want ErrFenced", err)
+	}
+	if err := old.Sync(ctx); !errors.Is(err, offloadfs.ErrFenced) {
+		t.Fatalf("the preempted owner's sync: %v, want ErrFenced", err)
+	}
+	f.Close()
+	if err := old.Close(); !errors.Is(err, offloadfs.ErrFenced) {
+		t.Fatalf("the preempted owner's unmount: %v, want ErrFenced", err)
+	}
+	e.fsys = nil
+	if _, err := e.ns.WriteAtContext(ctx, make([]byte, bs), 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("the preempted owner's raw write after the new owner unmounted: %v, want Reservation Conflict", err)
+	}
+
+	// A third host mounts the parked namespace without --take-over.
+	_, third := e.connect("nqn.2026-11.io.nearstore:third", 1)
+	fsys, err := offloadfs.Mount(ctx, third, quiet)
+	if err != nil {
+		t.Fatalf("mounting the parked namespace: %v", err)
+	}
+	defer fsys.Close()
+	h, err := fsys.Open("r.md")
+	if err != nil {
+		t.Fatalf("the new owner's file: %v", err)
+	}
+	got := make([]byte, len(want)+1)
+	n, err := h.ReadAt(got, 0)
+	if err != io.EOF || !bytes.Equal(got[:n], want) {
+		t.Fatalf("the new owner's file: %d bytes, %v; want its %d bytes", n, err, len(want))
+	}
+	h.Close()
+	if _, err := fsys.Stat("live.txt"); !errors.Is(err, iofs.ErrNotExist) {
+		t.Fatalf("the preempted owner's file: %v, want it absent", err)
+	}
+	r, err := fsys.Fsck(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatalf("fsck after the take-over: %v", err)
+	}
+}
+
+// TestFencedAfterTargetRestart: reservations do not survive a target
+// restart, so a preempted owner could acquire one again; the mount
+// generation in the superblock still fences it.
+func TestFencedAfterTargetRestart(t *testing.T) {
+	e := newEnv(t, envConfig{})
+	ctx := context.Background()
+	old := e.fsys
+	f, _ := e.create("old", 1, 16<<10)
+	e.syncRemote()
+
+	take := offloadfs.Options{Logger: slog.New(slog.DiscardHandler), CommitInterval: -1, TakeOver: true}
+	_, other := e.connect(otherNQN, 1)
+	next, err := offloadfs.Mount(ctx, other, take)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.restart()
+	// A request naming the file makes the old owner's synchronizer find
+	// the target restarted and claim the reservation again: the claim
+	// succeeds (nobody holds one), the generation check does not.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, _ = old.Pushdown(ctx, e.fn, []*offloadfs.File{f}, host.Start{Length: stampSize}, stampScratch(-1, 0))
+		if _, err := old.Create("x"); errors.Is(err, offloadfs.ErrFenced) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the preempted owner was never fenced after the target restarted")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.Close()
+	if err := old.Close(); !errors.Is(err, offloadfs.ErrFenced) {
+		t.Fatalf("the preempted owner's unmount: %v, want ErrFenced", err)
+	}
+	e.fsys = nil
 }

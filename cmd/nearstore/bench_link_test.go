@@ -11,7 +11,7 @@ import (
 // both paths both ways, and its report says whether the shaped path was
 // really shaped and why not.
 func TestBenchLinkCommand(t *testing.T) {
-	root := newRoot()
+	root := newRoot(&globals{})
 	var out, errOut bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&errOut)
@@ -38,7 +38,7 @@ func TestBenchLinkCommand(t *testing.T) {
 		}
 	}
 
-	root = newRoot()
+	root = newRoot(&globals{})
 	root.SetOut(&out)
 	root.SetErr(&errOut)
 	root.SetArgs([]string{"bench", "link", "--rate", "10gb"})

@@ -40,7 +40,11 @@ committed). Only one host may own a file system at a time, and the target
 enforces it: a read-write mount holds an NVMe reservation on the namespace,
 so a changing command run while another host (or another "fs mount") owns
 it fails with "another host owns the file system". If that owner died
-without unmounting, --take-over preempts it.
+without unmounting, --take-over preempts it. A preempted owner that is
+still alive is fenced for good: the target refuses its writes, its commits
+fail ("this mount is fenced"), and a FUSE mount of it turns read-only until
+it is unmounted and mounted again; nothing it does afterwards can
+overwrite the new owner's changes.
 
 Paths inside the file system are slash-separated from its root; a leading
 slash is optional.`,
@@ -135,6 +139,9 @@ func fsDescribe(err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, offloadfs.ErrFenced) {
+		return err // its own words say what happened and what to do
+	}
 	var reason string
 	switch e := fusefs.Errno(err); e {
 	case syscall.ENOENT, syscall.EEXIST, syscall.ENOTDIR, syscall.EISDIR, syscall.ENOTEMPTY,
@@ -186,7 +193,7 @@ everything on it is lost.`,
 				}
 				opts.BlockSize = int(n)
 			}
-			opts.Inodes, opts.JournalBlocks = inodes, journalBlocks
+			opts.Inodes, opts.JournalBlocks, opts.TakeOver = inodes, journalBlocks, g.takeOver
 			ctrl, ns, err := c.open(ctx, g, host.Options{})
 			if err != nil {
 				return err
@@ -370,7 +377,7 @@ func fsCopy(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
 		}
 		switch {
 		case err == io.EOF || err == io.ErrUnexpectedEOF:
-			return n, nil
+			return n, ctx.Err()
 		case err != nil:
 			return n, err
 		}
@@ -449,6 +456,12 @@ func fsPut(ctx context.Context, fsys *offloadfs.FS, dst string, src io.Reader) e
 	_, err = fsCopy(ctx, f, src)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if err == nil {
+		// The commit point. A source that ended because the run was
+		// interrupted (a writer into a pipe killed by the same Ctrl-C)
+		// looks like a complete one: only the context tells them apart.
+		err = ctx.Err()
 	}
 	if err == nil {
 		err = fsys.Rename(tmp, dst)
@@ -962,6 +975,7 @@ Needs /dev/fuse, and root (mount(2) directly) or the fusermount3 helper
 				mode = "read-only"
 			}
 			log.Info("offloadfs mounted; Ctrl-C or `umount DIR` unmounts", "dir", srv.Dir(), "mode", mode, "nqn", c.nqn, "nsid", c.nsid)
+			g.sig.set(signalsOwn)
 			fsServe(srv, log)
 			log.Info("unmounted; committing", "dir", srv.Dir())
 			return s.close()

@@ -17,6 +17,7 @@ import (
 	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
+	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -86,14 +87,16 @@ func newIOCmd(g *globals) *cobra.Command {
 func newVerifyCmd(g *globals) *cobra.Command {
 	var c conn
 	var size string
-	var asJSON bool
+	var asJSON, force bool
 	cmd := &cobra.Command{
 		Use:   "verify",
 		Short: "Write patterns through every I/O path and read them back; exit 0 only if all match",
 		Long: `verify overwrites the first --size bytes of the namespace with patterns
 that encode their own offsets, through aligned and unaligned transfers, large
 transfers that need R2T, Write Zeroes and Dataset Management deallocate, reads
-everything back and compares it byte for byte.`,
+everything back and compares it byte for byte. It refuses a --size larger
+than the namespace, and a namespace that holds an offloadfs unless --force
+is given, before writing anything.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			n, err := volume.ParseSize(size)
 			if err != nil {
@@ -104,12 +107,16 @@ everything back and compares it byte for byte.`,
 				return err
 			}
 			defer ctrl.Close()
+			if err := checkOverwrite(cmd.Context(), &c, ns, n, force); err != nil {
+				return err
+			}
 			rep := iocheck.Run(cmd.Context(), ns, iocheck.Options{Size: n})
 			return printVerify(cmd.OutOrStdout(), rep, asJSON)
 		},
 	}
 	c.flags(cmd)
 	cmd.Flags().StringVar(&size, "size", "64MiB", "bytes from the start of the namespace to check (overwritten)")
+	cmd.Flags().BoolVar(&force, "force", false, "overwrite a namespace that holds an offloadfs (destroying it)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON report")
 	return cmd
 }
@@ -146,7 +153,7 @@ func newBenchIOCmd(g *globals) *cobra.Command {
 	var c conn
 	var cfg bench.BlockIOConfig
 	var bs, region string
-	var asJSON, quiet bool
+	var asJSON, quiet, force bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure IOPS, bandwidth and latency of a namespace",
@@ -168,6 +175,15 @@ func newBenchIOCmd(g *globals) *cobra.Command {
 				return err
 			}
 			defer ctrl.Close()
+			if cfg.Pattern == "randwrite" || cfg.Pattern == "write" {
+				region := cfg.Region
+				if region == 0 {
+					region = ns.Size()
+				}
+				if err := checkOverwrite(cmd.Context(), &c, ns, region, force); err != nil {
+					return err
+				}
+			}
 			var p *mpb.Progress
 			if !quiet {
 				p, cfg.Progress = progressBar(cfg.Duration, fmt.Sprintf("%s %s qd%d×%d", cfg.Pattern, bs, cfg.QueueDepth, cfg.Queues))
@@ -192,7 +208,34 @@ func newBenchIOCmd(g *globals) *cobra.Command {
 	f.StringVar(&region, "region", "", "bytes of the namespace to touch (default: all)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	f.BoolVar(&quiet, "quiet", false, "no live progress")
+	f.BoolVar(&force, "force", false, "write to a namespace that holds an offloadfs (destroying it)")
 	return cmd
+}
+
+// checkOverwrite is what a block-level command that writes the first n
+// bytes of a namespace checks before writing anything: n fits, and the
+// namespace holds no offloadfs unless force. With force, the file
+// system's parked reservation is released so the writes get through
+// (a live owner's is not: that still fails).
+func checkOverwrite(ctx context.Context, c *conn, ns *host.Namespace, n int64, force bool) error {
+	if n > ns.Size() {
+		return fmt.Errorf("%s is more than namespace %d's %s; nothing was written",
+			volume.FormatSize(n), c.nsid, volume.FormatSize(ns.Size()))
+	}
+	has, err := offloadfs.Detect(ns)
+	switch {
+	case err != nil:
+		return err
+	case !has:
+		return nil
+	case !force:
+		return fmt.Errorf("namespace %d of %s holds an offloadfs, which writing would destroy; nothing was written (--force overwrites it)",
+			c.nsid, c.nqn)
+	}
+	if err := offloadfs.Evict(ctx, ns, false); err != nil {
+		return fmt.Errorf("freeing namespace %d for writing: %w", c.nsid, err)
+	}
+	return nil
 }
 
 // progressBar shows elapsed time against the run's duration and the live

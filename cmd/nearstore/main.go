@@ -5,22 +5,111 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newRoot().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "nearstore:", err)
-		os.Exit(1)
+	sig := newInterrupts()
+	g := &globals{sig: sig}
+	err := newRoot(g).ExecuteContext(sig.ctx)
+	code := 0
+	if err != nil {
+		code = 1
 	}
+	if s, mode := sig.received(); s != nil && mode == signalsInterrupt {
+		// Interrupted: the shell's convention, whatever the command
+		// made of it. A command that writes checks its context before
+		// its commit point, so an interrupted one has changed nothing.
+		code = 128 + int(s.(syscall.Signal))
+		if err == nil || errors.Is(err, context.Canceled) {
+			err = fmt.Errorf("interrupted by %v", s)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nearstore:", err)
+	}
+	os.Exit(code)
+}
+
+// signalMode is what SIGINT and SIGTERM mean to the running command.
+type signalMode int
+
+const (
+	// signalsInterrupt, the default: the first signal cancels the
+	// command's context and the process exits with 128 plus the
+	// signal's number (130, 143) once the command has stopped; a second
+	// signal exits at once.
+	signalsInterrupt signalMode = iota
+	// signalsStop: a signal is the command's normal way to stop (target
+	// serve). The first cancels the context and the exit code is the
+	// command's own; a second exits at once.
+	signalsStop
+	// signalsOwn: the command handles signals itself (fs mount unmounts
+	// on the first and detaches on the second); they do nothing here.
+	signalsOwn
+)
+
+// interrupts turns SIGINT and SIGTERM into the commands' context, as
+// its mode says.
+type interrupts struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu    sync.Mutex
+	first os.Signal
+	mode  signalMode
+}
+
+func newInterrupts() *interrupts {
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &interrupts{ctx: ctx, cancel: cancel}
+	ch := make(chan os.Signal, 2)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		for sig := range ch {
+			s.mu.Lock()
+			first, mode := s.first == nil, s.mode
+			if first {
+				s.first = sig
+			}
+			s.mu.Unlock()
+			switch {
+			case mode == signalsOwn:
+			case first:
+				s.cancel()
+			default:
+				fmt.Fprintf(os.Stderr, "nearstore: %v again: exiting at once\n", sig)
+				os.Exit(128 + int(sig.(syscall.Signal)))
+			}
+		}
+	}()
+	return s
+}
+
+// set changes what signals mean from now on; nil-safe, for commands
+// built without a process (tests).
+func (s *interrupts) set(m signalMode) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mode = m
+}
+
+// received returns the first signal, if any, and the mode in force.
+func (s *interrupts) received() (os.Signal, signalMode) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.first, s.mode
 }
 
 // globals are the flags every command shares.
@@ -29,6 +118,9 @@ type globals struct {
 	// takeOver is fs's --take-over: a read-write mount preempts another
 	// host's ownership (offloadfs.Options.TakeOver).
 	takeOver bool
+	// sig is the process's signal handling; nil in tests that build the
+	// command tree without a process.
+	sig *interrupts
 }
 
 func (g *globals) logger() *slog.Logger {
@@ -39,8 +131,7 @@ func (g *globals) logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 }
 
-func newRoot() *cobra.Command {
-	g := &globals{}
+func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "nearstore",
 		Short:         "Disaggregated storage with near-data compute over NVMe/TCP",

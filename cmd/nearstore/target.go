@@ -38,6 +38,7 @@ func newTargetCmd(g *globals) *cobra.Command {
   nearstore target serve --nqn nqn.2026-11.io.nearstore:sim --volume sim:nand:4GiB --volume sim:optane:1GiB`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()
+			g.sig.set(signalsStop)
 			if len(specs) == 0 {
 				return errors.New("at least one --volume is needed")
 			}

@@ -61,6 +61,9 @@ func (c *BlockIOConfig) check(ns *host.Namespace) error {
 	if c.BlockSize <= 0 || c.BlockSize%bs != 0 {
 		return fmt.Errorf("bench: block size %d is not a multiple of the device's %d", c.BlockSize, bs)
 	}
+	if max := ns.MaxTransfer(); c.BlockSize > max {
+		return fmt.Errorf("bench: block size %d is more than the target's largest transfer (MDTS) of %d bytes", c.BlockSize, max)
+	}
 	if c.QueueDepth <= 0 || c.Queues <= 0 || c.Duration <= 0 {
 		return fmt.Errorf("bench: queue depth, queues and duration must be positive")
 	}
@@ -81,7 +84,7 @@ func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (Blo
 	if err := cfg.check(ns); err != nil {
 		return BlockIOResult{}, err
 	}
-	var ops, errs atomic.Int64
+	var cnt blockIOCounts
 	hists := make([]*Histogram, cfg.Queues)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -93,7 +96,7 @@ func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (Blo
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			runQueue(runCtx, ns.Queue(i), cfg, i, deadline, hists[i], &ops, &errs)
+			runQueue(runCtx, ns.Queue(i), cfg, i, deadline, hists[i], &cnt)
 		}(i)
 	}
 	if cfg.Progress != nil {
@@ -104,13 +107,13 @@ func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (Blo
 		for {
 			select {
 			case <-t.C:
-				cfg.Progress(time.Since(start), ops.Load())
+				cfg.Progress(time.Since(start), cnt.ops.Load())
 			case <-done:
 				break loop
 			}
 		}
 		t.Stop()
-		cfg.Progress(time.Since(start), ops.Load())
+		cfg.Progress(time.Since(start), cnt.ops.Load())
 	} else {
 		wg.Wait()
 	}
@@ -122,7 +125,7 @@ func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (Blo
 	for _, q := range hists {
 		h.Merge(q)
 	}
-	n := ops.Load()
+	n := cnt.ops.Load()
 	res := BlockIOResult{
 		System: "nearstore", Pattern: cfg.Pattern, BlockSize: cfg.BlockSize,
 		QueueDepth: cfg.QueueDepth, Queues: cfg.Queues,
@@ -132,15 +135,31 @@ func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (Blo
 		P50us:  us(h.Quantile(0.50)),
 		P99us:  us(h.Quantile(0.99)),
 		P999us: us(h.Quantile(0.999)),
-		Errors: errs.Load(),
+		Errors: cnt.errs.Load(),
+	}
+	if err := ctx.Err(); err != nil {
+		// Interrupted: what completed is still a measurement, and
+		// commands cut off by the interrupt are not failures.
+		return res, err
 	}
 	if res.Errors > 0 {
-		return res, fmt.Errorf("bench: %d commands failed", res.Errors)
+		return res, fmt.Errorf("bench: %d commands failed (the first: %v)", res.Errors, *cnt.first.Load())
 	}
-	return res, ctx.Err()
+	return res, nil
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// blockIOCounts are the queues' shared counters.
+type blockIOCounts struct {
+	ops, errs atomic.Int64
+	first     atomic.Pointer[error] // the first failure, to name a cause
+}
+
+func (c *blockIOCounts) fail(err error) {
+	c.errs.Add(1)
+	c.first.CompareAndSwap(nil, &err)
+}
 
 // runQueue keeps cfg.QueueDepth commands in flight on one queue until the
 // deadline, then waits for the stragglers. Only commands completed by the
@@ -148,7 +167,7 @@ func us(d time.Duration) float64 { return float64(d) / 1e3 }
 // that is ready, queues a replacement for each in a Batch, and submits them
 // all with one write to the connection.
 func runQueue(ctx context.Context, q *host.Namespace, cfg BlockIOConfig, idx int, deadline time.Time,
-	h *Histogram, ops, errs *atomic.Int64) {
+	h *Histogram, cnt *blockIOCounts) {
 	bs := int64(cfg.BlockSize)
 	lbaShift := int64(q.BlockSize())
 	slots := cfg.Region / bs
@@ -196,10 +215,10 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg BlockIOConfig, idx int
 		inflight--
 		if c.Err != nil {
 			if ctx.Err() == nil {
-				errs.Add(1)
+				cnt.fail(c.Err)
 			}
 		} else if now.Before(deadline) {
-			ops.Add(1)
+			cnt.ops.Add(1)
 			h.Record(now.Sub(t0))
 		}
 		if now.Before(deadline) && ctx.Err() == nil {

@@ -328,6 +328,9 @@ func (ns *Namespace) checkBlocks(n int, lba uint64) (uint32, error) {
 	if nlb > 65536 {
 		return 0, fmt.Errorf("host: nsid %d: %d blocks exceed the 65536 a command can move", ns.st.nsid, nlb)
 	}
+	if max := ns.c.MaxTransfer(); n > max {
+		return 0, fmt.Errorf("host: nsid %d: a transfer of %d bytes exceeds the controller's largest (MDTS) of %d bytes", ns.st.nsid, n, max)
+	}
 	if lba >= inf.blocks || nlb > inf.blocks-lba {
 		return 0, fmt.Errorf("host: nsid %d: blocks [%d, +%d) beyond the end (%d): %w", ns.st.nsid, lba, nlb, inf.blocks,
 			&nvme.StatusError{Status: nvme.StatusLBAOutOfRange})
@@ -428,6 +431,11 @@ func plan(p []byte, off int64, bs int, maxBlocks int) []seg {
 	}
 	return segs
 }
+
+// MaxTransfer is the most bytes one read or write command may move: the
+// controller's MDTS, in whole blocks. ReadAt and WriteAt split larger
+// transfers; ReadBlocks, WriteBlocks and batches refuse them.
+func (ns *Namespace) MaxTransfer() int { return ns.maxBlocks() * ns.BlockSize() }
 
 // maxBlocks is how many blocks one read or write may move.
 func (ns *Namespace) maxBlocks() int {

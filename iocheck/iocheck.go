@@ -51,15 +51,21 @@ type Options struct {
 type Step struct {
 	Name     string        `json:"name"`
 	Bytes    int64         `json:"bytes"`
-	Duration time.Duration `json:"duration_ns"`
-	Err      string        `json:"error,omitempty"`
+	Duration time.Duration `json:"-"`
+	// Seconds is Duration, for JSON (every --json report gives times in
+	// seconds).
+	Seconds float64 `json:"seconds"`
+	Err     string  `json:"error,omitempty"`
 }
 
 // Report is the outcome of a run: OK only if every step passed.
 type Report struct {
-	OK    bool   `json:"ok"`
-	Seed  uint64 `json:"seed"`
-	Steps []Step `json:"steps"`
+	OK   bool   `json:"ok"`
+	Seed uint64 `json:"seed"`
+	// Interrupted says ctx ended the run: Steps holds the steps that
+	// finished before it, and no step failed because of it.
+	Interrupted bool   `json:"interrupted"`
+	Steps       []Step `json:"steps"`
 }
 
 // fill writes the pattern for [off, off+len(b)) into b: each 8-byte word is
@@ -115,17 +121,25 @@ func Run(ctx context.Context, d Device, opts Options) Report {
 	rep := Report{OK: true, Seed: seed}
 	rng := rand.New(rand.NewPCG(seed, 0x6e656172))
 	step := func(name string, bytes int64, fn func() error) {
+		if rep.Interrupted {
+			return
+		}
+		if ctx.Err() != nil {
+			rep.Interrupted, rep.OK = true, false
+			return
+		}
 		if opts.Progress != nil {
 			opts.Progress(name)
 		}
 		start := time.Now()
-		var err error
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		} else {
-			err = fn()
+		err := fn()
+		if err != nil && ctx.Err() != nil {
+			// Stopped part-way: not a failure of the device.
+			rep.Interrupted, rep.OK = true, false
+			return
 		}
-		s := Step{Name: name, Bytes: bytes, Duration: time.Since(start)}
+		d := time.Since(start)
+		s := Step{Name: name, Bytes: bytes, Duration: d, Seconds: d.Seconds()}
 		if err != nil {
 			s.Err = err.Error()
 			rep.OK = false
@@ -158,6 +172,9 @@ func Run(ctx context.Context, d Device, opts Options) Report {
 		const wchunk = 128 << 10
 		b := make([]byte, wchunk)
 		for off := int64(0); off < size; off += wchunk {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			n := min(wchunk, size-off)
 			pat(b[:n], off)
 			if _, err := d.WriteAt(b[:n], off); err != nil {
@@ -166,6 +183,9 @@ func Run(ctx context.Context, d Device, opts Options) Report {
 		}
 		const rchunk = 96 << 10
 		for off := int64(0); off < size; off += rchunk {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			n := min(rchunk, size-off)
 			if _, err := d.ReadAt(b[:n], off); err != nil {
 				return fmt.Errorf("read at %d: %w", off, err)

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
+	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -28,10 +31,23 @@ type conn struct {
 	digests   bool
 }
 
+// defaultNQN is the subsystem NQN target serve exports and the host
+// commands connect to when none is given.
+const defaultNQN = "nqn.2026-11.io.nearstore:vol1"
+
+// envOr is the environment variable's value, or def if it is unset or
+// empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
 func (c *conn) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&c.addr, "addr", "127.0.0.1:4420", "target address (host:port)")
-	f.StringVar(&c.nqn, "nqn", "nqn.2026-11.io.nearstore:default", "subsystem NQN")
+	f.StringVarP(&c.addr, "addr", "a", envOr("NEARSTORE_ADDR", "127.0.0.1:4420"), "target address (host:port; default $NEARSTORE_ADDR)")
+	f.StringVarP(&c.nqn, "nqn", "n", envOr("NEARSTORE_NQN", defaultNQN), "subsystem NQN (default $NEARSTORE_NQN)")
 	f.Uint32Var(&c.nsid, "nsid", 1, "namespace ID")
 	f.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C)")
 }
@@ -40,6 +56,9 @@ func (c *conn) open(ctx context.Context, g *globals, opts host.Options) (*host.C
 	opts.HeaderDigest, opts.DataDigest = c.digests, c.digests
 	opts.Logger = g.logger()
 	ctrl, err := host.Connect(ctx, c.addr, c.nqn, opts)
+	if errors.Is(err, &nvme.StatusError{Status: nvme.StatusConnectInvalidParameters}) {
+		return nil, nil, c.noSubsystem(ctx, opts, err)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -49,6 +68,27 @@ func (c *conn) open(ctx context.Context, g *globals, opts host.Options) (*host.C
 		return nil, nil, err
 	}
 	return ctrl, ns, nil
+}
+
+// noSubsystem explains a Connect the target refused with Invalid
+// Parameters, which is almost always a subsystem NQN it does not serve:
+// it asks the discovery controller what it does serve.
+func (c *conn) noSubsystem(ctx context.Context, opts host.Options, err error) error {
+	entries, derr := host.Discover(ctx, c.addr, opts)
+	if derr != nil {
+		return fmt.Errorf("connecting to %s at %s: %w", c.nqn, c.addr, err)
+	}
+	var nqns []string
+	for _, e := range entries {
+		nqns = append(nqns, e.SubNQN)
+	}
+	if slices.Contains(nqns, c.nqn) {
+		return fmt.Errorf("connecting to %s at %s: %w", c.nqn, c.addr, err)
+	}
+	if len(nqns) == 0 {
+		return fmt.Errorf("no subsystem %s at %s; it serves none", c.nqn, c.addr)
+	}
+	return fmt.Errorf("no subsystem %s at %s; it serves: %s (--nqn)", c.nqn, c.addr, strings.Join(nqns, ", "))
 }
 
 func newDiscoverCmd(g *globals) *cobra.Command {
@@ -111,7 +151,10 @@ is given, before writing anything.`,
 				return err
 			}
 			rep := iocheck.Run(cmd.Context(), ns, iocheck.Options{Size: n})
-			return printVerify(cmd.OutOrStdout(), rep, asJSON)
+			if err := printVerify(cmd.OutOrStdout(), rep, asJSON); err != nil {
+				return err
+			}
+			return cmd.Context().Err()
 		},
 	}
 	c.flags(cmd)
@@ -139,11 +182,17 @@ func printVerify(w io.Writer, rep iocheck.Report, asJSON bool) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", s.Name, s.Duration.Round(time.Microsecond), res)
 		}
 		tw.Flush()
-		if rep.OK {
+		switch {
+		case rep.OK:
 			fmt.Fprintf(w, "verify: all %d checks passed (seed %d)\n", len(rep.Steps), rep.Seed)
+		case rep.Interrupted:
+			fmt.Fprintf(w, "verify: interrupted after %d checks\n", len(rep.Steps))
 		}
 	}
-	if !rep.OK {
+	switch {
+	case rep.Interrupted:
+		return nil // the caller reports the interruption
+	case !rep.OK:
 		return errVerifyFailed
 	}
 	return nil
@@ -191,6 +240,14 @@ func newBenchIOCmd(g *globals) *cobra.Command {
 			res, err := bench.RunBlockIO(cmd.Context(), ns, cfg)
 			if p != nil {
 				p.Wait()
+			}
+			if errors.Is(err, context.Canceled) && res.Ops > 0 {
+				// Interrupted: what it measured so far is still worth
+				// printing; main turns the error into exit 130.
+				if perr := printBlockIO(cmd.OutOrStdout(), []bench.BlockIOResult{res}, asJSON); perr != nil {
+					return perr
+				}
+				return err
 			}
 			if err != nil {
 				return err

@@ -114,7 +114,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 	}
 	f := serve.Flags()
 	f.StringVar(&listen, "listen", "127.0.0.1:4420", "address to listen on (host:port)")
-	f.StringVar(&nqn, "nqn", "nqn.2026-11.io.nearstore:default", "subsystem NQN")
+	f.StringVar(&nqn, "nqn", defaultNQN, "subsystem NQN")
 	f.StringArrayVar(&specs, "volume", nil, "volume spec, one namespace each: mem:SIZE, file:PATH?size=SIZE[&direct=1], dev:/dev/X, sim:nand:SIZE, sim:optane:SIZE")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
 	f.IntVar(&queues, "max-io-queues", 16, "I/O queues a host may create")

@@ -1,0 +1,77 @@
+// Package clitest runs the nearstore binary in tests: it builds it once
+// per test process and runs commands as separate processes, returning
+// what they printed and their exit code, so tests check what a user at a
+// shell sees.
+package clitest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// build builds the binary once per test process; the directory is left
+// for the OS to clean, as the binary may still run when tests end.
+var build = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "nearstore-clitest-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "nearstore")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/nearstore/nearstore/cmd/nearstore").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// Binary returns the path of the built binary; the test fails if it does
+// not build.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// Result is what a finished command printed and how it exited.
+type Result struct {
+	Stdout, Stderr string
+	Code           int // the exit code; -1 if killed by a signal
+}
+
+// Run runs the binary with args and stdin (nil for none), with env added
+// to the test process's environment, and waits up to timeout.
+func Run(t testing.TB, timeout time.Duration, stdin io.Reader, env []string, args ...string) Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, Binary(t), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var o, e bytes.Buffer
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &o, &e
+	err := cmd.Run()
+	r := Result{Stdout: o.String(), Stderr: e.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("nearstore %s: %v", strings.Join(args, " "), err)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("nearstore %s: still running after %v\nstderr: %s", strings.Join(args, " "), timeout, e.String())
+	}
+	return r
+}

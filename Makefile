@@ -8,7 +8,7 @@ FUZZTIME    ?= 30s
 all: build
 
 build:
-	$(GO) build -o bin/nearstore ./cmd/nearstore
+	$(GO) build -buildvcs=auto -o bin/nearstore ./cmd/nearstore
 
 # The main job on embedded defaults.
 demo:

@@ -16,6 +16,7 @@ import (
 	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/kv/btree"
 	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/volume"
 )
 
 func newBenchBTreeCmd(g *globals) *cobra.Command {
@@ -153,7 +154,7 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&keys, "keys", "1Mi", "keys to load (1000000, 1M, 1Mi, 64k, ...)")
+	f.StringVar(&keys, "keys", "1M", "keys to load (1000000, 1MB = 10^6, 1M = 2^20, 64k, ...)")
 	f.IntVar(&fanout, "fanout", 0, "most keys per node, 2 to 31 (0: the largest that gives --levels levels)")
 	f.IntVar(&levels, "levels", bench.DefaultBTreeMinLevels, "tree depth --fanout 0 aims for")
 	f.IntVar(&valueSize, "value-size", btree.DefaultValueSize, "value size in bytes")
@@ -211,25 +212,16 @@ func parseModes(s string) ([]btree.Mode, error) {
 	return []btree.Mode{m}, nil
 }
 
-// parseCount reads a count with an optional suffix: k, M, G (powers of
-// 1000) or Ki, Mi, Gi (powers of 1024).
+// parseCount reads a count the way every size flag reads a size
+// (volume.ParseSize), so one suffix means one thing on every flag: k, M,
+// G, Ki, Mi, Gi (KiB, MiB, GiB) are powers of 1024, KB, MB, GB powers of
+// 1000. "1M" keys are 1,048,576; "1MB" or 1000000 are a million.
 func parseCount(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}} {
-		if v, ok := strings.CutSuffix(s, u.suffix); ok {
-			s, mult = v, u.mult
-			break
-		}
+	n, err := volume.ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad count %q: want a number with an optional suffix, e.g. 1000000, 1MB (10^6), 1M (2^20)", s)
 	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)/mult {
-		return 0, fmt.Errorf("bad count %q", s)
-	}
-	return n * mult, nil
+	return n, nil
 }
 
 // parseInts reads a comma-separated list of positive integers.

@@ -14,6 +14,7 @@ import (
 	"os/signal"
 	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -272,8 +273,8 @@ func (e fsEntry) name() string {
 
 func newFSLsCmd(g *globals) *cobra.Command {
 	var (
-		c                     conn
-		long, recurse, asJSON bool
+		c                            conn
+		long, recurse, human, asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "ls [PATH]",
@@ -310,7 +311,11 @@ below PATH, one path (relative to PATH) a line, depth first in name order.`,
 					tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 					fmt.Fprintln(tw, "TYPE\tSIZE\tINODE\tVERSION\tMODIFIED\tNAME")
 					for _, e := range ents {
-						fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", e.Type, e.Size, e.Inode, e.Version,
+						size := strconv.FormatInt(e.Size, 10)
+						if human {
+							size = volume.FormatSize(e.Size)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", e.Type, size, e.Inode, e.Version,
 							e.Modified.Local().Format("2006-01-02 15:04:05"), e.name())
 					}
 					return tw.Flush()
@@ -328,6 +333,9 @@ below PATH, one path (relative to PATH) a line, depth first in name order.`,
 	f := cmd.Flags()
 	f.BoolVarP(&long, "long", "l", false, "type, size, inode, version and time")
 	f.BoolVarP(&recurse, "recursive", "R", false, "the whole tree below PATH")
+	// -h is ls's own: human-readable sizes, as GNU ls; --help stays.
+	f.Bool("help", false, "help for ls")
+	f.BoolVarP(&human, "human-readable", "h", false, "with -l, sizes as 1.5 MiB")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -166,7 +166,7 @@ func newKVLoadCmd(g *globals) *cobra.Command {
 	}
 	k.register(cmd, false)
 	f := cmd.Flags()
-	f.StringVar(&keys, "keys", "1M", "entries to load (1000000, 1M, 1Mi, ...)")
+	f.StringVar(&keys, "keys", "1M", "entries to load (1000000, 1MB = 10^6, 1M = 2^20, ...)")
 	f.IntVar(&fanout, "fanout", btree.DefaultFanout, "most keys per node, 2 to 31")
 	f.IntVar(&valueSize, "value-size", btree.DefaultValueSize, "value size in bytes")
 	f.BoolVar(&mkfs, "mkfs", false, "make a new file system on the namespace first (destroys what is there)")

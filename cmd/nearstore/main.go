@@ -21,7 +21,11 @@ func main() {
 	g := &globals{sig: sig}
 	err := newRoot(g).ExecuteContext(sig.ctx)
 	code := 0
-	if err != nil {
+	var ue *usageError
+	switch {
+	case errors.As(err, &ue):
+		code = 2
+	case err != nil:
 		code = 1
 	}
 	if s, mode := sig.received(); s != nil && mode == signalsInterrupt {
@@ -135,10 +139,60 @@ func newRoot(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "nearstore",
 		Short:         "Disaggregated storage with near-data compute over NVMe/TCP",
+		Version:       buildVersion().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			var lvl slog.Level
+			if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+				return usageErrorf("--log-level %q: want debug, info, warn or error", g.logLevel)
+			}
+			return nil
+		},
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	root.AddCommand(newTargetCmd(g), newDiscoverCmd(g), newIOCmd(g), newBenchCmd(g), newFuncCmd(g), newKVCmd(g), newFSCmd(g), newDemoCmd(g))
+	root.AddCommand(newTargetCmd(g), newDiscoverCmd(g), newIOCmd(g), newBenchCmd(g), newFuncCmd(g), newKVCmd(g), newFSCmd(g), newDemoCmd(g),
+		newVersionCmd())
+	usageConventions(root)
 	return root
+}
+
+// usageError is a command line the command cannot run: an unknown
+// command or flag, a bad flag value, the wrong arguments. The process
+// exits 2 for it, 1 for a command that ran and failed.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+func usageErrorf(format string, args ...any) error {
+	return &usageError{fmt.Errorf(format, args...)}
+}
+
+// usageConventions makes every command in the tree answer a bad command
+// line the same way: unknown subcommands, bad flags and wrong arguments
+// are usage errors (exit 2), never help with exit 0.
+func usageConventions(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	if cmd.HasSubCommands() && cmd.Run == nil && cmd.RunE == nil {
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErrorf("unknown command %q for %q (see %s --help)", args[0], c.CommandPath(), c.CommandPath())
+			}
+			return c.Help()
+		}
+	}
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return &usageError{fmt.Errorf("%s: %w", c.CommandPath(), err)}
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageConventions(sub)
+	}
 }

@@ -103,3 +103,52 @@ func TestInterrupt(t *testing.T) {
 		})
 	}
 }
+
+// TestUsage: a command line the binary cannot run exits 2 with a reason,
+// never help with exit 0; counts parse like sizes; version and --version
+// print the build; fs ls -lh lists with human-readable sizes (-h is not
+// help there).
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // in stderr for failures, stdout for successes
+	}{
+		{[]string{"fs", "lss"}, 2, `unknown command "lss" for "nearstore fs"`},
+		{[]string{"bogus"}, 2, `unknown command "bogus"`},
+		{[]string{"--log-level", "bogus", "version"}, 2, `--log-level "bogus"`},
+		{[]string{"io", "verify", "--bogus"}, 2, "unknown flag: --bogus"},
+		{[]string{"io", "bench", "--qd", "x"}, 2, `invalid argument "x" for "--qd"`},
+		{[]string{"fs", "ls", "a", "b"}, 2, "accepts at most 1 arg"},
+		{[]string{"kv", "load", "--keys", "lots"}, 1, `bad count "lots"`},
+		{[]string{"version"}, 0, "nearstore "},
+		{[]string{"--version"}, 0, "nearstore "},
+		{[]string{"fs", "--help"}, 0, "Usage:"},
+	} {
+		r := clitest.Run(t, time.Minute, nil, nil, tc.args...)
+		got := r.Stderr
+		if tc.code == 0 {
+			got = r.Stdout
+		}
+		if r.Code != tc.code || !strings.Contains(got, tc.want) {
+			t.Errorf("nearstore %s: exit %d, stdout %q, stderr %q; want exit %d and %q",
+				strings.Join(tc.args, " "), r.Code, r.Stdout, r.Stderr, tc.code, tc.want)
+		}
+	}
+
+	addr := newTarget(t)
+	tgt := []string{"-a", addr, "-n", testNQN}
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		r := clitest.Run(t, time.Minute, strings.NewReader(stdin), nil, append(args, tgt...)...)
+		if r.Code != 0 {
+			t.Fatalf("nearstore %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
+		}
+		return r.Stdout
+	}
+	run("", "fs", "mkfs")
+	run(strings.Repeat("x", 3<<20), "fs", "put", "-", "/big")
+	if out := run("", "fs", "ls", "-lh"); !strings.Contains(out, "3 MiB") || !strings.Contains(out, "big") {
+		t.Fatalf("fs ls -lh: %q", out)
+	}
+}

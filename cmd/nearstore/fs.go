@@ -819,6 +819,12 @@ func fsStatOf(s *fsSession, p string) (*fsStat, error) {
 // errFsckProblems makes fsck exit non-zero after printing its report.
 var errFsckProblems = errors.New("fsck found problems")
 
+// fsck's exit codes, e2fsck's (see fsck(8)).
+const (
+	fsckUncorrected = 4 // file system errors left uncorrected
+	fsckOperational = 8 // operational error
+)
+
 func newFSFsckCmd(g *globals) *cobra.Command {
 	var (
 		c      conn
@@ -826,22 +832,23 @@ func newFSFsckCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "fsck",
-		Short: "Check the file system's consistency; exit 1 if it has problems",
+		Short: "Check the file system's consistency; exit 4 if it has problems",
 		Long: `fsck checks the committed file system without changing it: every reachable
 inode and directory verifies, every block belongs to exactly one file and
 the bitmaps agree, every inode in use is reachable exactly once. It prints
-a summary and any problems, and exits 1 if there are problems (or the file
-system does not mount).`,
+a summary and any problems. Exit codes are e2fsck's: 0 clean, 4 problems
+found (fsck never repairs, so they are left uncorrected), 8 fsck could
+not check (the target cannot be reached, the file system does not mount).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := fsMount(cmd.Context(), g, &c, false, host.Options{})
 			if err != nil {
-				return err
+				return &exitError{fsckOperational, err}
 			}
 			defer s.close()
 			r, err := s.fsys.Fsck(cmd.Context())
 			if err != nil {
-				return err
+				return &exitError{fsckOperational, err}
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
@@ -875,7 +882,7 @@ system does not mount).`,
 				}
 			}
 			if !r.OK() {
-				return fmt.Errorf("%w: %d", errFsckProblems, len(r.Problems))
+				return &exitError{fsckUncorrected, fmt.Errorf("%w: %d", errFsckProblems, len(r.Problems))}
 			}
 			return nil
 		},

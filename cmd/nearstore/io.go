@@ -103,7 +103,20 @@ func newDiscoverCmd(g *globals) *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(entries)
+				type entry struct {
+					SubNQN  string `json:"subnqn"`
+					TrType  string `json:"trtype"`
+					AdrFam  uint8  `json:"adrfam"`
+					SubType uint8  `json:"subtype"`
+					TrAddr  string `json:"traddr"`
+					TrSvcID string `json:"trsvcid"`
+					PortID  uint16 `json:"portid"`
+				}
+				out := make([]entry, len(entries))
+				for i, e := range entries {
+					out[i] = entry{e.SubNQN, "tcp", e.AdrFam, e.SubType, e.TrAddr, e.TrSvcID, e.PortID}
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "SUBNQN\tTRADDR\tTRSVCID\tTRTYPE")
@@ -113,7 +126,7 @@ func newDiscoverCmd(g *globals) *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:4420", "target address (host:port)")
+	cmd.Flags().StringVarP(&addr, "addr", "a", envOr("NEARSTORE_ADDR", "127.0.0.1:4420"), "target address (host:port; default $NEARSTORE_ADDR)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

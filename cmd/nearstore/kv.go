@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -41,6 +42,7 @@ type kvFlags struct {
 	conn
 	dir, mode, rt string
 	cache         int
+	asJSON        bool
 }
 
 func (k *kvFlags) register(cmd *cobra.Command, lookups bool) {
@@ -50,8 +52,37 @@ func (k *kvFlags) register(cmd *cobra.Command, lookups bool) {
 	if lookups {
 		f.StringVar(&k.mode, "mode", "pushdown", "plain or pushdown")
 		f.IntVar(&k.cache, "cache-levels", 0, "top levels of the tree cached on the host")
+		f.BoolVar(&k.asJSON, "json", false, "print one JSON object: the entries and the round trips")
 	}
 	f.StringVar(&k.rt, "runtime", "ebpf", "btree_lookup's runtime at the target: ebpf or wasm")
+}
+
+// kvEntry is one key's result in get's and range's JSON.
+type kvEntry struct {
+	Key   uint64 `json:"key"`
+	Found bool   `json:"found"`
+	Value string `json:"value,omitempty"` // hex
+}
+
+// report prints a lookup's round trips: on stderr after the entries, or
+// with them as one JSON object.
+func (k *kvFlags) report(cmd *cobra.Command, mode btree.Mode, st btree.Stats, res []kvEntry) error {
+	if !k.asJSON {
+		_, err := fmt.Fprintf(cmd.ErrOrStderr(), "%d entries; %s: %d round trips (%d reads, %d pushdowns, %d fallbacks)\n",
+			len(res), mode, st.Reads+st.Pushdowns, st.Reads, st.Pushdowns, st.Fallbacks)
+		return err
+	}
+	if res == nil {
+		res = []kvEntry{}
+	}
+	return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+		Mode       string    `json:"mode"`
+		Entries    []kvEntry `json:"entries"`
+		RoundTrips uint64    `json:"round_trips"`
+		Reads      uint64    `json:"reads"`
+		Pushdowns  uint64    `json:"pushdowns"`
+		Fallbacks  uint64    `json:"fallbacks"`
+	}{mode.String(), res, st.Reads + st.Pushdowns, st.Reads, st.Pushdowns, st.Fallbacks})
 }
 
 func (k *kvFlags) runtime() (sandbox.Kind, error) {
@@ -188,25 +219,35 @@ func newKVGetCmd(g *globals) *cobra.Command {
 			}
 			defer closeAll()
 			out := cmd.OutOrStdout()
-			var missing int
+			var (
+				missing int
+				res     []kvEntry
+			)
 			for _, a := range args {
 				key, err := strconv.ParseUint(a, 0, 64)
 				if err != nil {
-					return fmt.Errorf("key %q: %w", a, err)
+					return usageErrorf("key %q: %w", a, err)
 				}
 				v, err := s.Get(ctx, mode, key)
 				switch {
 				case errors.Is(err, btree.ErrNotFound):
 					missing++
-					fmt.Fprintf(out, "%d\tnot found\n", key)
+					res = append(res, kvEntry{Key: key})
+					if !k.asJSON {
+						fmt.Fprintf(out, "%d\tnot found\n", key)
+					}
 				case err != nil:
 					return err
 				default:
-					fmt.Fprintf(out, "%d\t%s\n", key, hex.EncodeToString(v))
+					res = append(res, kvEntry{Key: key, Found: true, Value: hex.EncodeToString(v)})
+					if !k.asJSON {
+						fmt.Fprintf(out, "%d\t%s\n", key, hex.EncodeToString(v))
+					}
 				}
 			}
-			st := s.Stats()
-			fmt.Fprintf(cmd.ErrOrStderr(), "%s: %d round trips (%d reads, %d pushdowns, %d fallbacks)\n", mode, st.Reads+st.Pushdowns, st.Reads, st.Pushdowns, st.Fallbacks)
+			if err := k.report(cmd, mode, s.Stats(), res); err != nil {
+				return err
+			}
 			if missing > 0 {
 				return fmt.Errorf("%d of %d keys not found", missing, len(args))
 			}
@@ -231,11 +272,11 @@ func newKVRangeCmd(g *globals) *cobra.Command {
 			ctx := cmd.Context()
 			lo, err := strconv.ParseUint(args[0], 0, 64)
 			if err != nil {
-				return fmt.Errorf("LO %q: %w", args[0], err)
+				return usageErrorf("LO %q: %w", args[0], err)
 			}
 			hi, err := strconv.ParseUint(args[1], 0, 64)
 			if err != nil {
-				return fmt.Errorf("HI %q: %w", args[1], err)
+				return usageErrorf("HI %q: %w", args[1], err)
 			}
 			s, mode, closeAll, err := k.open(ctx, g, false)
 			if err != nil {
@@ -243,18 +284,19 @@ func newKVRangeCmd(g *globals) *cobra.Command {
 			}
 			defer closeAll()
 			out := cmd.OutOrStdout()
-			n := 0
+			var res []kvEntry
 			err = s.Scan(ctx, mode, lo, hi, limit, func(key uint64, v []byte) error {
-				n++
+				res = append(res, kvEntry{Key: key, Found: true, Value: hex.EncodeToString(v)})
+				if k.asJSON {
+					return nil
+				}
 				_, err := fmt.Fprintf(out, "%d\t%s\n", key, hex.EncodeToString(v))
 				return err
 			})
 			if err != nil {
 				return err
 			}
-			st := s.Stats()
-			fmt.Fprintf(cmd.ErrOrStderr(), "%d entries; %s: %d round trips (%d reads, %d pushdowns, %d fallbacks)\n", n, mode, st.Reads+st.Pushdowns, st.Reads, st.Pushdowns, st.Fallbacks)
-			return nil
+			return k.report(cmd, mode, s.Stats(), res)
 		},
 	}
 	k.register(cmd, true)

@@ -21,10 +21,15 @@ func main() {
 	g := &globals{sig: sig}
 	err := newRoot(g).ExecuteContext(sig.ctx)
 	code := 0
-	var ue *usageError
+	var (
+		ue *usageError
+		ee *exitError
+	)
 	switch {
 	case errors.As(err, &ue):
 		code = 2
+	case errors.As(err, &ee):
+		code = ee.code
 	case err != nil:
 		code = 1
 	}
@@ -165,6 +170,16 @@ type usageError struct{ err error }
 
 func (e *usageError) Error() string { return e.err.Error() }
 func (e *usageError) Unwrap() error { return e.err }
+
+// exitError is a failure with its own exit code, for commands whose
+// codes scripts already know (fsck's are e2fsck's).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 func usageErrorf(format string, args ...any) error {
 	return &usageError{fmt.Errorf(format, args...)}

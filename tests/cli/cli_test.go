@@ -5,6 +5,7 @@ package cli_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/internal/testtarget"
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/ebpf"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -28,7 +31,11 @@ func newTarget(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { v.Close() })
-	srv := testtarget.Start(t, testtarget.Config{NQN: testNQN, Name: "cli", Volume: v})
+	srv := testtarget.Start(t, testtarget.Config{NQN: testNQN, Name: "cli", Volume: v,
+		Runtimes: func() ([]sandbox.Runtime, error) {
+			return []sandbox.Runtime{ebpf.NewRuntime(ebpf.Options{})}, nil
+		},
+	})
 	t.Cleanup(srv.Stop)
 	return srv.Addr()
 }
@@ -150,5 +157,57 @@ func TestUsage(t *testing.T) {
 	run(strings.Repeat("x", 3<<20), "fs", "put", "-", "/big")
 	if out := run("", "fs", "ls", "-lh"); !strings.Contains(out, "3 MiB") || !strings.Contains(out, "big") {
 		t.Fatalf("fs ls -lh: %q", out)
+	}
+}
+
+// TestJSON: --json output is snake_case and one object (or array) per
+// command, on discover and the kv lookups; fsck's exit codes are
+// e2fsck's.
+func TestJSON(t *testing.T) {
+	addr := newTarget(t)
+	tgt := []string{"-a", addr, "-n", testNQN}
+	run := func(args ...string) string {
+		t.Helper()
+		r := clitest.Run(t, 2*time.Minute, nil, nil, args...)
+		if r.Code != 0 {
+			t.Fatalf("nearstore %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
+		}
+		return r.Stdout
+	}
+	var disc []map[string]any
+	if err := json.Unmarshal([]byte(run("discover", "-a", addr, "--json")), &disc); err != nil {
+		t.Fatal(err)
+	}
+	if len(disc) != 1 || disc[0]["subnqn"] != testNQN || disc[0]["trtype"] != "tcp" {
+		t.Fatalf("discover --json: %v", disc)
+	}
+
+	run(append([]string{"kv", "load", "--mkfs", "--keys", "1000"}, tgt...)...)
+	var get struct {
+		Mode    string `json:"mode"`
+		Entries []struct {
+			Key   uint64 `json:"key"`
+			Found bool   `json:"found"`
+			Value string `json:"value"`
+		} `json:"entries"`
+		RoundTrips uint64 `json:"round_trips"`
+	}
+	r := clitest.Run(t, time.Minute, nil, nil, append([]string{"kv", "get", "--json", "4", "999999"}, tgt...)...)
+	if r.Code != 1 {
+		t.Fatalf("kv get of a missing key: exit %d, want 1\n%s", r.Code, r.Stderr)
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &get); err != nil {
+		t.Fatalf("kv get --json: %v\n%s", err, r.Stdout)
+	}
+	if get.Mode != "pushdown" || len(get.Entries) != 2 || !get.Entries[0].Found || get.Entries[0].Value == "" ||
+		get.Entries[1].Found || get.RoundTrips == 0 {
+		t.Fatalf("kv get --json: %+v", get)
+	}
+
+	if r := clitest.Run(t, time.Minute, nil, nil, append([]string{"fs", "fsck"}, tgt...)...); r.Code != 0 {
+		t.Fatalf("fsck of a clean file system: exit %d\n%s", r.Code, r.Stderr)
+	}
+	if r := clitest.Run(t, time.Minute, nil, nil, "fs", "fsck", "-a", "127.0.0.1:1", "-n", testNQN); r.Code != 8 {
+		t.Fatalf("fsck that cannot reach its target: exit %d, want 8 (operational error)\n%s", r.Code, r.Stderr)
 	}
 }

@@ -207,9 +207,16 @@ func (e *env) okIn(stdin []byte, args ...string) string {
 // and returns its stdout.
 func (e *env) fails(want string, args ...string) string {
 	e.t.Helper()
-	out, errOut, code := e.run(nil, args...)
-	if code != 1 || !strings.Contains(errOut, want) {
-		e.t.Fatalf("nearstore fs %s: exit %d, stderr %q; want exit 1 and %q", strings.Join(args, " "), code, errOut, want)
+	return e.failsWith(1, want, args...)
+}
+
+// failsWith runs a command that must exit with code and an error
+// containing want, and returns its stdout.
+func (e *env) failsWith(code int, want string, args ...string) string {
+	e.t.Helper()
+	out, errOut, got := e.run(nil, args...)
+	if got != code || !strings.Contains(errOut, want) {
+		e.t.Fatalf("nearstore fs %s: exit %d, stderr %q; want exit %d and %q", strings.Join(args, " "), got, errOut, code, want)
 	}
 	return out
 }

@@ -8,6 +8,7 @@ import (
 	iofs "io/fs"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/pushdown"
@@ -366,6 +367,28 @@ func baseName(name string) string {
 		}
 	}
 	return name
+}
+
+// SetModTime sets the file's modification time, as FS.SetModTime does
+// by name; it works on a handle of any access mode, and on a file removed
+// while open.
+func (f *File) SetModTime(mtime time.Time) error {
+	if f.closed.Load() {
+		return pathErr("chtimes", f.name, iofs.ErrClosed)
+	}
+	fsys := f.fsys
+	if err := fsys.lockForChange(); err != nil {
+		return pathErr("chtimes", f.name, err)
+	}
+	defer fsys.mu.Unlock()
+	if f.closed.Load() {
+		// Closed meanwhile: the inode may be free now.
+		return pathErr("chtimes", f.name, iofs.ErrClosed)
+	}
+	if err := fsys.setModTime(f.in, mtime); err != nil {
+		return pathErr("chtimes", f.name, err)
+	}
+	return nil
 }
 
 // Extents returns the file's versioned extent map, in device blocks,

@@ -1,6 +1,9 @@
 package offloadfs
 
 import (
+	"fmt"
+	iofs "io/fs"
+	"math"
 	"sort"
 	"sync"
 	"time"
@@ -178,6 +181,25 @@ func (fsys *FS) touch(in *inode) {
 	fsys.dirtyInode(in)
 	fsys.txn.changed[in.ino] = struct{}{}
 }
+
+// setModTime sets in's modification time, as stored, without a new
+// extent-map version: the blocks are the same, so nothing the target
+// holds goes stale. Callers hold mu, from lockForChange.
+func (fsys *FS) setModTime(in *inode, mtime time.Time) error {
+	if mtime.Before(minModTime) || mtime.After(maxModTime) {
+		return fmt.Errorf("%w: modification time %v is outside what is stored (%d to %d)",
+			iofs.ErrInvalid, mtime, minModTime.Year(), maxModTime.Year())
+	}
+	in.mtime = mtime.UnixNano()
+	fsys.dirtyInode(in)
+	return nil
+}
+
+// The modification time is stored in Unix nanoseconds, an int64.
+var (
+	minModTime = time.Unix(0, math.MinInt64)
+	maxModTime = time.Unix(0, math.MaxInt64)
+)
 
 // dirtyBits marks the bitmap blocks covering x as changed.
 func (fsys *FS) dirtyBits(x extent) {

@@ -437,6 +437,32 @@ func (fsys *FS) Stat(name string) (iofs.FileInfo, error) {
 	return fsys.info(base, in), nil
 }
 
+// SetModTime sets the modification time of the named file or directory,
+// as touch -d, cp -p, tar -x and rsync -a do; the next commit makes it
+// durable, like any metadata change. It is the only time offloadfs
+// stores: writes and truncations that change a file's size set it to
+// the present, and overwrites in place leave it alone. The extent-map
+// version does not change. Times outside 1678–2262 (Unix nanoseconds in
+// an int64) fail with ErrInvalid.
+func (fsys *FS) SetModTime(name string, mtime time.Time) error {
+	comps, err := splitPath(name)
+	if err == nil {
+		err = fsys.lockForChange()
+	}
+	if err != nil {
+		return pathErr("chtimes", name, err)
+	}
+	defer fsys.mu.Unlock()
+	in, err := fsys.walk(comps)
+	if err == nil {
+		err = fsys.setModTime(in, mtime)
+	}
+	if err != nil {
+		return pathErr("chtimes", name, err)
+	}
+	return nil
+}
+
 // ReadDir lists a directory, sorted by name.
 func (fsys *FS) ReadDir(name string) ([]iofs.DirEntry, error) {
 	comps, err := splitPath(name)

@@ -10,10 +10,16 @@
 // What offloadfs does not have, the mount does not pretend to: there are no
 // owners, permissions, timestamps other than the modification time, links
 // or extended attributes. Files show as 0644 and directories as 0755, owned
-// by the user serving the mount; chmod, chown and utimes succeed without
-// changing anything (so cp -r and touch work), link and symlink fail with
-// EPERM (go-fuse's default for operations a file system lacks is ENOTSUP),
-// and extended attributes are switched off for the whole mount.
+// by the user serving the mount. Setting the modification time (touch -d,
+// cp -p, tar -x, rsync -a) stores it. Access and change times are not
+// stored and show as the modification time; setting the access time is
+// accepted and ignored, as on a noatime mount, because the tools that copy
+// times set both and would fail on the one that cannot be kept. chmod and
+// chown fail with EPERM unless they ask for the mode and owner shown (or
+// make a file private while it is open for writing: see
+// privateWhileWriting); link and symlink fail with EPERM too (go-fuse's
+// default for operations a file system lacks is ENOTSUP); extended
+// attributes are switched off for the whole mount.
 //
 // Consistency: the mount is meant to be the file system's owner, its only
 // writer, so the kernel may cache names and attributes for Options.Timeout.
@@ -425,15 +431,88 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	return 0
 }
 
-// Setattr changes the size; the other attributes do not exist in
-// offloadfs, and changing them succeeds without effect.
+// Setattr changes the size and the modification time. A mode, owner or
+// group other than the one shown fails with EPERM before anything
+// changes: offloadfs stores none of them. The access time is not stored
+// either, and setting it is accepted and ignored (see the package doc).
 func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if e := n.checkUnstored(fh, in); e != 0 {
+		return e
+	}
 	if size, ok := in.GetSize(); ok {
 		if err := n.truncate(fh, size); err != nil {
 			return n.m.errno("truncate", n.path(), err)
 		}
 	}
+	// After the size: a truncation sets the time to the present, and an
+	// explicit time in the same request wins.
+	if mtime, ok := in.GetMTime(); ok {
+		if err := n.setModTime(fh, mtime); err != nil {
+			return n.m.errno("chtimes", n.path(), err)
+		}
+	}
 	return n.Getattr(ctx, fh, out)
+}
+
+// checkUnstored refuses, with EPERM, a change of what offloadfs does not
+// store: a mode, owner or group other than the one the mount shows.
+func (n *node) checkUnstored(fh fs.FileHandle, in *fuse.SetAttrIn) syscall.Errno {
+	mode, setMode := in.GetMode()
+	uid, setUID := in.GetUID()
+	gid, setGID := in.GetGID()
+	if !setMode && !setUID && !setGID {
+		return 0
+	}
+	fi, err := n.stat(fh)
+	if err != nil {
+		return n.m.errno("setattr", n.path(), err)
+	}
+	var a fuse.Attr
+	n.m.fill(fi, &a)
+	if setMode && mode&0o7777 != a.Mode&0o7777 && !(n.writing() && privateWhileWriting(mode)) {
+		return syscall.EPERM
+	}
+	if (setUID && uid != a.Uid) || (setGID && gid != a.Gid) {
+		return syscall.EPERM
+	}
+	return 0
+}
+
+// privateWhileWriting reports whether mode is one a writer gives a file
+// it is still writing, to keep others out until it is done: read-write
+// for the owner alone (0600, or 0700). rsync -a does this to every file
+// it copies (mkstemp, then fchmod 0700 while open) and gives up on a
+// file whose chmod fails, so such a chmod, on a file open for writing,
+// succeeds without effect: on this mount a file is private to the user
+// serving it anyway, unless it was mounted with AllowOther. The mode the
+// writer gives the file when it is done is checked like any other.
+func privateWhileWriting(mode uint32) bool {
+	return mode&0o7777 == 0o600 || mode&0o7777 == 0o700
+}
+
+// writing reports whether the node is open for writing.
+func (n *node) writing() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for h := range n.open {
+		if h.write {
+			return true
+		}
+	}
+	return false
+}
+
+// setModTime sets the modification time, through an open handle if the
+// node has one (its path names nothing once it is removed while open).
+func (n *node) setModTime(fh fs.FileHandle, mtime time.Time) error {
+	h, _ := fh.(*handle)
+	if h == nil {
+		h = n.anyHandle()
+	}
+	if h != nil {
+		return h.f.SetModTime(mtime)
+	}
+	return n.m.fsys.SetModTime(n.path(), mtime)
 }
 
 func (n *node) truncate(fh fs.FileHandle, size uint64) error {

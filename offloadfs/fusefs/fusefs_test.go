@@ -15,6 +15,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -233,15 +234,26 @@ func TestNamespace(t *testing.T) {
 		t.Fatalf("new file reads %q", got)
 	}
 
-	// Truncation through the path and through a descriptor; chmod,
-	// chown and utimes are accepted and change nothing.
+	// Truncation through the path and through a descriptor; chmod and
+	// chown to what is shown succeed, to anything else fail with EPERM
+	// and change nothing; utimes stores the modification time.
 	must(os.Truncate(p("d/e/new"), 10000))
-	must(os.Chmod(p("d/e/new"), 0o600))
-	must(os.Chtimes(p("d/e/new"), fi.ModTime(), fi.ModTime()))
+	must(os.Chmod(p("d/e/new"), 0o644))
+	must(os.Chmod(p("d"), 0o755|os.ModeDir))
+	wantErr(os.Chmod(p("d/e/new"), 0o600), syscall.EPERM)
+	wantErr(os.Chmod(p("d"), 0o700), syscall.EPERM)
+	must(os.Chown(p("d/e/new"), os.Getuid(), os.Getgid()))
+	wantErr(os.Chown(p("d/e/new"), os.Getuid()+1, -1), syscall.EPERM)
+	wantErr(os.Chown(p("d/e/new"), -1, os.Getgid()+1), syscall.EPERM)
+	old := time.Date(2001, 2, 3, 4, 5, 6, 789, time.UTC)
+	must(os.Chtimes(p("d/e/new"), time.Now(), old))
 	fi, err = os.Stat(p("d/e/new"))
 	must(err)
-	if fi.Size() != 10000 || fi.Mode() != 0o644 {
-		t.Fatalf("after truncate and chmod: size %d mode %v", fi.Size(), fi.Mode())
+	if fi.Size() != 10000 || fi.Mode() != 0o644 || !fi.ModTime().Equal(old) {
+		t.Fatalf("after truncate, chmod and utimes: size %d mode %v mtime %v", fi.Size(), fi.Mode(), fi.ModTime())
+	}
+	if ofi, err := fsys.Stat("d/e/new"); err != nil || !ofi.ModTime().Equal(old) {
+		t.Fatalf("offloadfs after utimes: %v, %v; want mtime %v", ofi, err, old)
 	}
 	got, err = os.ReadFile(p("d/e/new"))
 	must(err)

@@ -201,6 +201,31 @@ var (
 	maxModTime = time.Unix(0, math.MaxInt64)
 )
 
+// FreeBlocks returns the free data blocks as df should see them: free,
+// the blocks Usage calls free, and pinned, those freed by changes not
+// committed yet (removed and truncated files), which no allocation may
+// reuse before the commit, since a crash would give them back to their
+// old owner. Counting pinned blocks as free is what ext4 does too, and it
+// is true for writers: an allocation that finds no other room commits
+// and takes them (growFile). Reporting only free blocks made df lag rm
+// by up to the commit interval.
+//
+// Both numbers are read at one moment: commitMu keeps a commit from
+// moving blocks from pinned to free in between, and means no commit is
+// in flight, so the running transaction's list is every pinned block.
+// It waits for a commit under way, and so must not be called from
+// Options.OnCommit.
+func (fsys *FS) FreeBlocks() (free, pinned uint64) {
+	fsys.commitMu.Lock()
+	defer fsys.commitMu.Unlock()
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	for _, x := range fsys.txn.freed {
+		pinned += x.n
+	}
+	return fsys.alloc.free, pinned
+}
+
 // dirtyBits marks the bitmap blocks covering x as changed.
 func (fsys *FS) dirtyBits(x extent) {
 	for idx := x.start / fsys.bpb; idx <= (x.end()-1)/fsys.bpb; idx++ {

@@ -157,14 +157,35 @@ func absDir(dir string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("fusefs: mount point: %w", err)
 	}
-	fi, err := os.Stat(abs)
-	if err != nil {
-		return "", fmt.Errorf("fusefs: mount point: %w", err)
-	}
-	if !fi.IsDir() {
-		return "", fmt.Errorf("fusefs: mount point %s: %w", abs, syscall.ENOTDIR)
+	if err := CheckMountPoint(abs); err != nil {
+		return "", fmt.Errorf("fusefs: %w", err)
 	}
 	return abs, nil
+}
+
+// CheckMountPoint checks that dir can be mounted on: it exists and is a
+// directory. Mount checks it too; a command calls it first to fail before
+// it takes the file system over. A FUSE mount whose serving process ended
+// without unmounting (killed, crashed) fails every access with ENOTCONN,
+// "transport endpoint is not connected"; the error then says so and how
+// to clear it, and wraps syscall.ENOTCONN.
+func CheckMountPoint(dir string) error {
+	shown := dir
+	if abs, err := filepath.Abs(dir); err == nil {
+		shown = abs
+	}
+	fi, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, syscall.ENOTCONN):
+		return fmt.Errorf("%s is a dead FUSE mount (the process serving it ended); "+
+			"run `fusermount3 -u %s` (or `umount %s` as root) and mount again: %w",
+			shown, shown, shown, syscall.ENOTCONN)
+	case err != nil:
+		return fmt.Errorf("mount point: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("mount point %s: %w", shown, syscall.ENOTDIR)
+	}
+	return nil
 }
 
 // Dir is the absolute mount point.

@@ -613,9 +613,13 @@ func (fsys *FS) commit(ctx context.Context, flushEmpty bool) error {
 		return nil
 	}
 	fsys.mu.Unlock()
+	start := time.Now()
 	// Still the owner? (owner.go, rule 3.) Only commit replaces the
 	// transaction, and it holds commitMu, so it is still non-empty after.
 	if err := fsys.checkFence(); err != nil {
+		if errors.Is(err, ErrFenced) {
+			fsys.opts.Metrics.committed(0, 0, err)
+		}
 		return err
 	}
 	fsys.mu.Lock()
@@ -630,8 +634,11 @@ func (fsys *FS) commit(ctx context.Context, flushEmpty bool) error {
 	fsys.mu.Unlock()
 
 	if err := fsys.jnl.commit(context.WithoutCancel(ctx), imgs); err != nil {
-		return fsys.fail(err)
+		err = fsys.fail(err)
+		fsys.opts.Metrics.committed(0, 0, err)
+		return err
 	}
+	fsys.opts.Metrics.committed(time.Since(start).Seconds(), len(imgs), nil)
 
 	fsys.mu.Lock()
 	for _, x := range t.freed {

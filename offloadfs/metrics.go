@@ -1,6 +1,7 @@
 package offloadfs
 
 import (
+	"errors"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -63,6 +64,9 @@ type Metrics struct {
 	resyncs    prometheus.Counter
 	pending    prometheus.Gauge
 	grants     prometheus.Gauge
+	commits    *prometheus.CounterVec
+	commitDur  prometheus.Histogram
+	journaled  prometheus.Counter
 }
 
 // Operation label values.
@@ -104,7 +108,21 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Grants of file extents to other hosts live now.",
 		}),
 	}
-	reg.MustRegister(m.requests, m.mismatches, m.maps, m.syncErrors, m.resyncs, m.pending, m.grants)
+	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nearstore_offloadfs_commits_total",
+		Help: "Metadata commits, by result: ok, error (a device error failed the file system), fenced (another host took it over).",
+	}, []string{"result"})
+	m.commitDur = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "nearstore_offloadfs_commit_duration_seconds",
+		Help:    "Time to commit a metadata transaction: generation check, journal write and flushes, checkpoint.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
+	})
+	m.journaled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "nearstore_offloadfs_journal_blocks_total",
+		Help: "Metadata block images written to the journal by commits.",
+	})
+	reg.MustRegister(m.requests, m.mismatches, m.maps, m.syncErrors, m.resyncs, m.pending, m.grants,
+		m.commits, m.commitDur, m.journaled)
 	return m
 }
 
@@ -120,6 +138,25 @@ func (m *Metrics) ran(op string, remote bool) {
 		where = "target"
 	}
 	m.requests.WithLabelValues(op, where).Inc()
+}
+
+// committed records a commit attempt that got as far as the generation
+// check: its result, and for a commit that wrote, its time and blocks.
+func (m *Metrics) committed(seconds float64, blocks int, err error) {
+	if m == nil {
+		return
+	}
+	switch {
+	case errors.Is(err, ErrFenced):
+		m.commits.WithLabelValues("fenced").Inc()
+		return
+	case err != nil:
+		m.commits.WithLabelValues("error").Inc()
+		return
+	}
+	m.commits.WithLabelValues("ok").Inc()
+	m.commitDur.Observe(seconds)
+	m.journaled.Add(float64(blocks))
 }
 
 func (m *Metrics) mismatch(op, when string) {

@@ -73,13 +73,20 @@ type fsSession struct {
 	fsys *offloadfs.FS
 }
 
-// fsMount connects and mounts the file system, read-only unless rw.
-func fsMount(ctx context.Context, g *globals, c *conn, rw bool, hopts host.Options) (*fsSession, error) {
-	ctrl, ns, err := c.open(ctx, g, hopts)
+// fsMountOpts are what the commands vary of a mount.
+type fsMountOpts struct {
+	rw      bool
+	host    host.Options
+	metrics *offloadfs.Metrics // nil: none
+}
+
+// fsMount connects and mounts the file system, read-only unless o.rw.
+func fsMount(ctx context.Context, g *globals, c *conn, o fsMountOpts) (*fsSession, error) {
+	ctrl, ns, err := c.open(ctx, g, o.host)
 	if err != nil {
 		return nil, err
 	}
-	opts := offloadfs.Options{Logger: g.logger(), ReadOnly: !rw, TakeOver: g.takeOver}
+	opts := offloadfs.Options{Logger: g.logger(), ReadOnly: !o.rw, TakeOver: g.takeOver, Metrics: o.metrics}
 	fsys, err := offloadfs.Mount(ctx, ns, opts)
 	if err != nil {
 		ctrl.Close()
@@ -108,7 +115,7 @@ func (s *fsSession) close() error {
 // fsWith runs fn on the mounted file system and unmounts; a failed
 // commit fails the command even if fn succeeded.
 func fsWith(cmd *cobra.Command, g *globals, c *conn, rw bool, fn func(fsys *offloadfs.FS) error) (err error) {
-	s, err := fsMount(cmd.Context(), g, c, rw, host.Options{})
+	s, err := fsMount(cmd.Context(), g, c, fsMountOpts{rw: rw})
 	if err != nil {
 		return err
 	}
@@ -735,7 +742,7 @@ on overwrites.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p := fsPath(args[0])
-			s, err := fsMount(cmd.Context(), g, &c, false, host.Options{})
+			s, err := fsMount(cmd.Context(), g, &c, fsMountOpts{})
 			if err != nil {
 				return err
 			}
@@ -841,7 +848,7 @@ found (fsck never repairs, so they are left uncorrected), 8 fsck could
 not check (the target cannot be reached, the file system does not mount).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			s, err := fsMount(cmd.Context(), g, &c, false, host.Options{})
+			s, err := fsMount(cmd.Context(), g, &c, fsMountOpts{})
 			if err != nil {
 				return &exitError{fsckOperational, err}
 			}
@@ -941,6 +948,7 @@ func newFSMountCmd(g *globals) *cobra.Command {
 		c                  conn
 		readOnly, debug    bool
 		allowOther         bool
+		metrics            string
 		timeout            time.Duration
 		queues, queueDepth int
 	)
@@ -965,13 +973,20 @@ Needs /dev/fuse, and root (mount(2) directly) or the fusermount3 helper
 			dir := args[0]
 			// Check the mount point before taking ownership of the
 			// file system (a read-write mount writes the journal).
-			if fi, err := os.Stat(dir); err != nil {
-				return fmt.Errorf("mount point: %w", err)
-			} else if !fi.IsDir() {
-				return fmt.Errorf("mount point %s: not a directory", dir)
+			if err := fusefs.CheckMountPoint(dir); err != nil {
+				return err
 			}
 			log := g.logger()
-			s, err := fsMount(cmd.Context(), g, &c, !readOnly, host.Options{IOQueues: queues, QueueDepth: queueDepth})
+			mo := fsMountOpts{rw: !readOnly, host: host.Options{IOQueues: queues, QueueDepth: queueDepth}}
+			if metrics != "" {
+				reg, stop, err := serveMetrics(metrics, log)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				mo.metrics = offloadfs.NewMetrics(reg)
+			}
+			s, err := fsMount(cmd.Context(), g, &c, mo)
 			if err != nil {
 				return err
 			}
@@ -1004,6 +1019,7 @@ Needs /dev/fuse, and root (mount(2) directly) or the fusermount3 helper
 	f.IntVar(&queues, "queues", 2, "NVMe/TCP I/O queues (connections)")
 	f.IntVar(&queueDepth, "qd", 0, "commands in flight per queue (default 128)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request (with --log-level debug)")
+	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
 	return cmd
 }
 

@@ -5,12 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/sandbox"
@@ -70,20 +66,13 @@ func newTargetCmd(g *globals) *cobra.Command {
 					MaxSteps:    funcSteps,
 				},
 			}
-			var mux *http.Server
 			if metrics != "" {
-				reg := prometheus.NewRegistry()
-				reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-				cfg.Metrics = target.NewMetrics(reg)
-				ml, err := net.Listen("tcp", metrics)
+				reg, stop, err := serveMetrics(metrics, log)
 				if err != nil {
-					return fmt.Errorf("metrics listener: %w", err)
+					return err
 				}
-				h := http.NewServeMux()
-				h.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-				mux = &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-				go func() { _ = mux.Serve(ml) }()
-				log.Info("metrics", "url", "http://"+ml.Addr().String()+"/metrics")
+				defer stop()
+				cfg.Metrics = target.NewMetrics(reg)
 			}
 			srv, err := target.New(cfg)
 			if err != nil {
@@ -105,9 +94,6 @@ func newTargetCmd(g *globals) *cobra.Command {
 			ctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
 			err = srv.Shutdown(ctx)
-			if mux != nil {
-				_ = mux.Shutdown(ctx)
-			}
 			<-served
 			return err
 		},

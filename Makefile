@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30s
 
-.PHONY: all build demo test test-short lint fuzz interop-deps bench-deps clean
+.PHONY: all build demo test test-short lint fuzz interop-deps bench-deps clean crash
 
 all: build
 
@@ -19,6 +19,13 @@ demo:
 # NVMe/TCP host and target (their packages are installed on first use).
 test: lint interop-deps functions-check
 	$(GO) test -race -timeout 45m ./...
+	$(MAKE) crash
+
+# Every crash point of the crash tests: under -race they sample (the
+# detector makes each point ten times slower), so CI also runs them all
+# without it.
+crash:
+	$(GO) test -count=1 -run '^TestCrash' ./offloadfs/
 
 # Unit and integration tests without the QEMU guest.
 test-short:

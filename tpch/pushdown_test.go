@@ -2,6 +2,7 @@ package tpch_test
 
 import (
 	"bytes"
+	"math/big"
 	"context"
 	"fmt"
 	"reflect"
@@ -167,7 +168,9 @@ func checkNonTrivial(t *testing.T, r tpch.Result) {
 }
 
 // TestValidationAnswers prints the validation queries' answers at SF 0.01
-// (with -v), and checks what the spec's distributions imply about them.
+// (with -v), and checks what the spec's distributions imply about them:
+// Q6's and Q12's against the spec's SF 1 answers scaled down, within
+// what sampling at this size allows.
 func TestValidationAnswers(t *testing.T) {
 	g, _ := tpch.NewGenerator(0.01, 1)
 	var buf bytes.Buffer
@@ -189,6 +192,29 @@ func TestValidationAnswers(t *testing.T) {
 			if len(res.Q1) != 4 || res.Q1[1].Count*20 > res.Q1[0].Count || res.Q1[3].Count*10 < res.Q1[0].Count*9 {
 				t.Errorf("Q1 groups %+v", res.Q1)
 			}
+		case 6:
+			// The spec's answer at SF 1 is 123141078.23; the predicate's
+			// selectivity and the price distribution scale it with SF.
+			rev, _ := new(big.Rat).SetFrac(res.Revenue.Big(), big.NewInt(10000)).Float64()
+			if want := 123141078.23 * 0.01; rev < want*0.8 || rev > want*1.2 {
+				t.Errorf("Q6 revenue %.2f, want within 20%% of %.2f", rev, want)
+			}
+		case 12:
+			// The spec's answer at SF 1: MAIL 6202 high, 9324 low; SHIP
+			// 6200 and 9262. Two priorities of five are high.
+			want := []struct {
+				mode      string
+				high, low float64
+			}{{"MAIL", 62.02, 93.24}, {"SHIP", 62.00, 92.62}}
+			if len(res.Q12) != len(want) {
+				t.Fatalf("Q12 rows %+v, want MAIL and SHIP", res.Q12)
+			}
+			for i, w := range want {
+				r := res.Q12[i]
+				if r.ShipMode.String() != w.mode || !near(float64(r.HighLineCount), w.high, 0.35) || !near(float64(r.LowLineCount), w.low, 0.35) {
+					t.Errorf("Q12 row %d: %v high %d low %d; want %s about %.0f and %.0f", i, r.ShipMode, r.HighLineCount, r.LowLineCount, w.mode, w.high, w.low)
+				}
+			}
 		case 14:
 			// One part type in six is PROMO: about 16.7 %.
 			p, _ := res.PromoRevenue()
@@ -198,3 +224,6 @@ func TestValidationAnswers(t *testing.T) {
 		}
 	}
 }
+
+// near reports whether got is within frac of want.
+func near(got, want, frac float64) bool { return got >= want*(1-frac) && got <= want*(1+frac) }

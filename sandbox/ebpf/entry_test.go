@@ -109,3 +109,30 @@ func TestProgramID(t *testing.T) {
 		t.Error("name and module bytes run together")
 	}
 }
+
+// TestBPFoFNames runs a program written with BPF-oF's field names
+// (fd_arr, cur_fd; nearstore.h's aliases of next_file, cur_file): each
+// step it asks for the next read in the file data came from, so a chain
+// started in file 1 must stay in file 1, though file 0 holds a different
+// chain at the same offsets.
+func TestBPFoFNames(t *testing.T) {
+	m := loadObj(t, "bpfof_names.o", sandbox.Limits{})
+	le := binary.LittleEndian
+	f0, f1 := make([]byte, 512), make([]byte, 512)
+	le.PutUint64(f0[64:], 0)   // file 0 ends at once
+	le.PutUint64(f1[64:], 128) // file 1: 64 -> 128 -> 256 -> end
+	le.PutUint64(f1[128:], 256)
+	le.PutUint64(f1[256:], 0)
+	scratch, steps, err := runPushdown(t, m, [][]byte{f0, f1}, sandbox.Next{File: 1, Offset: 64, Len: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hops := le.Uint64(scratch); steps != 3 || hops != 3 {
+		t.Fatalf("steps %d, hops %d; want 3 and 3", steps, hops)
+	}
+	for i := range 3 {
+		if fd := le.Uint64(scratch[8+8*i:]); fd != 1 {
+			t.Errorf("hop %d: cur_fd %d, want 1", i, fd)
+		}
+	}
+}

@@ -236,4 +236,37 @@ func testXRPBPFKV(t *testing.T, obj []byte, nkeys, fanout int) {
 			t.Errorf("batch of %d keys: %d steps, want %d (depth %d, one more per key found)", len(batch), res.Steps, wantSteps, depth)
 		}
 	}
+
+	// The other way round: nearstore's btree_lookup reads BPF-KV's
+	// one-file layout when the file is both its index file and its value
+	// log, since a leaf's pointer (less FILE_MASK) is then the value's
+	// offset in that file (functions/README.md says so).
+	mod, err := functions.Module("btree_lookup", sandbox.KindEBPF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt, err := ctrl.LoadFunction(ctx, mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	both := []pushdown.File{files[0], files[0]}
+	for _, k := range slices.Concat(keys[:min(len(keys), 50)], absent[:10]) {
+		scratch := make([]byte, sandbox.ScratchSize)
+		functions.BTreeRequest{Mode: functions.BTreeGet, Key: k, ValueSize: functions.DefaultValueSize}.Encode(scratch)
+		res, err := ns.Pushdown(ctx, bt, both, host.Start{File: functions.IndexFile, Length: functions.NodeSize}, scratch)
+		if err != nil {
+			t.Fatalf("btree_lookup of %d: %v", k, err)
+		}
+		r, err := functions.ParseBTreeResult(res.Output)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := uint32(functions.BTreeNotFound)
+		if present[k] {
+			want = functions.BTreeFound
+		}
+		if r.Status != want || (present[k] && !bytes.Equal(r.Value, functions.BTreeValue(k, functions.DefaultValueSize))) {
+			t.Fatalf("btree_lookup of %d: status %d value %x; want status %d", k, r.Status, r.Value, want)
+		}
+	}
 }

@@ -44,20 +44,23 @@ typedef struct _Node {
 #define decode(p) ((p) & ~FILE_MASK)
 #define memcpy(d, s, n) __builtin_memcpy((d), (s), (n))
 
-/* The request, in scratch; the test writes root_pointer, n_keys, keys. */
+/*
+ * The request, in scratch, laid out as BPF-KV's struct ScatterGatherQuery;
+ * the test writes root_pointer, n_keys and keys.
+ */
 #define SG_KEYS 32
 struct MaybeValue {
-	long found;
+	char found;
 	val__t value;
 };
 struct ScatterGatherQuery {
-	ptr__t root_pointer;         /* 0 */
-	ptr__t value_ptr;            /* 8 */
-	long state_flags;            /* 16 */
-	int current_index;           /* 24 */
-	int n_keys;                  /* 28 */
-	key__t keys[SG_KEYS];        /* 32 */
-	struct MaybeValue values[SG_KEYS]; /* 288, 72 bytes each */
+	ptr__t root_pointer;               /* 0 */
+	ptr__t value_ptr;                  /* 8 */
+	unsigned int state_flags;          /* 16 */
+	int current_index;                 /* 20 */
+	int n_keys;                        /* 24 */
+	key__t keys[SG_KEYS];              /* 32 */
+	struct MaybeValue values[SG_KEYS]; /* 288, 65 bytes each */
 };
 
 char LICENSE[] SEC("license") = "GPL";

@@ -18,6 +18,7 @@ package sandbox
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -61,6 +62,34 @@ type ID [32]byte
 func IDOf(module []byte) ID { return sha256.Sum256(module) }
 
 func (id ID) String() string { return hex.EncodeToString(id[:]) }
+
+// MaxProgramName is the longest program name a module's loader may be
+// given (ProgramLoader), in bytes.
+const MaxProgramName = 255
+
+// programIDTag starts the bytes ProgramID hashes. No loadable module
+// starts with it (DetectKind wants wasm's or ELF's magic bytes first), so
+// a ProgramID never equals the IDOf of a module.
+const programIDTag = "nearstore program\x00"
+
+// ProgramID identifies the function made of the program named program in
+// module: the SHA-256 of programIDTag, the name's length (4 bytes,
+// little-endian), the name, then the module. The name is part of the identity because one
+// object holding several programs gives a different function for each;
+// an empty name is the module's default choice, IDOf(module).
+func ProgramID(module []byte, program string) ID {
+	if program == "" {
+		return IDOf(module)
+	}
+	h := sha256.New()
+	h.Write([]byte(programIDTag))
+	h.Write(binary.LittleEndian.AppendUint32(nil, uint32(len(program))))
+	h.Write([]byte(program))
+	h.Write(module)
+	var id ID
+	h.Sum(id[:0])
+	return id
+}
 
 // ParseID parses the hex form String returns.
 func ParseID(s string) (ID, error) {
@@ -216,6 +245,15 @@ type Runtime interface {
 	// Load verifies and compiles a module; every call on it obeys lim.
 	Load(ctx context.Context, module []byte, lim Limits) (Module, error)
 	Close(ctx context.Context) error
+}
+
+// ProgramLoader is a Runtime whose modules may hold several programs (an
+// eBPF object, as libbpf reads one), so that the caller may have to say
+// which is the pushdown entry. The module's ID is ProgramID(module,
+// program). program "" is Load; a name longer than MaxProgramName, or one
+// the module does not define, is ErrBadModule.
+type ProgramLoader interface {
+	LoadProgram(ctx context.Context, module []byte, program string, lim Limits) (Module, error)
 }
 
 // Compute runs m's compute entry on in and returns its output, copying

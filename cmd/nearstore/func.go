@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"strconv"
@@ -15,8 +17,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/ebpf"
+	"github.com/nearstore/nearstore/sandbox/wasm"
 )
 
 func newFuncCmd(g *globals) *cobra.Command {
@@ -43,7 +48,7 @@ func newFuncLoadCmd(g *globals) *cobra.Command {
 			defer ctrl.Close()
 			id, err := ctrl.LoadFunction(cmd.Context(), module)
 			if err != nil {
-				return err
+				return explainRefusal(cmd.Context(), module, err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), id)
 			return nil
@@ -51,6 +56,39 @@ func newFuncLoadCmd(g *globals) *cobra.Command {
 	}
 	c.flags(cmd)
 	return cmd
+}
+
+// explainRefusal adds the reason to a Function Load the target refused.
+// The target answers a bare Function Rejected (the reason is only in its
+// log), so the module is loaded here, by the same runtime code the target
+// runs, and that loader's error is the reason: it names the section,
+// program and rule. If this host's loader accepts the module, the target's
+// limits or version differ, and the message says so rather than guess.
+func explainRefusal(ctx context.Context, module []byte, err error) error {
+	var se *nvme.StatusError
+	if !errors.As(err, &se) || se.Status.Code() != nvme.StatusFunctionRejected {
+		return err
+	}
+	kind, kerr := sandbox.DetectKind(module)
+	if kerr != nil {
+		return fmt.Errorf("%w: %v", err, kerr)
+	}
+	var rt sandbox.Runtime
+	switch kind {
+	case sandbox.KindEBPF:
+		rt = ebpf.NewRuntime(ebpf.Options{Logger: slog.New(slog.DiscardHandler)})
+	case sandbox.KindWasm:
+		if rt, kerr = wasm.NewRuntime(ctx, wasm.Options{}); kerr != nil {
+			return err
+		}
+	}
+	defer rt.Close(ctx)
+	m, lerr := rt.Load(ctx, module, sandbox.Limits{})
+	if lerr == nil {
+		_ = m.Close(ctx)
+		return fmt.Errorf("%w\nthe %s runtime here accepts the module with default limits, so the target's limits or version differ; its log says why", err, kind)
+	}
+	return fmt.Errorf("%w\nthe %s loader here refuses it too: %v", err, kind, lerr)
 }
 
 func newFuncListCmd(g *globals) *cobra.Command {

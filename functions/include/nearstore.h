@@ -27,9 +27,14 @@ typedef long long          s64;
 
 /*
  * The pushdown context. The first five fields are XRP's struct bpf_xrp, so
- * programs written for XRP compile unchanged; the rest are BPF-oF's
- * per-file fields. Pointers are 32-bit in wasm32 and 64-bit in BPF; the
- * byte layouts of both are in docs/ABI.md.
+ * programs written for XRP compile unchanged; the next two are BPF-oF's
+ * per-file fields, under BPF-oF's names (fd_arr, cur_fd) as well as
+ * nearstore's (next_file, cur_file): same offsets, same 4-byte size. Their
+ * values are indices into the request's file table, not descriptors, so a
+ * BPF-oF program that follows cur_fd (fd_arr[0] = cur_fd) or names files
+ * by their place in the table runs unchanged; one that stores descriptor
+ * numbers it got elsewhere does not. Pointers are 32-bit in wasm32 and
+ * 64-bit in BPF; the byte layouts of both are in docs/ABI.md.
  */
 struct bpf_xrp {
 	char *data;                      /* the block(s) just read */
@@ -38,8 +43,14 @@ struct bpf_xrp {
 	u64 size[NS_MAX_FANOUT];         /* their lengths; the first 0 ends the list */
 	char *scratch;                   /* NS_SCRATCH_SIZE bytes, kept across steps, returned to the host */
 	/* BPF-oF / nearstore */
-	u32 next_file[NS_MAX_FANOUT];    /* file-table index of each next read */
-	u32 cur_file;                    /* file-table index data came from */
+	union {
+		u32 next_file[NS_MAX_FANOUT]; /* file-table index of each next read */
+		s32 fd_arr[NS_MAX_FANOUT];    /* BPF-oF's name for it */
+	};
+	union {
+		u32 cur_file;            /* file-table index data came from */
+		s32 cur_fd;              /* BPF-oF's name for it */
+	};
 	u32 data_len;                    /* bytes in data */
 	u64 cur_addr;                    /* offset in cur_file data came from */
 };
@@ -67,6 +78,10 @@ _Static_assert(sizeof(struct bpf_xrp) == 352, "struct bpf_xrp must be 352 bytes 
 #elif defined(__bpf__)
 _Static_assert(sizeof(struct bpf_xrp) == 360, "struct bpf_xrp must be 360 bytes in BPF");
 #endif
+_Static_assert(__builtin_offsetof(struct bpf_xrp, fd_arr) == __builtin_offsetof(struct bpf_xrp, next_file),
+	       "fd_arr is next_file");
+_Static_assert(__builtin_offsetof(struct bpf_xrp, cur_fd) == __builtin_offsetof(struct bpf_xrp, cur_file),
+	       "cur_fd is cur_file");
 
 /* Inline helpers. Both targets are little-endian and both runtimes allow
  * unaligned accesses, so these compile to plain loads and stores. */

@@ -7,17 +7,24 @@
 // # Entry points
 //
 // The ELF object is decoded with github.com/cilium/ebpf (sections, symbols,
-// relocations, instruction decoding). Entry points are chosen as follows:
+// relocations, instruction decoding). Its programs are, as libbpf has
+// them, the functions in executable sections other than .text; functions
+// in .text are subprograms, reached only by calls. Entry points are chosen
+// among the programs as follows (entries in runtime.go):
 //
-//   - pushdown: the program (in any non-.text section) whose function is
-//     named "pushdown" — nearstore/pushdown per nearstore.h, or an XRP-style
-//     section. If no function is named pushdown and exactly one program
-//     lives in section "prog" (XRP's SEC("prog")), that program is the
-//     pushdown entry.
-//   - compute: the program whose function is named "compute"
-//     (nearstore/compute per nearstore.h).
+//   - compute: the program named "compute" (nearstore/compute per
+//     nearstore.h).
+//   - pushdown: the program the caller names (LoadProgram; the module's ID
+//     is then sandbox.ProgramID), else the program named "pushdown"
+//     (nearstore/pushdown per nearstore.h), else the object's single other
+//     program, whatever its section and name — libbpf's rule, so XRP's
+//     SEC("prog") and BPF-KV's SEC("oliver_agg") load as written. An
+//     object with several other programs and none named is refused, with
+//     their names and sections: the caller must say which to run.
 //
-// A module with neither is refused. BPF-to-BPF calls are linked into one
+// A module with neither is refused. Every refusal names the section and
+// program it is about and the rule broken, so the text can go back to the
+// host as it is. BPF-to-BPF calls are linked into one
 // flat instruction slice per entry, with call targets resolved to absolute
 // indices. Maps, writable global data (.data, .bss), kfuncs, function
 // pointers and unresolved symbols are refused with sandbox.ErrBadModule.

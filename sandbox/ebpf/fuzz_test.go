@@ -156,18 +156,21 @@ func (p *program) orElse(q *program) *program {
 	return q
 }
 
-// FuzzLoadELF feeds random bytes (seeded with the test objects) to Load:
-// it must never panic, and every failure must be ErrBadModule.
+// FuzzLoadELF feeds random bytes and program names (seeded with the test
+// objects) to LoadProgram: it must never panic, and every failure must be
+// ErrBadModule.
 func FuzzLoadELF(f *testing.F) {
-	for _, name := range []string{"xrp_chain.o", "stats64.o", "calls.o", "trace.o", "bad_map.o"} {
-		f.Add(readObj(f, name))
+	for _, name := range []string{"xrp_chain.o", "stats64.o", "calls.o", "trace.o", "bad_map.o", "xrp_agg.o", "compute_xrp.o"} {
+		f.Add(readObj(f, name), "")
 	}
+	f.Add(readObj(f, "xrp_two.o"), "get")
+	f.Add(readObj(f, "xrp_two.o"), "compute")
 	rt := NewRuntime(Options{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := rt.Load(context.Background(), b, sandbox.Limits{MaxInstructions: 10000, MaxBackJumps: 1000})
+	f.Fuzz(func(t *testing.T, b []byte, program string) {
+		m, err := rt.LoadProgram(context.Background(), b, program, sandbox.Limits{MaxInstructions: 10000, MaxBackJumps: 1000})
 		if err != nil {
 			if !errors.Is(err, sandbox.ErrBadModule) {
-				t.Fatalf("Load: %v", err)
+				t.Fatalf("LoadProgram: %v", err)
 			}
 			return
 		}

@@ -49,12 +49,25 @@ func (rt *Runtime) Kind() sandbox.Kind { return sandbox.KindEBPF }
 // Close releases nothing: modules own their instances.
 func (rt *Runtime) Close(context.Context) error { return nil }
 
+var _ sandbox.ProgramLoader = (*Runtime)(nil)
+
 // Load decodes an ELF object with cilium/ebpf, picks its entry points (see
 // the package documentation), links and verifies them. Every call on the
 // module obeys lim.
-func (rt *Runtime) Load(ctx context.Context, obj []byte, lim sandbox.Limits) (m sandbox.Module, err error) {
+func (rt *Runtime) Load(ctx context.Context, obj []byte, lim sandbox.Limits) (sandbox.Module, error) {
+	return rt.LoadProgram(ctx, obj, "", lim)
+}
+
+// LoadProgram is Load with the pushdown entry named: program is the
+// function name of one of the object's programs, as libbpf's
+// bpf_object__find_program_by_name takes it, and replaces the automatic
+// choice. The module's ID is sandbox.ProgramID(obj, program).
+func (rt *Runtime) LoadProgram(ctx context.Context, obj []byte, program string, lim sandbox.Limits) (m sandbox.Module, err error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if len(program) > sandbox.MaxProgramName {
+		return nil, badf("program name of %d bytes, at most %d", len(program), sandbox.MaxProgramName)
 	}
 	defer func() {
 		// cilium/ebpf is hardened against malformed ELF, but a panic on
@@ -75,55 +88,99 @@ func (rt *Runtime) Load(ctx context.Context, obj []byte, lim sandbox.Limits) (m 
 	}
 	rodata, resolve := rodataOf(spec)
 	for name, ms := range spec.Maps {
-		if _, ok := resolve(name); !ok {
-			// Unused maps are harmless, but a module declaring them was
-			// written for a kernel we are not; say so early.
-			return nil, badf("the object defines map %q (%v): maps are not supported", name, ms.Type)
+		if _, ok := resolve(name); ok {
+			continue
 		}
-	}
-
-	var push, comp *cebpf.ProgramSpec
-	var progSec []*cebpf.ProgramSpec
-	for name, ps := range spec.Programs {
-		switch {
-		case name == "pushdown":
-			push = ps
-		case name == "compute":
-			comp = ps
-		case ps.SectionName == "prog":
-			progSec = append(progSec, ps)
+		// Unused maps are harmless, but a module declaring them was
+		// written for a kernel we are not; say so early.
+		if strings.HasPrefix(name, ".data") || strings.HasPrefix(name, ".bss") {
+			return nil, badf("section %q holds writable global data, which is not supported: keep state in scratch (or make it const)", name)
 		}
+		return nil, badf("the object defines map %q (%v): maps are not supported", name, ms.Type)
 	}
-	if push == nil && comp == nil {
-		switch len(progSec) {
-		case 0:
-		case 1:
-			push = progSec[0]
-		default:
-			names := make([]string, len(progSec))
-			for i, ps := range progSec {
-				names[i] = ps.Name
-			}
-			sort.Strings(names)
-			return nil, badf("no function named pushdown or compute, and section \"prog\" has several programs (%s)", strings.Join(names, ", "))
-		}
+	push, comp, err := entries(spec.Programs, program)
+	if err != nil {
+		return nil, err
 	}
-	if push == nil && comp == nil {
-		return nil, badf("no entry point: no function named pushdown or compute (nor an XRP SEC(\"prog\") program)")
-	}
-	mod := &module{id: sandbox.IDOf(obj), lim: lim.WithDefaults(), rt: rt, rodata: rodata}
+	mod := &module{id: sandbox.ProgramID(obj, program), lim: lim.WithDefaults(), rt: rt, rodata: rodata}
 	if push != nil {
-		if mod.pushdown, err = link(push.Name, push.Instructions, resolve); err != nil {
+		if mod.pushdown, err = link(push.Name, push.SectionName, push.Instructions, resolve); err != nil {
 			return nil, err
 		}
 	}
 	if comp != nil {
-		if mod.compute, err = link(comp.Name, comp.Instructions, resolve); err != nil {
+		if mod.compute, err = link(comp.Name, comp.SectionName, comp.Instructions, resolve); err != nil {
 			return nil, err
 		}
 	}
 	mod.pool.New = func() any { return mod.newInstance() }
 	return mod, nil
+}
+
+// entries picks an object's entry points among its programs, which are,
+// as libbpf has them, the functions in executable sections other than
+// .text (cilium/ebpf lists exactly those; functions in .text are
+// subprograms, reached only by calls). The rules, in order:
+//
+//  1. compute is the program named "compute" (nearstore.h's NS_COMPUTE).
+//  2. If the caller named a program, it is the pushdown entry; it must
+//     exist and must not be the compute entry.
+//  3. Otherwise the program named "pushdown" (NS_PUSHDOWN) is.
+//  4. Otherwise, if exactly one program is left besides compute, it is the
+//     pushdown entry, whatever its section and name: libbpf's rule for an
+//     object's single program, which takes XRP's SEC("prog") and BPF-KV's
+//     SEC("oliver_agg") as they are written. With several left, the
+//     caller must name one: guessing would run the wrong code.
+//
+// An object with neither entry is refused. Every refusal names the rule
+// and the programs it saw, with their sections.
+func entries(progs map[string]*cebpf.ProgramSpec, named string) (push, comp *cebpf.ProgramSpec, err error) {
+	comp = progs["compute"]
+	var rest []*cebpf.ProgramSpec
+	for name, ps := range progs {
+		if name != "compute" {
+			rest = append(rest, ps)
+		}
+	}
+	sort.Slice(rest, func(i, j int) bool { return rest[i].Name < rest[j].Name })
+	switch {
+	case named != "":
+		push = progs[named]
+		switch {
+		case push == nil:
+			return nil, nil, badf("no program named %q: the object's programs are %s", named, listPrograms(progs))
+		case push == comp:
+			return nil, nil, badf("program %q is the compute entry; a named program is the pushdown entry", named)
+		}
+	case progs["pushdown"] != nil:
+		push = progs["pushdown"]
+	case len(rest) == 1:
+		push = rest[0]
+	case len(rest) > 1:
+		return nil, nil, badf("%d programs could be the pushdown entry (%s) and none is named pushdown: name the one to load", len(rest), listPrograms(progs))
+	}
+	if push == nil && comp == nil {
+		return nil, nil, badf("no entry point: the object has no program, i.e. no function in an executable section other than .text " +
+			"(functions in .text are only subprograms); put the entry in its own section, e.g. SEC(\"prog\") or nearstore.h's NS_PUSHDOWN")
+	}
+	return push, comp, nil
+}
+
+// listPrograms names progs with their sections, in name order, for error
+// messages: "get" (section "oliver_agg"), ...
+func listPrograms(progs map[string]*cebpf.ProgramSpec) string {
+	if len(progs) == 0 {
+		return "none"
+	}
+	names := make([]string, 0, len(progs))
+	for name := range progs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for i, name := range names {
+		names[i] = fmt.Sprintf("%q (section %q)", name, progs[name].SectionName)
+	}
+	return strings.Join(names, ", ")
 }
 
 // checkSections refuses an object whose section headers point outside it,
@@ -187,7 +244,7 @@ func rodataOf(spec *cebpf.CollectionSpec) ([]byte, rodataRef) {
 // it; Load is the public path.
 func (rt *Runtime) loadInstructions(insns asm.Instructions, entry string, lim sandbox.Limits) (*module, error) {
 	mod := &module{id: sandbox.ID{}, lim: lim.WithDefaults(), rt: rt}
-	p, err := link(entry, insns, nil)
+	p, err := link(entry, "", insns, nil)
 	if err != nil {
 		return nil, err
 	}

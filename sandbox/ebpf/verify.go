@@ -182,7 +182,10 @@ type insn struct {
 
 // program is one verified entry point, linked into a flat slice.
 type program struct {
-	name  string
+	name string
+	// label names the program in error messages: its section and
+	// function for a program from an ELF object.
+	label string
 	insns []insn
 	// raw is each instruction's offset in raw 8-byte slots, for messages.
 	raw []int32
@@ -223,8 +226,15 @@ func badf(format string, args ...any) error {
 // appended, as cilium/ebpf flattens them) into a program. Symbols mark
 // functions and, in programs built with the asm package, jump labels;
 // references are resolved to them. rodata resolves data-section loads
-// (nil: none allowed).
-func link(name string, insns asm.Instructions, rodata rodataRef) (*program, error) {
+// (nil: none allowed). section is the ELF section the entry came from
+// ("" for programs built with the asm package); every error names it and
+// the function, so a refusal says where the broken rule is.
+func link(name, section string, insns asm.Instructions, rodata rodataRef) (*program, error) {
+	label := name
+	if section != "" {
+		label = fmt.Sprintf("section %q, program %q", section, name)
+	}
+	fn, name := name, label // the messages below name the program by its label
 	n := len(insns)
 	if n == 0 {
 		return nil, badf("%s: no instructions", name)
@@ -271,7 +281,7 @@ func link(name string, insns asm.Instructions, rodata rodataRef) (*program, erro
 		return int(j), nil
 	}
 
-	p := &program{name: name, insns: make([]insn, n), raw: raw, names: make(map[int]string)}
+	p := &program{name: fn, label: label, insns: make([]insn, n), raw: raw, names: make(map[int]string)}
 	isCall := make([]bool, n)
 	funcStart := map[int]bool{0: true}
 	for i := range insns {
@@ -378,13 +388,13 @@ func (p *program) checkFlow(isCall []bool) error {
 		}
 		last := &p.insns[end-1]
 		if last.op != opExit && last.op != opJa {
-			return badf("%s: %s: the function falls off its end (last instruction is neither exit nor ja)", p.name, p.where(end-1))
+			return badf("%s: %s: the function falls off its end (last instruction is neither exit nor ja)", p.label, p.where(end-1))
 		}
 		for i := start; i < end; i++ {
 			d := &p.insns[i]
 			if d.op >= opJa && d.op <= opJsle32R && !isCall[i] {
 				if t := int(d.off); t < start || t >= end {
-					return badf("%s: %s: jump to instruction %d leaves the function", p.name, p.where(i), p.raw[t])
+					return badf("%s: %s: jump to instruction %d leaves the function", p.label, p.where(i), p.raw[t])
 				}
 			}
 		}
@@ -415,7 +425,7 @@ func (p *program) checkFlow(isCall []bool) error {
 			}
 		}
 		if !exit {
-			return badf("%s: %s: no exit is reachable from the function's start", p.name, p.where(start))
+			return badf("%s: %s: no exit is reachable from the function's start", p.label, p.where(start))
 		}
 	}
 	return nil

@@ -258,6 +258,19 @@ func TestCLI(t *testing.T) {
 		t.Errorf("func list --json: %+v", l)
 	}
 
+	// A refused module: func load says why, naming the rule and the
+	// programs it saw, and nothing is loaded.
+	errOut := c.fails("func", "load", "../../sandbox/ebpf/testdata/xrp_two.o")
+	for _, want := range []string{"function rejected", "2 programs could be the pushdown entry",
+		`"get" (section "xrp/get")`, `"range" (section "xrp/range")`} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("func load of a two-program object: %q does not say %q", errOut, want)
+		}
+	}
+	if l := c.list(); len(l) != 4 {
+		t.Errorf("after a refused load, %d functions are loaded, want 4", len(l))
+	}
+
 	// func call --mode pushdown: a lookup in the tree, one command.
 	scrape := func() string {
 		resp, err := http.Get(metricsURL)

@@ -21,8 +21,18 @@ func TestStatfsAfterRemove(t *testing.T) {
 	}
 	defer fsys.Close()
 	dir, _ := serve(t, fsys)
+	// Written through offloadfs, not the mount: the kernel closes a file
+	// (FUSE RELEASE) after close(2) returns, and an rm before that only
+	// orphans the file.
 	const size = 8 << 20
-	if err := os.WriteFile(filepath.Join(dir, "big"), randBytes(2, size), 0o644); err != nil {
+	f, err := fsys.Create("big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(randBytes(2, size)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := fsys.Sync(context.Background()); err != nil {

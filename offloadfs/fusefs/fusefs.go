@@ -16,8 +16,8 @@
 // accepted and ignored, as on a noatime mount, because the tools that copy
 // times set both and would fail on the one that cannot be kept. chmod and
 // chown fail with EPERM unless they ask for the mode and owner shown (or
-// make a file private while it is open for writing: see
-// privateWhileWriting); link and symlink fail with EPERM too (go-fuse's
+// make a file private as its writer starts writing it, as rsync does: see
+// makingPrivate); link and symlink fail with EPERM too (go-fuse's
 // default for operations a file system lacks is ENOTSUP); extended
 // attributes are switched off for the whole mount.
 //
@@ -40,6 +40,7 @@ import (
 	"path"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -490,7 +491,7 @@ func (n *node) checkUnstored(fh fs.FileHandle, in *fuse.SetAttrIn) syscall.Errno
 	}
 	var a fuse.Attr
 	n.m.fill(fi, &a)
-	if setMode && mode&0o7777 != a.Mode&0o7777 && !(n.writing() && privateWhileWriting(mode)) {
+	if setMode && mode&0o7777 != a.Mode&0o7777 && !n.makingPrivate(mode) {
 		return syscall.EPERM
 	}
 	if (setUID && uid != a.Uid) || (setGID && gid != a.Gid) {
@@ -499,24 +500,28 @@ func (n *node) checkUnstored(fh fs.FileHandle, in *fuse.SetAttrIn) syscall.Errno
 	return 0
 }
 
-// privateWhileWriting reports whether mode is one a writer gives a file
-// it is still writing, to keep others out until it is done: read-write
-// for the owner alone (0600, or 0700). rsync -a does this to every file
-// it copies (mkstemp, then fchmod 0700 while open) and gives up on a
-// file whose chmod fails, so such a chmod, on a file open for writing,
-// succeeds without effect: on this mount a file is private to the user
-// serving it anyway, unless it was mounted with AllowOther. The mode the
-// writer gives the file when it is done is checked like any other.
-func privateWhileWriting(mode uint32) bool {
-	return mode&0o7777 == 0o600 || mode&0o7777 == 0o700
-}
-
-// writing reports whether the node is open for writing.
-func (n *node) writing() bool {
+// makingPrivate reports whether a chmod to mode is a writer making a file
+// private before it writes it: mode grants nothing to group or others,
+// and the file has a handle open for writing that has neither written
+// nor been closed. rsync -a does this to every file it copies (mkstemp,
+// then fchmod 0600 or 0700, then the data) and skips the file if that
+// fails, so refusing it made rsync -a copy nothing. Such a chmod succeeds
+// without effect: on this mount a file is private to the user serving it
+// anyway, unless it was mounted with AllowOther. The mode the writer
+// gives the file once it is written (cp -p's, rsync's last chmod) is
+// checked like any other.
+//
+// A handle counts as closed from close(2)'s FLUSH, which close waits
+// for, not from RELEASE, which the kernel sends after close returns: a
+// chmod right after close must not find the handle still open.
+func (n *node) makingPrivate(mode uint32) bool {
+	if mode&0o7077 != 0 {
+		return false
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for h := range n.open {
-		if h.write {
+		if h.write && !h.used.Load() {
 			return true
 		}
 	}
@@ -639,6 +644,7 @@ func (n *node) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int
 	if !ok {
 		return 0, syscall.EBADF
 	}
+	h.used.Store(true)
 	k, err := h.f.WriteAt(data, off)
 	if err != nil {
 		return uint32(k), n.m.errno("write", n.path(), err)
@@ -659,10 +665,15 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscal
 	return 0
 }
 
-// Flush (close(2) of a descriptor) has nothing to do: writes reach the
-// device before they return, and metadata is committed by fsync, by the
-// periodic commit and at unmount.
-func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
+// Flush (close(2) of a descriptor) only notes the close (see
+// makingPrivate): writes reach the device before they return, and
+// metadata is committed by fsync, by the periodic commit and at unmount.
+func (n *node) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno {
+	if h, ok := fh.(*handle); ok {
+		h.used.Store(true)
+	}
+	return 0
+}
 
 func (n *node) Release(ctx context.Context, fh fs.FileHandle) syscall.Errno {
 	h, ok := fh.(*handle)
@@ -823,4 +834,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 type handle struct {
 	f     *offloadfs.File
 	write bool
+	// used is set once the handle has written or its descriptor has been
+	// closed (makingPrivate).
+	used atomic.Bool
 }

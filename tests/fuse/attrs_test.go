@@ -188,17 +188,32 @@ func TestMountRefusesUnstored(t *testing.T) {
 			t.Errorf("%s: %v, want success", c.what, c.err)
 		}
 	}
-	// Made private while open for writing, as rsync does with its
-	// temporary files: accepted, and not kept.
+	// Made private by its writer before it writes, as rsync does with
+	// its temporary files: accepted, and not kept. Once written, or
+	// closed, it is refused again.
 	w, err := os.OpenFile(f, os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Chmod(0o700); err != nil {
-		t.Errorf("chmod 0700 of a file open for writing: %v, want success", err)
+	if err := w.Chmod(0o600); err != nil {
+		t.Errorf("chmod 0600 of a file open for writing, before writing: %v, want success", err)
 	}
 	if err := w.Chmod(0o755); !errors.Is(err, syscall.EPERM) {
 		t.Errorf("chmod 0755 of a file open for writing: %v, want EPERM", err)
+	}
+	if _, err := w.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Chmod(0o600); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("chmod 0600 of a file open for writing, after writing: %v, want EPERM", err)
+	}
+	w2, err := os.OpenFile(f, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Close()
+	if err := os.Chmod(f, 0o600); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("chmod 0600 right after a close: %v, want EPERM", err)
 	}
 	w.Close()
 	// cp -p of an executable: the mode cannot be kept, and cp says so.

@@ -206,9 +206,11 @@ var (
 // committed yet (removed and truncated files), which no allocation may
 // reuse before the commit, since a crash would give them back to their
 // old owner. Counting pinned blocks as free is what ext4 does too, and it
-// is true for writers: an allocation that finds no other room commits
-// and takes them (growFile). Reporting only free blocks made df lag rm
-// by up to the commit interval.
+// is true for writers: a file's allocation that finds no other room
+// commits and takes them (growFile; metadata allocations, a directory's
+// new block or an extent block, do not retry, so a device full to the
+// last block can still refuse those). Reporting only free blocks made df
+// lag rm by up to the commit interval.
 //
 // Both numbers are read at one moment: commitMu keeps a commit from
 // moving blocks from pinned to free in between, and means no commit is

@@ -18,8 +18,8 @@ import (
 
 // TestDeadMountPoint: after the serving process is killed, the mount
 // point fails with ENOTCONN ("Transport endpoint is not connected");
-// fusefs.CheckMountPoint (which `fs mount` should call) says it is a
-// dead FUSE mount and how to clear it, and following that advice works.
+// fusefs.CheckMountPoint, `nearstore fs mount` and fusefs.Mount say it is
+// a dead FUSE mount and how to clear it, and following that advice works.
 func TestDeadMountPoint(t *testing.T) {
 	e := newEnv(t)
 	e.mkfs()
@@ -42,6 +42,12 @@ func TestDeadMountPoint(t *testing.T) {
 	}
 	if !errors.Is(err, syscall.ENOTCONN) {
 		t.Errorf("CheckMountPoint's error does not wrap ENOTCONN: %v", err)
+	}
+	// `nearstore fs mount` on it says the same, and fails before taking
+	// the file system over.
+	_, errOut, code := e.run(nil, "mount", m.dir)
+	if code != 1 || !strings.Contains(errOut, m.dir+" is a dead FUSE mount") || !strings.Contains(errOut, "fusermount3 -u "+m.dir) {
+		t.Errorf("nearstore fs mount on a dead mount: exit %d, stderr %q", code, errOut)
 	}
 	// fusefs.Mount checks the same way.
 	v, err := volume.Open("mem:8MiB")

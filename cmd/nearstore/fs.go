@@ -962,8 +962,11 @@ and keeps serving; a second Ctrl-C detaches the mount lazily (it goes away
 when the last file closes).
 
 offloadfs has no owners, permissions, links or extended attributes: files
-show as 0644 and directories as 0755, owned by the user running mount, and
-chmod, chown and touch succeed without effect. fsync commits (one commit
+show as 0644 and directories as 0755, owned by the user running mount.
+Modification times are stored (touch, cp -p, tar -x, rsync -a keep them);
+access times are not. chmod and chown to anything but what is shown fail
+with EPERM rather than pretend (tar --no-same-permissions, cp
+--no-preserve=mode). fsync commits (one commit
 covers every file); metadata is also committed every 5 s and at unmount.
 
 Needs /dev/fuse, and root (mount(2) directly) or the fusermount3 helper

@@ -36,6 +36,7 @@ PACKAGES=(
 	cpio gzip       # to pack the initramfs
 	kmod            # depmod/modprobe --show-depends at build time
 	util-linux      # flock
+	rsync           # tests/fuse: rsync -a keeps modification times (host side, not the guest)
 )
 
 mkdir -p "$CACHE"

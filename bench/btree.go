@@ -1123,7 +1123,7 @@ func WriteBTreeTable(w io.Writer, r *BTreeReport) error {
 		if b.Want < 1.01 {
 			want = "> 1×"
 		}
-		ew.printf("bar: %s %s: %.2f× — %s\n", b.What, want, b.Got, verdict)
+		ew.printf("goal: %s %s: %.2f× — %s\n", b.What, want, b.Got, verdict)
 	}
 	return ew.err
 }

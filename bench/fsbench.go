@@ -734,7 +734,7 @@ func WriteFSTable(w io.Writer, r *FSReport) error {
 	if !r.Bar.Met {
 		verdict = "NOT met"
 	}
-	fmt.Fprintf(w, "\nbar: file data I/O at least %.0f%% of raw throughput: %s (worst: %s at %.3f)\n", 100*r.Bar.Want, verdict, r.Bar.Case, r.Bar.Worst)
+	fmt.Fprintf(w, "\ngoal: file data I/O at least %.0f%% of raw throughput: %s (worst: %s at %.3f)\n", 100*r.Bar.Want, verdict, r.Bar.Case, r.Bar.Worst)
 	if len(r.Meta) > 0 {
 		fmt.Fprintf(w, "\nmetadata operations (one goroutine)\n\n")
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -794,7 +794,7 @@ func PlotFS(r *FSReport) (*plot.Plot, error) {
 		y     float64
 		name  string
 		color color.RGBA
-	}{{FSBar, "bar (0.9)", color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}, {1, "parity", color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}}} {
+	}{{FSBar, "goal (0.9)", color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}, {1, "parity", color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}}} {
 		line, err := plotter.NewLine(plotter.XYs{{X: -0.6, Y: ref.y}, {X: float64(len(r.Data)) - 0.4, Y: ref.y}})
 		if err != nil {
 			return nil, fmt.Errorf("bench: plot: %w", err)

@@ -63,7 +63,7 @@ func TestRunFS(t *testing.T) {
 	if err := WriteFSTable(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"read 1m QD2", "randwrite 4k QD4", "create+sync", "bar: file data I/O at least 90%"} {
+	for _, want := range []string{"read 1m QD2", "randwrite 4k QD4", "create+sync", "goal: file data I/O at least 90%"} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}

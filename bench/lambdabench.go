@@ -673,7 +673,7 @@ func lambdaBars(rep *LambdaReport) []LambdaBar {
 		}
 		bar.Applies = len(why) == 0
 		if !bar.Applies {
-			bar.Note = "the issue sets this bar only " + strings.Join(why, ", ")
+			bar.Note = "this goal applies only " + strings.Join(why, ", ")
 		}
 		bars = append(bars, bar)
 	}
@@ -926,7 +926,7 @@ func WriteLambdaTable(w io.Writer, r *LambdaReport) error {
 		if b.Max {
 			op = "≤"
 		}
-		fmt.Fprintf(w, "bar: %s = %.3f (want %s %.2f): %s", b.Name, b.Value, op, b.Want, b.Verdict())
+		fmt.Fprintf(w, "goal: %s = %.3f (want %s %.2f): %s", b.Name, b.Value, op, b.Want, b.Verdict())
 		if b.Note != "" {
 			fmt.Fprintf(w, " — %s", b.Note)
 		}

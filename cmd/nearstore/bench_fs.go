@@ -109,7 +109,7 @@ randwrite} 4k, each at 1 and 32 threads.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&fileSize, "file-size", "256MiB", "size of the file, and of the raw region")
-	f.StringVar(&configs, "configs", "", "cases as RW:BS:THREADS, comma separated (default: the issue's eight)")
+	f.StringVar(&configs, "configs", "", "cases as RW:BS:THREADS, comma separated (default: the eight in docs/BENCHMARKS.md)")
 	f.DurationVar(&dur, "duration", 4*time.Second, "length of each run (per side)")
 	f.IntVar(&repeat, "repeat", 3, "runs per case and side (medians are reported)")
 	f.DurationVar(&slice, "slice", 250*time.Millisecond, "the sides take turns in slices of this length within each run")

@@ -145,7 +145,7 @@ the file is checked against the native expansion after every run, and a
 run includes flushing what the host cache holds dirty).
 
 The report gives the medians, the speedup over B, where each mode's calls
-ran, and the issue's bars: λ within 5% of the better of K and T, and, on a
+ran, and the goals: λ within 5% of the better of K and T, and, on a
 10gbit link with a cold cache, λ at least 2x B for stats64 and grep.`,
 		Example: `  nearstore bench lambda --app stats64 --size 256MiB --warm 0 --plot docs/img/lambda-stats64-cold.png
   nearstore bench lambda --app grep --warm 0.5 --warm-order random --json

@@ -6,22 +6,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
+	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/ebpf"
 	"github.com/nearstore/nearstore/sandbox/wasm"
+	"github.com/nearstore/nearstore/volume"
 )
 
 func newFuncCmd(g *globals) *cobra.Command {
@@ -31,13 +33,27 @@ func newFuncCmd(g *globals) *cobra.Command {
 }
 
 func newFuncLoadCmd(g *globals) *cobra.Command {
-	var c conn
+	var (
+		c    conn
+		kind string
+	)
 	cmd := &cobra.Command{
-		Use:   "load FILE",
-		Short: "Load a wasm module or eBPF object; prints its function ID",
-		Args:  cobra.ExactArgs(1),
+		Use:   "load FILE|NAME",
+		Short: "Load a wasm module or eBPF object, or a standard function by name; prints its function ID",
+		Long: `load sends a module to the target and prints its ID (the SHA-256 of the
+module), which call and unload take, whole or as a unique prefix. FILE is a
+wasm module or an eBPF object; NAME is one of the standard functions built
+into nearstore (` + strings.Join(functions.Names(), ", ") + `), in the runtime --kind
+says. call, list and unload know the standard functions by name too.`,
+		Example: `  nearstore func load stats64
+  nearstore func load --kind ebpf btree_lookup
+  nearstore func load ./my_filter.wasm`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			module, err := os.ReadFile(args[0])
+			if errors.Is(err, os.ErrNotExist) && slices.Contains(functions.Names(), args[0]) {
+				module, err = standardModule(args[0], kind)
+			}
 			if err != nil {
 				return err
 			}
@@ -55,6 +71,7 @@ func newFuncLoadCmd(g *globals) *cobra.Command {
 		},
 	}
 	c.flags(cmd)
+	cmd.Flags().StringVar(&kind, "kind", "wasm", "a standard function's runtime: wasm or ebpf")
 	return cmd
 }
 
@@ -107,9 +124,11 @@ func newFuncListCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			names := standardNames()
 			if asJSON {
 				type entry struct {
 					ID       string `json:"id"`
+					Name     string `json:"name,omitempty"`
 					Kind     string `json:"kind"`
 					Pushdown bool   `json:"pushdown"`
 					Compute  bool   `json:"compute"`
@@ -118,12 +137,12 @@ func newFuncListCmd(g *globals) *cobra.Command {
 				}
 				out := make([]entry, len(fs))
 				for i, f := range fs {
-					out[i] = entry{f.ID.String(), f.Kind.String(), f.HasPushdown, f.HasCompute, f.Size, f.Calls}
+					out[i] = entry{f.ID.String(), names[f.ID], f.Kind.String(), f.HasPushdown, f.HasCompute, f.Size, f.Calls}
 				}
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tKIND\tENTRIES\tBYTES\tCALLS")
+			fmt.Fprintln(tw, "ID\tNAME\tKIND\tENTRIES\tBYTES\tCALLS")
 			for _, f := range fs {
 				entries := ""
 				if f.HasPushdown {
@@ -132,7 +151,11 @@ func newFuncListCmd(g *globals) *cobra.Command {
 				if f.HasCompute {
 					entries += "compute"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", f.ID, f.Kind, entries, f.Size, f.Calls)
+				name := names[f.ID]
+				if name == "" {
+					name = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", f.ID, name, f.Kind, entries, f.Size, f.Calls)
 			}
 			return tw.Flush()
 		},
@@ -146,19 +169,19 @@ func newFuncUnloadCmd(g *globals) *cobra.Command {
 	var c conn
 	cmd := &cobra.Command{
 		Use:   "unload ID",
-		Short: "Unload a function",
+		Short: "Unload a function (ID or a unique prefix of it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := sandbox.ParseID(args[0])
-			if err != nil {
-				return err
-			}
 			ctrl, _, err := c.open(cmd.Context(), g, host.Options{})
 			if err != nil {
 				return err
 			}
 			defer ctrl.Close()
-			return ctrl.UnloadFunction(cmd.Context(), id)
+			fn, err := resolveFunction(cmd.Context(), ctrl, args[0])
+			if err != nil {
+				return err
+			}
+			return ctrl.UnloadFunction(cmd.Context(), fn.ID)
 		},
 	}
 	c.flags(cmd)
@@ -167,14 +190,13 @@ func newFuncUnloadCmd(g *globals) *cobra.Command {
 
 func newFuncCallCmd(g *globals) *cobra.Command {
 	var (
-		c                     conn
-		mode                  string
-		offset                uint64
-		length, startFile     uint32
-		params, data, outFile string
-		fileSpecs             []string
-		outCap                int
-		asJSON                bool
+		c                      conn
+		mode, offsetS, lengthS string
+		startFile              uint32
+		params, data, outFile  string
+		fileSpecs              []string
+		outCap                 int
+		asJSON, rawHex         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "call ID",
@@ -185,15 +207,23 @@ a run of the namespace's bytes: OFFSET:LENGTH, OFFSET a multiple of the
 block size. --start-file, --offset and --length name the start range in
 that table. --params is a file whose bytes are the initial scratch
 (pushdown) or the input's header (λ read/write); --data is λ write's input.
-The result's output goes to --out (or stdout as hex), its counters to
-stderr (or --json).`,
+The result's output goes to --out, or to stdout: decoded for the standard
+functions whose output has a shape (stats64 and stats32: count, sum, min,
+max; knn: distances; grep: the matching rows), as hex otherwise (or with
+--hex). Its counters go to stderr, or with the output into --json.
+ID is the function's ID, a unique prefix of it, or a standard function's
+name.`,
 		Example: `  nearstore func call $ID --mode lambda-read --offset 0 --length 4096 --out-cap 32
   nearstore func call $ID --file 0:1048576 --file 1048576:65536 --params scratch.bin --length 512`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			id, err := sandbox.ParseID(args[0])
+			offset, err := volume.ParseSize(offsetS)
 			if err != nil {
-				return err
+				return usageErrorf("--offset: %w", err)
+			}
+			length, err := volume.ParseSize(lengthS)
+			if err != nil || length > math.MaxUint32 {
+				return usageErrorf("--length %q: want a size up to 4GiB-1, e.g. 4096, 1MiB", lengthS)
 			}
 			read := func(path string) ([]byte, error) {
 				if path == "" {
@@ -214,13 +244,18 @@ stderr (or --json).`,
 				return err
 			}
 			defer ctrl.Close()
+			fn, err := resolveFunction(cmd.Context(), ctrl, args[0])
+			if err != nil {
+				return err
+			}
+			id := fn.ID
 			files := []pushdown.File{ns.RawFile()}
 			if len(fileSpecs) > 0 {
 				if files, err = parseFiles(fileSpecs, ns.BlockSize()); err != nil {
 					return err
 				}
 			}
-			start := host.Start{File: startFile, Offset: offset, Length: length}
+			start := host.Start{File: startFile, Offset: uint64(offset), Length: uint32(length)}
 			var (
 				res     pushdown.Result
 				written int
@@ -233,10 +268,17 @@ stderr (or --json).`,
 			case "lambda-write":
 				written, err = ns.LambdaWrite(cmd.Context(), id, files, start, p, d)
 			default:
-				return fmt.Errorf("--mode %q: want pushdown, lambda-read or lambda-write", mode)
+				return usageErrorf("--mode %q: want pushdown, lambda-read or lambda-write", mode)
 			}
-			var fe *host.FunctionError
+			var (
+				fe *host.FunctionError
+				se *nvme.StatusError
+			)
 			switch {
+			case errors.As(err, &se) && se.Status.Code() == nvme.StatusFunctionRejected && mode == "pushdown" && !fn.HasPushdown:
+				return fmt.Errorf("%w\nfunction %s has no pushdown entry, only compute (a λ function): call it with --mode lambda-read or lambda-write", err, id)
+			case errors.As(err, &se) && se.Status.Code() == nvme.StatusFunctionRejected && mode != "pushdown" && !fn.HasCompute:
+				return fmt.Errorf("%w\nfunction %s has no compute entry, only pushdown: call it with --mode pushdown", err, id)
 			case errors.As(err, &fe) && fe.Code == 0:
 				return fmt.Errorf("the function failed without an error code (it trapped) after %d reads", fe.Result.Reads)
 			case errors.As(err, &fe):
@@ -247,20 +289,34 @@ stderr (or --json).`,
 				_, err = fmt.Fprintf(cmd.OutOrStdout(), "wrote %d bytes at offset %d of file %d\n", written, offset, startFile)
 				return err
 			}
+			if outFile != "" {
+				if err := os.WriteFile(outFile, res.Output, 0o644); err != nil {
+					return err
+				}
+			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(struct {
+				out := struct {
 					Steps     uint32 `json:"steps"`
 					Reads     uint32 `json:"reads"`
 					BytesRead uint64 `json:"bytes_read"`
-					Output    string `json:"output_hex"`
-				}{res.Steps, res.Reads, res.BytesRead, hex.EncodeToString(res.Output)})
+					Output    string `json:"output_hex,omitempty"`
+					OutFile   string `json:"out,omitempty"`
+					OutBytes  int    `json:"output_bytes"`
+				}{Steps: res.Steps, Reads: res.Reads, BytesRead: res.BytesRead, OutFile: outFile, OutBytes: len(res.Output)}
+				if outFile == "" {
+					out.Output = hex.EncodeToString(res.Output)
+				}
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "steps %d, reads at the target %d, bytes read %d, one command\n", res.Steps, res.Reads, res.BytesRead)
-			var w io.Writer = cmd.OutOrStdout()
 			if outFile != "" {
-				return os.WriteFile(outFile, res.Output, 0o644)
+				return nil
 			}
-			_, err = fmt.Fprintln(w, hex.EncodeToString(res.Output))
+			if text := decodeOutput(standardNames()[id], res.Output); text != "" && mode == "lambda-read" && !rawHex {
+				_, err = fmt.Fprint(cmd.OutOrStdout(), text)
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), hex.EncodeToString(res.Output))
 			return err
 		},
 	}
@@ -269,14 +325,48 @@ stderr (or --json).`,
 	f.StringVar(&mode, "mode", "pushdown", "pushdown, lambda-read or lambda-write")
 	f.StringArrayVar(&fileSpecs, "file", nil, "a file of the request's file table, OFFSET:LENGTH in bytes (repeatable; default: the whole namespace)")
 	f.Uint32Var(&startFile, "start-file", 0, "the start range's file: an index into the file table")
-	f.Uint64Var(&offset, "offset", 0, "start offset in bytes, in the start file")
-	f.Uint32Var(&length, "length", 512, "start length in bytes")
+	f.StringVar(&offsetS, "offset", "0", "start offset in the start file (4096, 1MiB, ...)")
+	f.StringVar(&lengthS, "length", "512", "start length (512, 4k, 1MiB, ...)")
 	f.StringVar(&params, "params", "", "file with the initial scratch / input header")
 	f.StringVar(&data, "data", "", "file with λ write's input")
 	f.StringVar(&outFile, "out", "", "write the output to this file")
 	f.IntVar(&outCap, "out-cap", 64<<10, "λ read: largest output accepted (with the 32-byte header, within the target's MDTS)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.BoolVar(&rawHex, "hex", false, "print a standard function's output as hex instead of decoded")
 	return cmd
+}
+
+// resolveFunction finds the loaded function arg names: a whole ID, a
+// prefix of one (as git takes a commit's), or a standard function's name,
+// that only one loaded function has.
+func resolveFunction(ctx context.Context, ctrl *host.Controller, arg string) (host.FunctionInfo, error) {
+	fs, err := ctrl.ListFunctions(ctx)
+	if err != nil {
+		return host.FunctionInfo{}, err
+	}
+	names := standardNames()
+	var match []host.FunctionInfo
+	for _, f := range fs {
+		if names[f.ID] == arg || strings.HasPrefix(f.ID.String(), strings.ToLower(arg)) {
+			match = append(match, f)
+		}
+	}
+	switch {
+	case arg == "":
+		return host.FunctionInfo{}, usageErrorf("no function ID given")
+	case len(match) == 1:
+		return match[0], nil
+	case len(match) == 0:
+		return host.FunctionInfo{}, fmt.Errorf("no function %s is loaded on the target (func list shows what is)", arg)
+	}
+	ids := make([]string, len(match))
+	for i, f := range match {
+		ids[i] = f.Kind.String() + " " + f.ID.String()[:16] + "…"
+	}
+	if names[match[0].ID] == arg {
+		return host.FunctionInfo{}, usageErrorf("%d loaded functions are %s (%s): give an ID, or enough of one", len(match), arg, strings.Join(ids, ", "))
+	}
+	return host.FunctionInfo{}, usageErrorf("%q is the start of %d functions' IDs (%s): give more of it", arg, len(match), strings.Join(ids, ", "))
 }
 
 // parseFiles turns --file specs (OFFSET:LENGTH, in bytes) into file-table

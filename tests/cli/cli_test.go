@@ -5,17 +5,24 @@ package cli_test
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
 	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/ebpf"
+	"github.com/nearstore/nearstore/sandbox/wasm"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -33,7 +40,8 @@ func newTarget(t *testing.T) string {
 	t.Cleanup(func() { v.Close() })
 	srv := testtarget.Start(t, testtarget.Config{NQN: testNQN, Name: "cli", Volume: v,
 		Runtimes: func() ([]sandbox.Runtime, error) {
-			return []sandbox.Runtime{ebpf.NewRuntime(ebpf.Options{})}, nil
+			w, err := wasm.NewRuntime(context.Background(), wasm.Options{})
+			return []sandbox.Runtime{w, ebpf.NewRuntime(ebpf.Options{})}, err
 		},
 	})
 	t.Cleanup(srv.Stop)
@@ -210,4 +218,76 @@ func TestJSON(t *testing.T) {
 	if r := clitest.Run(t, time.Minute, nil, nil, "fs", "fsck", "-a", "127.0.0.1:1", "-n", testNQN); r.Code != 8 {
 		t.Fatalf("fsck that cannot reach its target: exit %d, want 8 (operational error)\n%s", r.Code, r.Stderr)
 	}
+}
+
+// TestFunc: functions are loaded and called by a standard name or an ID
+// prefix; call takes sizes with suffixes, decodes a standard function's
+// output, writes --out even with --json, and tells a user who calls a
+// compute-only function as pushdown which mode to use.
+func TestFunc(t *testing.T) {
+	addr := newTarget(t)
+	env := []string{"NEARSTORE_ADDR=" + addr, "NEARSTORE_NQN=" + testNQN}
+	run := func(code int, args ...string) clitest.Result {
+		t.Helper()
+		r := clitest.Run(t, time.Minute, nil, env, args...)
+		if r.Code != code {
+			t.Fatalf("nearstore %s: exit %d, want %d\n%s%s", strings.Join(args, " "), r.Code, code, r.Stdout, r.Stderr)
+		}
+		return r
+	}
+	// Known input: 1 MiB of u64s 0, 1, 2, ... through the raw namespace.
+	in := make([]byte, 1<<20)
+	for i := range len(in) / 8 {
+		binary.LittleEndian.PutUint64(in[8*i:], uint64(i))
+	}
+	f := filepath.Join(t.TempDir(), "in")
+	if err := os.WriteFile(f, in, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ctrl, err := host.Connect(ctx, addr, testNQN, host.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := ctrl.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.WriteAt(in, 0); err != nil {
+		t.Fatal(err)
+	}
+	ctrl.Close()
+
+	id := strings.TrimSpace(run(0, "func", "load", "stats64").Stdout)
+	if list := run(0, "func", "list").Stdout; !strings.Contains(list, id) || !strings.Contains(list, "stats64") {
+		t.Fatalf("func list does not name stats64:\n%s", list)
+	}
+	n := uint64(1 << 17)
+	want := fmt.Sprintf("count %d\nsum %d\nmin 0\nmax %d\n", n, n*(n-1)/2, n-1)
+	if got := run(0, "func", "call", "stats64", "--mode", "lambda-read", "--length", "1MiB").Stdout; got != want {
+		t.Fatalf("func call stats64: %q, want %q", got, want)
+	}
+	out := filepath.Join(t.TempDir(), "stats.bin")
+	var js struct {
+		Out   string `json:"out"`
+		Bytes int    `json:"output_bytes"`
+	}
+	if err := json.Unmarshal([]byte(run(0, "func", "call", id[:8], "--mode", "lambda-read", "--length", "1MiB", "--json", "--out", out).Stdout), &js); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(out); err != nil || len(b) != 32 || js.Out != out || js.Bytes != 32 {
+		t.Fatalf("--json --out: %d bytes in the file (%v), JSON %+v", len(b), err, js)
+	}
+	if r := run(1, "func", "call", "stats64", "--length", "4k"); !strings.Contains(r.Stderr, "--mode lambda-read") {
+		t.Fatalf("a compute-only function called as pushdown: %q; want a hint to use --mode lambda-read", r.Stderr)
+	}
+	run(0, "func", "load", "--kind", "ebpf", "stats64")
+	if r := run(2, "func", "call", "stats64", "--mode", "lambda-read"); !strings.Contains(r.Stderr, "give an ID") {
+		t.Fatalf("an ambiguous name: %q", r.Stderr)
+	}
+	run(0, "func", "unload", id[:6])
+	if list := run(0, "func", "list").Stdout; strings.Contains(list, id) {
+		t.Fatalf("unloaded by prefix, still listed:\n%s", list)
+	}
+	run(1, "func", "call", id[:8])
 }

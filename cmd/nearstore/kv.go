@@ -33,7 +33,7 @@ hosts can read while one owns it, and look keys up either by reading the
 tree over NVMe/TCP (--mode plain) or with one pushdown per lookup (--mode
 pushdown, the default).`,
 	}
-	cmd.AddCommand(newKVLoadCmd(g), newKVGetCmd(g), newKVRangeCmd(g))
+	cmd.AddCommand(newKVLoadCmd(g), newKVGetCmd(g), newKVRangeCmd(g), newKVPutCmd(g))
 	return cmd
 }
 
@@ -301,5 +301,59 @@ func newKVRangeCmd(g *globals) *cobra.Command {
 	}
 	k.register(cmd, true)
 	cmd.Flags().IntVar(&limit, "limit", 0, "most entries (0: all)")
+	return cmd
+}
+
+func newKVPutCmd(g *globals) *cobra.Command {
+	var (
+		k     kvFlags
+		isHex bool
+	)
+	cmd := &cobra.Command{
+		Use:   "put KEY VALUE",
+		Short: "Replace a key's value, durably",
+		Long: `put replaces the value of a key the store holds, in place in the value
+log, and syncs it before it exits. VALUE is text (or hex with --hex), at
+most the store's value size; a shorter one is padded with zero bytes.
+BPF-KV's tree is bulk-loaded and its nodes are fixed: a key it does not
+hold cannot be added (load a new tree with kv load), and keys cannot be
+deleted.`,
+		Example: `  nearstore kv put 42 "new value"
+  nearstore kv put --hex 42 00ff00ff`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			key, err := strconv.ParseUint(args[0], 0, 64)
+			if err != nil {
+				return usageErrorf("key %q: %w", args[0], err)
+			}
+			v := []byte(args[1])
+			if isHex {
+				if v, err = hex.DecodeString(args[1]); err != nil {
+					return usageErrorf("value %q: %w", args[1], err)
+				}
+			}
+			s, mode, closeAll, err := k.open(ctx, g, true)
+			if err != nil {
+				return err
+			}
+			defer closeAll()
+			size := s.Info().ValueSize
+			if len(v) > size {
+				return fmt.Errorf("a %d-byte value: the store's values are %d bytes", len(v), size)
+			}
+			v = append(v, make([]byte, size-len(v))...)
+			err = s.Update(ctx, mode, key, v)
+			if errors.Is(err, btree.ErrNotFound) {
+				return fmt.Errorf("key %d is not in the store: BPF-KV's tree is bulk-loaded, so put replaces values and cannot add keys (kv load builds a new tree)", key)
+			}
+			if err != nil {
+				return err
+			}
+			return s.Sync()
+		},
+	}
+	k.register(cmd, true)
+	cmd.Flags().BoolVar(&isHex, "hex", false, "VALUE is hex")
 	return cmd
 }

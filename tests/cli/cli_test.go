@@ -212,6 +212,15 @@ func TestJSON(t *testing.T) {
 		t.Fatalf("kv get --json: %+v", get)
 	}
 
+	// put replaces a value durably; a key the tree lacks is refused.
+	run(append([]string{"kv", "put", "4", "hello"}, tgt...)...)
+	r = clitest.Run(t, time.Minute, nil, nil, append([]string{"kv", "get", "--json", "4"}, tgt...)...)
+	if err := json.Unmarshal([]byte(r.Stdout), &get); err != nil || len(get.Entries) != 1 || !strings.HasPrefix(get.Entries[0].Value, "68656c6c6f00") {
+		t.Fatalf("kv get after kv put: %+v (%v)", get, err)
+	}
+	if r := clitest.Run(t, time.Minute, nil, nil, append([]string{"kv", "put", "5", "x"}, tgt...)...); r.Code != 1 || !strings.Contains(r.Stderr, "cannot add keys") {
+		t.Fatalf("kv put of a missing key: exit %d, %q", r.Code, r.Stderr)
+	}
 	if r := clitest.Run(t, time.Minute, nil, nil, append([]string{"fs", "fsck"}, tgt...)...); r.Code != 0 {
 		t.Fatalf("fsck of a clean file system: exit %d\n%s", r.Code, r.Stderr)
 	}

@@ -68,9 +68,10 @@ const fsCopyBuf = 1 << 20
 
 // fsSession is a connected, mounted file system.
 type fsSession struct {
-	ctrl *host.Controller
-	ns   *host.Namespace
-	fsys *offloadfs.FS
+	ctrl   *host.Controller
+	ns     *host.Namespace
+	fsys   *offloadfs.FS
+	unlock func() // a read-write mount's local lock (lockLocalOwner)
 }
 
 // fsMountOpts are what the commands vary of a mount.
@@ -86,9 +87,17 @@ func fsMount(ctx context.Context, g *globals, c *conn, o fsMountOpts) (*fsSessio
 	if err != nil {
 		return nil, err
 	}
+	unlock := func() {}
+	if o.rw {
+		if unlock, err = lockLocalOwner(c, ns); err != nil {
+			ctrl.Close()
+			return nil, err
+		}
+	}
 	opts := offloadfs.Options{Logger: g.logger(), ReadOnly: !o.rw, TakeOver: g.takeOver, Metrics: o.metrics}
 	fsys, err := offloadfs.Mount(ctx, ns, opts)
 	if err != nil {
+		unlock()
 		ctrl.Close()
 		if errors.Is(err, offloadfs.ErrOwned) {
 			return nil, fmt.Errorf("%w (read-only commands still work; if the owner is dead, add --take-over)", err)
@@ -99,13 +108,14 @@ func fsMount(ctx context.Context, g *globals, c *conn, o fsMountOpts) (*fsSessio
 		}
 		return nil, fmt.Errorf("mount offloadfs on namespace %d of %s: %w", c.nsid, c.nqn, err)
 	}
-	return &fsSession{ctrl: ctrl, ns: ns, fsys: fsys}, nil
+	return &fsSession{ctrl: ctrl, ns: ns, fsys: fsys, unlock: unlock}, nil
 }
 
 // close unmounts (committing a read-write mount) and disconnects.
 func (s *fsSession) close() error {
 	err := s.fsys.Close()
 	s.ctrl.Close()
+	s.unlock()
 	if err != nil {
 		return fmt.Errorf("unmount (commit): %w", err)
 	}

@@ -351,13 +351,17 @@ func resolveFunction(ctx context.Context, ctrl *host.Controller, arg string) (ho
 			match = append(match, f)
 		}
 	}
+	_, hexErr := hex.DecodeString(arg + strings.Repeat("0", len(arg)%2))
 	switch {
 	case arg == "":
 		return host.FunctionInfo{}, usageErrorf("no function ID given")
 	case len(match) == 1:
 		return match[0], nil
+	case hexErr != nil && !slices.Contains(functions.Names(), arg):
+		return host.FunctionInfo{}, usageErrorf("%q is not a function ID (64 hex digits), a prefix of one, or a standard function's name (%s)",
+			arg, strings.Join(functions.Names(), ", "))
 	case len(match) == 0:
-		return host.FunctionInfo{}, fmt.Errorf("no function %s is loaded on the target (func list shows what is)", arg)
+		return host.FunctionInfo{}, fmt.Errorf("function not found: no function %s is loaded on the target (func list shows what is)", arg)
 	}
 	ids := make([]string, len(match))
 	for i, f := range match {

@@ -29,6 +29,11 @@ type conn struct {
 	addr, nqn string
 	nsid      uint32
 	digests   bool
+	// hostNQN and hostID override the host's identity, which is
+	// otherwise this machine's (host.SystemIdentity).
+	hostNQN, hostID string
+	// host is the host NQN open connected with ("" for a random one).
+	host string
 }
 
 // defaultNQN is the subsystem NQN target serve exports and the host
@@ -50,11 +55,47 @@ func (c *conn) flags(cmd *cobra.Command) {
 	f.StringVarP(&c.nqn, "nqn", "n", envOr("NEARSTORE_NQN", defaultNQN), "subsystem NQN (default $NEARSTORE_NQN)")
 	f.Uint32Var(&c.nsid, "nsid", 1, "namespace ID")
 	f.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C)")
+	f.StringVar(&c.hostNQN, "hostnqn", "", "this host's NQN (default: "+host.HostNQNFile+", else derived from /etc/machine-id)")
+	f.StringVar(&c.hostID, "hostid", "", "this host's ID, a UUID (default: "+host.HostIDFile+", else derived with the NQN)")
+}
+
+// identity fills opts' host identity: the flags', else this machine's.
+// Every run of the CLI on a machine is then the same host to a target,
+// so a host that crashed holding a file system takes it back by itself.
+func (c *conn) identity(g *globals, opts *host.Options) error {
+	if c.hostID != "" {
+		id, err := host.ParseHostID(c.hostID)
+		if err != nil {
+			return usageErrorf("--hostid: %w", err)
+		}
+		opts.HostID = id
+	}
+	opts.HostNQN = c.hostNQN
+	if opts.HostNQN != "" && opts.HostID != ([16]byte{}) {
+		return nil
+	}
+	sys, err := host.SystemIdentity()
+	if err != nil {
+		// No stable identity to be had: every run a new host, as before.
+		g.logger().Debug("no stable host identity; this run is a new host", "err", err)
+		return nil
+	}
+	if opts.HostNQN == "" {
+		opts.HostNQN = sys.NQN
+	}
+	if opts.HostID == ([16]byte{}) {
+		opts.HostID = sys.ID
+	}
+	return nil
 }
 
 func (c *conn) open(ctx context.Context, g *globals, opts host.Options) (*host.Controller, *host.Namespace, error) {
 	opts.HeaderDigest, opts.DataDigest = c.digests, c.digests
 	opts.Logger = g.logger()
+	if err := c.identity(g, &opts); err != nil {
+		return nil, nil, err
+	}
+	c.host = opts.HostNQN
 	ctrl, err := host.Connect(ctx, c.addr, c.nqn, opts)
 	if errors.Is(err, &nvme.StatusError{Status: nvme.StatusConnectInvalidParameters}) {
 		return nil, nil, c.noSubsystem(ctx, opts, err)

@@ -95,8 +95,9 @@ func (k *kvFlags) runtime() (sandbox.Kind, error) {
 	return 0, fmt.Errorf("--runtime %q: want wasm or ebpf", k.rt)
 }
 
-// open connects, mounts (read-only unless rw) and opens the store.
-func (k *kvFlags) open(ctx context.Context, g *globals, rw bool) (*btree.Store, btree.Mode, func(), error) {
+// open connects, mounts (read-only unless rw) and opens the store. The
+// returned close reports a failed commit of a read-write mount.
+func (k *kvFlags) open(ctx context.Context, g *globals, rw bool) (*btree.Store, btree.Mode, func() error, error) {
 	var mode btree.Mode
 	if k.mode != "" {
 		m, err := btree.ParseMode(k.mode)
@@ -109,24 +110,17 @@ func (k *kvFlags) open(ctx context.Context, g *globals, rw bool) (*btree.Store, 
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	ctrl, ns, err := k.conn.open(ctx, g, host.Options{})
+	sess, err := fsMount(ctx, g, &k.conn, fsMountOpts{rw: rw})
 	if err != nil {
 		return nil, 0, nil, err
 	}
-	fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{ReadOnly: !rw, Logger: g.logger()})
-	if err != nil {
-		ctrl.Close()
-		return nil, 0, nil, err
-	}
-	s, err := btree.Open(ctx, fsys, k.dir, btree.Options{
-		CacheLevels: k.cache, Pusher: btree.RawPusher{NS: ns}, Loader: ctrl, Runtime: rt, Logger: g.logger(),
+	s, err := btree.Open(ctx, sess.fsys, k.dir, btree.Options{
+		CacheLevels: k.cache, Pusher: btree.RawPusher{NS: sess.ns}, Loader: sess.ctrl, Runtime: rt, Logger: g.logger(),
 	})
 	if err != nil {
-		fsys.Close()
-		ctrl.Close()
-		return nil, 0, nil, err
+		return nil, 0, nil, errors.Join(err, sess.close())
 	}
-	return s, mode, func() { s.Close(); fsys.Close(); ctrl.Close() }, nil
+	return s, mode, func() error { return errors.Join(s.Close(), sess.close()) }, nil
 }
 
 func newKVLoadCmd(g *globals) *cobra.Command {
@@ -141,7 +135,7 @@ func newKVLoadCmd(g *globals) *cobra.Command {
 		Short:   "Bulk-load a tree of synthetic entries into the namespace's offloadfs",
 		Example: `  nearstore kv load --addr 127.0.0.1:4420 --nqn nqn.2026-11.io.nearstore:vol1 --mkfs --keys 1M --fanout 15`,
 		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) (err error) {
 			ctx := cmd.Context()
 			n, err := parseCount(keys)
 			if err != nil {
@@ -151,24 +145,27 @@ func newKVLoadCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctrl, ns, err := k.conn.open(ctx, g, host.Options{QueueDepth: 32})
-			if err != nil {
-				return err
-			}
-			defer ctrl.Close()
 			if mkfs {
-				if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
+				ctrl, ns, err := k.conn.open(ctx, g, host.Options{})
+				if err != nil {
+					return err
+				}
+				err = offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{TakeOver: g.takeOver})
+				ctrl.Close()
+				if err != nil {
 					return err
 				}
 			}
-			fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{Logger: g.logger()})
+			sess, err := fsMount(ctx, g, &k.conn, fsMountOpts{rw: true, host: host.Options{QueueDepth: 32}})
 			if err != nil {
-				if errors.Is(err, offloadfs.ErrNotFormatted) {
-					return fmt.Errorf("%w (add --mkfs to make one)", err)
-				}
 				return err
 			}
-			defer fsys.Close()
+			defer func() {
+				if cerr := sess.close(); err == nil {
+					err = cerr // the commit: a load that did not land fails
+				}
+			}()
+			fsys, ns, ctrl := sess.fsys, sess.ns, sess.ctrl
 			p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(100*time.Millisecond))
 			bar := p.AddBar(n, mpb.PrependDecorators(decor.Name("load "), decor.CountersNoUnit("%d / %d keys")),
 				mpb.AppendDecorators(decor.Percentage(), decor.Name(" "), decor.EwmaETA(decor.ET_STYLE_GO, 30)))
@@ -188,7 +185,11 @@ func newKVLoadCmd(g *globals) *cobra.Command {
 			}
 			bar.SetTotal(n, true)
 			p.Wait()
-			defer s.Close()
+			defer func() {
+				if cerr := s.Close(); err == nil {
+					err = cerr
+				}
+			}()
 			info := s.Info()
 			fmt.Fprintf(cmd.OutOrStdout(), "loaded %d keys into %s in %.1fs: %d levels of fanout %d, %d-byte values (index %d bytes, values %d bytes); keys are 2, 4, …, %d\n",
 				info.Keys, k.dir, time.Since(start).Seconds(), info.Depth, info.Fanout, info.ValueSize, info.IndexBytes, info.ValueBytes, bench.BTreeKey(n-1))
@@ -321,7 +322,7 @@ deleted.`,
 		Example: `  nearstore kv put 42 "new value"
   nearstore kv put --hex 42 00ff00ff`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
+		RunE: func(cmd *cobra.Command, args []string) (err error) {
 			ctx := cmd.Context()
 			key, err := strconv.ParseUint(args[0], 0, 64)
 			if err != nil {
@@ -337,7 +338,11 @@ deleted.`,
 			if err != nil {
 				return err
 			}
-			defer closeAll()
+			defer func() {
+				if cerr := closeAll(); err == nil {
+					err = cerr // the commit: a put that did not land fails
+				}
+			}()
 			size := s.Info().ValueSize
 			if len(v) > size {
 				return fmt.Errorf("a %d-byte value: the store's values are %d bytes", len(v), size)

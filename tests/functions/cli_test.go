@@ -242,13 +242,14 @@ func TestCLI(t *testing.T) {
 		ids[m.name] = id
 	}
 
-	// func list: all four, with their kinds and entry points, no calls.
+	// func list: all four, with their names (standard functions), kinds
+	// and entry points, no calls.
 	table := c.ok("func", "list")
 	if !strings.HasPrefix(table, "ID") {
 		t.Errorf("func list: no header:\n%s", table)
 	}
 	for name, id := range ids {
-		if !regexp.MustCompile(id + `\s+(wasm|ebpf)\s+`).MatchString(table) {
+		if !regexp.MustCompile(id + `\s+` + name + `\s+(wasm|ebpf)\s+`).MatchString(table) {
 			t.Errorf("func list does not show %s (%s):\n%s", name, id, table)
 		}
 	}
@@ -321,9 +322,16 @@ func TestCLI(t *testing.T) {
 	if want := nativeOut(t, "stats64", nums, 32); !bytes.Equal(out, want) {
 		t.Errorf("lambda-read stats64: %x, want %x", out, want)
 	}
-	// The same without --json: hex on stdout, counters on stderr.
+	// The same without --json: decoded (it is a standard function) on
+	// stdout, counters on stderr; with --hex, the bytes.
 	o, e, err := c.run("func", "call", ids["stats64"], "--mode", "lambda-read", "--offset", strconv.Itoa(numsOff),
 		"--length", strconv.Itoa(len(nums)), "--out-cap", "32")
+	st, _ := functions.ParseStats(nativeOut(t, "stats64", nums, 32))
+	if want := fmt.Sprintf("count %d\nsum %d\nmin %d\nmax %d\n", st.Count, st.Sum, st.Min, st.Max); err != nil || o != want {
+		t.Errorf("lambda-read, decoded: %v\nstdout: %s\nwant: %s", err, o, want)
+	}
+	o, e, err = c.run("func", "call", ids["stats64"], "--mode", "lambda-read", "--offset", strconv.Itoa(numsOff),
+		"--length", strconv.Itoa(len(nums)), "--out-cap", "32", "--hex")
 	if err != nil || strings.TrimSpace(o) != hex.EncodeToString(nativeOut(t, "stats64", nums, 32)) ||
 		!strings.Contains(e, fmt.Sprintf("bytes read %d, one command", len(nums))) {
 		t.Errorf("lambda-read without --json: %v\nstdout: %s\nstderr: %s", err, o, e)
@@ -384,7 +392,7 @@ func TestCLI(t *testing.T) {
 
 	// func list counts the calls.
 	l = c.list()
-	for name, n := range map[string]uint64{"btree_lookup": 1, "stats64": 2, "grep": 2, "bitmap": 1} {
+	for name, n := range map[string]uint64{"btree_lookup": 1, "stats64": 3, "grep": 2, "bitmap": 1} {
 		if l[ids[name]].Calls != n {
 			t.Errorf("func list: %s has %d calls, want %d", name, l[ids[name]].Calls, n)
 		}
@@ -403,8 +411,8 @@ func TestCLI(t *testing.T) {
 	if msg := c.fails("func", "call", ids["btree_lookup"], "--params", paramsPath); !strings.Contains(msg, "function not found") {
 		t.Errorf("calling an unloaded function: %q", msg)
 	}
-	if msg := c.fails("func", "unload", "not-an-id"); !strings.Contains(msg, "64 hex digits") {
-		t.Errorf("unload of a malformed ID: %q", msg)
+	if o, msg, err := c.run("func", "unload", "not-an-id"); !strings.Contains(msg, "64 hex digits") || err == nil {
+		t.Errorf("unload of a malformed ID: %v %q %q", err, o, msg) // a usage error: exit 2
 	}
 	if msg := c.fails("func", "load", filepath.Join("testdata", "badhelper.o")); !strings.Contains(msg, "function rejected") {
 		t.Errorf("loading a module the verifier refuses: %q", msg)

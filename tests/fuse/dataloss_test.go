@@ -27,7 +27,11 @@ import (
 func TestTakeOverOfLiveMount(t *testing.T) {
 	e := newEnv(t)
 	e.mkfs()
-	m := e.mount()
+	// Two hosts: the mount's, and the one that takes over. (Processes of
+	// one host are one host to the target; see TestSameHost.)
+	hostA := []string{"--hostnqn", "nqn.2014-08.org.example:host-a"}
+	hostB := []string{"--hostnqn", "nqn.2014-08.org.example:host-b"}
+	m := e.mount(hostA...)
 	before := []byte("written by the first owner\n")
 	writeSynced(t, filepath.Join(m.dir, "before.txt"), before)
 
@@ -38,8 +42,8 @@ func TestTakeOverOfLiveMount(t *testing.T) {
 	if err := os.WriteFile(src, want, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e.fails("another host owns the file system", "put", src, "/r.md")
-	e.ok("put", src, "/r.md", "--take-over")
+	e.fails("another host owns the file system", append([]string{"put", src, "/r.md"}, hostB...)...)
+	e.ok(append([]string{"put", src, "/r.md", "--take-over"}, hostB...)...)
 
 	// The put has exited (and left the namespace parked). The old mount
 	// carries on as if nothing happened, and must not get through.
@@ -226,4 +230,55 @@ func TestDestructiveIORefusesFS(t *testing.T) {
 	if _, err := offloadfs.MountReadOnly(context.Background(), e.ns, offloadfs.Options{}); err == nil {
 		t.Fatal("the file system still mounts after io verify --force overwrote it")
 	}
+}
+
+// TestSameHost: every run of the CLI on a machine is the same host to the
+// target (its NQN from /etc/nvme/hostnqn or the machine ID), so a put
+// killed outright leaves nothing that stops the next one, without
+// --take-over; and a second read-write mount while one is live is refused
+// on this machine, since the target could not keep two mounts of one host
+// apart.
+func TestSameHost(t *testing.T) {
+	e := newEnv(t)
+	e.mkfs()
+	old := []byte("before the killed put\n")
+	e.okIn(old, "put", "-", "/f")
+
+	// A put killed with SIGKILL while it holds the file system.
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(e.bin, append([]string{"fs", "put", fifo, "/f"}, e.target()...)...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(bytes.Repeat([]byte{1}, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	w.Close()
+
+	// The next put from this host reclaims the file system by itself.
+	want := []byte("after\n")
+	e.okIn(want, "put", "-", "/f")
+	if got := readAll(t, e.readOnly(), "/f"); !bytes.Equal(got, want) {
+		t.Fatalf("/f: %q, want %q", got, want)
+	}
+
+	// A live mount of this host: a second read-write user of the same
+	// host is refused, even with --take-over; a read-only one is not.
+	m := e.mount()
+	e.fails("this host already has", "put", "-", "/g")
+	e.fails("this host already has", "put", "-", "/g", "--take-over")
+	e.ok("ls", "/")
+	m.stop()
+	e.fsck()
 }

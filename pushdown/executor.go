@@ -37,18 +37,12 @@ type Device interface {
 	BlockSize() int
 }
 
-// VersionChecker refuses files whose extent-map versions it has not got.
-// nil accepts every version (raw namespaces have no file system). The
-// target does not use it: it holds maps per host, and resolves a request's
-// files against the sender's maps (ResolveFiles) before running it.
-type VersionChecker interface {
-	CheckVersions(files []File) error
-}
-
-// Executor runs requests under limits.
+// Executor runs requests under limits. It does not look at extent-map
+// versions: whoever holds the maps resolves a request's files against them
+// first (ResolveFiles; the target does so per host in target/extentmaps.go),
+// and the executor runs on the files it is given.
 type Executor struct {
-	Limits   sandbox.Limits
-	Versions VersionChecker
+	Limits sandbox.Limits
 }
 
 // span is a run of device bytes.
@@ -61,11 +55,6 @@ func (e *Executor) check(dev Device, req *Request) error {
 	for i := range req.Files {
 		if err := CheckMap(&req.Files[i], blocks, dev.BlockSize()); err != nil {
 			return fmt.Errorf("file %d: %w", i, err)
-		}
-	}
-	if e.Versions != nil {
-		if err := e.Versions.CheckVersions(req.Files); err != nil {
-			return fmt.Errorf("%w: %w", ErrStale, err)
 		}
 	}
 	return nil

@@ -231,18 +231,6 @@ func TestPushdownRules(t *testing.T) {
 	}
 }
 
-type refuseAll struct{}
-
-func (refuseAll) CheckVersions([]File) error { return errors.New("version 3 not held") }
-
-func TestStaleVersionsRefused(t *testing.T) {
-	v, f := chainDevice(t)
-	_, err := (&Executor{Versions: refuseAll{}}).Pushdown(context.Background(), v, &chain{}, &Request{Files: []File{f}, StartLength: 512})
-	if !errors.Is(err, ErrStale) {
-		t.Fatalf("got %v, want ErrStale", err)
-	}
-}
-
 func TestLambda(t *testing.T) {
 	v, err := volume.Open("mem:1MiB")
 	if err != nil {

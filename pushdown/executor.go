@@ -130,6 +130,11 @@ func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, r
 	copy(inst.Scratch(), req.Params)
 	next := []sandbox.Next{{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}}
 	for {
+		// The function's runtime stops a call when ctx ends; between
+		// calls, the reads stop here.
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("pushdown: %w", err)
+		}
 		if int(res.Steps) >= lim.MaxSteps {
 			return res, fmt.Errorf("%w: %d steps", ErrStepLimit, res.Steps)
 		}

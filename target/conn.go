@@ -195,12 +195,18 @@ func (q *conn) fail(err error) {
 	q.cancel()
 }
 
-// teardown runs when the reader stops: it waits for the commands still
-// executing to send their completions; then it closes the connection,
-// detaches from the controller and frees the requests the reader owns:
-// those still waiting for data, dropped unexecuted, and parked ones.
+// teardown runs when the reader stops. Unless the queue's context has
+// ended, it waits for the commands still executing to send their
+// completions (graceful shutdown); then it closes the connection, detaches
+// from the controller and frees the requests the reader owns: those still
+// waiting for data, dropped unexecuted, and parked ones. A command still
+// executing frees itself when it completes, into a closed connection: a
+// backend call cannot be interrupted, and nothing waits for it.
 func (q *conn) teardown() {
-	<-q.executing.idle()
+	select {
+	case <-q.executing.idle():
+	case <-q.ctx.Done():
+	}
 	// The reader may have stopped with deferred PDUs buffered (a TermReq
 	// from the host ends it without another read).
 	_ = q.w.Flush()

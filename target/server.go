@@ -323,8 +323,10 @@ func (s *Server) Serve(ln net.Listener) error {
 // new commands, lets the commands already executing finish and send their
 // completions, closes every connection and flushes every namespace. If ctx
 // ends first, the grace period is over: the commands still running are
-// cancelled, the remaining connections are closed at once and ctx's error
-// is returned (volumes are still flushed).
+// cancelled (a storage function stops; a backend call, which cannot be
+// interrupted, finishes on its own and its completion goes nowhere), the
+// remaining connections are closed at once without waiting for those
+// commands, and ctx's error is returned (volumes are still flushed).
 func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		<-s.done
@@ -375,7 +377,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Close stops the server at once: in-flight commands are not waited for.
+// Close stops the server at once: in-flight commands are cancelled and not
+// waited for.
 func (s *Server) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

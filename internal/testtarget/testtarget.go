@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -91,17 +92,29 @@ func Start(t testing.TB, cfg Config) *Target {
 // Addr is where the target listens.
 func (s *Target) Addr() string { return s.addr }
 
-// Stop stops the target and closes its runtimes (again is harmless).
+// Stop stops the target at once (target.Server.Close) and closes its
+// runtimes (again is harmless).
 func (s *Target) Stop() {
+	_ = s.stop(func(srv *target.Server) error { return srv.Close() })
+}
+
+// Shutdown stops the target gracefully (target.Server.Shutdown), closes
+// its runtimes, and returns what Shutdown returned.
+func (s *Target) Shutdown(ctx context.Context) error {
+	return s.stop(func(srv *target.Server) error { return srv.Shutdown(ctx) })
+}
+
+func (s *Target) stop(how func(*target.Server) error) error {
 	if s.srv == nil {
-		return
+		return nil
 	}
-	s.srv.Close()
+	err := how(s.srv)
 	<-s.served
 	for _, rt := range s.rts {
 		rt.Close(context.Background())
 	}
 	s.srv = nil
+	return err
 }
 
 // Restart stops the target and starts a new one on the same address and
@@ -118,4 +131,24 @@ func (s *Target) Restart() *Target {
 func (s *Target) Metric(name string, want map[string]string) float64 {
 	s.t.Helper()
 	return metricstest.Sum(s.t, s.reg, name, want)
+}
+
+// LeakCheck notes the goroutines running now and returns a check that
+// fails the test unless, within a few seconds, no more are running: call
+// it after everything the test started (targets, hosts) is stopped.
+// Tests that use it must not run in parallel with others.
+func LeakCheck(t testing.TB) (check func()) {
+	before := runtime.NumGoroutine()
+	return func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Fatalf("%d goroutines running, %d before the test:\n%s", runtime.NumGoroutine(), before, buf)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }

@@ -56,9 +56,7 @@ func TestStopWithReadStuckInBackend(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			leaks := testtarget.LeakCheck(t)
 			mem, err := volume.Open("mem:1MiB")
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			v := &stuckVolume{Volume: mem, reading: make(chan struct{}, 1), closed: make(chan struct{})}
 			defer v.Close()
 			tgt := testtarget.Start(t, testtarget.Config{NQN: "nqn.2026-11.io.nearstore:stop", Name: "stuck", Volume: v})
@@ -66,14 +64,10 @@ func TestStopWithReadStuckInBackend(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			ctrl, err := host.Connect(ctx, tgt.Addr(), "nqn.2026-11.io.nearstore:stop", host.Options{KeepAlive: -1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			defer ctrl.Close()
 			ns, err := ctrl.Namespace(1)
-			if err != nil {
-				t.Fatal(err)
-			}
+			noErr(t, err)
 			read := make(chan error, 1)
 			go func() {
 				_, err := ns.ReadAtContext(ctx, make([]byte, 4096), 0)
@@ -105,5 +99,12 @@ func TestStopWithReadStuckInBackend(t *testing.T) {
 			v.Close()
 			leaks()
 		})
+	}
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

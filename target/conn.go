@@ -25,7 +25,7 @@ import (
 // conn is one TCP connection: one NVMe queue pair.
 type conn struct {
 	srv  *Server
-	conn net.Conn
+	nc   net.Conn
 	f    *tcp.Framer
 	w    *tcp.Writer
 	sess session
@@ -60,7 +60,7 @@ func newConn(s *Server, c net.Conn) *conn {
 	}
 	q := &conn{
 		srv:        s,
-		conn:       c,
+		nc:         c,
 		cmds:       make(map[uint16]*request),
 		readerDone: make(chan struct{}),
 	}
@@ -104,14 +104,14 @@ func (r flushingReader) Read(p []byte) (int, error) {
 		// idle deadline; the flag cannot, and Shutdown waits for readers.
 		return 0, os.ErrDeadlineExceeded
 	}
-	return r.q.conn.Read(p)
+	return r.q.nc.Read(p)
 }
 
 // serve runs the queue's reader until the connection ends.
 func (q *conn) serve() {
 	defer q.teardown()
 	defer close(q.readerDone)
-	_ = q.conn.SetReadDeadline(time.Now().Add(q.srv.cfg.IdleTimeout))
+	_ = q.nc.SetReadDeadline(time.Now().Add(q.srv.cfg.IdleTimeout))
 	if err := q.initialize(); err != nil {
 		q.fail(err)
 		return
@@ -182,7 +182,7 @@ func (q *conn) fail(err error) {
 	case errors.As(err, &fe):
 		log.Warn("fatal transport error: terminating connection", "err", err)
 		q.srv.metrics.error("transport")
-		_ = q.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = q.nc.SetWriteDeadline(time.Now().Add(time.Second))
 		_ = q.w.Do(func(f *tcp.Framer) error { return f.WriteTermReq(tcp.TermReq{FES: fe.FES, FEI: fe.FEI}, fe.Header) })
 	case q.stopped.Load() && errors.Is(err, os.ErrDeadlineExceeded):
 		// Shutdown stopped the reader; completions may still go out.
@@ -236,14 +236,14 @@ func (q *conn) teardown() {
 // while letting completions out: used by graceful shutdown.
 func (q *conn) stopReading() {
 	q.stopped.Store(true)
-	_ = q.conn.SetReadDeadline(time.Now())
+	_ = q.nc.SetReadDeadline(time.Now())
 }
 
 // close closes the connection and cancels its commands.
 func (q *conn) close() {
 	q.closeOnce.Do(func() {
 		q.cancel()
-		q.conn.Close()
+		q.nc.Close()
 	})
 }
 
@@ -448,7 +448,7 @@ func (q *conn) bound() {
 	if q.sess.qid != 0 {
 		q.f.MaxCapsuleData = q.srv.cfg.InCapsuleData
 	}
-	_ = q.conn.SetReadDeadline(time.Time{})
+	_ = q.nc.SetReadDeadline(time.Time{})
 }
 
 // sendStatus sends a completion for a CID that has no request (a CID

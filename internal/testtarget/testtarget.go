@@ -1,5 +1,5 @@
 // Package testtarget runs a real nearstore target inside a test: one
-// namespace on a volume the test owns, served over TCP loopback with the
+// namespace (or a few) on volumes the test owns, served over TCP loopback with the
 // function runtimes the test asks for and its own metrics registry. A
 // target can be stopped and another started on the same address and
 // volume, which is a target restart: the data stays; extent maps,
@@ -28,6 +28,9 @@ type Config struct {
 	NQN, Name string
 	// Volume backs namespace 1; the test owns and closes it.
 	Volume volume.Volume
+	// More back namespaces 2, 3, …, each named by its spec; the test owns
+	// and closes them.
+	More []volume.Volume
 	// Addr is where to listen (default "127.0.0.1:0").
 	Addr string
 	// Runtimes makes the target's function runtimes, afresh for every
@@ -62,9 +65,13 @@ func Start(t testing.TB, cfg Config) *Target {
 			t.Fatal(err)
 		}
 	}
+	nss := []target.NamespaceConfig{{Backend: cfg.Volume, Name: cfg.Name}}
+	for _, v := range cfg.More {
+		nss = append(nss, target.NamespaceConfig{Backend: v, Name: v.String()})
+	}
 	var err error
 	s.srv, err = target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: cfg.NQN, Namespaces: []target.NamespaceConfig{{Backend: cfg.Volume, Name: cfg.Name}}}},
+		Subsystems:     []target.SubsystemConfig{{NQN: cfg.NQN, Namespaces: nss}},
 		Logger:         slog.New(slog.DiscardHandler),
 		Metrics:        target.NewMetrics(s.reg),
 		Runtimes:       s.rts,

@@ -96,15 +96,25 @@ type cmdSpec struct {
 	exec          handler
 }
 
+// cmdTable is one command set's table, indexed by opcode (by command type
+// for Fabrics): a lookup on every command is one index.
+type cmdTable [256]*cmdSpec
+
+func tableOf(entries map[uint8]*cmdSpec) *cmdTable {
+	var t cmdTable
+	for op, spec := range entries {
+		t[op] = spec
+	}
+	return &t
+}
+
 // commandSets are the tables, built once per server.
 type commandSets struct {
-	fabrics map[uint8]*cmdSpec // by Fabrics command type
-	admin   map[uint8]*cmdSpec // by opcode
-	io      map[uint8]*cmdSpec // by opcode
+	fabrics, admin, io *cmdTable
 }
 
 func newCommandSets() commandSets {
-	return commandSets{fabrics: fabricsCommands(), admin: adminCommands(), io: ioCommands()}
+	return commandSets{fabrics: tableOf(fabricsCommands()), admin: tableOf(adminCommands()), io: tableOf(ioCommands())}
 }
 
 // qpair is what the controller layer needs of the connection a queue runs

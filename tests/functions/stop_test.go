@@ -75,3 +75,33 @@ func (e *env) waitCalls(ctx context.Context, fn sandbox.ID, n uint64) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestHostGoneStopsLoopingFunction: when the host that sent a looping
+// function's request goes away, the function stops with its connection;
+// the target goes on serving everyone else.
+func TestHostGoneStopsLoopingFunction(t *testing.T) {
+	forever := sandbox.Limits{Time: time.Hour, MaxInstructions: 1 << 62, MaxBackJumps: 1 << 62}
+	for _, kind := range kinds {
+		t.Run(kind.String(), func(t *testing.T) {
+			e := newEnv(t, envConfig{limits: forever})
+			fn := e.loadBytes(hostileModule(t, kind))
+			leaks := testtarget.LeakCheck(t)
+			ctrl, ns := e.connectAs("nqn.2026-11.io.nearstore:gone", 1)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			ran := make(chan error, 1)
+			go func() { ran <- pushdownCall(modeLoop, 0, block0)(ctx, ns, fn) }()
+			e.waitCalls(ctx, fn, 1)
+			time.Sleep(50 * time.Millisecond) // well into its loop
+
+			ctrl.Close()
+			if err := <-ran; err == nil {
+				t.Fatal("the looping request succeeded")
+			}
+			leaks() // the host's queues and the function's run are gone
+			if _, err := e.ns.ReadAtContext(ctx, make([]byte, bs), 0); err != nil {
+				t.Fatalf("the other host's read: %v", err)
+			}
+		})
+	}
+}

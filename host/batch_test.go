@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
-	"github.com/nearstore/nearstore/target"
 )
 
 // waitCalls collects n calls from done, failing t if they take longer than
@@ -36,7 +35,7 @@ func waitCalls(t *testing.T, done chan *Call, n int, d time.Duration) []*Call {
 // slot, since only those very commands can free one.
 func TestBatchSubmit(t *testing.T) {
 	checkGoroutines(t)
-	_, addr := startTarget(t, target.Config{})
+	addr := startTarget(t)
 	c, err := Connect(ctxT(t, 5*time.Second), addr, testNQN, Options{IOQueues: 2, QueueDepth: 4})
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +196,7 @@ func TestBatchContext(t *testing.T) {
 // it waits for the new association (or retries there, if it found the old
 // one still looking alive) and completes.
 func TestBatchReconnect(t *testing.T) {
-	_, addr := startTarget(t, target.Config{})
+	addr := startTarget(t)
 	p := newProxy(t, addr)
 	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{QueueDepth: 4, ReconnectDelay: 10 * time.Millisecond})
 	if err != nil {
@@ -250,7 +249,7 @@ func (w *warnRecorder) WithGroup(string) slog.Handler      { return w }
 // log like one (the target closing the I/O connections when the admin
 // connection goes used to surface as "queue failed: EOF").
 func TestCloseQuiet(t *testing.T) {
-	_, addr := startTarget(t, target.Config{})
+	addr := startTarget(t)
 	for range 5 {
 		rec := &warnRecorder{}
 		c, err := Connect(ctxT(t, 5*time.Second), addr, testNQN, Options{IOQueues: 4, Logger: slog.New(rec)})

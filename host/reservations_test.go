@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
-	"github.com/nearstore/nearstore/target"
 )
 
 // TestReservations: the owner/reader protocol offloadfs builds on, against
@@ -16,7 +15,7 @@ import (
 // until it preempts the owner.
 func TestReservations(t *testing.T) {
 	checkGoroutines(t)
-	_, addr := startTarget(t, target.Config{})
+	addr := startTarget(t)
 	ctx := ctxT(t, 20*time.Second)
 	connect := func(nqn string, id byte) *Namespace {
 		t.Helper()
@@ -113,7 +112,7 @@ func TestReservations(t *testing.T) {
 // TestReservationReportMany: Report returns every registrant when there
 // are more than its first buffer holds.
 func TestReservationReportMany(t *testing.T) {
-	_, addr := startTarget(t, target.Config{})
+	addr := startTarget(t)
 	ctx := ctxT(t, 20*time.Second)
 	const n = reportEntries + 5
 	var first *Namespace

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/nvme"
-	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -99,34 +99,22 @@ func (p *proxy) killAll() {
 	}
 }
 
-// startTarget serves a subsystem with two mem namespaces.
-func startTarget(t testing.TB, cfg target.Config) (srv *target.Server, addr string) {
+// startTarget serves a subsystem with two mem namespaces, of 64 and 8 MiB,
+// and returns its address.
+func startTarget(t testing.TB) (addr string) {
 	t.Helper()
-	var nss []target.NamespaceConfig
+	var vs []volume.Volume
 	for _, spec := range []string{"mem:64MiB", "mem:8MiB"} {
 		v, err := volume.Open(spec)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { v.Close() })
-		nss = append(nss, target.NamespaceConfig{Backend: v, Name: spec})
+		vs = append(vs, v)
 	}
-	cfg.Subsystems = []target.SubsystemConfig{{NQN: testNQN, Namespaces: nss}}
-	srv, err := target.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		<-served
-	})
-	return srv, ln.Addr().String()
+	tgt := testtarget.Start(t, testtarget.Config{NQN: testNQN, Name: vs[0].String(), Volume: vs[0], More: vs[1:]})
+	t.Cleanup(tgt.Stop)
+	return tgt.Addr()
 }
 
 func fill(rng *rand.Rand, p []byte) {
@@ -146,7 +134,7 @@ func TestTarget(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkGoroutines(t)
-			_, addr := startTarget(t, target.Config{})
+			addr := startTarget(t)
 			c, err := Connect(ctxT(t, 5*time.Second), addr, testNQN, tc.opts)
 			if err != nil {
 				t.Fatal(err)
@@ -271,7 +259,7 @@ func TestTarget(t *testing.T) {
 
 func TestTargetDiscover(t *testing.T) {
 	checkGoroutines(t)
-	_, addr := startTarget(t, target.Config{})
+	addr := startTarget(t)
 	es, err := Discover(ctxT(t, 5*time.Second), addr, Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -287,7 +275,7 @@ func TestTargetDiscover(t *testing.T) {
 
 func TestTargetReconnect(t *testing.T) {
 	checkGoroutines(t)
-	_, addr := startTarget(t, target.Config{})
+	addr := startTarget(t)
 	p := newProxy(t, addr)
 	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{IOQueues: 2, ReconnectDelay: 10 * time.Millisecond})
 	if err != nil {
@@ -357,8 +345,8 @@ func TestTargetReconnect(t *testing.T) {
 // (TestTargetReconnect).
 func TestReconnectToAnotherVolume(t *testing.T) {
 	checkGoroutines(t)
-	_, addrA := startTarget(t, target.Config{})
-	_, addrB := startTarget(t, target.Config{}) // same specs and NQN, other volumes
+	addrA := startTarget(t)
+	addrB := startTarget(t) // same specs and NQN, other volumes
 	p := newProxy(t, addrA)
 	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{IOQueues: 2, ReconnectDelay: 10 * time.Millisecond})
 	if err != nil {
@@ -421,7 +409,7 @@ func TestReconnectToAnotherVolume(t *testing.T) {
 // later ones fail at once, and Close returns.
 func TestControllerLossTimeout(t *testing.T) {
 	checkGoroutines(t)
-	_, addr := startTarget(t, target.Config{})
+	addr := startTarget(t)
 	p := newProxy(t, addr)
 	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{
 		ReconnectDelay: 10 * time.Millisecond, MaxReconnectWait: time.Hour, ControllerLossTimeout: 300 * time.Millisecond,
@@ -459,7 +447,7 @@ func TestControllerLossTimeout(t *testing.T) {
 func BenchmarkReadQD32(b *testing.B) {
 	for _, size := range []int{4096, 128 << 10} {
 		b.Run(byteSize(size), func(b *testing.B) {
-			_, addr := startTarget(b, target.Config{})
+			addr := startTarget(b)
 			c, err := Connect(context.Background(), addr, testNQN, Options{IOQueues: 2})
 			if err != nil {
 				b.Fatal(err)

@@ -37,18 +37,12 @@ type Device interface {
 	BlockSize() int
 }
 
-// VersionChecker refuses files whose extent-map versions it has not got.
-// nil accepts every version (raw namespaces have no file system). The
-// target does not use it: it holds maps per host, and resolves a request's
-// files against the sender's maps (ResolveFiles) before running it.
-type VersionChecker interface {
-	CheckVersions(files []File) error
-}
-
-// Executor runs requests under limits.
+// Executor runs requests under limits. It does not look at extent-map
+// versions: whoever holds the maps resolves a request's files against them
+// first (ResolveFiles; the target does so per host in target/extentmaps.go),
+// and the executor runs on the files it is given.
 type Executor struct {
-	Limits   sandbox.Limits
-	Versions VersionChecker
+	Limits sandbox.Limits
 }
 
 // span is a run of device bytes.
@@ -61,11 +55,6 @@ func (e *Executor) check(dev Device, req *Request) error {
 	for i := range req.Files {
 		if err := CheckMap(&req.Files[i], blocks, dev.BlockSize()); err != nil {
 			return fmt.Errorf("file %d: %w", i, err)
-		}
-	}
-	if e.Versions != nil {
-		if err := e.Versions.CheckVersions(req.Files); err != nil {
-			return fmt.Errorf("%w: %w", ErrStale, err)
 		}
 	}
 	return nil
@@ -141,6 +130,11 @@ func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, r
 	copy(inst.Scratch(), req.Params)
 	next := []sandbox.Next{{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}}
 	for {
+		// The function's runtime stops a call when ctx ends; between
+		// calls, the reads stop here.
+		if err := ctx.Err(); err != nil {
+			return res, fmt.Errorf("pushdown: %w", err)
+		}
 		if int(res.Steps) >= lim.MaxSteps {
 			return res, fmt.Errorf("%w: %d steps", ErrStepLimit, res.Steps)
 		}

@@ -88,7 +88,8 @@ func TestMapRange(t *testing.T) {
 // the executor's rules alone; misbehave makes it hostile.
 type chain struct {
 	misbehave string
-	acquired  int // instances handed out
+	acquired  int    // instances handed out
+	onStep    func() // called at every step, if set
 }
 
 func (c *chain) ID() sandbox.ID              { return sandbox.IDOf([]byte(c.misbehave)) }
@@ -124,6 +125,9 @@ func (i *chainInst) Output(n int) ([]byte, error) {
 func (i *chainInst) Release() { i.released = true }
 
 func (i *chainInst) Step(_ context.Context, file uint32, off uint64, n int) (bool, []sandbox.Next, error) {
+	if i.c.onStep != nil {
+		i.c.onStep()
+	}
 	next := binary.LittleEndian.Uint64(i.data)
 	i.scratch[0] += i.data[8]
 	switch i.c.misbehave {
@@ -231,18 +235,6 @@ func TestPushdownRules(t *testing.T) {
 	}
 }
 
-type refuseAll struct{}
-
-func (refuseAll) CheckVersions([]File) error { return errors.New("version 3 not held") }
-
-func TestStaleVersionsRefused(t *testing.T) {
-	v, f := chainDevice(t)
-	_, err := (&Executor{Versions: refuseAll{}}).Pushdown(context.Background(), v, &chain{}, &Request{Files: []File{f}, StartLength: 512})
-	if !errors.Is(err, ErrStale) {
-		t.Fatalf("got %v, want ErrStale", err)
-	}
-}
-
 func TestLambda(t *testing.T) {
 	v, err := volume.Open("mem:1MiB")
 	if err != nil {
@@ -288,5 +280,23 @@ func TestLambda(t *testing.T) {
 		if !errors.Is(err, ErrOutsideFile) || c.acquired != 0 {
 			t.Fatalf("λ read of [%d, +%d): %v, %d instances acquired", r.off, r.n, err, c.acquired)
 		}
+	}
+}
+
+// TestPushdownCancelled: a request whose context ends stops at the next
+// step, however many more its function would ask for, and says why.
+func TestPushdownCancelled(t *testing.T) {
+	v, f := chainDevice(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	steps := 0
+	c := &chain{misbehave: "forever", onStep: func() {
+		if steps++; steps == 3 {
+			cancel()
+		}
+	}}
+	res, err := (&Executor{Limits: sandbox.Limits{MaxSteps: 1000}}).Pushdown(ctx, v, c, &Request{Files: []File{f}, StartLength: 512})
+	if !errors.Is(err, context.Canceled) || res.Steps != 3 || res.Reads != 3 {
+		t.Fatalf("got %v after %d steps and %d reads, want context.Canceled after 3", err, res.Steps, res.Reads)
 	}
 }

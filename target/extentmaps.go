@@ -1,12 +1,10 @@
 package target
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
 
-	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
 )
 
@@ -227,113 +225,19 @@ func namesInode(files []pushdown.File) bool {
 }
 
 // resolveFiles resolves a function request's file table against the maps
-// of the controller's host on cmd's namespace, counting stale requests.
-func (q *queue) resolveFiles(cmd *command, files []pushdown.File) ([]pushdown.File, error) {
+// of the controller's host on r's namespace, counting stale requests: the
+// target's one extent-version check.
+func (s *session) resolveFiles(r *request, files []pushdown.File) ([]pushdown.File, error) {
 	if !namesInode(files) {
 		return files, nil
 	}
 	var t *mapTable
-	if m := q.srv.meta(q.ss, cmd.ns, false); m != nil {
-		t = m.table(q.ctrl.hostNQN, false)
+	if m := s.srv.meta(s.ss, r.ns, false); m != nil {
+		t = m.table(s.ctrl.hostNQN, false)
 	}
 	out, err := t.resolve(files)
 	if errors.Is(err, pushdown.ErrStale) {
-		q.srv.metrics.staleRequest(q.ss.nqn, cmd.ns.id)
+		s.srv.metrics.staleRequest(s.ss.nqn, r.ns.id)
 	}
 	return out, err
-}
-
-// badMap completes a command whose payload breaks the rules with Bad
-// Extent Map, DW0 naming the entry at fault.
-func (q *queue) badMap(cmd *command, err error) {
-	dw0 := uint32(noEntry)
-	var ee *pushdown.EntryError
-	if errors.As(err, &ee) && ee.Index >= 0 {
-		dw0 = uint32(ee.Index)
-	}
-	q.log.Info("extent map or grant refused", "op", cmd.op, "host", q.ctrl.hostNQN, "err", err)
-	q.complete(cmd, nvme.StatusBadExtentMap|nvme.DNR, dw0)
-}
-
-// extentMapPut runs Extent Map Put: the whole batch is checked before any
-// of it is applied. Completion DW0 is the number of updates applied, DW1
-// the number ignored as not newer than what the target holds.
-func (q *queue) extentMapPut(cmd *command) {
-	cmd.op = "extent_map_put"
-	ns := q.ss.namespace(cmd.sqe.NSID)
-	if ns == nil {
-		q.complete(cmd, nvme.StatusInvalidNamespace|nvme.DNR, 0)
-		return
-	}
-	cmd.ns = ns
-	ups, err := pushdown.UnmarshalMapUpdates(cmd.data)
-	if err != nil {
-		q.badMap(cmd, err)
-		return
-	}
-	for i := range ups {
-		if ups[i].Remove {
-			continue
-		}
-		if err := pushdown.CheckMap(&ups[i].File, ns.blocks, ns.blockSize); err != nil {
-			q.badMap(cmd, &pushdown.EntryError{Index: i, Err: err})
-			return
-		}
-	}
-	m := q.srv.meta(q.ss, ns, true)
-	t := m.table(q.ctrl.hostNQN, true)
-	cfg := &q.srv.cfg
-	d, err := t.apply(ups, cfg.MaxExtentMaps, cfg.MaxExtentMapExtents)
-	if err != nil {
-		q.log.Warn("extent map put refused", "host", q.ctrl.hostNQN, "nsid", ns.id, "err", err)
-		q.complete(cmd, nvme.StatusMetadataLimit|nvme.DNR, 0)
-		return
-	}
-	q.srv.metrics.mapsChanged(m.ssNQN, ns.id, d)
-	q.completeWith(cmd, nvme.StatusSuccess, uint32(d.applied), uint32(d.ignored), nil)
-}
-
-// extentMapQuery runs Extent Map Query: for each inode of the request,
-// what the target holds of the host's maps. The result is a 16-byte
-// header — count (4), reserved (12) — then one 16-byte entry per inode,
-// in order: version (8; 0 if none), flags (4; bit 0: removed, the version
-// being the removal's), number of extents (4).
-func (q *queue) extentMapQuery(cmd *command) {
-	cmd.op = "extent_map_query"
-	ns := q.ss.namespace(cmd.sqe.NSID)
-	if ns == nil {
-		q.complete(cmd, nvme.StatusInvalidNamespace|nvme.DNR, 0)
-		return
-	}
-	cmd.ns = ns
-	n := len(cmd.data) / 8
-	if len(cmd.data)%8 != 0 || n == 0 || n > maxQueryInodes {
-		q.badMap(cmd, fmt.Errorf("%w: query of %d bytes (want 1 to %d inodes of 8 bytes)", pushdown.ErrMalformed, len(cmd.data), maxQueryInodes))
-		return
-	}
-	size := queryResultHeader + queryEntrySize*n
-	if cmd.inCap < size {
-		q.complete(cmd, nvme.StatusSGLDataLenInvalid|nvme.DNR, 0)
-		return
-	}
-	out := make([]byte, size)
-	binary.LittleEndian.PutUint32(out, uint32(n))
-	var t *mapTable
-	if m := q.srv.meta(q.ss, ns, false); m != nil {
-		t = m.table(q.ctrl.hostNQN, false)
-	}
-	if t != nil {
-		t.mu.RLock()
-		for i := range n {
-			v, removed, nx := t.version(binary.LittleEndian.Uint64(cmd.data[8*i:]))
-			e := out[queryResultHeader+queryEntrySize*i:]
-			binary.LittleEndian.PutUint64(e, v)
-			if removed {
-				binary.LittleEndian.PutUint32(e[8:], 1)
-			}
-			binary.LittleEndian.PutUint32(e[12:], uint32(nx))
-		}
-		t.mu.RUnlock()
-	}
-	q.completeWith(cmd, nvme.StatusSuccess, uint32(n), 0, out)
 }

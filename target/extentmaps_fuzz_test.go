@@ -3,15 +3,12 @@ package target
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net"
 	"testing"
 	"time"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
-	"github.com/nearstore/nearstore/volume"
 )
 
 // FuzzAdminPayloads sends arbitrary payloads as Extent Map Put, Extent Map
@@ -20,30 +17,13 @@ import (
 // one of the statuses docs/PROTOCOL.md gives these commands, and the
 // target must go on answering.
 func FuzzAdminPayloads(f *testing.F) {
-	v, err := volume.Open("mem:1MiB")
-	if err != nil {
-		f.Fatal(err)
-	}
-	f.Cleanup(func() { v.Close() })
-	s, err := New(Config{
-		Subsystems: []SubsystemConfig{{NQN: testNQN, Namespaces: []NamespaceConfig{{Backend: v}}}},
-		Logger:     slog.New(slog.DiscardHandler),
+	_, addr := startServer(f, Config{
 		// Small limits, so that the fuzzer reaches them.
 		MaxExtentMaps: 64, MaxExtentMapExtents: 256, MaxGrants: 8,
-	})
-	if err != nil {
-		f.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		f.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- s.Serve(ln) }()
-	f.Cleanup(func() { s.Close(); <-served })
+	}, "mem:1MiB")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := host.Connect(ctx, ln.Addr().String(), testNQN, host.Options{HostNQN: "nqn.fuzz-owner", KeepAlive: -1})
+	c, err := host.Connect(ctx, addr, testNQN, host.Options{HostNQN: "nqn.fuzz-owner", KeepAlive: -1})
 	if err != nil {
 		f.Fatal(err)
 	}

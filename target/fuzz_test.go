@@ -53,7 +53,7 @@ func FuzzTargetConn(f *testing.F) {
 			t.Fatal(err)
 		}
 		hostEnd, targetEnd := net.Pipe()
-		q := newQueue(s, targetEnd)
+		q := newConn(s, targetEnd)
 		done := make(chan struct{})
 		go func() { q.serve(); close(done) }()
 		// Drain whatever the target sends so it never blocks on the pipe.

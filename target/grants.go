@@ -327,46 +327,46 @@ func cover(gs []*grant, now time.Time, r blockRange) ([]*grant, bool) {
 // admit checks the ranges a command touches against its host's grants on
 // the command's namespace. It costs one atomic load while no host on the
 // server is a task host.
-func (q *queue) admit(cmd *command, rs []blockRange) (grantRefs, nvme.Status) {
-	if q.srv.restricted.Load() == 0 || cmd.ns == nil {
+func (s *session) admit(r *request, rs []blockRange) (grantRefs, nvme.Status) {
+	if s.srv.restricted.Load() == 0 || r.ns == nil {
 		return nil, 0
 	}
-	m := q.srv.meta(q.ss, cmd.ns, false)
+	m := s.srv.meta(s.ss, r.ns, false)
 	if m == nil {
 		return nil, 0
 	}
-	refs, ok := m.grants.admit(q.ctrl.hostNQN, q.srv.cfg.Now, rs)
+	refs, ok := m.grants.admit(s.ctrl.hostNQN, s.srv.cfg.Now, rs)
 	if !ok {
-		q.srv.metrics.accessDenied(q.ss.nqn, cmd.ns.id)
-		q.log.Debug("access denied", "host", q.ctrl.hostNQN, "nsid", cmd.ns.id, "opcode", cmd.sqe.Opcode)
+		s.srv.metrics.accessDenied(s.ss.nqn, r.ns.id)
+		s.log.Debug("access denied", "host", s.ctrl.hostNQN, "nsid", r.ns.id, "opcode", r.sqe.Opcode)
 		return nil, nvme.StatusAccessDenied | nvme.DNR
 	}
 	return refs, 0
 }
 
-// admitIO admits an NVM command: the blocks a Read, Write or Write Zeroes
-// names, or a deallocating Dataset Management's ranges. Ranges outside
-// the namespace are left to the command, which fails with LBA Out of
-// Range. Other commands need no grant here (function requests are
-// admitted once their files are resolved).
-func (q *queue) admitIO(cmd *command) (grantRefs, nvme.Status) {
-	if q.srv.restricted.Load() == 0 || cmd.ns == nil {
+// admitIO admits an NVM command by its access class: the blocks a Read,
+// Write or Write Zeroes names, or a deallocating Dataset Management's
+// ranges. Ranges outside the namespace are left to the command, which
+// fails with LBA Out of Range. Other commands need no grant here (function
+// requests are admitted once their files are resolved, admitFunction).
+func (s *session) admitIO(r *request) (grantRefs, nvme.Status) {
+	if s.srv.restricted.Load() == 0 || r.ns == nil || r.spec == nil {
 		return nil, 0
 	}
-	sqe := &cmd.sqe
-	ns := cmd.ns
+	sqe := &r.sqe
+	ns := r.ns
 	var rs []blockRange
-	switch sqe.Opcode {
-	case nvme.IORead, nvme.IOWrite, nvme.IOWriteZeroes:
+	switch r.spec.access.grant {
+	case grantLBAs:
 		slba, nlb := sqe.SLBA(), uint64(sqe.NLB())
 		if _, _, ok := ns.span(slba, nlb); ok {
-			rs = append(rs, blockRange{lba: slba, n: nlb, write: sqe.Opcode != nvme.IORead})
+			rs = append(rs, blockRange{lba: slba, n: nlb, write: r.spec.access.resv == resvWrite})
 		}
-	case nvme.IODSM:
-		if sqe.CDW11&(1<<2) == 0 || len(cmd.data) < dsmLen(sqe) {
+	case grantDSM:
+		if sqe.CDW11&(1<<2) == 0 || len(r.data) < dsmLen(sqe) {
 			return nil, 0 // hints only: nothing changes
 		}
-		data := cmd.data[:dsmLen(sqe)]
+		data := r.data[:dsmLen(sqe)]
 		for i := 0; i+16 <= len(data); i += 16 {
 			nlb := uint64(binary.LittleEndian.Uint32(data[i+4:]))
 			slba := binary.LittleEndian.Uint64(data[i+8:])
@@ -377,111 +377,21 @@ func (q *queue) admitIO(cmd *command) (grantRefs, nvme.Status) {
 	default:
 		return nil, 0
 	}
-	return q.admit(cmd, rs)
+	return s.admit(r, rs)
 }
 
 // admitFunction admits a function request on its resolved file table:
 // every extent of every file is read, and λ Write writes its start file.
-func (q *queue) admitFunction(cmd *command, req *pushdown.Request) (grantRefs, nvme.Status) {
-	if q.srv.restricted.Load() == 0 {
+func (s *session) admitFunction(r *request, req *pushdown.Request) (grantRefs, nvme.Status) {
+	if s.srv.restricted.Load() == 0 {
 		return nil, 0
 	}
 	var rs []blockRange
 	for i, f := range req.Files {
-		write := cmd.sqe.Opcode == nvme.IOLambdaWrite && i == int(req.StartFile)
+		write := r.spec.access.resv == resvWrite && i == int(req.StartFile)
 		for _, x := range f.Extents {
 			rs = append(rs, blockRange{lba: x.LBA, n: uint64(x.Blocks), write: write})
 		}
 	}
-	return q.admit(cmd, rs)
-}
-
-// grantPut runs Grant Put.
-func (q *queue) grantPut(cmd *command) {
-	cmd.op = "grant_put"
-	ns := q.ss.namespace(cmd.sqe.NSID)
-	if ns == nil {
-		q.complete(cmd, nvme.StatusInvalidNamespace|nvme.DNR, 0)
-		return
-	}
-	cmd.ns = ns
-	var g pushdown.Grant
-	if err := g.Unmarshal(cmd.data); err != nil {
-		q.badMap(cmd, err)
-		return
-	}
-	for j, x := range g.Extents {
-		if x.LBA > ns.blocks || uint64(x.Blocks) > ns.blocks-x.LBA {
-			q.badMap(cmd, &pushdown.EntryError{Index: j, Err: fmt.Errorf("%w: extent at LBA %d (+%d) of %d blocks", pushdown.ErrBadExtent, x.LBA, x.Blocks, ns.blocks)})
-			return
-		}
-	}
-	if g.Host == q.ctrl.hostNQN {
-		q.badMap(cmd, fmt.Errorf("%w: a host cannot grant to itself", pushdown.ErrMalformed))
-		return
-	}
-	m := q.srv.meta(q.ss, ns, true)
-	old, n, err := m.grants.put(q.ctrl.hostNQN, &g, q.srv.cfg.Now(), q.srv.cfg.MaxGrants, &q.srv.restricted)
-	switch {
-	case errors.Is(err, errGrantDenied):
-		q.log.Info("grant refused", "host", q.ctrl.hostNQN, "nsid", ns.id, "err", err)
-		q.srv.metrics.accessDenied(q.ss.nqn, ns.id)
-		q.complete(cmd, nvme.StatusAccessDenied|nvme.DNR, 0)
-		return
-	case err != nil:
-		q.log.Warn("grant refused", "host", q.ctrl.hostNQN, "nsid", ns.id, "err", err)
-		q.complete(cmd, nvme.StatusMetadataLimit|nvme.DNR, 0)
-		return
-	}
-	q.srv.metrics.grantsHeld(q.ss.nqn, ns.id, n)
-	if old != nil {
-		old.drain()
-	}
-	q.log.Info("grant", "owner", q.ctrl.hostNQN, "id", g.ID, "grantee", g.Host, "nsid", ns.id,
-		"mode", g.Mode.String(), "lease", g.Lease, "extents", len(g.Extents))
-	q.complete(cmd, nvme.StatusSuccess, 0)
-}
-
-// grantRelease runs Grant Release: CDW10 and CDW11 hold the ID, low dword
-// first. It completes once nothing admitted under the grant is running;
-// DW0 is 1 if the grant was held, 0 if there was none (already released,
-// or expired and forgotten), which is not an error so that releases can be
-// resent.
-func (q *queue) grantRelease(cmd *command) {
-	// (With grantReleaseAll in CDW12 it releases every grant the sending
-	// host holds on the namespace, and DW0 counts them.)
-	cmd.op = "grant_release"
-	ns := q.ss.namespace(cmd.sqe.NSID)
-	if ns == nil {
-		q.complete(cmd, nvme.StatusInvalidNamespace|nvme.DNR, 0)
-		return
-	}
-	cmd.ns = ns
-	m := q.srv.meta(q.ss, ns, false)
-	if m == nil {
-		q.complete(cmd, nvme.StatusSuccess, 0)
-		return
-	}
-	if cmd.sqe.CDW12&grantReleaseAll != 0 {
-		gs, n := m.grants.releaseAll(q.ctrl.hostNQN, q.srv.cfg.Now())
-		q.srv.metrics.grantsHeld(q.ss.nqn, ns.id, n)
-		for _, g := range gs {
-			g.drain()
-		}
-		if len(gs) > 0 {
-			q.log.Info("grants released", "owner", q.ctrl.hostNQN, "count", len(gs), "nsid", ns.id)
-		}
-		q.complete(cmd, nvme.StatusSuccess, uint32(len(gs)))
-		return
-	}
-	id := uint64(cmd.sqe.CDW10) | uint64(cmd.sqe.CDW11)<<32
-	g, n := m.grants.release(q.ctrl.hostNQN, id, q.srv.cfg.Now())
-	q.srv.metrics.grantsHeld(q.ss.nqn, ns.id, n)
-	if g == nil {
-		q.complete(cmd, nvme.StatusSuccess, 0)
-		return
-	}
-	g.drain()
-	q.log.Info("grant released", "owner", q.ctrl.hostNQN, "id", id, "nsid", ns.id)
-	q.complete(cmd, nvme.StatusSuccess, 1)
+	return s.admit(r, rs)
 }

@@ -26,6 +26,7 @@ func TestRunsInline(t *testing.T) {
 		return &namespace{backend: v, lbaShift: 9, blocks: uint64(v.Size() >> 9)}
 	}
 	mem, sim := open("mem:4MiB"), open("sim:nand:4MiB")
+	io := ioCommands()
 	for _, tc := range []struct {
 		ns   *namespace
 		op   uint8
@@ -42,8 +43,8 @@ func TestRunsInline(t *testing.T) {
 		{sim, nvme.IOWrite, 8, false},
 		{nil, nvme.IOFlush, 0, false},
 	} {
-		cmd := &command{sqe: *rw(tc.op, 1, 0, tc.nlb), ns: tc.ns}
-		if got := runsInline(cmd); got != tc.want {
+		r := &request{sqe: *rw(tc.op, 1, 0, tc.nlb), ns: tc.ns, spec: io[tc.op]}
+		if got := runsInline(r); got != tc.want {
 			t.Errorf("op %#x nlb %d on %v: runsInline %v, want %v", tc.op, tc.nlb, tc.ns != nil && tc.ns == mem, got, tc.want)
 		}
 	}

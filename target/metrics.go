@@ -132,39 +132,40 @@ func (m *Metrics) error(kind string) {
 	}
 }
 
-// observe records one completed command.
-func (m *Metrics) observe(q *queue, cmd *command, st nvme.Status, inBytes int) {
-	if m == nil || q.ss == nil {
+// observe records one completed command of subsystem ss, on an admin
+// queue or an I/O queue.
+func (m *Metrics) observe(ss string, admin bool, r *request, st nvme.Status, inBytes int) {
+	if m == nil {
 		return
 	}
-	op := cmd.op
+	op := r.op
 	if op == "" {
 		switch {
-		case cmd.sqe.Opcode == nvme.AdminFabrics:
+		case r.sqe.Opcode == nvme.AdminFabrics:
 			op = "fabrics"
-		case q.qid == 0:
+		case admin:
 			op = "admin"
 		default:
 			op = "other"
 		}
 	}
 	nsid := "0"
-	if cmd.ns != nil {
-		nsid = nsLabel(cmd.ns.id)
+	if r.ns != nil {
+		nsid = nsLabel(r.ns.id)
 	}
 	result := "ok"
 	if !st.OK() {
 		result = "error"
 		m.errors.WithLabelValues("command").Inc()
 	}
-	m.commands.WithLabelValues(q.ss.nqn, nsid, op, result).Inc()
-	m.latency.WithLabelValues(q.ss.nqn, nsid, op).Observe(time.Since(cmd.start).Seconds())
-	if st.OK() && cmd.ns != nil {
+	m.commands.WithLabelValues(ss, nsid, op, result).Inc()
+	m.latency.WithLabelValues(ss, nsid, op).Observe(time.Since(r.start).Seconds())
+	if st.OK() && r.ns != nil {
 		switch op {
 		case "read":
-			m.bytes.WithLabelValues(q.ss.nqn, nsid, "read").Add(float64(inBytes))
+			m.bytes.WithLabelValues(ss, nsid, "read").Add(float64(inBytes))
 		case "write":
-			m.bytes.WithLabelValues(q.ss.nqn, nsid, "write").Add(float64(len(cmd.data)))
+			m.bytes.WithLabelValues(ss, nsid, "write").Add(float64(len(r.data)))
 		}
 	}
 }

@@ -17,7 +17,7 @@ import (
 const testNQN = "nqn.2026-11.io.nearstore:test"
 
 // startServer serves the given volumes as one subsystem on a loopback port.
-func startServer(t *testing.T, cfg Config, specs ...string) (*Server, string) {
+func startServer(t testing.TB, cfg Config, specs ...string) (*Server, string) {
 	t.Helper()
 	if len(specs) == 0 {
 		specs = []string{"mem:16MiB"}

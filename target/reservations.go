@@ -1,7 +1,6 @@
 package target
 
 import (
-	"encoding/binary"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -293,102 +292,18 @@ func (r *reservations) status(extended bool) nvme.ReservationStatus {
 	return s
 }
 
-// resvAccess classifies an NVM command for the reservation checks: data
-// is false for commands a reservation does not affect.
-func resvAccess(opc uint8) (write, data bool) {
-	switch opc {
-	case nvme.IORead, nvme.IOPushdownRead, nvme.IOLambdaRead:
-		return false, true
-	case nvme.IOWrite, nvme.IOWriteZeroes, nvme.IODSM, nvme.IOFlush, nvme.IOLambdaWrite:
-		return true, true
-	}
-	return false, false
-}
-
 // reservationConflict checks an NVM command against its namespace's
-// reservation and returns Reservation Conflict if the reservation does not
-// allow the sending host to run it. With no reservation held it costs one
-// atomic load.
-func (q *queue) reservationConflict(cmd *command) nvme.Status {
-	if cmd.ns == nil {
+// reservation by its access class, and returns Reservation Conflict if the
+// reservation does not allow the sending host to run it. With no
+// reservation held it costs one atomic load.
+func (s *session) reservationConflict(r *request) nvme.Status {
+	if r.ns == nil || r.spec == nil || r.spec.access.resv == resvNone {
 		return 0
 	}
-	v := cmd.ns.resv.view.Load()
-	if v == nil {
+	v := r.ns.resv.view.Load()
+	if v == nil || v.allows(s.ctrl.hostNQN, r.spec.access.resv == resvWrite) {
 		return 0
 	}
-	write, data := resvAccess(cmd.sqe.Opcode)
-	if !data || v.allows(q.ctrl.hostNQN, write) {
-		return 0
-	}
-	q.log.Debug("reservation conflict", "host", q.ctrl.hostNQN, "nsid", cmd.ns.id, "opcode", cmd.sqe.Opcode, "rtype", v.rtype.String())
+	s.log.Debug("reservation conflict", "host", s.ctrl.hostNQN, "nsid", r.ns.id, "opcode", r.sqe.Opcode, "rtype", v.rtype.String())
 	return resvConflict
-}
-
-// prepareReservation says how much data a reservation command brings.
-func prepareReservation(cmd *command) (want int, st nvme.Status, ok bool) {
-	switch cmd.sqe.Opcode {
-	case nvme.IOReservationRegister:
-		return nvme.ResvRegisterDataSize, 0, true
-	case nvme.IOReservationAcquire:
-		return nvme.ResvAcquireDataSize, 0, true
-	case nvme.IOReservationRelease:
-		return nvme.ResvReleaseDataSize, 0, true
-	}
-	return 0, 0, true // Report: data goes to the host only
-}
-
-// execReservation runs a reservation command.
-func (q *queue) execReservation(cmd *command) {
-	sqe := &cmd.sqe
-	ns := cmd.ns
-	r := &ns.resv
-	le := binary.LittleEndian
-	var st nvme.Status
-	switch sqe.Opcode {
-	case nvme.IOReservationRegister:
-		cmd.op = "resv_register"
-		st = r.register(q.ctrl.hostNQN, q.ctrl.hostID, sqe.CDW10, le.Uint64(cmd.data), le.Uint64(cmd.data[8:]))
-	case nvme.IOReservationAcquire:
-		cmd.op = "resv_acquire"
-		st = r.acquire(q.ctrl.hostNQN, sqe.CDW10, le.Uint64(cmd.data), le.Uint64(cmd.data[8:]))
-	case nvme.IOReservationRelease:
-		cmd.op = "resv_release"
-		st = r.release(q.ctrl.hostNQN, sqe.CDW10, le.Uint64(cmd.data))
-	case nvme.IOReservationReport:
-		cmd.op = "resv_report"
-		q.reservationReport(cmd)
-		return
-	}
-	if st.OK() {
-		q.log.Info("reservation", "op", cmd.op, "host", q.ctrl.hostNQN, "nsid", ns.id, "cdw10", sqe.CDW10)
-	} else {
-		q.log.Debug("reservation command refused", "op", cmd.op, "host", q.ctrl.hostNQN, "nsid", ns.id, "cdw10", sqe.CDW10, "status", st.String())
-	}
-	q.complete(cmd, st, 0)
-}
-
-// reservationReport runs Reservation Report: NUMD (CDW10) is the
-// zero-based number of dwords to return, EDS (CDW11 bit 0) asks for the
-// extended structure. A buffer too small for every registrant gets the
-// entries that fit; REGCTL still counts them all.
-func (q *queue) reservationReport(cmd *command) {
-	sqe := &cmd.sqe
-	if sqe.CDW11&nvme.ReportEDS == 0 {
-		q.complete(cmd, nvme.StatusHostIDInconsistent|nvme.DNR, 0)
-		return
-	}
-	n := (uint64(sqe.CDW10) + 1) * 4
-	if n > uint64(q.maxXfer) {
-		q.complete(cmd, nvme.StatusInvalidField|nvme.DNR, 0)
-		return
-	}
-	if sqe.DPTR.Type != nvme.SGLTransportDataBlock || uint64(sqe.DPTR.Length) < n {
-		q.complete(cmd, sgDataStatus(sqe.DPTR, int64(n)), 0)
-		return
-	}
-	s := cmd.ns.resv.status(true)
-	out := make([]byte, n)
-	copy(out, s.Marshal())
-	q.completeWith(cmd, nvme.StatusSuccess, 0, 0, out)
 }

@@ -501,8 +501,8 @@ func TestReservationWire(t *testing.T) {
 // check, with no reservation on its namespace and with one held by
 // another host that allows the command.
 func BenchmarkReservationCheck(b *testing.B) {
-	q := &queue{ctrl: &controller{hostNQN: "reader"}}
-	cmd := &command{ns: &namespace{}, sqe: nvme.Command{Opcode: nvme.IORead}}
+	q := &session{ctrl: &controller{hostNQN: "reader"}}
+	cmd := &request{ns: &namespace{}, sqe: nvme.Command{Opcode: nvme.IORead}, spec: ioCommands()[nvme.IORead]}
 	b.Run("none", func(b *testing.B) {
 		for b.Loop() {
 			if q.reservationConflict(cmd) != 0 {

@@ -157,9 +157,14 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
-	queues    map[*queue]struct{}
+	conns     map[*conn]struct{}
 	closing   atomic.Bool
 	done      chan struct{}
+	// ctx is every queue's parent context: cancel ends every command
+	// still running, when Shutdown's grace period is over.
+	ctx    context.Context
+	cancel context.CancelFunc
+	cmds   commandSets
 
 	// inflight counts commands executing, so Shutdown can wait for them.
 	inflight tracker
@@ -167,7 +172,10 @@ type Server struct {
 	disc     *subsystem
 	funcs    *functionTable
 	exec     *pushdown.Executor
-	conns    sync.WaitGroup
+	// readers counts the connections' reader goroutines, teardown
+	// included; Shutdown waits for them, not for the commands they
+	// started.
+	readers sync.WaitGroup
 
 	// metas holds the extent maps and grants hosts put on namespaces,
 	// created on a namespace's first Put.
@@ -193,10 +201,12 @@ func New(cfg Config) (*Server, error) {
 		subsys:    make(map[string]*subsystem),
 		metrics:   cfg.Metrics,
 		listeners: make(map[net.Listener]struct{}),
-		queues:    make(map[*queue]struct{}),
+		conns:     make(map[*conn]struct{}),
 		done:      make(chan struct{}),
 		metas:     make(map[*namespace]*nsMeta),
+		cmds:      newCommandSets(),
 	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if len(cfg.Subsystems) == 0 {
 		return nil, errors.New("target: no subsystems configured")
 	}
@@ -287,22 +297,22 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("target: accept: %w", err)
 		}
 		delay = 0
-		q := newQueue(s, c)
+		q := newConn(s, c)
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
-			c.Close()
+			q.close()
 			return ErrServerClosed
 		}
-		s.queues[q] = struct{}{}
-		s.conns.Add(1)
+		s.conns[q] = struct{}{}
+		s.readers.Add(1)
 		s.mu.Unlock()
 		s.metrics.connOpened()
 		go func() {
-			defer s.conns.Done()
+			defer s.readers.Done()
 			q.serve()
 			s.mu.Lock()
-			delete(s.queues, q)
+			delete(s.conns, q)
 			s.mu.Unlock()
 			s.metrics.connClosed()
 		}()
@@ -312,8 +322,11 @@ func (s *Server) Serve(ln net.Listener) error {
 // Shutdown stops the server gracefully: it stops accepting, stops reading
 // new commands, lets the commands already executing finish and send their
 // completions, closes every connection and flushes every namespace. If ctx
-// ends first, the remaining connections are closed at once and ctx's error
-// is returned (volumes are still flushed).
+// ends first, the grace period is over: the commands still running are
+// cancelled (a storage function stops; a backend call, which cannot be
+// interrupted, finishes on its own and its completion goes nowhere), the
+// remaining connections are closed at once without waiting for those
+// commands, and ctx's error is returned (volumes are still flushed).
 func (s *Server) Shutdown(ctx context.Context) error {
 	if !s.closing.CompareAndSwap(false, true) {
 		<-s.done
@@ -324,35 +337,36 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for ln := range s.listeners {
 		ln.Close()
 	}
-	qs := make([]*queue, 0, len(s.queues))
-	for q := range s.queues {
+	qs := make([]*conn, 0, len(s.conns))
+	for q := range s.conns {
 		qs = append(qs, q)
 	}
 	s.mu.Unlock()
 	for _, q := range qs {
 		q.stopReading()
 	}
-	drained := make(chan struct{})
-	go func() {
-		// Readers first: a reader finishes the input it has buffered,
-		// running some commands itself, and flushes their completions
-		// before it stops. Only then is inflight sure to grow no more.
-		for _, q := range qs {
-			<-q.readerDone
-		}
-		<-s.inflight.idle()
-		close(drained)
-	}()
+	// Readers first: a reader finishes the input it has buffered, running
+	// some commands itself, and flushes their completions before it stops.
+	// Only then is inflight sure to grow no more.
 	var err error
+	for _, q := range qs {
+		select {
+		case <-q.readerDone:
+		case <-ctx.Done():
+		}
+	}
 	select {
-	case <-drained:
+	case <-s.inflight.idle():
 	case <-ctx.Done():
+	}
+	if ctx.Err() != nil {
 		err = ctx.Err()
 	}
+	s.cancel()
 	for _, q := range qs {
 		q.close()
 	}
-	s.conns.Wait()
+	s.readers.Wait()
 	for _, ss := range s.order {
 		if ferr := ss.flushAll(); ferr != nil && err == nil {
 			err = ferr
@@ -363,7 +377,8 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return err
 }
 
-// Close stops the server at once: in-flight commands are not waited for.
+// Close stops the server at once: in-flight commands are cancelled and not
+// waited for.
 func (s *Server) Close() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -155,7 +155,7 @@ func (ss *subsystem) newController(hostNQN string, hostID [16]byte, kato time.Du
 		discovery:   discovery,
 		kato:        kato,
 		ioQueues:    ss.srv.cfg.MaxIOQueues,
-		queues:      make(map[uint16]*queue),
+		queues:      make(map[uint16]qpair),
 		vwc:         true,
 		aenEnabled:  aenNamespaceAttr,
 		created:     time.Now(),
@@ -221,7 +221,7 @@ type controller struct {
 	kato     time.Duration
 	kaTimer  *time.Timer
 	ioQueues int // granted by Set Features Number of Queues
-	queues   map[uint16]*queue
+	queues   map[uint16]qpair
 	vwc      bool
 	dead     bool
 
@@ -238,7 +238,7 @@ type controller struct {
 }
 
 type pendingAER struct {
-	q   *queue
+	qp  qpair
 	cid uint16
 }
 
@@ -248,8 +248,15 @@ type smartCounters struct {
 	readCmds, writeCmds, readBlocks512, writeBlocks512, mediaErrors atomic.Uint64
 }
 
+// ready reports CSTS.RDY.
+func (c *controller) ready() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.csts&nvme.CSTSReady != 0
+}
+
 // attach registers an I/O or admin queue with the controller.
-func (c *controller) attach(qid uint16, q *queue) error {
+func (c *controller) attach(qid uint16, qp qpair) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead {
@@ -258,18 +265,18 @@ func (c *controller) attach(qid uint16, q *queue) error {
 	if c.queues[qid] != nil {
 		return fmt.Errorf("queue %d already connected", qid)
 	}
-	c.queues[qid] = q
+	c.queues[qid] = qp
 	return nil
 }
 
 // detach removes a queue; losing the admin queue ends the controller, as it
 // does in the Linux target: its I/O queues are closed and its ID freed.
-func (c *controller) detach(qid uint16, q *queue) {
+func (c *controller) detach(qid uint16, qp qpair) {
 	c.mu.Lock()
-	if c.queues[qid] == q {
+	if c.queues[qid] == qp {
 		delete(c.queues, qid)
 	}
-	var rest []*queue
+	var rest []qpair
 	if qid == 0 {
 		rest = c.teardownLocked()
 	}
@@ -282,13 +289,13 @@ func (c *controller) detach(qid uint16, q *queue) {
 	}
 }
 
-func (c *controller) teardownLocked() []*queue {
+func (c *controller) teardownLocked() []qpair {
 	c.dead = true
 	if c.kaTimer != nil {
 		c.kaTimer.Stop()
 	}
 	c.aers = nil
-	rest := make([]*queue, 0, len(c.queues))
+	rest := make([]qpair, 0, len(c.queues))
 	for _, o := range c.queues {
 		rest = append(rest, o)
 	}
@@ -339,7 +346,7 @@ func (c *controller) noteNamespaceChanged(nsid uint32) {
 	a, ok := c.takeAERLocked()
 	c.mu.Unlock()
 	if ok {
-		a.q.completeAER(a.cid, aenNoticeNSChanged)
+		a.qp.completeParked(a.cid, completion{dw0: aenNoticeNSChanged})
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package testtarget runs a real nearstore target inside a test: one
-// namespace on a volume the test owns, served over TCP loopback with the
+// namespace (or a few) on volumes the test owns, served over TCP loopback with the
 // function runtimes the test asks for and its own metrics registry. A
 // target can be stopped and another started on the same address and
 // volume, which is a target restart: the data stays; extent maps,
@@ -10,6 +10,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -27,6 +28,9 @@ type Config struct {
 	NQN, Name string
 	// Volume backs namespace 1; the test owns and closes it.
 	Volume volume.Volume
+	// More back namespaces 2, 3, …, each named by its spec; the test owns
+	// and closes them.
+	More []volume.Volume
 	// Addr is where to listen (default "127.0.0.1:0").
 	Addr string
 	// Runtimes makes the target's function runtimes, afresh for every
@@ -61,9 +65,13 @@ func Start(t testing.TB, cfg Config) *Target {
 			t.Fatal(err)
 		}
 	}
+	nss := []target.NamespaceConfig{{Backend: cfg.Volume, Name: cfg.Name}}
+	for _, v := range cfg.More {
+		nss = append(nss, target.NamespaceConfig{Backend: v, Name: v.String()})
+	}
 	var err error
 	s.srv, err = target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: cfg.NQN, Namespaces: []target.NamespaceConfig{{Backend: cfg.Volume, Name: cfg.Name}}}},
+		Subsystems:     []target.SubsystemConfig{{NQN: cfg.NQN, Namespaces: nss}},
 		Logger:         slog.New(slog.DiscardHandler),
 		Metrics:        target.NewMetrics(s.reg),
 		Runtimes:       s.rts,
@@ -91,17 +99,29 @@ func Start(t testing.TB, cfg Config) *Target {
 // Addr is where the target listens.
 func (s *Target) Addr() string { return s.addr }
 
-// Stop stops the target and closes its runtimes (again is harmless).
+// Stop stops the target at once (target.Server.Close) and closes its
+// runtimes (again is harmless).
 func (s *Target) Stop() {
+	_ = s.stop(func(srv *target.Server) error { return srv.Close() })
+}
+
+// Shutdown stops the target gracefully (target.Server.Shutdown), closes
+// its runtimes, and returns what Shutdown returned.
+func (s *Target) Shutdown(ctx context.Context) error {
+	return s.stop(func(srv *target.Server) error { return srv.Shutdown(ctx) })
+}
+
+func (s *Target) stop(how func(*target.Server) error) error {
 	if s.srv == nil {
-		return
+		return nil
 	}
-	s.srv.Close()
+	err := how(s.srv)
 	<-s.served
 	for _, rt := range s.rts {
 		rt.Close(context.Background())
 	}
 	s.srv = nil
+	return err
 }
 
 // Restart stops the target and starts a new one on the same address and
@@ -118,4 +138,24 @@ func (s *Target) Restart() *Target {
 func (s *Target) Metric(name string, want map[string]string) float64 {
 	s.t.Helper()
 	return metricstest.Sum(s.t, s.reg, name, want)
+}
+
+// LeakCheck notes the goroutines running now and returns a check that
+// fails the test unless, within a few seconds, no more are running: call
+// it after everything the test started (targets, hosts) is stopped.
+// Tests that use it must not run in parallel with others.
+func LeakCheck(t testing.TB) (check func()) {
+	before := runtime.NumGoroutine()
+	return func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for runtime.NumGoroutine() > before {
+			if time.Now().After(deadline) {
+				buf := make([]byte, 1<<20)
+				buf = buf[:runtime.Stack(buf, true)]
+				t.Fatalf("%d goroutines running, %d before the test:\n%s", runtime.NumGoroutine(), before, buf)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 }

@@ -185,6 +185,10 @@ func (s *session) prepare(r *request) nvme.Status {
 	if r.spec == nil {
 		return 0
 	}
+	// Labelled as soon as the command is known, so one refused by a rule
+	// (a reservation conflict, a grant, a bad field) counts under its own
+	// op, not "other".
+	r.op = r.spec.label
 	if r.spec.check != nil {
 		want, st := r.spec.check(s, r)
 		if st != 0 {

@@ -521,3 +521,32 @@ func BenchmarkReservationCheck(b *testing.B) {
 		}
 	})
 }
+
+// TestRefusedCommandsCountedByOp: a write and a flush the reservation
+// refuses count as op "write" and "flush" with result "error", not as
+// "other".
+func TestRefusedCommandsCountedByOp(t *testing.T) {
+	ctx := context.Background()
+	addr, reg, _, ns, _ := echoServer(t, Config{})
+	if err := ns.Register(ctx, host.RegisterOpts{Action: host.RegisterKey, NewKey: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Acquire(ctx, host.AcquireOpts{Action: host.AcquireReservation, Type: nvme.ResvWriteExclusive, Key: 1}); err != nil {
+		t.Fatal(err)
+	}
+	_, other := connectAs(t, addr, "nqn.2026-11.io.nearstore:other", 1)
+	if _, err := other.WriteAtContext(ctx, make([]byte, 512), 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("write by another host: %v", err)
+	}
+	if err := other.Flush(ctx); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("flush by another host: %v", err)
+	}
+	for _, op := range []string{"write", "flush"} {
+		if n := gauge(t, reg, "nearstore_target_commands_total", map[string]string{"op": op, "result": "error"}); n != 1 {
+			t.Errorf("refused %s counted %v times under op=%q, want 1", op, n, op)
+		}
+	}
+	if n := gauge(t, reg, "nearstore_target_commands_total", map[string]string{"op": "other"}); n != 0 {
+		t.Errorf("%v commands counted as op=other", n)
+	}
+}

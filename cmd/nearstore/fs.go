@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/ctxio"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/offloadfs/fusefs"
 	"github.com/nearstore/nearstore/volume"
@@ -314,7 +313,7 @@ below PATH, one path (relative to PATH) a line, depth first in name order.`,
 				var ents []fsEntry
 				if !fi.IsDir() {
 					ents = []fsEntry{newFSEntry(path.Base(root), fi)}
-				} else if ents, err = fsList(fsys, root, "", recurse); err != nil {
+				} else if ents, err = fsList(fsys, root, recurse); err != nil {
 					return err
 				}
 				w := cmd.OutOrStdout()
@@ -357,64 +356,39 @@ below PATH, one path (relative to PATH) a line, depth first in name order.`,
 	return cmd
 }
 
-// fsList lists directory dir, naming entries rel/name; with recurse, the
-// subtrees follow each directory.
-func fsList(fsys *offloadfs.FS, dir, rel string, recurse bool) ([]fsEntry, error) {
-	des, err := fsys.ReadDir(dir)
-	if err != nil {
-		return nil, err
+// fsList lists directory dir's entries, or with recurse its whole tree
+// depth first in name order, each named by its path relative to dir.
+func fsList(fsys *offloadfs.FS, dir string, recurse bool) ([]fsEntry, error) {
+	root := strings.TrimPrefix(path.Clean(dir), "/")
+	if root == "" {
+		root = "."
 	}
 	var out []fsEntry
-	for _, de := range des {
+	err := iofs.WalkDir(fsys.IOFS(), root, func(p string, de iofs.DirEntry, err error) error {
+		if err != nil || p == root {
+			return err
+		}
 		fi, err := de.Info()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		e := newFSEntry(path.Join(rel, de.Name()), fi)
-		out = append(out, e)
-		if recurse && de.IsDir() {
-			sub, err := fsList(fsys, path.Join(dir, de.Name()), e.Path, true)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, sub...)
+		rel := p
+		if root != "." {
+			rel = strings.TrimPrefix(p, root+"/")
 		}
-	}
-	return out, nil
+		out = append(out, newFSEntry(rel, fi))
+		if de.IsDir() && !recurse {
+			return iofs.SkipDir
+		}
+		return nil
+	})
+	return out, err
 }
 
-// fsCopy copies src to dst in fsCopyBuf pieces, until EOF or ctx is
-// done. (io.Copy would let an *os.File source pick its own 32 KiB
-// buffer.)
+// fsCopy copies src to dst in fsCopyBuf pieces, until src ends or ctx is
+// done (ctxio.Copy: a source that ended as ctx was cancelled fails).
 func fsCopy(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
-	buf := make([]byte, fsCopyBuf)
-	var n int64
-	for {
-		if err := ctx.Err(); err != nil {
-			return n, err
-		}
-		k, err := io.ReadFull(src, buf)
-		if k > 0 {
-			if _, werr := dst.Write(buf[:k]); werr != nil {
-				return n, werr
-			}
-			n += int64(k)
-		}
-		switch {
-		case err == io.EOF || err == io.ErrUnexpectedEOF:
-			return n, ctx.Err()
-		case err != nil:
-			return n, err
-		}
-	}
-}
-
-// fsTempName is a name next to p for a file being written, to be renamed
-// over p when complete.
-func fsTempName(p string) string {
-	var r [4]byte
-	rand.Read(r[:])
-	return path.Join(path.Dir(p), "."+path.Base(p)+".part-"+hex.EncodeToString(r[:]))
+	return ctxio.Copy(ctx, dst, src, fsCopyBuf)
 }
 
 func newFSPutCmd(g *globals) *cobra.Command {
@@ -463,41 +437,13 @@ interrupted put leaves REMOTE as it was.`,
 				} else if !fi.IsDir() {
 					return fsErrorf(syscall.ENOTDIR, "put", dst)
 				}
-				return fsPut(cmd.Context(), fsys, dst, src)
+				_, err := fsys.PutFile(cmd.Context(), dst, src)
+				return err
 			})
 		},
 	}
 	c.flags(cmd)
 	return cmd
-}
-
-// fsPut writes src to a temporary file and renames it over dst.
-func fsPut(ctx context.Context, fsys *offloadfs.FS, dst string, src io.Reader) error {
-	tmp := fsTempName(dst)
-	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL)
-	if err != nil {
-		return err
-	}
-	_, err = fsCopy(ctx, f, src)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		// The commit point. A source that ended because the run was
-		// interrupted (a writer into a pipe killed by the same Ctrl-C)
-		// looks like a complete one: only the context tells them apart.
-		err = ctx.Err()
-	}
-	if err == nil {
-		err = fsys.Rename(tmp, dst)
-	}
-	if err != nil {
-		if rerr := fsys.Remove(tmp); rerr != nil && !errors.Is(rerr, iofs.ErrNotExist) {
-			err = errors.Join(err, rerr)
-		}
-		return err
-	}
-	return nil
 }
 
 func newFSGetCmd(g *globals) *cobra.Command {
@@ -624,7 +570,7 @@ after an error, and fails if any path failed.`,
 					case fi.IsDir() && !recursive:
 						err = &fsCLIError{fmt.Sprintf("rm %s: is a directory (use -r)", p), syscall.EISDIR}
 					case fi.IsDir():
-						err = fsRemoveAll(fsys, p)
+						err = fsys.RemoveAll(p)
 					default:
 						err = fsys.Remove(p)
 					}
@@ -640,26 +586,6 @@ after an error, and fails if any path failed.`,
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove directories and their contents")
 	cmd.Flags().BoolVarP(&missing, "force", "f", false, "ignore paths that do not exist")
 	return cmd
-}
-
-// fsRemoveAll removes directory p and everything below it, depth first.
-func fsRemoveAll(fsys *offloadfs.FS, p string) error {
-	des, err := fsys.ReadDir(p)
-	if err != nil {
-		return err
-	}
-	for _, de := range des {
-		sub := path.Join(p, de.Name())
-		if de.IsDir() {
-			err = fsRemoveAll(fsys, sub)
-		} else {
-			err = fsys.Remove(sub)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return fsys.Remove(p)
 }
 
 func newFSMkdirCmd(g *globals) *cobra.Command {

@@ -278,6 +278,7 @@ func (a *association) connect(ctx context.Context, q *queue, sqsize int, kato ui
 	if err != nil {
 		return 0, err
 	}
+	q.connected.Store(true)
 	return uint16(cqe.DW0), nil
 }
 
@@ -662,6 +663,20 @@ func (c *Controller) MaxTransfer() int {
 		return c.assoc.maxXfer
 	}
 	return 1 << 20
+}
+
+// Digests reports whether the current association's admin queue
+// negotiated header and data digests (CRC32C) with the controller: what
+// the ICResp granted, which may be less than Options asked for. Every
+// queue of an association asks the same, so the admin queue speaks for
+// all. Both are false while reconnecting.
+func (c *Controller) Digests() (header, data bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.assoc == nil || c.assoc.admin == nil {
+		return false, false
+	}
+	return c.assoc.admin.fr.HeaderDigest, c.assoc.admin.fr.DataDigest
 }
 
 // IOQueues returns the number of I/O queues of the current association, or

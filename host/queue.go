@@ -71,6 +71,8 @@ type queue struct {
 	maxH2C int // MAXH2CDATA from ICResp
 	maxIn  int // largest controller-to-host transfer accepted
 
+	connected atomic.Bool // its Fabrics Connect succeeded
+
 	free  chan uint16 // free CIDs
 	mu    sync.Mutex
 	calls []*Call // in flight, by CID
@@ -582,7 +584,13 @@ func (q *queue) fail(err error) {
 		}
 	}
 	q.mu.Unlock()
-	if !errors.Is(err, ErrClosed) {
+	switch {
+	case errors.Is(err, ErrClosed):
+	case !q.connected.Load():
+		// Setting up: the caller returns the error, so a warning would
+		// say it twice.
+		q.log.Debug("host: queue failed while connecting", "err", err)
+	default:
 		q.log.Warn("host: queue failed", "err", err, "inflight", len(inflight))
 	}
 	for _, c := range inflight {

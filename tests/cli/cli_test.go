@@ -59,6 +59,9 @@ func TestConnectErrors(t *testing.T) {
 	if r.Code != 1 || !strings.Contains(r.Stderr, want) {
 		t.Fatalf("wrong NQN: exit %d, stderr %q; want exit 1 and %q", r.Code, r.Stderr, want)
 	}
+	if strings.Contains(r.Stderr, "queue failed") {
+		t.Fatalf("wrong NQN: the error is said twice, once as a warning:\n%s", r.Stderr)
+	}
 	env := []string{"NEARSTORE_ADDR=" + addr, "NEARSTORE_NQN=" + testNQN}
 	if r := clitest.Run(t, time.Minute, nil, env, "io", "verify", "--size", "1MiB"); r.Code != 0 || !strings.Contains(r.Stdout, "checks passed") {
 		t.Fatalf("io verify with NEARSTORE_ADDR/NQN: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)

@@ -81,6 +81,11 @@ type grantTable struct {
 	// its grants, rebuilt on every change (grants change rarely; commands
 	// are checked all the time).
 	view atomic.Pointer[map[string][]*grant]
+
+	// beforeRef, if set, runs in admit between reading the view and
+	// taking references: a test's way into the window Release must
+	// close. Nil outside tests.
+	beforeRef func()
 }
 
 // Errors of Grant Put and Release.
@@ -245,6 +250,9 @@ func (t *grantTable) admit(host string, now func() time.Time, rs []blockRange) (
 					used = append(used, g)
 				}
 			}
+		}
+		if t.beforeRef != nil {
+			t.beforeRef()
 		}
 		backedOff := false
 		for i, g := range used {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -95,4 +97,50 @@ func ProbeICReq(ctx context.Context, addr string) (ICResp, error) {
 		return ICResp{}, fmt.Errorf("reading ICResp: %w", err)
 	}
 	return ParseICResp(buf)
+}
+
+// ICRespRecorder is a listener that records what a target answers each
+// connection's ICReq with: the first 128 bytes the target writes on it.
+// A test serves through it to learn what was negotiated (digests) with a
+// host it cannot ask, such as a Linux kernel.
+type ICRespRecorder struct {
+	net.Listener
+	mu    sync.Mutex
+	resps []ICResp
+}
+
+// Accept wraps the connection so its first 128 written bytes are kept.
+func (l *ICRespRecorder) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &recordingConn{Conn: c, l: l}, nil
+}
+
+// Resps returns the ICResps sent so far, in the order they completed.
+func (l *ICRespRecorder) Resps() []ICResp {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.resps)
+}
+
+type recordingConn struct {
+	net.Conn
+	l    *ICRespRecorder
+	head []byte
+}
+
+func (c *recordingConn) Write(p []byte) (int, error) {
+	if len(c.head) < icPDULen {
+		c.head = append(c.head, p[:min(len(p), icPDULen-len(c.head))]...)
+		if len(c.head) == icPDULen {
+			if r, err := ParseICResp(c.head); err == nil {
+				c.l.mu.Lock()
+				c.l.resps = append(c.l.resps, r)
+				c.l.mu.Unlock()
+			}
+		}
+	}
+	return c.Conn.Write(p)
 }

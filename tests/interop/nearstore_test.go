@@ -39,10 +39,11 @@ func TestLinuxHostToOurTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ln := &interop.ICRespRecorder{Listener: tcpLn}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	defer func() {
@@ -60,7 +61,7 @@ func TestLinuxHostToOurTarget(t *testing.T) {
 	ctx := t.Context()
 	g, err := interop.Boot(ctx, interop.BootOptions{
 		Scenario: "host-to-ours",
-		Cmdline:  map[string]string{"nqn": nqn, "target_port": fmt.Sprint(port), "resv": "1"},
+		Cmdline:  map[string]string{"nqn": nqn, "target_port": fmt.Sprint(port), "resv": "1", "digests": "1"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +75,17 @@ func TestLinuxHostToOurTarget(t *testing.T) {
 		t.Fatalf("guest printed no checksums or markers: %v", res.Lines)
 	}
 	t.Logf("guest passed in %s: %d checksummed regions, %d markers", res.Duration.Round(time.Second), len(res.MD5), len(res.Markers))
+	// The kernel's second connect asked for both digests, and the target
+	// granted them on its admin queue and at least one I/O queue.
+	both := 0
+	for _, r := range ln.Resps() {
+		if r.HeaderDigest && r.DataDigest {
+			both++
+		}
+	}
+	if both < 2 {
+		t.Errorf("%d of %d connections negotiated header and data digests; the digest connect should have made at least 2", both, len(ln.Resps()))
+	}
 
 	// nearstore's host reads the same blocks over NVMe/TCP.
 	ctrl, err := host.Connect(ctx, ln.Addr().String(), nqn, host.Options{})
@@ -158,6 +170,9 @@ func TestOurHostToLinuxTarget(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ctrl.Close()
+			if h, d := ctrl.Digests(); h != digests || d != digests {
+				t.Fatalf("the Linux target negotiated header digest %v, data digest %v; asked for %v", h, d, digests)
+			}
 			ns, err := ctrl.Namespace(1)
 			if err != nil {
 				t.Fatal(err)

@@ -9,6 +9,7 @@
 #             ctrl_loss_tmo= (nvme connect --ctrl-loss-tmo, default 15)
 #             strict_io= (1: fail if the kernel logged any NVMe I/O error; default 1)
 #             resv= (1: take a reservation with nvme-cli after the workload; default 0)
+#             digests= (1: connect again with header and data digests and move data; default 0)
 #             MODULE.PARAM=VALUE for the modules, e.g. nvme_core.io_timeout=10
 #
 # Use a small namespace (64 MiB): TCG + user-net move a few MB/s.
@@ -42,6 +43,26 @@ fi
 
 step "nvme disconnect -n $nqn"
 must "nvme disconnect" nvme disconnect -n "$nqn"
+
+# digests=1: connect again with header and data digests (CRC32C on every
+# PDU header and data) and move data both ways through them: read the
+# checksummed regions back, and write the first MiB back onto itself.
+if [ "$(param digests 0)" = 1 ]; then
+	step "nvme connect with --hdr-digest --data-digest"
+	must "nvme connect (digests)" nvme connect -t tcp -a "$addr" -s "$port" -n "$nqn" \
+		--hdr-digest --data-digest --ctrl-loss-tmo="$(param ctrl_loss_tmo 15)"
+	dev=$(nvme_ns_dev "$nqn" 30) || fail "namespace of $nqn did not appear (digests)"
+	size=$(($(cat /sys/block/"${dev#/dev/}"/size) * 512))
+	before=$(md5_of "$dev" 0 $((4 * MIB)) direct)
+	must "read a MiB (digests)" dd if="$dev" of=/tmp/first bs=$MIB count=1 iflag=direct status=none
+	must "write it back (digests)" dd if=/tmp/first of="$dev" bs=$MIB count=1 oflag=direct conv=notrunc status=none
+	after=$(md5_of "$dev" 0 $((4 * MIB)) direct)
+	[ "$before" = "$after" ] || fail "a write back through digests changed the data"
+	echo "INTEROP-MD5 0 $((4 * MIB)) $after"
+	echo "INTEROP-MD5 $((size - MIB)) $MIB $(md5_of "$dev" $((size - MIB)) $MIB direct)"
+	step "nvme disconnect (digests)"
+	must "nvme disconnect" nvme disconnect -n "$nqn"
+fi
 
 # Every command the kernel sent must have succeeded: a status the kernel
 # logs as an I/O error (a discard refused, a write failed) is a target bug

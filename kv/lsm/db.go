@@ -1,0 +1,1099 @@
+package lsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"slices"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nearstore/nearstore/vfs"
+)
+
+// Errors a DB returns; test with errors.Is.
+var (
+	// ErrNotFound: the key has no value.
+	ErrNotFound = errors.New("lsm: not found")
+	// ErrClosed: the DB (or snapshot, or iterator) is closed.
+	ErrClosed = errors.New("lsm: closed")
+)
+
+// DB is an LSM-tree store. All methods are safe for concurrent use, except
+// that Close must not race with other calls.
+//
+// Write path: a commit joins a queue; the first committer in becomes the
+// leader and takes the whole queue as one group: it makes room (rotating
+// the memtable and WAL, or stalling), assigns sequence numbers, writes the
+// group's records to the WAL with one write and at most one sync, applies
+// them to the memtable and then publishes the group's last seq as visible.
+// Leaders follow each other, so seqs are assigned, logged, applied and
+// published in one order.
+//
+// Invariants:
+//   - visibleSeq <= logSeq; every entry with seq <= visibleSeq is in a
+//     memtable of the current read state or in the current version.
+//   - Every entry in a memtable is in a WAL numbered >= the version's
+//     LogNumber, which is the oldest unflushed memtable's log.
+//   - A table file is deleted only when no version holds it.
+type DB struct {
+	fs   vfs.FS
+	dir  string
+	opts Options
+	log  *slog.Logger
+	bc   *blockCache
+	tc   *tableCache
+
+	// visibleSeq is the highest seq readers may see.
+	visibleSeq atomic.Uint64
+	// logSeq is the highest seq assigned; written by the commit leader.
+	logSeq atomic.Uint64
+
+	commitMu      sync.Mutex
+	commitPending []*commitReq
+	committing    bool
+	// wal and walBuf belong to the commit leader (and to Close, after
+	// the commit pipeline is idle).
+	wal    vfs.File
+	walNum uint64
+	walBuf []byte
+
+	// manifestMu serializes version changes: it is held from computing a
+	// new version to installing it.
+	manifestMu  sync.Mutex
+	manifest    vfs.File
+	manifestNum uint64
+
+	mu sync.Mutex
+	// Guarded by mu:
+	mem         *memTable
+	imm         []*memTable // oldest first
+	current     *Version
+	nextFileNum uint64
+	snapshots   map[SeqNum]int
+	flushing    bool
+	compactions int
+	manual      bool // a manual compaction has the compaction slots
+	closed      bool
+	bgErr       error
+	changed     chan struct{} // closed and replaced when background state changes
+	obsolete    []uint64      // tables no version holds, to delete
+	compactPtr  [NumLevels][]byte
+	m           counters
+
+	bgWG sync.WaitGroup
+}
+
+// counters are Metrics' running totals; guarded by DB.mu.
+type counters struct {
+	walBytes, walSyncs, commitGroups, batches uint64
+	userBytes                                 uint64
+	flushes, flushBytes                       uint64
+	compactions, moves                        uint64
+	compactRead, compactWritten               uint64
+	levelIn, levelWritten                     [NumLevels]uint64
+	stalls, slowdowns                         uint64
+	stallDur, slowdownDur                     time.Duration
+}
+
+type commitReq struct {
+	b     *Batch
+	ents  []batchEntry
+	size  int
+	sync  bool
+	flush bool // rotate the memtable after this group
+	done  chan error
+}
+
+// Open opens the store in dir, creating it if needed, and recovers it:
+// the MANIFEST named by CURRENT gives the tables, and the WALs it does not
+// cover are replayed into L0. Open writes a fresh MANIFEST, so a torn tail
+// in the old one is never appended to.
+func Open(vfsys vfs.FS, dir string, opts Options) (*DB, error) {
+	opts.setDefaults()
+	d := &DB{
+		fs:        vfsys,
+		dir:       dir,
+		opts:      opts,
+		log:       opts.Logger.With("lsm", dir),
+		snapshots: map[SeqNum]int{},
+		changed:   make(chan struct{}),
+	}
+	if opts.BlockCacheSize > 0 {
+		d.bc = newBlockCache(opts.BlockCacheSize, 16)
+	}
+	d.tc = newTableCache(vfsys, dir, d.bc, opts.TableCacheSize)
+	if err := vfsys.MkdirAll(dir); err != nil {
+		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
+	}
+	if err := d.recover(); err != nil {
+		d.tc.close()
+		d.closeFiles()
+		return nil, err
+	}
+	d.mu.Lock()
+	d.maybeScheduleLocked()
+	d.mu.Unlock()
+	return d, nil
+}
+
+func (d *DB) path(name string) string { return d.fs.PathJoin(d.dir, name) }
+
+func (d *DB) closeFiles() {
+	if d.wal != nil {
+		d.wal.Close()
+		d.wal = nil
+	}
+	if d.manifest != nil {
+		d.manifest.Close()
+		d.manifest = nil
+	}
+}
+
+func readAll(f vfs.File) ([]byte, error) {
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, st.Size())
+	n, err := f.ReadAt(buf, 0)
+	if err != nil && !(errors.Is(err, io.EOF) && n == len(buf)) {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func (d *DB) readFile(name string) ([]byte, error) {
+	f, err := d.fs.Open(d.path(name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return readAll(f)
+}
+
+// recover rebuilds the state from CURRENT, the MANIFEST and the WALs.
+func (d *DB) recover() error {
+	v := &Version{}
+	var logNum, nextFile uint64
+	var lastSeq SeqNum
+	cur, err := d.readFile("CURRENT")
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		// A new store (or one that crashed before its first CURRENT).
+	case err != nil:
+		return fmt.Errorf("lsm: read CURRENT: %w", err)
+	default:
+		name := string(cur)
+		if n := len(name); n > 0 && name[n-1] == '\n' {
+			name = name[:n-1]
+		}
+		if k, _, ok := parseFileName(name); !ok || k != "manifest" {
+			return &CorruptionError{File: "CURRENT", Reason: fmt.Sprintf("names %q", name)}
+		}
+		data, err := d.readFile(name)
+		if err != nil {
+			return fmt.Errorf("lsm: read %s: %w", name, err)
+		}
+		rr := recordReader{buf: data}
+		for {
+			rec, err := rr.next()
+			if err == io.EOF || errors.Is(err, errTornRecord) {
+				// A torn tail is an edit whose sync never returned:
+				// it was never acted on.
+				break
+			}
+			e, err := DecodeVersionEdit(rec)
+			if err != nil {
+				return &CorruptionError{File: name, Offset: int64(rr.off), Reason: err.Error()}
+			}
+			if v, err = v.Apply(e); err != nil {
+				return fmt.Errorf("lsm: replay %s: %w", name, err)
+			}
+			logNum = max(logNum, e.LogNumber)
+			nextFile = max(nextFile, e.NextFileNum)
+			lastSeq = max(lastSeq, e.LastSeq)
+		}
+	}
+	names, err := d.fs.List(d.dir)
+	if err != nil {
+		return fmt.Errorf("lsm: list %s: %w", d.dir, err)
+	}
+	var logs []uint64
+	for _, n := range names {
+		k, num, ok := parseFileName(n)
+		if !ok {
+			continue
+		}
+		nextFile = max(nextFile, num+1)
+		if k == "log" && num >= logNum {
+			logs = append(logs, num)
+		}
+	}
+	for _, fs := range v.Levels {
+		for _, f := range fs {
+			nextFile = max(nextFile, f.FileNum+1)
+			lastSeq = max(lastSeq, f.LargestSeq)
+		}
+	}
+	d.nextFileNum = max(nextFile, 1)
+	d.installLocked(v)
+
+	// Replay the WALs into memtables, flushing each full one to L0.
+	slices.Sort(logs)
+	edit := &VersionEdit{}
+	mem := newMemTable(d.opts.MemTableSize, 0)
+	flushMem := func() error {
+		if mem.empty() {
+			return nil
+		}
+		meta, err := d.writeL0(context.Background(), mem, nil)
+		if err != nil {
+			return err
+		}
+		if meta != nil {
+			edit.NewFiles = append(edit.NewFiles, NewFile{Level: 0, Meta: meta})
+		}
+		mem = newMemTable(d.opts.MemTableSize, 0)
+		return nil
+	}
+	tornAt := ""
+	for _, num := range logs {
+		name := logFileName(num)
+		data, err := d.readFile(name)
+		if err != nil {
+			return fmt.Errorf("lsm: read %s: %w", name, err)
+		}
+		rr := recordReader{buf: data}
+		for {
+			rec, err := rr.next()
+			if err == io.EOF {
+				break
+			}
+			if errors.Is(err, errTornRecord) {
+				tornAt = name
+				d.log.Info("WAL ends in a torn record", "file", name, "offset", rr.off, "bytes", len(data))
+				break
+			}
+			if tornAt != "" && tornAt != name {
+				return &CorruptionError{File: tornAt, Reason: "torn record followed by a later log's records"}
+			}
+			seq, ents, err := decodeBatch(rec)
+			if err != nil {
+				return &CorruptionError{File: name, Offset: int64(rr.off), Reason: err.Error()}
+			}
+			if len(ents) == 0 {
+				continue
+			}
+			if sz := batchMemSize(ents); !mem.hasRoom(sz) {
+				if err := flushMem(); err != nil {
+					return err
+				}
+				if !mem.hasRoom(sz) {
+					mem = newMemTable(sz, 0)
+				}
+			}
+			mem.apply(seq, ents)
+			lastSeq = max(lastSeq, seq+SeqNum(len(ents))-1)
+		}
+	}
+	if err := flushMem(); err != nil {
+		return err
+	}
+	if len(edit.NewFiles) > 0 {
+		if err := d.fs.SyncDir(d.dir); err != nil {
+			return fmt.Errorf("lsm: sync %s: %w", d.dir, err)
+		}
+	}
+
+	// A fresh WAL and a fresh MANIFEST holding the whole version.
+	d.walNum = d.nextFileNum
+	d.nextFileNum++
+	d.wal, err = d.fs.Create(d.path(logFileName(d.walNum)))
+	if err != nil {
+		return fmt.Errorf("lsm: create WAL: %w", err)
+	}
+	nv, err := v.Apply(edit)
+	if err != nil {
+		return err
+	}
+	d.logSeq.Store(lastSeq)
+	d.visibleSeq.Store(lastSeq)
+	d.mem = newMemTable(d.opts.MemTableSize, d.walNum)
+	d.manifestNum = d.nextFileNum
+	d.nextFileNum++
+	snap := nv.snapshotEdit()
+	snap.LogNumber = d.walNum
+	snap.NextFileNum = d.nextFileNum
+	snap.LastSeq = lastSeq
+	mname := manifestFileName(d.manifestNum)
+	d.manifest, err = d.fs.Create(d.path(mname))
+	if err != nil {
+		return fmt.Errorf("lsm: create %s: %w", mname, err)
+	}
+	if _, err := d.manifest.Write(appendRecord(nil, snap.Encode(nil))); err != nil {
+		return fmt.Errorf("lsm: write %s: %w", mname, err)
+	}
+	if err := d.manifest.Sync(); err != nil {
+		return fmt.Errorf("lsm: sync %s: %w", mname, err)
+	}
+	if err := d.setCurrent(mname); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	d.installLocked(nv)
+	d.mu.Unlock()
+
+	// Everything not in the new state is garbage now.
+	live := map[uint64]bool{}
+	for _, fs := range nv.Levels {
+		for _, f := range fs {
+			live[f.FileNum] = true
+		}
+	}
+	for _, n := range names {
+		k, num, ok := parseFileName(n)
+		if !ok {
+			if n == "CURRENT.tmp" {
+				d.fs.Remove(d.path(n))
+			}
+			continue
+		}
+		if (k == "sst" && !live[num]) || (k == "log" && num < d.walNum) || (k == "manifest" && num != d.manifestNum) {
+			if err := d.fs.Remove(d.path(n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				d.log.Warn("remove obsolete file", "file", n, "err", err)
+			}
+		}
+	}
+	d.mu.Lock()
+	d.obsolete = nil // the tables of the replaced versions were just removed above
+	d.mu.Unlock()
+	return nil
+}
+
+// setCurrent points CURRENT at a manifest: write a temp file, sync it,
+// rename it over CURRENT and sync the directory.
+func (d *DB) setCurrent(manifest string) error {
+	tmp := d.path("CURRENT.tmp")
+	f, err := d.fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("lsm: create CURRENT.tmp: %w", err)
+	}
+	_, err = f.Write([]byte(manifest + "\n"))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = d.fs.Rename(tmp, d.path("CURRENT"))
+	}
+	if err == nil {
+		err = d.fs.SyncDir(d.dir)
+	}
+	if err != nil {
+		return fmt.Errorf("lsm: set CURRENT to %s: %w", manifest, err)
+	}
+	return nil
+}
+
+// installLocked makes v current. Caller holds mu (or is Open, alone).
+func (d *DB) installLocked(v *Version) {
+	for _, fs := range v.Levels {
+		for _, f := range fs {
+			f.refs.Add(1)
+		}
+	}
+	v.refs = 1
+	old := d.current
+	d.current = v
+	if old != nil {
+		d.unrefVersionLocked(old)
+	}
+	d.notifyLocked()
+}
+
+func (d *DB) unrefVersionLocked(v *Version) {
+	v.refs--
+	if v.refs > 0 {
+		return
+	}
+	for _, fs := range v.Levels {
+		for _, f := range fs {
+			if f.refs.Add(-1) == 0 {
+				d.obsolete = append(d.obsolete, f.FileNum)
+			}
+		}
+	}
+}
+
+// notifyLocked wakes everyone waiting for background progress.
+func (d *DB) notifyLocked() {
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// waitLocked waits, with mu released, until the background state changes
+// or ctx ends.
+func (d *DB) waitLocked(ctx context.Context) error {
+	ch := d.changed
+	d.mu.Unlock()
+	defer d.mu.Lock()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// deleteObsolete removes the tables no version holds any more.
+func (d *DB) deleteObsolete() {
+	d.mu.Lock()
+	nums := d.obsolete
+	d.obsolete = nil
+	d.mu.Unlock()
+	for _, n := range nums {
+		d.tc.evict(n)
+		if err := d.fs.Remove(d.path(tableFileName(n))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			d.log.Warn("remove obsolete table", "file", tableFileName(n), "err", err)
+		}
+	}
+}
+
+// logAndApply appends e to the MANIFEST, syncs it, and installs the
+// resulting version, calling onInstall (if set) under mu at the same
+// moment. On error nothing is installed and the error is sticky: the
+// MANIFEST's state is unknown.
+func (d *DB) logAndApply(e *VersionEdit, onInstall func()) error {
+	d.manifestMu.Lock()
+	defer d.manifestMu.Unlock()
+	d.mu.Lock()
+	cur := d.current
+	e.NextFileNum = d.nextFileNum
+	d.mu.Unlock()
+	e.LastSeq = d.logSeq.Load()
+	nv, err := cur.Apply(e)
+	if err != nil {
+		return err
+	}
+	_, err = d.manifest.Write(appendRecord(nil, e.Encode(nil)))
+	if err == nil {
+		err = d.manifest.Sync()
+	}
+	if err != nil {
+		err = fmt.Errorf("lsm: write %s: %w", manifestFileName(d.manifestNum), err)
+		d.setBgErr(err)
+		return err
+	}
+	d.mu.Lock()
+	d.installLocked(nv)
+	if onInstall != nil {
+		onInstall()
+	}
+	d.mu.Unlock()
+	d.deleteObsolete()
+	return nil
+}
+
+func (d *DB) setBgErr(err error) {
+	d.mu.Lock()
+	if d.bgErr == nil {
+		d.bgErr = err
+		d.log.Error("background error; the store is read-only", "err", err)
+	}
+	d.notifyLocked()
+	d.mu.Unlock()
+}
+
+// Set writes value under key.
+func (d *DB) Set(key, value []byte, o *WriteOptions) error {
+	b := NewBatch()
+	b.Set(key, value)
+	return d.Apply(context.Background(), b, o)
+}
+
+// Delete deletes key.
+func (d *DB) Delete(key []byte, o *WriteOptions) error {
+	b := NewBatch()
+	b.Delete(key)
+	return d.Apply(context.Background(), b, o)
+}
+
+// DeleteRange deletes every key in [start, end).
+func (d *DB) DeleteRange(start, end []byte, o *WriteOptions) error {
+	b := NewBatch()
+	b.DeleteRange(start, end)
+	return d.Apply(context.Background(), b, o)
+}
+
+// Apply commits a batch atomically. ctx bounds only the wait before the
+// batch joins the commit queue (a write stall); once queued, the batch is
+// committed or fails with the group.
+func (d *DB) Apply(ctx context.Context, b *Batch, o *WriteOptions) error {
+	seq, ents, err := decodeBatch(b.Repr())
+	if err != nil || seq != 0 && b.count == 0 {
+		return fmt.Errorf("lsm: apply: %w", err)
+	}
+	req := &commitReq{b: b, ents: ents, size: batchMemSize(ents), sync: o != nil && o.Sync, done: make(chan error, 1)}
+	if err := d.waitForRoom(ctx); err != nil {
+		return err
+	}
+	return d.commit(req)
+}
+
+// waitForRoom waits while writes are stalled, so that a caller's ctx can
+// end the wait; the commit leader checks again, without a ctx.
+func (d *DB) waitForRoom(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for {
+		if d.closed {
+			return ErrClosed
+		}
+		if d.bgErr != nil {
+			return d.bgErr
+		}
+		if !d.stalledLocked() {
+			return nil
+		}
+		if err := d.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// stalledLocked reports whether the memtable is full and may not be
+// rotated.
+func (d *DB) stalledLocked() bool {
+	if d.mem.hasRoom(1024) {
+		return false
+	}
+	return len(d.imm)+1 >= d.opts.MemTableStopWritesThreshold || len(d.current.Levels[0]) >= d.opts.L0StopWritesThreshold
+}
+
+func (d *DB) commit(req *commitReq) error {
+	d.commitMu.Lock()
+	d.commitPending = append(d.commitPending, req)
+	if d.committing {
+		d.commitMu.Unlock()
+		return <-req.done
+	}
+	d.committing = true
+	for len(d.commitPending) > 0 {
+		group := d.commitPending
+		d.commitPending = nil
+		d.commitMu.Unlock()
+		err := d.commitGroup(group)
+		for _, r := range group {
+			r.done <- err
+		}
+		d.commitMu.Lock()
+	}
+	d.committing = false
+	d.commitMu.Unlock()
+	return <-req.done
+}
+
+// commitGroup is run by the leader: see DB.
+func (d *DB) commitGroup(group []*commitReq) error {
+	size, sync, flush := 0, false, false
+	var userBytes uint64
+	for _, r := range group {
+		size += r.size
+		sync = sync || r.sync
+		flush = flush || r.flush
+		for _, e := range r.ents {
+			userBytes += uint64(len(e.key) + len(e.value))
+		}
+	}
+	mem, err := d.makeRoomForWrite(size)
+	if err != nil {
+		return err
+	}
+	seq := d.logSeq.Load()
+	buf := d.walBuf[:0]
+	n := 0
+	for _, r := range group {
+		if len(r.ents) == 0 {
+			continue
+		}
+		r.b.setSeq(seq + 1)
+		seq += SeqNum(len(r.ents))
+		buf = appendRecord(buf, r.b.data)
+		n++
+	}
+	d.walBuf = buf
+	if len(buf) > 0 {
+		if _, err := d.wal.Write(buf); err != nil {
+			err = fmt.Errorf("lsm: write WAL %s: %w", logFileName(d.walNum), err)
+			d.setBgErr(err)
+			return err
+		}
+	}
+	if sync {
+		if err := d.wal.Sync(); err != nil {
+			err = fmt.Errorf("lsm: sync WAL %s: %w", logFileName(d.walNum), err)
+			d.setBgErr(err)
+			return err
+		}
+	}
+	d.logSeq.Store(seq)
+	for _, r := range group {
+		if len(r.ents) > 0 && !mem.apply(r.b.seq(), r.ents) {
+			// hasRoom's estimate is an upper bound, so this cannot
+			// happen; if it does the memtable lacks a logged entry.
+			err := errors.New("lsm: memtable overflow")
+			d.setBgErr(err)
+			return err
+		}
+	}
+	d.visibleSeq.Store(seq)
+	d.mu.Lock()
+	d.m.walBytes += uint64(len(buf))
+	d.m.commitGroups++
+	d.m.batches += uint64(n)
+	d.m.userBytes += userBytes
+	if sync {
+		d.m.walSyncs++
+	}
+	var err2 error
+	if flush && !d.mem.empty() {
+		err2 = d.rotateLocked(d.opts.MemTableSize)
+	}
+	d.mu.Unlock()
+	return err2
+}
+
+// makeRoomForWrite returns the memtable to apply size bytes to, rotating
+// (or stalling) first if the current one lacks room. Only the commit
+// leader calls it.
+func (d *DB) makeRoomForWrite(size int) (*memTable, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	slowed := false
+	for {
+		if d.closed {
+			return nil, ErrClosed
+		}
+		if d.bgErr != nil {
+			return nil, d.bgErr
+		}
+		l0 := len(d.current.Levels[0])
+		if !slowed && l0 >= d.opts.L0SlowdownWritesThreshold && l0 < d.opts.L0StopWritesThreshold {
+			slowed = true
+			d.m.slowdowns++
+			d.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			d.mu.Lock()
+			d.m.slowdownDur += time.Millisecond
+			continue
+		}
+		if d.mem.hasRoom(size) {
+			return d.mem, nil
+		}
+		if d.mem.empty() {
+			// One batch bigger than a memtable: give it its own.
+			d.mem = newMemTable(max(d.opts.MemTableSize, size), d.mem.logNum)
+			return d.mem, nil
+		}
+		if len(d.imm)+1 >= d.opts.MemTableStopWritesThreshold || l0 >= d.opts.L0StopWritesThreshold {
+			d.m.stalls++
+			start := time.Now()
+			d.log.Debug("write stall", "immutable", len(d.imm), "L0", l0)
+			d.waitLocked(context.Background())
+			d.m.stallDur += time.Since(start)
+			continue
+		}
+		if err := d.rotateLocked(max(d.opts.MemTableSize, size)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// rotateLocked makes the memtable immutable and starts a new one with a
+// new WAL. The old WAL is synced first, so a later synced write never
+// survives a crash that loses an earlier one. Called by the commit leader
+// with mu held.
+func (d *DB) rotateLocked(capacity int) error {
+	num := d.nextFileNum
+	d.nextFileNum++
+	d.mu.Unlock()
+	err := d.wal.Sync()
+	var f vfs.File
+	if err == nil {
+		f, err = d.fs.Create(d.path(logFileName(num)))
+	}
+	if err == nil {
+		err = d.fs.SyncDir(d.dir)
+	}
+	d.mu.Lock()
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		err = fmt.Errorf("lsm: rotate WAL: %w", err)
+		if d.bgErr == nil {
+			d.bgErr = err
+		}
+		return err
+	}
+	if cerr := d.wal.Close(); cerr != nil {
+		d.log.Warn("close WAL", "file", logFileName(d.walNum), "err", cerr)
+	}
+	d.wal, d.walNum = f, num
+	d.imm = append(d.imm, d.mem)
+	d.mem = newMemTable(capacity, num)
+	d.maybeScheduleLocked()
+	return nil
+}
+
+// maybeScheduleLocked starts a flush and compactions if there is work and
+// room for it.
+func (d *DB) maybeScheduleLocked() {
+	if d.closed || d.bgErr != nil {
+		return
+	}
+	if !d.flushing && len(d.imm) > 0 {
+		d.flushing = true
+		d.bgWG.Add(1)
+		go d.flushLoop()
+	}
+	if d.opts.DisableAutomaticCompactions || d.manual {
+		return
+	}
+	for d.compactions < d.opts.MaxConcurrentCompactions {
+		c := d.pickCompactionLocked()
+		if c == nil {
+			return
+		}
+		d.compactions++
+		d.bgWG.Add(1)
+		go func() {
+			defer d.bgWG.Done()
+			err := d.runCompaction(context.Background(), c)
+			d.mu.Lock()
+			d.compactions--
+			d.releaseLocked(c)
+			if err != nil && d.bgErr == nil {
+				d.bgErr = err
+				d.log.Error("compaction failed; the store is read-only", "err", err)
+			}
+			d.maybeScheduleLocked()
+			d.notifyLocked()
+			d.mu.Unlock()
+		}()
+	}
+}
+
+// flushLoop flushes immutable memtables, oldest first, until none is left.
+func (d *DB) flushLoop() {
+	defer d.bgWG.Done()
+	for {
+		d.mu.Lock()
+		if len(d.imm) == 0 || d.closed || d.bgErr != nil {
+			d.flushing = false
+			d.notifyLocked()
+			d.mu.Unlock()
+			return
+		}
+		m := d.imm[0]
+		snaps := d.snapshotListLocked()
+		d.mu.Unlock()
+		if err := d.flush(m, snaps); err != nil {
+			d.setBgErr(err)
+		}
+	}
+}
+
+// flush writes m to an L0 table and installs it, dropping m from imm.
+func (d *DB) flush(m *memTable, snaps []SeqNum) error {
+	meta, err := d.writeL0(context.Background(), m, snaps)
+	if err != nil {
+		return err
+	}
+	if err := d.fs.SyncDir(d.dir); err != nil {
+		return fmt.Errorf("lsm: sync %s: %w", d.dir, err)
+	}
+	e := &VersionEdit{}
+	d.mu.Lock()
+	if len(d.imm) > 1 {
+		e.LogNumber = d.imm[1].logNum
+	} else {
+		e.LogNumber = d.mem.logNum
+	}
+	d.mu.Unlock()
+	if meta != nil {
+		e.NewFiles = []NewFile{{Level: 0, Meta: meta}}
+	}
+	err = d.logAndApply(e, func() {
+		d.imm = d.imm[1:]
+		d.m.flushes++
+		if meta != nil {
+			d.m.flushBytes += meta.Size
+			d.m.levelWritten[0] += meta.Size
+		}
+		d.maybeScheduleLocked()
+	})
+	if err != nil {
+		return err
+	}
+	// WALs below the new LogNumber hold nothing unflushed.
+	names, err := d.fs.List(d.dir)
+	if err != nil {
+		return nil
+	}
+	for _, n := range names {
+		if k, num, ok := parseFileName(n); ok && k == "log" && num < e.LogNumber {
+			d.fs.Remove(d.path(n))
+		}
+	}
+	return nil
+}
+
+// writeL0 writes a memtable's contents to a new table; nil if it had
+// nothing to write.
+func (d *DB) writeL0(ctx context.Context, m *memTable, snaps []SeqNum) (*FileMeta, error) {
+	env := d.taskEnv()
+	outs, _, err := writeOutputs(ctx, m.newIter(), m.tombstones(), outputParams{level: 0, snapshots: snaps, table: d.opts.Table}, env.CreateTable)
+	if err != nil {
+		for _, o := range outs {
+			d.fs.Remove(d.path(tableFileName(o.FileNum)))
+		}
+		return nil, fmt.Errorf("lsm: flush: %w", err)
+	}
+	if len(outs) == 0 {
+		return nil, nil
+	}
+	return outs[0], nil
+}
+
+// dbEnv runs tasks against the store's own directory.
+type dbEnv struct{ d *DB }
+
+func (d *DB) taskEnv() TaskEnv { return dbEnv{d} }
+
+func (e dbEnv) OpenTable(fileNum, size uint64) (vfs.File, error) {
+	return e.d.fs.Open(e.d.path(tableFileName(fileNum)))
+}
+
+func (e dbEnv) CreateTable() (uint64, vfs.File, error) {
+	e.d.mu.Lock()
+	num := e.d.nextFileNum
+	e.d.nextFileNum++
+	e.d.mu.Unlock()
+	f, err := e.d.fs.Create(e.d.path(tableFileName(num)))
+	return num, f, err
+}
+
+func (d *DB) snapshotListLocked() []SeqNum {
+	out := make([]SeqNum, 0, len(d.snapshots))
+	for s := range d.snapshots {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Flush makes the memtable immutable and waits until every memtable
+// before it is in L0.
+func (d *DB) Flush(ctx context.Context) error {
+	req := &commitReq{b: NewBatch(), flush: true, done: make(chan error, 1)}
+	if err := d.commit(req); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for len(d.imm) > 0 {
+		if d.bgErr != nil {
+			return d.bgErr
+		}
+		if d.closed {
+			return ErrClosed
+		}
+		if err := d.waitLocked(ctx); err != nil {
+			return err
+		}
+	}
+	return d.bgErr
+}
+
+// Close waits for background work, syncs the WAL and closes files.
+// Unflushed memtables are not flushed: their WAL is replayed on Open.
+func (d *DB) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	d.closed = true
+	d.notifyLocked()
+	d.mu.Unlock()
+	d.bgWG.Wait()
+	// Wait for an in-flight commit group to finish with the WAL.
+	d.commitMu.Lock()
+	var err error
+	if d.wal != nil {
+		err = d.wal.Sync()
+	}
+	d.closeFiles()
+	d.commitMu.Unlock()
+	d.tc.close()
+	d.mu.Lock()
+	bg := d.bgErr
+	d.mu.Unlock()
+	if err == nil && bg != nil {
+		err = bg
+	}
+	return err
+}
+
+// readState is what one read sees: memtables newest first and a version.
+type readState struct {
+	mems []*memTable
+	v    *Version
+}
+
+func (d *DB) loadReadState() (readState, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return readState{}, ErrClosed
+	}
+	rs := readState{mems: make([]*memTable, 0, len(d.imm)+1), v: d.current}
+	rs.mems = append(rs.mems, d.mem)
+	for i := len(d.imm) - 1; i >= 0; i-- {
+		rs.mems = append(rs.mems, d.imm[i])
+	}
+	d.current.refs++
+	return rs, nil
+}
+
+func (d *DB) releaseReadState(rs readState) {
+	d.mu.Lock()
+	d.unrefVersionLocked(rs.v)
+	d.mu.Unlock()
+	d.deleteObsolete()
+}
+
+// Get returns a copy of the latest value of key, or ErrNotFound.
+func (d *DB) Get(key []byte) ([]byte, error) { return d.getAt(key, d.visibleSeq.Load()) }
+
+// getAt looks key up as of snap: memtables newest first, then L0 newest
+// first, then one table per level. The first point entry found is the
+// newest (entries in earlier sources are newer); a range tombstone seen
+// in it or any earlier source with a higher seq deletes it.
+func (d *DB) getAt(key []byte, snap SeqNum) ([]byte, error) {
+	rs, err := d.loadReadState()
+	if err != nil {
+		return nil, err
+	}
+	defer d.releaseReadState(rs)
+	var tomb SeqNum
+	resolve := func(ikey, val []byte) ([]byte, error) {
+		if keyKind(ikey) != KindSet || tomb > keySeq(ikey) {
+			return nil, ErrNotFound
+		}
+		return slices.Clone(val), nil
+	}
+	for _, m := range rs.mems {
+		tomb = max(tomb, maxCovering(m.tombstones(), key, snap))
+		if ikey, val, ok := m.get(key, snap); ok {
+			return resolve(ikey, val)
+		}
+	}
+	probe := func(f *FileMeta) ([]byte, bool, error) {
+		h, err := d.tc.get(f.FileNum, f.Size)
+		if err != nil {
+			return nil, false, err
+		}
+		defer h.release()
+		r := h.reader()
+		tomb = max(tomb, maxCovering(r.tombs, key, snap))
+		ikey, val, ok, err := r.get(key, snap)
+		if err != nil || !ok {
+			return nil, false, err
+		}
+		v, err := resolve(ikey, val)
+		return v, true, err
+	}
+	for level, files := range rs.v.Levels {
+		if level == 0 {
+			for _, f := range files {
+				if !f.userRange().contains(key) {
+					continue
+				}
+				if v, ok, err := probe(f); ok || err != nil {
+					return v, err
+				}
+			}
+			continue
+		}
+		i := sort.Search(len(files), func(i int) bool {
+			r := files[i].userRange()
+			return !endsBefore(r.end, r.endExclusive, key)
+		})
+		if i < len(files) && files[i].userRange().contains(key) {
+			if v, ok, err := probe(files[i]); ok || err != nil {
+				return v, err
+			}
+		}
+	}
+	return nil, ErrNotFound
+}
+
+// Snapshot is a consistent view of the store at one sequence number.
+// Compactions keep what it can see until it is closed.
+type Snapshot struct {
+	d      *DB
+	seq    SeqNum
+	closed atomic.Bool
+}
+
+// NewSnapshot returns a snapshot of the current state.
+func (d *DB) NewSnapshot() *Snapshot {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s := &Snapshot{d: d, seq: d.visibleSeq.Load()}
+	d.snapshots[s.seq]++
+	return s
+}
+
+// Seq is the snapshot's sequence number: it sees entries with seq <= Seq.
+func (s *Snapshot) Seq() SeqNum { return s.seq }
+
+// Get reads key as of the snapshot.
+func (s *Snapshot) Get(key []byte) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	return s.d.getAt(key, s.seq)
+}
+
+// NewIter iterates over the snapshot.
+func (s *Snapshot) NewIter(o *IterOptions) (*Iterator, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	return s.d.newIter(o, s.seq)
+}
+
+// Close releases the snapshot.
+func (s *Snapshot) Close() error {
+	if s.closed.Swap(true) {
+		return ErrClosed
+	}
+	d := s.d
+	d.mu.Lock()
+	if d.snapshots[s.seq]--; d.snapshots[s.seq] == 0 {
+		delete(d.snapshots, s.seq)
+	}
+	d.mu.Unlock()
+	return nil
+}

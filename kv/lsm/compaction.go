@@ -270,7 +270,8 @@ func writeOutputs(ctx context.Context, it internalIterator, tombs []tombstone, p
 				return outs, written, err
 			}
 			if w != nil && p.targetSize > 0 && w.off+uint64(w.data.estimatedSize()) >= p.targetSize {
-				if err := finish(uk); err != nil {
+				// uk aliases the iterator's buffer; remainders keep it.
+				if err := finish(slices.Clone(uk)); err != nil {
 					return outs, written, err
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -214,8 +215,11 @@ func (d *DB) runCompaction(ctx context.Context, c *compaction) error {
 		}
 		return fmt.Errorf("lsm: compact L%d→L%d: %w", c.startLevel, c.outputLevel, err)
 	}
-	d.log.Debug("compacted", "from", c.startLevel, "to", c.outputLevel,
-		"in", res.BytesRead, "out", res.BytesWritten, "tables", len(res.Outputs), "took", time.Since(start))
+	if d.log.Enabled(ctx, slog.LevelDebug) {
+		d.log.Debug("compacted", "from", c.startLevel, "to", c.outputLevel, "inputs", fmt.Sprint(c.inputs),
+			"outputs", fmt.Sprint(res.Outputs), "snapshots", fmt.Sprint(task.Snapshots), "dropDeletes", task.DropDeletes,
+			"in", res.BytesRead, "out", res.BytesWritten, "took", time.Since(start))
+	}
 	return nil
 }
 

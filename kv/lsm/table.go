@@ -395,12 +395,17 @@ func openTable(f vfs.File, name string, fileNum uint64, size int64, cache *block
 	if err != nil {
 		return nil, err
 	}
+	// Blocks are laid out in order without overlap: data blocks, then
+	// partitions. Checking that bounds the work a hostile table can
+	// cause to its size.
+	var partEnd, dataEnd uint64
 	ti := newBlockIter(top, compareInternalChecked)
 	for ok := ti.First(); ok; ok = ti.Next() {
 		ph, ok := decodeBlockHandle(ti.Value())
-		if !ok || !r.handleOK(ph) {
+		if !ok || !r.handleOK(ph) || ph.offset < partEnd {
 			return nil, corrupt(ft.index, errors.New("bad partition handle"))
 		}
+		partEnd = ph.offset + uint64(ph.length) + blockTrailerLen
 		part, err := load(ph)
 		if err != nil {
 			return nil, err
@@ -408,9 +413,10 @@ func openTable(f vfs.File, name string, fileNum uint64, size int64, cache *block
 		pi := newBlockIter(part, compareInternalChecked)
 		for ok := pi.First(); ok; ok = pi.Next() {
 			dh, ok := decodeBlockHandle(pi.Value())
-			if !ok || !r.handleOK(dh) || !validInternalKey(pi.Key()) {
+			if !ok || !r.handleOK(dh) || !validInternalKey(pi.Key()) || dh.offset < dataEnd {
 				return nil, corrupt(ph, errors.New("bad index entry"))
 			}
+			dataEnd = dh.offset + uint64(dh.length) + blockTrailerLen
 			r.index = append(r.index, indexEntry{lastKey: slices.Clone(pi.Key()), h: dh})
 			r.metaLen += len(pi.Key()) + blockHandleLen
 		}

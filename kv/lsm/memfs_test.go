@@ -274,18 +274,6 @@ func (m *memFS) SyncDir(dir string) error {
 
 func (m *memFS) PathJoin(elem ...string) string { return path.Join(elem...) }
 
-// files lists every file's name, for tests that corrupt one.
-func (m *memFS) files() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []string
-	for n := range m.names {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
-
 type memFile struct {
 	fs   *memFS
 	nd   *memNode

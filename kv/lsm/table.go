@@ -264,9 +264,6 @@ type tableInfo struct {
 	Props    tableProps
 }
 
-// empty reports whether nothing was added.
-func (w *tableWriter) empty() bool { return w.props.NumEntries == 0 && len(w.tombs) == 0 }
-
 // finish writes the meta blocks and footer and syncs the file. It does not
 // close the file.
 func (w *tableWriter) finish() (tableInfo, error) {
@@ -319,7 +316,7 @@ func (w *tableWriter) finish() (tableInfo, error) {
 			info.Smallest = s
 		}
 		e := makeInternalKey(t.end, MaxSeqNum, KindRangeDelete)
-		if info.Largest == nil || len(info.Largest) == 0 || compareInternal(e, info.Largest) > 0 {
+		if len(info.Largest) == 0 || compareInternal(e, info.Largest) > 0 {
 			info.Largest = e
 		}
 	}
@@ -577,7 +574,7 @@ func (it *tableIter) check(ok bool) bool {
 }
 
 func (it *tableIter) forward(ok bool) bool {
-	for it.check(ok) == false {
+	for !it.check(ok) {
 		if it.err != nil || !it.load(it.i+1) {
 			it.bi = nil
 			return false
@@ -588,7 +585,7 @@ func (it *tableIter) forward(ok bool) bool {
 }
 
 func (it *tableIter) backward(ok bool) bool {
-	for it.check(ok) == false {
+	for !it.check(ok) {
 		if it.err != nil || !it.load(it.i-1) {
 			it.bi = nil
 			return false

@@ -537,8 +537,8 @@ func (d *DB) DeleteRange(start, end []byte, o *WriteOptions) error {
 // batch joins the commit queue (a write stall); once queued, the batch is
 // committed or fails with the group.
 func (d *DB) Apply(ctx context.Context, b *Batch, o *WriteOptions) error {
-	seq, ents, err := decodeBatch(b.Repr())
-	if err != nil || seq != 0 && b.count == 0 {
+	_, ents, err := decodeBatch(b.Repr())
+	if err != nil {
 		return fmt.Errorf("lsm: apply: %w", err)
 	}
 	req := &commitReq{b: b, ents: ents, size: batchMemSize(ents), sync: o != nil && o.Sync, done: make(chan error, 1)}

@@ -2,6 +2,7 @@ package lsm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -108,6 +109,11 @@ type commitReq struct {
 	sync  bool
 	flush bool // rotate the memtable after this group
 	done  chan error
+	// apply hands a follower the memtable to apply its logged batch to;
+	// it then marks applied done, and reports overflow.
+	apply    chan *memTable
+	applied  *sync.WaitGroup
+	overflow atomic.Bool
 }
 
 // Open opens the store in dir, creating it if needed, and recovers it:
@@ -514,7 +520,7 @@ func (d *DB) setBgErr(err error) {
 
 // Set writes value under key.
 func (d *DB) Set(key, value []byte, o *WriteOptions) error {
-	b := NewBatch()
+	b := &Batch{data: make([]byte, batchHeaderLen, batchHeaderLen+len(key)+len(value)+2*binary.MaxVarintLen32+1)}
 	b.Set(key, value)
 	return d.Apply(context.Background(), b, o)
 }
@@ -541,7 +547,8 @@ func (d *DB) Apply(ctx context.Context, b *Batch, o *WriteOptions) error {
 	if err != nil {
 		return fmt.Errorf("lsm: apply: %w", err)
 	}
-	req := &commitReq{b: b, ents: ents, size: batchMemSize(ents), sync: o != nil && o.Sync, done: make(chan error, 1)}
+	req := &commitReq{b: b, ents: ents, size: batchMemSize(ents), sync: o != nil && o.Sync,
+		done: make(chan error, 1), apply: make(chan *memTable, 1)}
 	if err := d.waitForRoom(ctx); err != nil {
 		return err
 	}
@@ -583,17 +590,25 @@ func (d *DB) commit(req *commitReq) error {
 	d.commitPending = append(d.commitPending, req)
 	if d.committing {
 		d.commitMu.Unlock()
-		return <-req.done
+		// A follower: the leader logs our batch, then either hands us
+		// the memtable to apply it to or fails us.
+		select {
+		case m := <-req.apply:
+			if !m.apply(req.b.seq(), req.ents) {
+				req.overflow.Store(true)
+			}
+			req.applied.Done()
+			return <-req.done
+		case err := <-req.done:
+			return err
+		}
 	}
 	d.committing = true
 	for len(d.commitPending) > 0 {
 		group := d.commitPending
 		d.commitPending = nil
 		d.commitMu.Unlock()
-		err := d.commitGroup(group)
-		for _, r := range group {
-			r.done <- err
-		}
+		d.commitGroup(group, req)
 		d.commitMu.Lock()
 	}
 	d.committing = false
@@ -601,13 +616,23 @@ func (d *DB) commit(req *commitReq) error {
 	return <-req.done
 }
 
-// commitGroup is run by the leader: see DB.
-func (d *DB) commitGroup(group []*commitReq) error {
-	size, sync, flush := 0, false, false
+// commitGroup is run by the leader (whose own request is self, if in the
+// group): see DB. Every request's batch is applied to the memtable by its
+// own goroutine, concurrently (the skiplist takes concurrent inserts);
+// the group's seqs become visible only when all are applied, and the next
+// group starts only then, so a memtable is never rotated or flushed with
+// an insert in flight.
+func (d *DB) commitGroup(group []*commitReq, self *commitReq) {
+	fail := func(err error) {
+		for _, r := range group {
+			r.done <- err
+		}
+	}
+	size, doSync, flush := 0, false, false
 	var userBytes uint64
 	for _, r := range group {
 		size += r.size
-		sync = sync || r.sync
+		doSync = doSync || r.sync
 		flush = flush || r.flush
 		for _, e := range r.ents {
 			userBytes += uint64(len(e.key) + len(e.value))
@@ -615,10 +640,12 @@ func (d *DB) commitGroup(group []*commitReq) error {
 	}
 	mem, err := d.makeRoomForWrite(size)
 	if err != nil {
-		return err
+		fail(err)
+		return
 	}
 	seq := d.logSeq.Load()
-	buf := d.walBuf[:0]
+	buf := d.walBuf
+	walStart := len(buf)
 	n := 0
 	for _, r := range group {
 		if len(r.ents) == 0 {
@@ -629,46 +656,87 @@ func (d *DB) commitGroup(group []*commitReq) error {
 		buf = appendRecord(buf, r.b.data)
 		n++
 	}
+	walBytes := len(buf) - walStart
 	d.walBuf = buf
-	if len(buf) > 0 {
-		if _, err := d.wal.Write(buf); err != nil {
-			err = fmt.Errorf("lsm: write WAL %s: %w", logFileName(d.walNum), err)
+	if doSync || len(buf) >= walBufferSize {
+		if err := d.writeWALBuffer(); err != nil {
 			d.setBgErr(err)
-			return err
+			fail(err)
+			return
 		}
 	}
-	if sync {
+	if doSync {
 		if err := d.wal.Sync(); err != nil {
 			err = fmt.Errorf("lsm: sync WAL %s: %w", logFileName(d.walNum), err)
 			d.setBgErr(err)
-			return err
+			fail(err)
+			return
 		}
 	}
 	d.logSeq.Store(seq)
+	var wg sync.WaitGroup
+	selfApply := false
 	for _, r := range group {
-		if len(r.ents) > 0 && !mem.apply(r.b.seq(), r.ents) {
+		if len(r.ents) == 0 {
+			continue
+		}
+		wg.Add(1)
+		r.applied = &wg
+		if r == self {
+			selfApply = true
+		} else {
+			r.apply <- mem
+		}
+	}
+	if selfApply && !mem.apply(self.b.seq(), self.ents) {
+		self.overflow.Store(true)
+	}
+	if selfApply {
+		wg.Done()
+	}
+	wg.Wait()
+	for _, r := range group {
+		if r.overflow.Load() {
 			// hasRoom's estimate is an upper bound, so this cannot
 			// happen; if it does the memtable lacks a logged entry.
 			err := errors.New("lsm: memtable overflow")
 			d.setBgErr(err)
-			return err
+			fail(err)
+			return
 		}
 	}
 	d.visibleSeq.Store(seq)
 	d.mu.Lock()
-	d.m.walBytes += uint64(len(buf))
+	d.m.walBytes += uint64(walBytes)
 	d.m.commitGroups++
 	d.m.batches += uint64(n)
 	d.m.userBytes += userBytes
-	if sync {
+	if doSync {
 		d.m.walSyncs++
 	}
-	var err2 error
 	if flush && !d.mem.empty() {
-		err2 = d.rotateLocked(d.opts.MemTableSize)
+		err = d.rotateLocked(d.opts.MemTableSize)
 	}
 	d.mu.Unlock()
-	return err2
+	fail(err)
+}
+
+// walBufferSize is how many bytes of unsynced WAL records the commit
+// leader gathers before writing them out.
+const walBufferSize = 64 << 10
+
+// writeWALBuffer writes the gathered WAL records. Called by the commit
+// leader (or Close, with the pipeline idle).
+func (d *DB) writeWALBuffer() error {
+	if len(d.walBuf) == 0 {
+		return nil
+	}
+	_, err := d.wal.Write(d.walBuf)
+	d.walBuf = d.walBuf[:0]
+	if err != nil {
+		return fmt.Errorf("lsm: write WAL %s: %w", logFileName(d.walNum), err)
+	}
+	return nil
 }
 
 // makeRoomForWrite returns the memtable to apply size bytes to, rotating
@@ -725,7 +793,10 @@ func (d *DB) rotateLocked(capacity int) error {
 	num := d.nextFileNum
 	d.nextFileNum++
 	d.mu.Unlock()
-	err := d.wal.Sync()
+	err := d.writeWALBuffer()
+	if err == nil {
+		err = d.wal.Sync()
+	}
 	var f vfs.File
 	if err == nil {
 		f, err = d.fs.Create(d.path(logFileName(num)))
@@ -904,7 +975,7 @@ func (d *DB) snapshotListLocked() []SeqNum {
 // Flush makes the memtable immutable and waits until every memtable
 // before it is in L0.
 func (d *DB) Flush(ctx context.Context) error {
-	req := &commitReq{b: NewBatch(), flush: true, done: make(chan error, 1)}
+	req := &commitReq{b: NewBatch(), flush: true, done: make(chan error, 1), apply: make(chan *memTable, 1)}
 	if err := d.commit(req); err != nil {
 		return err
 	}
@@ -940,7 +1011,9 @@ func (d *DB) Close() error {
 	d.commitMu.Lock()
 	var err error
 	if d.wal != nil {
-		err = d.wal.Sync()
+		if err = d.writeWALBuffer(); err == nil {
+			err = d.wal.Sync()
+		}
 	}
 	d.closeFiles()
 	d.commitMu.Unlock()

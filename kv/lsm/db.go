@@ -560,6 +560,12 @@ func (d *DB) Apply(ctx context.Context, b *Batch, o *WriteOptions) error {
 func (d *DB) waitForRoom(ctx context.Context) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	var start time.Time
+	defer func() {
+		if !start.IsZero() {
+			d.m.stallDur += time.Since(start)
+		}
+	}()
 	for {
 		if d.closed {
 			return ErrClosed
@@ -569,6 +575,10 @@ func (d *DB) waitForRoom(ctx context.Context) error {
 		}
 		if !d.stalledLocked() {
 			return nil
+		}
+		if start.IsZero() {
+			start = time.Now()
+			d.m.stalls++
 		}
 		if err := d.waitLocked(ctx); err != nil {
 			return err

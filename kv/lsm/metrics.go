@@ -43,8 +43,8 @@ type Metrics struct {
 		BytesRead, BytesWritten uint64
 		InProgress              int
 	}
-	// WriteStalls counts commit groups that waited for a flush or for L0
-	// to shrink, and for how long; WriteSlowdowns counts commits delayed
+	// WriteStalls counts writes (and commit groups) that waited for a
+	// flush or for L0 to shrink, and for how long; WriteSlowdowns counts commits delayed
 	// by L0SlowdownWritesThreshold.
 	WriteStalls, WriteSlowdowns struct {
 		Count    uint64

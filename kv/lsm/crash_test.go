@@ -128,14 +128,19 @@ func TestCrashRecovery(t *testing.T) {
 	opts.MemTableSize = 4 << 10
 	opts.TargetFileSize = 4 << 10
 	opts.LBaseMaxBytes = 8 << 10
+	opts.MaxManifestFileSize = 300 // rotate MANIFESTs within the workload too
 	ops := crashWorkload(1, 150)
 
 	// Count the operations of an uncrashed run.
 	fs := newMemFS()
 	d := mustOpen(t, fs, opts)
 	fs.crashAfter(1 << 30)
+	firstManifest := d.manifestNum
 	if done, _ := runCrashWorkload(d, ops); done != len(ops) {
 		t.Fatalf("uncrashed run stopped at op %d", done)
+	}
+	if d.manifestNum == firstManifest {
+		t.Fatal("the workload never rotated the MANIFEST")
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)

@@ -66,9 +66,12 @@ type DB struct {
 
 	// manifestMu serializes version changes: it is held from computing a
 	// new version to installing it.
-	manifestMu  sync.Mutex
-	manifest    vfs.File
-	manifestNum uint64
+	manifestMu   sync.Mutex
+	manifest     vfs.File
+	manifestNum  uint64
+	manifestSize int64
+	// logNum is the current version's LogNumber; guarded by manifestMu.
+	logNum uint64
 
 	mu sync.Mutex
 	// Guarded by mu:
@@ -342,7 +345,8 @@ func (d *DB) recover() error {
 	if err != nil {
 		return fmt.Errorf("lsm: create %s: %w", mname, err)
 	}
-	if _, err := d.manifest.Write(appendRecord(nil, snap.Encode(nil))); err != nil {
+	rec := appendRecord(nil, snap.Encode(nil))
+	if _, err := d.manifest.Write(rec); err != nil {
 		return fmt.Errorf("lsm: write %s: %w", mname, err)
 	}
 	if err := d.manifest.Sync(); err != nil {
@@ -351,6 +355,8 @@ func (d *DB) recover() error {
 	if err := d.setCurrent(mname); err != nil {
 		return err
 	}
+	d.manifestSize = int64(len(rec))
+	d.logNum = d.walNum
 	d.mu.Lock()
 	d.installLocked(nv)
 	d.mu.Unlock()
@@ -489,7 +495,8 @@ func (d *DB) logAndApply(e *VersionEdit, onInstall func()) error {
 	if err != nil {
 		return err
 	}
-	_, err = d.manifest.Write(appendRecord(nil, e.Encode(nil)))
+	rec := appendRecord(nil, e.Encode(nil))
+	_, err = d.manifest.Write(rec)
 	if err == nil {
 		err = d.manifest.Sync()
 	}
@@ -498,6 +505,10 @@ func (d *DB) logAndApply(e *VersionEdit, onInstall func()) error {
 		d.setBgErr(err)
 		return err
 	}
+	d.manifestSize += int64(len(rec))
+	if e.LogNumber != 0 {
+		d.logNum = e.LogNumber
+	}
 	d.mu.Lock()
 	d.installLocked(nv)
 	if onInstall != nil {
@@ -505,6 +516,52 @@ func (d *DB) logAndApply(e *VersionEdit, onInstall func()) error {
 	}
 	d.mu.Unlock()
 	d.deleteObsolete()
+	if d.manifestSize > d.opts.MaxManifestFileSize {
+		if err := d.rotateManifest(nv); err != nil {
+			d.setBgErr(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// rotateManifest starts a new MANIFEST holding v whole, points CURRENT at
+// it and removes the old one. Caller holds manifestMu. Until CURRENT is
+// switched the old MANIFEST stays complete, so a crash anywhere in
+// between recovers from one or the other.
+func (d *DB) rotateManifest(v *Version) error {
+	d.mu.Lock()
+	num := d.nextFileNum
+	d.nextFileNum++
+	next := d.nextFileNum
+	d.mu.Unlock()
+	snap := v.snapshotEdit()
+	snap.LogNumber = d.logNum
+	snap.NextFileNum = next
+	snap.LastSeq = d.logSeq.Load()
+	name := manifestFileName(num)
+	f, err := d.fs.Create(d.path(name))
+	if err != nil {
+		return fmt.Errorf("lsm: create %s: %w", name, err)
+	}
+	rec := appendRecord(nil, snap.Encode(nil))
+	_, err = f.Write(rec)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = d.setCurrent(name)
+	}
+	if err != nil {
+		f.Close()
+		return fmt.Errorf("lsm: rotate MANIFEST: %w", err)
+	}
+	old, oldNum := d.manifest, d.manifestNum
+	d.manifest, d.manifestNum, d.manifestSize = f, num, int64(len(rec))
+	old.Close()
+	if err := d.fs.Remove(d.path(manifestFileName(oldNum))); err != nil {
+		d.log.Warn("remove old MANIFEST", "file", manifestFileName(oldNum), "err", err)
+	}
 	return nil
 }
 

@@ -40,6 +40,10 @@ type Options struct {
 	BlockCacheSize int64
 	// TableCacheSize is the number of tables kept open (default 500).
 	TableCacheSize int
+	// MaxManifestFileSize is the MANIFEST size past which the next
+	// version change starts a new one holding the whole version (default
+	// 64 MiB).
+	MaxManifestFileSize int64
 	// Table shapes the tables written.
 	Table TableOptions
 	// Logger receives flush, compaction and error events (default
@@ -80,6 +84,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.TableCacheSize <= 0 {
 		o.TableCacheSize = 500
+	}
+	if o.MaxManifestFileSize <= 0 {
+		o.MaxManifestFileSize = 64 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()

@@ -649,7 +649,8 @@ func (d *DB) stalledLocked() bool {
 	if d.mem.hasRoom(1024) {
 		return false
 	}
-	return len(d.imm)+1 >= d.opts.MemTableStopWritesThreshold || len(d.current.Levels[0]) >= d.opts.L0StopWritesThreshold
+	return len(d.imm)+1 >= d.opts.MemTableStopWritesThreshold || len(d.current.Levels[0]) >= d.opts.L0StopWritesThreshold ||
+		d.pendingCompactionBytes(d.current) >= d.opts.HardPendingCompactionBytes
 }
 
 func (d *DB) commit(req *commitReq) error {
@@ -821,7 +822,9 @@ func (d *DB) makeRoomForWrite(size int) (*memTable, error) {
 			return nil, d.bgErr
 		}
 		l0 := len(d.current.Levels[0])
-		if !slowed && l0 >= d.opts.L0SlowdownWritesThreshold && l0 < d.opts.L0StopWritesThreshold {
+		pending := d.pendingCompactionBytes(d.current)
+		if !slowed && ((l0 >= d.opts.L0SlowdownWritesThreshold && l0 < d.opts.L0StopWritesThreshold) ||
+			(pending >= d.opts.SoftPendingCompactionBytes && pending < d.opts.HardPendingCompactionBytes)) {
 			slowed = true
 			d.m.slowdowns++
 			d.mu.Unlock()
@@ -838,10 +841,11 @@ func (d *DB) makeRoomForWrite(size int) (*memTable, error) {
 			d.mem = newMemTable(max(d.opts.MemTableSize, size), d.mem.logNum)
 			return d.mem, nil
 		}
-		if len(d.imm)+1 >= d.opts.MemTableStopWritesThreshold || l0 >= d.opts.L0StopWritesThreshold {
+		if len(d.imm)+1 >= d.opts.MemTableStopWritesThreshold || l0 >= d.opts.L0StopWritesThreshold ||
+			pending >= d.opts.HardPendingCompactionBytes {
 			d.m.stalls++
 			start := time.Now()
-			d.log.Debug("write stall", "immutable", len(d.imm), "L0", l0)
+			d.log.Debug("write stall", "immutable", len(d.imm), "L0", l0, "pending", pending)
 			d.waitLocked(context.Background())
 			d.m.stallDur += time.Since(start)
 			continue

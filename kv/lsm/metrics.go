@@ -89,10 +89,8 @@ func (d *DB) Metrics() Metrics {
 			lm.Score = d.scoreLocked(v, l)
 		}
 		lm.BytesIn, lm.BytesWritten = d.m.levelIn[l], d.m.levelWritten[l]
-		if l > 0 && float64(lm.Size) > d.maxBytes(l) && l < NumLevels-1 {
-			m.PendingCompactionBytes += lm.Size - uint64(d.maxBytes(l))
-		}
 	}
+	m.PendingCompactionBytes = d.pendingCompactionBytes(v)
 	m.MemTables = 1 + len(d.imm)
 	m.MemTableBytes = int64(d.mem.size())
 	for _, im := range d.imm {

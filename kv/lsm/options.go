@@ -22,6 +22,12 @@ type Options struct {
 	// memtable is not rotated: writes stall until compaction catches up
 	// (default 20).
 	L0StopWritesThreshold int
+	// SoftPendingCompactionBytes is the estimate of bytes compaction is
+	// behind (levels' sizes above their targets) at which each commit is
+	// delayed by a millisecond (default 64 GiB);
+	// HardPendingCompactionBytes the one at which a full memtable is not
+	// rotated (default 256 GiB).
+	SoftPendingCompactionBytes, HardPendingCompactionBytes uint64
 	// LBaseMaxBytes is L1's target size (default 64 MiB); each level
 	// below is LevelMultiplier times bigger.
 	LBaseMaxBytes int64
@@ -66,6 +72,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.L0StopWritesThreshold <= 0 {
 		o.L0StopWritesThreshold = 20
+	}
+	if o.SoftPendingCompactionBytes == 0 {
+		o.SoftPendingCompactionBytes = 64 << 30
+	}
+	if o.HardPendingCompactionBytes == 0 {
+		o.HardPendingCompactionBytes = 256 << 30
 	}
 	if o.LBaseMaxBytes <= 0 {
 		o.LBaseMaxBytes = 64 << 20

@@ -35,6 +35,18 @@ func (d *DB) targetFileSize(level int) uint64 {
 	return s
 }
 
+// pendingCompactionBytes estimates how far compaction is behind: the
+// bytes by which levels L1-L5 exceed their targets.
+func (d *DB) pendingCompactionBytes(v *Version) uint64 {
+	var n uint64
+	for l := 1; l < NumLevels-1; l++ {
+		if s, m := v.levelSize(l), d.maxBytes(l); float64(s) > m {
+			n += s - uint64(m)
+		}
+	}
+	return n
+}
+
 // scoreLocked is a level's compaction score: L0's table count over its
 // threshold, a lower level's size over its target. >= 1 needs compaction.
 func (d *DB) scoreLocked(v *Version, level int) float64 {

@@ -89,3 +89,44 @@ func TestResident(t *testing.T) {
 		t.Fatal("a non-block offset is resident")
 	}
 }
+
+// TestPendingCompactionBytesStall: with levels far over their targets and
+// compactions off, writes stall on the hard pending-bytes limit.
+func TestPendingCompactionBytesStall(t *testing.T) {
+	opts := smallOptions()
+	opts.DisableAutomaticCompactions = true
+	opts.LBaseMaxBytes = 1 << 10
+	opts.SoftPendingCompactionBytes = 1
+	opts.HardPendingCompactionBytes = 16 << 10
+	opts.MemTableStopWritesThreshold = 2
+	d := mustOpen(t, newMemFS(), opts)
+	defer d.Close()
+	val := make([]byte, 1000)
+	for i := 0; i < 100; i++ {
+		if err := d.Set([]byte(fmt.Sprintf("k%06d", i)), val, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Move it all into L1, far over its 1 KiB target.
+	if err := d.Compact(context.Background(), []byte("k"), []byte("l")); err != nil {
+		t.Fatal(err)
+	}
+	if m := d.Metrics(); m.PendingCompactionBytes < opts.HardPendingCompactionBytes {
+		t.Fatalf("pending %d bytes, want over %d", m.PendingCompactionBytes, opts.HardPendingCompactionBytes)
+	}
+	stalled := false
+	for i := 0; i < 1000 && !stalled; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		b := NewBatch()
+		b.Set([]byte(fmt.Sprintf("m%06d", i)), val)
+		err := d.Apply(ctx, b, nil)
+		cancel()
+		stalled = errors.Is(err, context.DeadlineExceeded)
+		if err != nil && !stalled {
+			t.Fatal(err)
+		}
+	}
+	if m := d.Metrics(); !stalled || m.WriteStalls.Count == 0 {
+		t.Fatalf("stalled %v:\n%s", stalled, m)
+	}
+}

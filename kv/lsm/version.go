@@ -259,6 +259,8 @@ func DecodeVersionEdit(b []byte) (*VersionEdit, error) {
 //   - For any user key, entries in Ln are newer than entries in Ln+1.
 type Version struct {
 	Levels [NumLevels][]*FileMeta
+	// sizes caches each level's total table size; set by Apply.
+	sizes [NumLevels]uint64
 	// refs counts users (the current pointer, iterators, gets,
 	// compactions); guarded by DB.mu.
 	refs int
@@ -306,6 +308,11 @@ func (v *Version) Apply(e *VersionEdit) (*Version, error) {
 		}
 		return 1
 	})
+	for level, fs := range nv.Levels {
+		for _, f := range fs {
+			nv.sizes[level] += f.Size
+		}
+	}
 	for level := 1; level < NumLevels; level++ {
 		fs := nv.Levels[level]
 		slices.SortFunc(fs, func(a, b *FileMeta) int { return compareInternal(a.Smallest, b.Smallest) })
@@ -341,13 +348,7 @@ func (v *Version) overlaps(level int, r keyRange) []*FileMeta {
 }
 
 // levelSize is the total size of level's tables.
-func (v *Version) levelSize(level int) uint64 {
-	var n uint64
-	for _, f := range v.Levels[level] {
-		n += f.Size
-	}
-	return n
-}
+func (v *Version) levelSize(level int) uint64 { return v.sizes[level] }
 
 func (v *Version) String() string {
 	var sb strings.Builder

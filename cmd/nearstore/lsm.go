@@ -189,21 +189,30 @@ func (e ourEngine) settle(ctx context.Context) error {
 	if err := e.d.Flush(ctx); err != nil {
 		return err
 	}
-	for {
+	return waitIdle(ctx, func() bool {
 		m := e.d.Metrics()
-		busy := m.Compact.InProgress > 0 || m.Flush.InProgress
-		for l := 0; l < lsm.NumLevels-1; l++ {
-			busy = busy || m.Levels[l].Score >= 1
-		}
-		if !busy {
-			return nil
+		return m.Compact.InProgress == 0 && !m.Flush.InProgress
+	})
+}
+
+// waitIdle polls idle every 100ms until it holds three times in a row
+// (a finishing compaction may schedule the next), or ten minutes pass.
+func waitIdle(ctx context.Context, idle func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	for n := 0; n < 3; {
+		if idle() {
+			n++
+		} else {
+			n = 0
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
+			return fmt.Errorf("waiting for compactions to finish: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	return nil
 }
 
 type pebbleEngine struct {
@@ -232,17 +241,10 @@ func (e pebbleEngine) settle(ctx context.Context) error {
 	if err := e.d.Flush(); err != nil {
 		return err
 	}
-	for {
+	return waitIdle(ctx, func() bool {
 		m := e.d.Metrics()
-		if m.Compact.NumInProgress == 0 && m.Compact.EstimatedDebt == 0 && m.Flush.NumInProgress == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+		return m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0
+	})
 }
 
 // zipfian is YCSB's ZipfianGenerator (Gray et al.), scrambled by FNV so
@@ -466,6 +468,7 @@ write amplification on Load.`,
 				h, el, err := runLSMPhase(ctx, threads, records, func(i uint64, r *rand.Rand) error {
 					return e.set(ycsbKey(i), value(r))
 				})
+				settleStart := time.Now()
 				if err == nil {
 					err = e.settle(ctx)
 				}
@@ -475,7 +478,7 @@ write amplification on Load.`,
 				}
 				w1, _ := procWchar()
 				rep.Phases = append(rep.Phases, phaseOf(e.name(), "load", records, h, el, float64(w1-w0)/userBytes))
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: load %d records in %s\n", e.name(), records, el.Round(time.Millisecond))
+				fmt.Fprintf(cmd.ErrOrStderr(), "%s: load %d records in %s, settled in %s\n", e.name(), records, el.Round(time.Millisecond), time.Since(settleStart).Round(time.Millisecond))
 				for _, wl := range []struct {
 					name  string
 					reads float64

@@ -128,16 +128,20 @@ func stripe(snaps []SeqNum, seq SeqNum) int {
 	return sort.Search(len(snaps), func(i int) bool { return snaps[i] >= seq })
 }
 
-// covered reports whether a tombstone in ts with a higher seq in the same
-// stripe covers (k, seq).
-func covered(ts []tombstone, snaps []SeqNum, k []byte, seq SeqNum) bool {
-	st := stripe(snaps, seq)
-	for _, t := range ts {
-		if t.seq > seq && t.covers(k) && stripe(snaps, t.seq) == st {
-			return true
-		}
+// covered reports whether a tombstone in frags with a higher seq in the
+// same snapshot stripe covers (k, seq). Stripes rise with seq, so it is
+// enough to look at the lowest covering seq above seq.
+func covered(frags []fragment, snaps []SeqNum, k []byte, seq SeqNum) bool {
+	f := findFragment(frags, k)
+	if f == nil {
+		return false
 	}
-	return false
+	// f.seqs is descending: find the last one > seq.
+	i := sort.Search(len(f.seqs), func(i int) bool { return f.seqs[i] <= seq })
+	if i == 0 {
+		return false
+	}
+	return stripe(snaps, f.seqs[i-1]) == stripe(snaps, seq)
 }
 
 type kv struct {
@@ -157,6 +161,7 @@ func writeOutputs(ctx context.Context, it internalIterator, tombs []tombstone, p
 		}
 	}()
 	snaps := p.snapshots
+	frags := fragmentTombstones(tombs)
 	// Range tombstones that survive, sorted by start.
 	var pending []tombstone
 	for _, t := range tombs {
@@ -284,7 +289,7 @@ func writeOutputs(ctx context.Context, it internalIterator, tombs []tombstone, p
 			continue // shadowed by a newer entry the same readers see
 		}
 		lastStr = st
-		if covered(tombs, snaps, uk, seq) {
+		if covered(frags, snaps, uk, seq) {
 			continue
 		}
 		kept = append(kept, kv{key: slices.Clone(k), value: it.Value()})

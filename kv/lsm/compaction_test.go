@@ -3,6 +3,7 @@ package lsm
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/nearstore/nearstore/vfs"
@@ -164,5 +165,41 @@ func TestCompactionTaskOutsideEngine(t *testing.T) {
 	}
 	if res.BytesRead != f1.Size+f2.Size || res.BytesWritten == 0 {
 		t.Fatalf("bytes read %d written %d", res.BytesRead, res.BytesWritten)
+	}
+}
+
+// TestFragmentsMatchBruteForce checks fragment-based coverage against a
+// scan of every tombstone, for reads (highest visible seq) and for
+// compaction (covered in the same stripe).
+func TestFragmentsMatchBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	key := func() []byte { return []byte(fmt.Sprintf("%02d", rng.IntN(40))) }
+	for round := 0; round < 200; round++ {
+		var ts []tombstone
+		for i := 0; i < rng.IntN(12); i++ {
+			a, b := key(), key()
+			ts = append(ts, tombstone{start: a, end: b, seq: SeqNum(1 + rng.IntN(100))})
+		}
+		snaps := []SeqNum{SeqNum(rng.IntN(50)), SeqNum(50 + rng.IntN(50))}
+		snap := SeqNum(rng.IntN(110))
+		ti := newTombstoneIndex(ts, snap)
+		frags := fragmentTombstones(ts)
+		for k := 0; k < 41; k++ {
+			uk := []byte(fmt.Sprintf("%02d", k))
+			if got, want := ti.covering(uk), maxCovering(ts, uk, snap); got != want {
+				t.Fatalf("round %d: covering(%s) at %d = %d, want %d; tombstones %v", round, uk, snap, got, want, ts)
+			}
+			for seq := SeqNum(0); seq <= 101; seq += 3 {
+				want := false
+				for _, tb := range ts {
+					if tb.seq > seq && tb.covers(uk) && stripe(snaps, tb.seq) == stripe(snaps, seq) {
+						want = true
+					}
+				}
+				if got := covered(frags, snaps, uk, seq); got != want {
+					t.Fatalf("round %d: covered(%s#%d) = %v, want %v; tombstones %v snaps %v", round, uk, seq, got, want, ts, snaps)
+				}
+			}
+		}
 	}
 }

@@ -1159,7 +1159,7 @@ func (d *DB) getAt(key []byte, snap SeqNum) ([]byte, error) {
 		}
 		defer h.release()
 		r := h.reader()
-		tomb = max(tomb, maxCovering(r.tombs, key, snap))
+		tomb = max(tomb, maxCoveringFrags(r.frags, key, snap))
 		ikey, val, ok, err := r.get(key, snap)
 		if err != nil || !ok {
 			return nil, false, err

@@ -33,54 +33,114 @@ func maxCovering(ts []tombstone, k []byte, snap SeqNum) SeqNum {
 	return m
 }
 
-// fragment is a piece of the key space [start, end) with the highest
-// covering tombstone seq visible to a read.
+// fragment is a piece of the key space [start, end) and the seqs of the
+// tombstones covering all of it, descending.
 type fragment struct {
 	start, end []byte
-	seq        SeqNum
+	seqs       []SeqNum
+}
+
+// fragmentTombstones cuts tombstones at every start and end key into
+// disjoint fragments, sorted, each with the seqs that cover it. It sweeps
+// the sorted boundaries once, keeping the tombstones active at each: the
+// cost is the output's size plus a sort.
+func fragmentTombstones(ts []tombstone) []fragment {
+	var live []tombstone
+	var points [][]byte
+	for _, t := range ts {
+		if bytes.Compare(t.start, t.end) < 0 {
+			live = append(live, t)
+			points = append(points, t.start, t.end)
+		}
+	}
+	if len(live) == 0 {
+		return nil
+	}
+	slices.SortFunc(live, func(a, b tombstone) int { return bytes.Compare(a.start, b.start) })
+	slices.SortFunc(points, bytes.Compare)
+	points = slices.CompactFunc(points, bytes.Equal)
+	var frags []fragment
+	var active []tombstone
+	next := 0
+	for i := 0; i+1 < len(points); i++ {
+		p := points[i]
+		// Drop tombstones that ended; add those that start here.
+		kept := active[:0]
+		for _, t := range active {
+			if bytes.Compare(t.end, p) > 0 {
+				kept = append(kept, t)
+			}
+		}
+		active = kept
+		for next < len(live) && bytes.Equal(live[next].start, p) {
+			active = append(active, live[next])
+			next++
+		}
+		if len(active) == 0 {
+			continue
+		}
+		f := fragment{start: p, end: points[i+1], seqs: make([]SeqNum, len(active))}
+		for j, t := range active {
+			f.seqs[j] = t.seq
+		}
+		slices.SortFunc(f.seqs, func(a, b SeqNum) int {
+			switch {
+			case a > b:
+				return -1
+			case a < b:
+				return 1
+			}
+			return 0
+		})
+		frags = append(frags, f)
+	}
+	return frags
+}
+
+// findFragment returns the fragment covering k, or nil.
+func findFragment(frags []fragment, k []byte) *fragment {
+	i := sort.Search(len(frags), func(i int) bool { return bytes.Compare(frags[i].end, k) > 0 })
+	if i < len(frags) && bytes.Compare(frags[i].start, k) <= 0 {
+		return &frags[i]
+	}
+	return nil
+}
+
+// maxCoveringFrags is maxCovering over fragments: O(log n) to find k's
+// fragment, then its seqs, highest first.
+func maxCoveringFrags(frags []fragment, k []byte, snap SeqNum) SeqNum {
+	if f := findFragment(frags, k); f != nil {
+		for _, s := range f.seqs {
+			if s <= snap {
+				return s
+			}
+		}
+	}
+	return 0
 }
 
 // tombstoneIndex answers "the highest visible tombstone seq covering k" in
 // O(log n) for one read (iterator) at snapshot snap.
 type tombstoneIndex struct {
-	frags []fragment // sorted, disjoint
+	frags []fragment
+	snap  SeqNum
 }
 
-// newTombstoneIndex fragments the tombstones visible at snap.
+// newTombstoneIndex indexes the tombstones for reads at snap.
 func newTombstoneIndex(ts []tombstone, snap SeqNum) *tombstoneIndex {
 	var vis []tombstone
-	var points [][]byte
 	for _, t := range ts {
-		if t.seq <= snap && bytes.Compare(t.start, t.end) < 0 {
+		if t.seq <= snap {
 			vis = append(vis, t)
-			points = append(points, t.start, t.end)
 		}
 	}
-	ti := &tombstoneIndex{}
-	if len(vis) == 0 {
-		return ti
-	}
-	slices.SortFunc(points, bytes.Compare)
-	points = slices.CompactFunc(points, bytes.Equal)
-	for i := 0; i+1 < len(points); i++ {
-		f := fragment{start: points[i], end: points[i+1]}
-		for _, t := range vis {
-			if bytes.Compare(t.start, f.start) <= 0 && bytes.Compare(f.end, t.end) <= 0 && t.seq > f.seq {
-				f.seq = t.seq
-			}
-		}
-		if f.seq > 0 {
-			ti.frags = append(ti.frags, f)
-		}
-	}
-	return ti
+	return &tombstoneIndex{frags: fragmentTombstones(vis), snap: snap}
 }
 
 // covering returns the highest visible tombstone seq covering k, or 0.
 func (ti *tombstoneIndex) covering(k []byte) SeqNum {
-	i := sort.Search(len(ti.frags), func(i int) bool { return bytes.Compare(ti.frags[i].end, k) > 0 })
-	if i < len(ti.frags) && bytes.Compare(ti.frags[i].start, k) <= 0 {
-		return ti.frags[i].seq
+	if f := findFragment(ti.frags, k); f != nil {
+		return f.seqs[0]
 	}
 	return 0
 }

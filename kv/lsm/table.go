@@ -342,6 +342,7 @@ type tableReader struct {
 	index   []indexEntry
 	filter  bloom
 	tombs   []tombstone
+	frags   []fragment // tombs, fragmented for point lookups
 	props   tableProps
 	metaLen int // bytes of index, filter and range deletions held
 }
@@ -451,6 +452,7 @@ func openTable(f vfs.File, name string, fileNum uint64, size int64, cache *block
 	if ri.Error() != nil {
 		return nil, corrupt(ft.rangeDel, ri.Error())
 	}
+	r.frags = fragmentTombstones(r.tombs)
 	pb, err := load(ft.props)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -315,13 +316,56 @@ type lsmBar struct {
 }
 
 type lsmReport struct {
-	Records   uint64     `json:"records"`
-	Ops       uint64     `json:"ops"`
-	Threads   int        `json:"threads"`
-	ValueSize int        `json:"value_size"`
-	Dist      string     `json:"distribution"`
-	Phases    []lsmPhase `json:"phases"`
-	Bars      []lsmBar   `json:"bars"`
+	Records   uint64 `json:"records"`
+	Ops       uint64 `json:"ops"`
+	Threads   int    `json:"threads"`
+	ValueSize int    `json:"value_size"`
+	Dist      string `json:"distribution"`
+	// Phases are the medians over Runs of each figure, taken apart.
+	Phases []lsmPhase   `json:"phases"`
+	Runs   [][]lsmPhase `json:"runs"`
+	Bars   []lsmBar     `json:"bars"`
+}
+
+// medianPhases returns, per engine and workload in first-seen order, the
+// median of each figure over the runs.
+func medianPhases(runs [][]lsmPhase) []lsmPhase {
+	var keys []string
+	groups := map[string][]lsmPhase{}
+	for _, run := range runs {
+		for _, p := range run {
+			k := p.Engine + "/" + p.Workload
+			if _, ok := groups[k]; !ok {
+				keys = append(keys, k)
+			}
+			groups[k] = append(groups[k], p)
+		}
+	}
+	slices.SortStableFunc(keys, func(a, b string) int { return strings.Compare(strings.Split(a, "/")[0], strings.Split(b, "/")[0]) })
+	median := func(ps []lsmPhase, f func(lsmPhase) float64) float64 {
+		v := make([]float64, len(ps))
+		for i, p := range ps {
+			v[i] = f(p)
+		}
+		slices.Sort(v)
+		if len(v)%2 == 1 {
+			return v[len(v)/2]
+		}
+		return (v[len(v)/2-1] + v[len(v)/2]) / 2
+	}
+	var out []lsmPhase
+	for _, k := range keys {
+		ps := groups[k]
+		out = append(out, lsmPhase{
+			Engine: ps[0].Engine, Workload: ps[0].Workload, Ops: ps[0].Ops,
+			OpsPerSec: median(ps, func(p lsmPhase) float64 { return p.OpsPerSec }),
+			P50us:     median(ps, func(p lsmPhase) float64 { return p.P50us }),
+			P99us:     median(ps, func(p lsmPhase) float64 { return p.P99us }),
+			WriteAmp:  median(ps, func(p lsmPhase) float64 { return p.WriteAmp }),
+			Seconds:   median(ps, func(p lsmPhase) float64 { return p.Seconds }),
+		})
+	}
+	return out
 }
 
 // procWchar is the bytes this process has passed to write system calls.
@@ -382,6 +426,7 @@ func newBenchLSMCmd(g *globals) *cobra.Command {
 		threads, valueSize int
 		memtable, cache    int64
 		asJSON, keep       bool
+		repeat             int
 	)
 	cmd := &cobra.Command{
 		Use:   "lsm",
@@ -393,7 +438,9 @@ same memtable size, block cache and threads, and runs YCSB A (50% reads,
 (theta 0.99, scrambled) or uniform key choice. Writes are not synced. It
 reports throughput, p50/p99 latency and, for Load, write amplification:
 bytes this process passed to write calls while loading and settling
-(flush, then wait for compactions) over the bytes loaded. Bars: kv/lsm at
+(flush, then wait for compactions) over the bytes loaded. Each of --repeat
+runs uses fresh stores, the engines alternating which goes first; the
+report gives each figure's median. Bars: kv/lsm at
 least 0.7x Pebble's throughput on Load, A and C, and at most 1.2x its
 write amplification on Load.`,
 		Example: `  nearstore bench lsm --records 200000 --ops 200000 --json`,
@@ -434,17 +481,17 @@ write amplification on Load.`,
 				return v
 			}
 			rep := lsmReport{Records: records, Ops: ops, Threads: threads, ValueSize: valueSize, Dist: dist}
+			var runDir string
 			opens := []func() (lsmEngine, error){
 				func() (lsmEngine, error) {
-					d, err := lsm.Open(vfs.OS(""), filepath.Join(base, "kvlsm"), lsm.Options{
+					d, err := lsm.Open(vfs.OS(""), filepath.Join(runDir, "kvlsm"), lsm.Options{
 						MemTableSize: int(memtable), BlockCacheSize: cache, Logger: log,
-						MaxConcurrentCompactions: 2,
 					})
 					return ourEngine{d}, err
 				},
 				func() (lsmEngine, error) {
 					c := pebble.NewCache(cache)
-					d, err := pebble.Open(filepath.Join(base, "pebble"), &pebble.Options{
+					d, err := pebble.Open(filepath.Join(runDir, "pebble"), &pebble.Options{
 						Cache: c, MemTableSize: uint64(memtable), Logger: pebbleLog{log},
 					})
 					if err != nil {
@@ -455,60 +502,74 @@ write amplification on Load.`,
 				},
 			}
 			userBytes := float64(records) * float64(len(ycsbKey(0))+valueSize)
-			for _, open := range opens {
-				e, err := open()
-				if err != nil {
-					return err
+			for run := 0; run < repeat; run++ {
+				runDir = filepath.Join(base, fmt.Sprintf("run%d", run))
+				order := opens
+				if run%2 == 1 {
+					// Alternate which engine goes first.
+					order = []func() (lsmEngine, error){opens[1], opens[0]}
 				}
-				w0, err := procWchar()
-				if err != nil {
-					e.close()
-					return err
-				}
-				h, el, err := runLSMPhase(ctx, threads, records, func(i uint64, r *rand.Rand) error {
-					return e.set(ycsbKey(i), value(r))
-				})
-				settleStart := time.Now()
-				if err == nil {
-					err = e.settle(ctx)
-				}
-				if err != nil {
-					e.close()
-					return fmt.Errorf("%s load: %w", e.name(), err)
-				}
-				w1, _ := procWchar()
-				rep.Phases = append(rep.Phases, phaseOf(e.name(), "load", records, h, el, float64(w1-w0)/userBytes))
-				fmt.Fprintf(cmd.ErrOrStderr(), "%s: load %d records in %s, settled in %s\n", e.name(), records, el.Round(time.Millisecond), time.Since(settleStart).Round(time.Millisecond))
-				for _, wl := range []struct {
-					name  string
-					reads float64
-				}{{"A", 0.5}, {"C", 1}} {
-					var missing atomic.Uint64
-					h, el, err := runLSMPhase(ctx, threads, ops, func(i uint64, r *rand.Rand) error {
-						k := ycsbKey(pick(r))
-						if r.Float64() < wl.reads {
-							ok, err := e.get(k)
-							if !ok {
-								missing.Add(1)
-							}
-							return err
-						}
-						return e.set(k, value(r))
-					})
+				var phases []lsmPhase
+				for _, open := range order {
+					e, err := open()
+					if err != nil {
+						return err
+					}
+					w0, err := procWchar()
 					if err != nil {
 						e.close()
-						return fmt.Errorf("%s %s: %w", e.name(), wl.name, err)
+						return err
 					}
-					if missing.Load() > 0 {
+					h, el, err := runLSMPhase(ctx, threads, records, func(i uint64, r *rand.Rand) error {
+						return e.set(ycsbKey(i), value(r))
+					})
+					settleStart := time.Now()
+					if err == nil {
+						err = e.settle(ctx)
+					}
+					if err != nil {
 						e.close()
-						return fmt.Errorf("%s %s: %d reads missed loaded keys", e.name(), wl.name, missing.Load())
+						return fmt.Errorf("%s load: %w", e.name(), err)
 					}
-					rep.Phases = append(rep.Phases, phaseOf(e.name(), wl.name, ops, h, el, 0))
+					w1, _ := procWchar()
+					phases = append(phases, phaseOf(e.name(), "load", records, h, el, float64(w1-w0)/userBytes))
+					fmt.Fprintf(cmd.ErrOrStderr(), "%s: load %d records in %s, settled in %s\n", e.name(), records, el.Round(time.Millisecond), time.Since(settleStart).Round(time.Millisecond))
+					for _, wl := range []struct {
+						name  string
+						reads float64
+					}{{"A", 0.5}, {"C", 1}} {
+						var missing atomic.Uint64
+						h, el, err := runLSMPhase(ctx, threads, ops, func(i uint64, r *rand.Rand) error {
+							k := ycsbKey(pick(r))
+							if r.Float64() < wl.reads {
+								ok, err := e.get(k)
+								if !ok {
+									missing.Add(1)
+								}
+								return err
+							}
+							return e.set(k, value(r))
+						})
+						if err != nil {
+							e.close()
+							return fmt.Errorf("%s %s: %w", e.name(), wl.name, err)
+						}
+						if missing.Load() > 0 {
+							e.close()
+							return fmt.Errorf("%s %s: %d reads missed loaded keys", e.name(), wl.name, missing.Load())
+						}
+						phases = append(phases, phaseOf(e.name(), wl.name, ops, h, el, 0))
+					}
+					if err := e.close(); err != nil {
+						return err
+					}
 				}
-				if err := e.close(); err != nil {
-					return err
+				rep.Runs = append(rep.Runs, phases)
+				if !keep {
+					os.RemoveAll(runDir)
 				}
 			}
+			rep.Phases = medianPhases(rep.Runs)
 			byKey := map[string]lsmPhase{}
 			for _, p := range rep.Phases {
 				byKey[p.Engine+"/"+p.Workload] = p
@@ -540,6 +601,7 @@ write amplification on Load.`,
 	f.Int64Var(&cache, "cache", 64<<20, "block cache bytes, both engines")
 	f.StringVar(&dist, "distribution", "zipfian", "key choice for A and C: zipfian or uniform")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.IntVar(&repeat, "repeat", 3, "runs; engines alternate going first, and the report gives medians")
 	return cmd
 }
 
@@ -565,7 +627,7 @@ func phaseOf(engine, wl string, ops uint64, h *bench.Histogram, el time.Duration
 }
 
 func printLSMReport(w io.Writer, rep lsmReport) {
-	fmt.Fprintf(w, "%d records of %d bytes, %d ops, %d threads, %s\n", rep.Records, rep.ValueSize, rep.Ops, rep.Threads, rep.Dist)
+	fmt.Fprintf(w, "%d records of %d bytes, %d ops, %d threads, %s; medians of %d runs\n", rep.Records, rep.ValueSize, rep.Ops, rep.Threads, rep.Dist, len(rep.Runs))
 	fmt.Fprintf(w, "%-8s %-5s %12s %10s %10s %9s\n", "engine", "wl", "ops/s", "p50 µs", "p99 µs", "w-amp")
 	for _, p := range rep.Phases {
 		wa := ""

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/bench"
@@ -427,13 +428,15 @@ func newBenchLSMCmd(g *globals) *cobra.Command {
 		memtable, cache    int64
 		asJSON, keep       bool
 		repeat             int
+		pebbleCompression  string
 	)
 	cmd := &cobra.Command{
 		Use:   "lsm",
 		Short: "kv/lsm vs Pebble: YCSB Load, A and C on a local directory",
 		Long: `lsm loads --records records of --value-size random bytes into kv/lsm and
 into Pebble (v2) in turn, each in its own directory under --dir, with the
-same memtable size, block cache and threads, and runs YCSB A (50% reads,
+same memtable size, block cache and threads, and with Pebble's blocks
+uncompressed like kv/lsm's (--pebble-compression), and runs YCSB A (50% reads,
 50% updates) and C (100% reads) with --ops operations over a zipfian
 (theta 0.99, scrambled) or uniform key choice. Writes are not synced. It
 reports throughput, p50/p99 latency and, for Load, write amplification:
@@ -458,6 +461,9 @@ write amplification on Load.`,
 			}
 			if !keep {
 				defer os.RemoveAll(base)
+			}
+			if pebbleCompression != "none" && pebbleCompression != "snappy" {
+				return fmt.Errorf("--pebble-compression %q: want none or snappy", pebbleCompression)
 			}
 			var zipf *zipfian
 			switch dist {
@@ -491,9 +497,13 @@ write amplification on Load.`,
 				},
 				func() (lsmEngine, error) {
 					c := pebble.NewCache(cache)
-					d, err := pebble.Open(filepath.Join(runDir, "pebble"), &pebble.Options{
-						Cache: c, MemTableSize: uint64(memtable), Logger: pebbleLog{log},
-					})
+					po := &pebble.Options{Cache: c, MemTableSize: uint64(memtable), Logger: pebbleLog{log}}
+					if pebbleCompression == "none" {
+						for i := range po.Levels {
+							po.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+						}
+					}
+					d, err := pebble.Open(filepath.Join(runDir, "pebble"), po)
 					if err != nil {
 						c.Unref()
 						return nil, err
@@ -601,6 +611,8 @@ write amplification on Load.`,
 	f.Int64Var(&cache, "cache", 64<<20, "block cache bytes, both engines")
 	f.StringVar(&dist, "distribution", "zipfian", "key choice for A and C: zipfian or uniform")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&pebbleCompression, "pebble-compression", "none",
+		"Pebble's block compression: none (as kv/lsm's tables) or snappy (Pebble's default)")
 	f.IntVar(&repeat, "repeat", 3, "runs; engines alternate going first, and the report gives medians")
 	return cmd
 }

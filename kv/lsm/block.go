@@ -144,8 +144,44 @@ func parseBlock(data []byte) (block, error) {
 		}
 		prev = r
 	}
-	if ro > 0 && n == 0 {
-		return block{}, fmt.Errorf("%w: entries without restarts", errBlockFormat)
+	// Walk the entries once: each must lie within the entries region,
+	// and each restart must be an entry's start with nothing shared, so
+	// that iterating forward and backward see the same entries.
+	next := 0 // index of the next restart to meet
+	prevKeyLen := uint64(0)
+	for off := 0; off < ro; {
+		if next < int(n) {
+			r := int(binary.LittleEndian.Uint32(data[ro+4*next:]))
+			if r < off {
+				return block{}, fmt.Errorf("%w: restart %d at %d is inside an entry", errBlockFormat, next, r)
+			}
+			if r == off {
+				next++
+				prevKeyLen = 0
+			}
+		}
+		p := data[off:ro]
+		shared, n1 := binary.Uvarint(p)
+		if n1 <= 0 {
+			return block{}, fmt.Errorf("%w: entry at %d", errBlockFormat, off)
+		}
+		unshared, n2 := binary.Uvarint(p[n1:])
+		if n2 <= 0 {
+			return block{}, fmt.Errorf("%w: entry at %d", errBlockFormat, off)
+		}
+		vlen, n3 := binary.Uvarint(p[n1+n2:])
+		h := n1 + n2 + n3
+		if n3 <= 0 || shared > prevKeyLen || unshared > uint64(len(p)-h) || vlen > uint64(len(p)-h)-unshared {
+			return block{}, fmt.Errorf("%w: entry at %d", errBlockFormat, off)
+		}
+		prevKeyLen = shared + unshared
+		off += h + int(unshared) + int(vlen)
+	}
+	if ro == 0 && n == 1 {
+		next = 1 // an empty block: its one restart points at the end
+	}
+	if next != int(n) {
+		return block{}, fmt.Errorf("%w: restart %d is not at an entry", errBlockFormat, next)
 	}
 	return block{data: data, restartOff: ro, numRestarts: int(n)}, nil
 }

@@ -36,6 +36,16 @@ var (
 // Leaders follow each other, so seqs are assigned, logged, applied and
 // published in one order.
 //
+// Durability: a write with Sync is on disk, with every write committed
+// before it, when the call returns. Records of unsynced writes are
+// gathered and written in 64 KiB pieces, so a crash — of the machine or
+// just the process — may lose the last unsynced writes, never part of a
+// batch and never a write followed by a surviving earlier one's loss.
+//
+// Errors: a failed WAL or MANIFEST write, flush or compaction is sticky:
+// the store turns read-only and every later write returns that error.
+// Reopen it to recover.
+//
 // Invariants:
 //   - visibleSeq <= logSeq; every entry with seq <= visibleSeq is in a
 //     memtable of the current read state or in the current version.

@@ -21,13 +21,22 @@
 //     residency query) and the table cache of open readers.
 //   - version.go: FileMeta, VersionEdit (encodable; Version.Apply is
 //     public so a replica can apply another instance's edits) and Version.
-//   - db.go: Open and recovery, the commit pipeline (group commit, WAL,
-//     per-write Sync), memtable rotation, stalls, flushes, Get, snapshots.
+//   - options.go: Options, WriteOptions, IterOptions.
+//   - db.go: Open and recovery, the commit pipeline (group commit with
+//     concurrent memtable inserts, WAL, per-write Sync), memtable
+//     rotation, write slowdowns and stalls, flushes, MANIFEST rotation,
+//     Get, snapshots.
 //   - dbiter.go, iter.go, rangedel.go: the user Iterator over a merging
 //     iterator of memtables, L0 tables and level iterators, with MVCC
 //     visibility and range tombstones applied.
 //   - compaction.go: CompactionTask, which runs against a TaskEnv and
 //     knows nothing of the engine; picker.go: leveled picking by score,
 //     trivial moves, Compact.
-//   - metrics.go: Metrics.
+//   - metrics.go: Metrics, and Resident.
+//
+// Tests run on an in-memory vfs that keeps only synced bytes and synced
+// directory entries across a simulated crash (memfs_test.go); the model
+// test (model_test.go) checks random operations against a map, the crash
+// tests (crash_test.go, kill_test.go) recovery at every file-system
+// operation and after SIGKILL.
 package lsm

@@ -39,8 +39,8 @@ var (
 // Durability: a write with Sync is on disk, with every write committed
 // before it, when the call returns. Records of unsynced writes are
 // gathered and written in 64 KiB pieces, so a crash — of the machine or
-// just the process — may lose the last unsynced writes, never part of a
-// batch and never a write followed by a surviving earlier one's loss.
+// just the process — may lose the last unsynced writes, but what survives
+// is always a prefix of the commit order, of whole batches.
 //
 // Errors: a failed WAL or MANIFEST write, flush or compaction is sticky:
 // the store turns read-only and every later write returns that error.

@@ -83,6 +83,12 @@ type DB struct {
 	// logNum is the current version's LogNumber; guarded by manifestMu.
 	logNum uint64
 
+	// rsMu guards rs, the read state new reads take (readers share it,
+	// read-only); it is replaced under mu and rsMu.
+	rsMu     sync.RWMutex
+	rs       readState
+	isClosed atomic.Bool
+
 	mu sync.Mutex
 	// Guarded by mu:
 	mem         *memTable
@@ -432,20 +438,40 @@ func (d *DB) installLocked(v *Version) {
 			f.refs.Add(1)
 		}
 	}
-	v.refs = 1
+	v.refs.Store(1)
 	old := d.current
 	d.current = v
+	d.publishReadStateLocked()
 	if old != nil {
 		d.unrefVersionLocked(old)
 	}
 	d.notifyLocked()
 }
 
+// publishReadStateLocked makes the current memtables and version what new
+// reads see. Call it, with mu held, whenever mem, imm or current change.
+func (d *DB) publishReadStateLocked() {
+	rs := readState{mems: make([]*memTable, 0, len(d.imm)+1), v: d.current}
+	if d.mem != nil {
+		rs.mems = append(rs.mems, d.mem)
+	}
+	for i := len(d.imm) - 1; i >= 0; i-- {
+		rs.mems = append(rs.mems, d.imm[i])
+	}
+	d.rsMu.Lock()
+	d.rs = rs
+	d.rsMu.Unlock()
+}
+
 func (d *DB) unrefVersionLocked(v *Version) {
-	v.refs--
-	if v.refs > 0 {
+	if v.refs.Add(-1) > 0 {
 		return
 	}
+	d.releaseVersionLocked(v)
+}
+
+// releaseVersionLocked drops a dead version's references to its tables.
+func (d *DB) releaseVersionLocked(v *Version) {
 	for _, fs := range v.Levels {
 		for _, f := range fs {
 			if f.refs.Add(-1) == 0 {
@@ -520,10 +546,11 @@ func (d *DB) logAndApply(e *VersionEdit, onInstall func()) error {
 		d.logNum = e.LogNumber
 	}
 	d.mu.Lock()
-	d.installLocked(nv)
 	if onInstall != nil {
-		onInstall()
+		onInstall() // before installLocked publishes, so readers see both at once
 	}
+	d.installLocked(nv)
+	d.maybeScheduleLocked()
 	d.mu.Unlock()
 	d.deleteObsolete()
 	if d.manifestSize > d.opts.MaxManifestFileSize {
@@ -849,6 +876,7 @@ func (d *DB) makeRoomForWrite(size int) (*memTable, error) {
 		if d.mem.empty() {
 			// One batch bigger than a memtable: give it its own.
 			d.mem = newMemTable(max(d.opts.MemTableSize, size), d.mem.logNum)
+			d.publishReadStateLocked()
 			return d.mem, nil
 		}
 		if len(d.imm)+1 >= d.opts.MemTableStopWritesThreshold || l0 >= d.opts.L0StopWritesThreshold ||
@@ -902,6 +930,7 @@ func (d *DB) rotateLocked(capacity int) error {
 	d.wal, d.walNum = f, num
 	d.imm = append(d.imm, d.mem)
 	d.mem = newMemTable(capacity, num)
+	d.publishReadStateLocked()
 	d.maybeScheduleLocked()
 	return nil
 }
@@ -991,7 +1020,6 @@ func (d *DB) flush(m *memTable, snaps []SeqNum) error {
 			d.m.flushBytes += meta.Size
 			d.m.levelWritten[0] += meta.Size
 		}
-		d.maybeScheduleLocked()
 	})
 	if err != nil {
 		return err
@@ -1085,6 +1113,7 @@ func (d *DB) Close() error {
 		return ErrClosed
 	}
 	d.closed = true
+	d.isClosed.Store(true)
 	d.notifyLocked()
 	d.mu.Unlock()
 	d.bgWG.Wait()
@@ -1114,24 +1143,25 @@ type readState struct {
 	v    *Version
 }
 
+// loadReadState returns what a read sees now, holding a reference to its
+// version. It takes no lock but rsMu's read side.
 func (d *DB) loadReadState() (readState, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.closed {
+	if d.isClosed.Load() {
 		return readState{}, ErrClosed
 	}
-	rs := readState{mems: make([]*memTable, 0, len(d.imm)+1), v: d.current}
-	rs.mems = append(rs.mems, d.mem)
-	for i := len(d.imm) - 1; i >= 0; i-- {
-		rs.mems = append(rs.mems, d.imm[i])
-	}
-	d.current.refs++
+	d.rsMu.RLock()
+	rs := d.rs
+	rs.v.refs.Add(1)
+	d.rsMu.RUnlock()
 	return rs, nil
 }
 
 func (d *DB) releaseReadState(rs readState) {
+	if rs.v.refs.Add(-1) > 0 {
+		return
+	}
 	d.mu.Lock()
-	d.unrefVersionLocked(rs.v)
+	d.releaseVersionLocked(rs.v)
 	d.mu.Unlock()
 	d.deleteObsolete()
 }

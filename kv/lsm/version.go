@@ -261,9 +261,11 @@ type Version struct {
 	Levels [NumLevels][]*FileMeta
 	// sizes caches each level's total table size; set by Apply.
 	sizes [NumLevels]uint64
-	// refs counts users (the current pointer, iterators, gets,
-	// compactions); guarded by DB.mu.
-	refs int
+	// refs counts users (the current pointer, iterators, gets). It
+	// only rises while the version is current (a reader takes a
+	// reference under DB.rsMu, which installing a new version excludes),
+	// so once it falls to zero it stays there.
+	refs atomic.Int32
 }
 
 // Apply returns the version that results from applying e to v. It checks

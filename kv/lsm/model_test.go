@@ -12,6 +12,8 @@ import (
 	"slices"
 	"sort"
 	"testing"
+
+	"github.com/nearstore/nearstore/vfs"
 )
 
 // model is the reference: a map of live keys, copied whole for snapshots.
@@ -65,7 +67,7 @@ func (it *modelIter) prev() bool {
 type modelRun struct {
 	t     *testing.T
 	rng   *rand.Rand
-	fs    *memFS
+	fs    vfs.FS
 	opts  Options
 	d     *DB
 	m     model

@@ -220,7 +220,7 @@ func TestCrashOnOffloadFS(t *testing.T) {
 	if testing.Short() {
 		step = 20
 	}
-	points := 0
+	points, crashes := 0, 0
 	rng := rand.New(rand.NewPCG(8, 9))
 	for n := 0; n < total; n += step {
 		points++
@@ -234,6 +234,11 @@ func TestCrashOnOffloadFS(t *testing.T) {
 			}
 			fsys.Close()
 		}
+		dev.mu.Lock()
+		if dev.crashed {
+			crashes++
+		}
+		dev.mu.Unlock()
 		img := dev.crashImage(rng)
 		fsys2, err := mountDev(t, img)
 		if err != nil {
@@ -254,5 +259,8 @@ func TestCrashOnOffloadFS(t *testing.T) {
 		d2.Close()
 		fsys2.Close()
 	}
-	t.Logf("%d crash points over %d device operations", points, total)
+	if crashes < points*9/10 {
+		t.Fatalf("only %d of %d runs crashed", crashes, points)
+	}
+	t.Logf("%d crash points over %d device operations", crashes, total)
 }

@@ -1090,7 +1090,14 @@ func (d *DB) Flush(ctx context.Context) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for len(d.imm) > 0 {
+	if len(d.imm) == 0 {
+		return d.bgErr
+	}
+	// Wait for the newest immutable memtable now (ours, or one rotated
+	// after it) to be flushed: flushes go oldest first, and memtables
+	// rotated later by other writers need not hold us up.
+	last := d.imm[len(d.imm)-1]
+	for slices.Contains(d.imm, last) {
 		if d.bgErr != nil {
 			return d.bgErr
 		}

@@ -1,0 +1,123 @@
+package lsm
+
+import "log/slog"
+
+// Options configure Open. The zero value is usable: every field has a
+// default, applied by Open.
+type Options struct {
+	// MemTableSize is the arena size of a memtable in bytes (default
+	// 4 MiB). A batch larger than it gets a memtable of its own size.
+	MemTableSize int
+	// MemTableStopWritesThreshold is the number of memtables (the
+	// mutable one included) at which writes stall until a flush
+	// finishes (default 4).
+	MemTableStopWritesThreshold int
+	// L0CompactionThreshold is the L0 table count at which L0 is
+	// compacted into L1 (default 4).
+	L0CompactionThreshold int
+	// L0SlowdownWritesThreshold is the L0 table count at which each
+	// commit is delayed by a millisecond (default 12).
+	L0SlowdownWritesThreshold int
+	// L0StopWritesThreshold is the L0 table count at which a full
+	// memtable is not rotated: writes stall until compaction catches up
+	// (default 20).
+	L0StopWritesThreshold int
+	// SoftPendingCompactionBytes is the estimate of bytes compaction is
+	// behind (levels' sizes above their targets) at which each commit is
+	// delayed by a millisecond (default 64 GiB);
+	// HardPendingCompactionBytes the one at which a full memtable is not
+	// rotated (default 256 GiB).
+	SoftPendingCompactionBytes, HardPendingCompactionBytes uint64
+	// LBaseMaxBytes is L1's target size (default 64 MiB); each level
+	// below is LevelMultiplier times bigger.
+	LBaseMaxBytes int64
+	// LevelMultiplier is the size ratio of adjacent levels (default 10).
+	LevelMultiplier int
+	// TargetFileSize is the size compaction cuts L1 tables at (default
+	// 2 MiB); each level below doubles it.
+	TargetFileSize int64
+	// MaxConcurrentCompactions bounds background compactions (default
+	// 1). Flushes run apart from them.
+	MaxConcurrentCompactions int
+	// DisableAutomaticCompactions leaves compaction to Compact.
+	DisableAutomaticCompactions bool
+	// BlockCacheSize is the block cache's byte budget (default 8 MiB;
+	// negative: no cache).
+	BlockCacheSize int64
+	// TableCacheSize is the number of tables kept open (default 500).
+	TableCacheSize int
+	// MaxManifestFileSize is the MANIFEST size past which the next
+	// version change starts a new one holding the whole version (default
+	// 64 MiB).
+	MaxManifestFileSize int64
+	// Table shapes the tables written.
+	Table TableOptions
+	// Logger receives flush, compaction and error events (default
+	// slog.Default()).
+	Logger *slog.Logger
+}
+
+func (o *Options) setDefaults() {
+	if o.MemTableSize <= 0 {
+		o.MemTableSize = 4 << 20
+	}
+	if o.MemTableStopWritesThreshold <= 1 {
+		o.MemTableStopWritesThreshold = 4
+	}
+	if o.L0CompactionThreshold <= 0 {
+		o.L0CompactionThreshold = 4
+	}
+	if o.L0SlowdownWritesThreshold <= 0 {
+		o.L0SlowdownWritesThreshold = 12
+	}
+	if o.L0StopWritesThreshold <= 0 {
+		o.L0StopWritesThreshold = 20
+	}
+	if o.SoftPendingCompactionBytes == 0 {
+		o.SoftPendingCompactionBytes = 64 << 30
+	}
+	if o.HardPendingCompactionBytes == 0 {
+		o.HardPendingCompactionBytes = 256 << 30
+	}
+	if o.LBaseMaxBytes <= 0 {
+		o.LBaseMaxBytes = 64 << 20
+	}
+	if o.LevelMultiplier <= 1 {
+		o.LevelMultiplier = 10
+	}
+	if o.TargetFileSize <= 0 {
+		o.TargetFileSize = 2 << 20
+	}
+	if o.MaxConcurrentCompactions <= 0 {
+		o.MaxConcurrentCompactions = 1
+	}
+	if o.BlockCacheSize == 0 {
+		o.BlockCacheSize = 8 << 20
+	}
+	if o.TableCacheSize <= 0 {
+		o.TableCacheSize = 500
+	}
+	if o.MaxManifestFileSize <= 0 {
+		o.MaxManifestFileSize = 64 << 20
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// WriteOptions control one write. A nil *WriteOptions is NoSync.
+type WriteOptions struct {
+	// Sync: the write is durable (its WAL record synced) before the call
+	// returns. A synced write also makes every write committed before it
+	// durable.
+	Sync bool
+}
+
+// IterOptions bound an iterator. A nil *IterOptions means no bounds.
+type IterOptions struct {
+	// LowerBound, if set, is the smallest key the iterator returns.
+	LowerBound []byte
+	// UpperBound, if set, is the exclusive upper bound of the keys it
+	// returns.
+	UpperBound []byte
+}

@@ -119,3 +119,7 @@ func (s *Target) Metric(name string, want map[string]string) float64 {
 	s.t.Helper()
 	return metricstest.Sum(s.t, s.reg, name, want)
 }
+
+// Server is the running target's server, for what runs in the target's
+// process (an offload engine admitting its direct I/O through the grants).
+func (s *Target) Server() *target.Server { return s.srv }

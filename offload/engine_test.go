@@ -287,6 +287,16 @@ func TestOffloadRejectedRunsLocally(t *testing.T) {
 				t.Fatal("the task ran on the engine, which should have turned it away")
 			}
 			mustEqual(t, "b", r.contents(r.fsys, "b"), data)
+			reason := map[offload.Policy]string{offload.PolicyCPU: "cpu", offload.PolicyTokens: "token"}[adm.Policy]
+			if got := r.metric("nearstore_offload_client_rejected_total", map[string]string{"reason": reason}); got != 1 {
+				t.Errorf("rejected_total{reason=%s} = %v, want 1", reason, got)
+			}
+			if got := r.metric("nearstore_offload_client_tasks_total", map[string]string{"where": "local"}); got != 1 {
+				t.Errorf("client_tasks_total{where=local} = %v, want 1", got)
+			}
+			if got := r.metric("nearstore_offload_client_tasks_total", map[string]string{"where": "engine"}); got != 0 {
+				t.Errorf("client_tasks_total{where=engine} = %v, want 0", got)
+			}
 			fsck(t, r.fsys)
 		})
 	}

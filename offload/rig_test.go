@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/metricstest"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -39,6 +42,7 @@ type rig struct {
 	target *testtarget.Target
 	ns     *host.Namespace // the owner's
 	fsys   *offloadfs.FS
+	reg    *prometheus.Registry // the last engine's and its client's metrics
 }
 
 func newRig(t testing.TB) *rig {
@@ -75,6 +79,12 @@ func (r *rig) mount() *offloadfs.FS {
 		}
 	})
 	return fsys
+}
+
+// metric sums the metric's samples with labels want.
+func (r *rig) metric(name string, want map[string]string) float64 {
+	r.t.Helper()
+	return metricstest.Sum(r.t, r.reg, name, want)
 }
 
 func (r *rig) connect(hostNQN string) *host.Namespace {
@@ -126,6 +136,9 @@ func (r *rig) engine(kind engineKind, cfg offload.Config) (*offload.Engine, *off
 			return srv.AdmitGranted(rigNQN, 1, engineNQN, lba, n, write)
 		}
 	}
+	r.reg = prometheus.NewRegistry()
+	metrics := offload.NewMetrics(r.reg)
+	cfg.Metrics = metrics
 	e, err := offload.NewEngine(cfg)
 	if err != nil {
 		r.t.Fatal(err)
@@ -142,7 +155,7 @@ func (r *rig) engine(kind engineKind, cfg offload.Config) (*offload.Engine, *off
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	c, err := offload.Dial(ln.Addr().String(), offload.ClientOptions{Name: "client-a", Local: local})
+	c, err := offload.Dial(ln.Addr().String(), offload.ClientOptions{Name: "client-a", Local: local, Metrics: metrics})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -63,9 +63,16 @@ func (c *Client) Close() error { return c.conn.Close() }
 // Addr returns the engine's address.
 func (c *Client) Addr() string { return c.addr }
 
+// connectWait is how long Info waits for an engine that is not (yet)
+// listening, when ctx allows longer: an engine started a moment ago is
+// found, a wrong address still fails soon.
+const connectWait = 10 * time.Second
+
 // Info asks the engine for its description and load.
 func (c *Client) Info(ctx context.Context) (Info, error) {
-	r, err := c.rpc.Info(ctx, &offloadpb.InfoRequest{})
+	ctx, cancel := context.WithTimeout(ctx, connectWait)
+	defer cancel()
+	r, err := c.rpc.Info(ctx, &offloadpb.InfoRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		return Info{}, fmt.Errorf("offload: engine %s: %w", c.addr, fromStatus(err))
 	}

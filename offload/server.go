@@ -15,7 +15,7 @@ import (
 
 // maxMessage bounds a gRPC message either way: a task's output
 // (MaxOutput) or a request's files and arguments, with room to spare.
-const maxMessage = 16 << 20
+const maxMessage = 64 << 20
 
 // Server serves an engine over gRPC.
 type Server struct {

@@ -17,7 +17,7 @@ import (
 type Task func(ctx context.Context, env *Env, args []byte) ([]byte, error)
 
 // MaxOutput bounds a task's returned bytes.
-const MaxOutput = 4 << 20
+const MaxOutput = 32 << 20
 
 // Errors of tasks and requests.
 var (

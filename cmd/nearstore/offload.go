@@ -20,6 +20,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/offload"
+	"github.com/nearstore/nearstore/offload/prep"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
@@ -59,8 +60,12 @@ func (e *engineFlags) config(dev offload.Device, log *slog.Logger, reg prometheu
 	if err != nil {
 		return offload.Config{}, usageErrorf("cache %q: %v", e.cache, err)
 	}
+	tasks, err := engineTasks()
+	if err != nil {
+		return offload.Config{}, err
+	}
 	cfg := offload.Config{
-		HostNQN: e.hostNQN, Device: dev, Tasks: offload.StandardTasks(), CacheBytes: cache,
+		HostNQN: e.hostNQN, Device: dev, Tasks: tasks, CacheBytes: cache,
 		Admission:   offload.Admission{Policy: pol, CPUThreshold: e.cpu, Tokens: e.tokens, TokenTTL: e.tokenTTL},
 		TaskTimeout: e.taskTimeout, Logger: log,
 	}
@@ -68,6 +73,16 @@ func (e *engineFlags) config(dev offload.Device, log *slog.Logger, reg prometheu
 		cfg.Metrics = offload.NewMetrics(reg)
 	}
 	return cfg, nil
+}
+
+// engineTasks are the tasks every engine of this binary runs: the
+// standard ones and OffloadPrep's.
+func engineTasks() (*offload.Registry, error) {
+	r := offload.StandardTasks()
+	if err := prep.Register(r); err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // serve runs an engine on listen until ctx ends; ready is called once it
@@ -133,7 +148,7 @@ func newOffloadCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "offload",
 		Short: "Run offload engines, and offload tasks to them",
-		Long: `An offload engine runs whole tasks (registered Go code: copy, crc32c) on
+		Long: `An offload engine runs whole tasks (registered Go code: copy, crc32c, prep) on
 blocks a file system's owner grants it. It runs on the storage node, in
 the target's process (target serve --offload ADDR), or on a peer that
 reaches the volume over NVMe/TCP (offload serve). offload run is the
@@ -265,7 +280,11 @@ name only when the task succeeds; a failed task leaves no trace.`,
 				inputs = append(inputs, offloadfs.OffloadFile{In: f})
 			}
 			files = append(inputs, files...)
-			local, err := offload.NewEngine(offload.Config{HostNQN: "local", Device: ns, Tasks: offload.StandardTasks(), Logger: g.logger()})
+			tasks, err := engineTasks()
+			if err != nil {
+				return err
+			}
+			local, err := offload.NewEngine(offload.Config{HostNQN: "local", Device: ns, Tasks: tasks, Logger: g.logger()})
 			if err != nil {
 				return err
 			}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 
@@ -95,21 +96,51 @@ func Synthetic(seed, i uint64) ([]byte, string, error) {
 }
 
 // Generate writes count synthetic images (Synthetic) into directory dir
-// of fsys, creating it, named img-00000.jpg and on, and commits.
-// progress, if set, is called after each image.
+// of fsys, creating it, named img-00000.jpg and on, and commits. Images
+// are made on GOMAXPROCS workers and written in order. progress, if set,
+// is called after each image is written.
 func Generate(ctx context.Context, fsys *offloadfs.FS, dir string, count int, seed uint64, progress func(done int)) error {
 	if err := fsys.MkdirAll(dir); err != nil {
 		return err
 	}
+	type made struct {
+		data []byte
+		ext  string
+		err  error
+	}
+	workers := max(1, runtime.GOMAXPROCS(0))
+	results := make([]chan made, count)
+	for i := range results {
+		results[i] = make(chan made, 1)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, 2*workers) // bounds the images made ahead of the writer
+	go func() {
+		for i := range count {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				data, ext, err := Synthetic(seed, uint64(i))
+				results[i] <- made{data, ext, err}
+			}()
+		}
+	}()
 	for i := range count {
-		if err := ctx.Err(); err != nil {
-			return err
+		var m made
+		select {
+		case m = <-results[i]:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		data, ext, err := Synthetic(seed, uint64(i))
-		if err != nil {
-			return err
+		<-sem
+		if m.err != nil {
+			return m.err
 		}
-		if err := writeFile(fsys, path.Join(dir, fmt.Sprintf("img-%05d%s", i, ext)), data); err != nil {
+		if err := writeFile(fsys, path.Join(dir, fmt.Sprintf("img-%05d%s", i, m.ext)), m.data); err != nil {
 			return err
 		}
 		if progress != nil {

@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -242,4 +244,30 @@ func (p *procStat) sample() float64 {
 		return 0
 	}
 	return float64(db) / float64(dt)
+}
+
+// ProcessCPU returns a sampler of this process's CPU use as a share of
+// the machine (all CPUs) since the previous sample: for an engine whose
+// "storage node" shares its machine with other work (a benchmark's
+// clients), where the machine's use would count theirs too.
+func ProcessCPU() func() float64 {
+	var last time.Duration
+	var at time.Time
+	return func() float64 {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			return 0
+		}
+		cpu := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+		now := time.Now()
+		defer func() { last, at = cpu, now }()
+		if at.IsZero() {
+			return 0
+		}
+		wall := now.Sub(at) * time.Duration(runtime.NumCPU())
+		if wall <= 0 {
+			return 0
+		}
+		return min(1, float64(cpu-last)/float64(wall))
+	}
 }

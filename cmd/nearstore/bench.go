@@ -25,6 +25,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newBenchLambdaCmd(g))
 	cmd.AddCommand(newBenchTPCHCmd(g))
 	cmd.AddCommand(newBenchLinkCmd(g))
+	cmd.AddCommand(newBenchPrepCmd(g), newBenchOffloadCmd(g))
 	return cmd
 }
 

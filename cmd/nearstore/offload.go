@@ -36,6 +36,7 @@ type engineFlags struct {
 	tokenTTL    time.Duration
 	cache       string
 	taskTimeout time.Duration
+	cpuOf       string
 }
 
 // flags registers the engine's flags, each name prefixed (target serve
@@ -48,6 +49,7 @@ func (e *engineFlags) flags(f *pflag.FlagSet, prefix, defaultNQN string) {
 	f.DurationVar(&e.tokenTTL, prefix+"token-ttl", 10*time.Second, "tokens policy: how long a client may keep a token")
 	f.StringVar(&e.cache, prefix+"cache", "256MiB", "offload cache budget (0: no cache)")
 	f.DurationVar(&e.taskTimeout, prefix+"task-timeout", 5*time.Minute, "a task running longer is stopped")
+	f.StringVar(&e.cpuOf, prefix+"cpu-of", "machine", "cpu policy: whose CPU use counts: machine, or process (this process's share of the machine)")
 }
 
 // config builds the engine's configuration.
@@ -68,6 +70,13 @@ func (e *engineFlags) config(dev offload.Device, log *slog.Logger, reg prometheu
 		HostNQN: e.hostNQN, Device: dev, Tasks: tasks, CacheBytes: cache,
 		Admission:   offload.Admission{Policy: pol, CPUThreshold: e.cpu, Tokens: e.tokens, TokenTTL: e.tokenTTL},
 		TaskTimeout: e.taskTimeout, Logger: log,
+	}
+	switch e.cpuOf {
+	case "machine":
+	case "process":
+		cfg.CPU = offload.ProcessCPU()
+	default:
+		return offload.Config{}, usageErrorf("cpu-of %q: want machine or process", e.cpuOf)
 	}
 	if reg != nil {
 		cfg.Metrics = offload.NewMetrics(reg)

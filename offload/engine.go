@@ -54,12 +54,12 @@ type Engine struct {
 
 // Info describes an engine.
 type Info struct {
-	HostNQN    string
-	Policy     Policy
-	CPU        float64
-	Running    int
-	TokensFree int
-	Tasks      []string
+	HostNQN    string   `json:"host_nqn"`
+	Policy     Policy   `json:"policy"`
+	CPU        float64  `json:"cpu"`
+	Running    int      `json:"running"`
+	TokensFree int      `json:"tokens_free"`
+	Tasks      []string `json:"tasks"`
 }
 
 // NewEngine checks cfg and starts an engine (for PolicyCPU, its CPU

@@ -99,8 +99,12 @@ func newTargetCmd(g *globals) *cobra.Command {
 			case err := <-served:
 				return err
 			case err := <-offloaded:
-				srv.Close()
-				return fmt.Errorf("offload engine: %w", err)
+				if err != nil {
+					srv.Close()
+					return fmt.Errorf("offload engine: %w", err)
+				}
+				<-cmd.Context().Done() // it stops only with the context
+				offloaded = nil
 			case <-cmd.Context().Done():
 			}
 			log.Info("shutting down: finishing in-flight commands", "grace", grace)
@@ -108,6 +112,9 @@ func newTargetCmd(g *globals) *cobra.Command {
 			defer cancel()
 			err = srv.Shutdown(ctx)
 			<-served
+			if offloaded != nil {
+				<-offloaded // its tasks end before the volumes close
+			}
 			return err
 		},
 	}

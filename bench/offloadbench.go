@@ -137,7 +137,7 @@ func RunOffload(ctx context.Context, cfg OffloadConfig) (*OffloadReport, error) 
 func runOffloadPolicy(ctx context.Context, cfg OffloadConfig, pol string) (*OffloadPolicy, error) {
 	args := []string{"--policy=" + pol, "--cpu-of=process", "--token-ttl=2s",
 		"--cpu-threshold=" + strconv.FormatFloat(cfg.CPUThreshold, 'f', -1, 64), "--tokens=" + strconv.Itoa(cfg.Tokens)}
-	env, err := startOffloadEnv(ctx, cfg.TargetExe, int64(cfg.Images)*256<<10+256<<20, args, false, cfg.ServerCPUs, cfg.Logger)
+	env, err := startOffloadEnv(ctx, cfg.TargetExe, int64(cfg.Images)*256<<10+256<<20, args, false, cfg.ServerCPUs, nil, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

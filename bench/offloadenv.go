@@ -36,8 +36,9 @@ const offloadNQN = "nqn.2026-11.io.nearstore:offload-bench"
 
 // startOffloadEnv starts the processes: the target with a memory volume
 // of size and its engine flags (engineArgs, without the --offload-
-// prefix), and a peer engine if peer.
-func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []string, peer bool, serverCPUs string, log *slog.Logger) (_ *offloadEnv, err error) {
+// prefix), behind link (nil: loopback), and a peer engine if peer (on
+// this side of the link, as another host would be).
+func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []string, peer bool, serverCPUs string, link *Link, log *slog.Logger) (_ *offloadEnv, err error) {
 	if exe == "" {
 		return nil, errors.New("bench: the offload benchmarks run the target as its own process (the nearstore binary)")
 	}
@@ -47,11 +48,15 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 			e.Close()
 		}
 	}()
-	addr, err := freeAddr()
+	ip, netns := loopbackIP, ""
+	if link != nil {
+		ip, netns = link.TargetIP(), link.Netns()
+	}
+	addr, err := freeAddr(ip)
 	if err != nil {
 		return nil, err
 	}
-	if e.engineAddr, err = freeAddr(); err != nil {
+	if e.engineAddr, err = freeAddr(ip); err != nil {
 		return nil, err
 	}
 	args := []string{"target", "serve", "--log-level", "warn", "--listen", addr, "--nqn", offloadNQN,
@@ -59,7 +64,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 	for _, a := range engineArgs {
 		args = append(args, strings.Replace(a, "--", "--offload-", 1))
 	}
-	if e.target, err = StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: exe, Args: args, CPUs: serverCPUs}); err != nil {
+	if e.target, err = StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: exe, Args: args, CPUs: serverCPUs, Netns: netns}); err != nil {
 		return nil, err
 	}
 	e.closers = append(e.closers, e.target.Stop)
@@ -70,7 +75,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 		return nil, err
 	}
 	if peer {
-		if e.peerAddr, err = freeAddr(); err != nil {
+		if e.peerAddr, err = freeAddr(loopbackIP); err != nil {
 			return nil, err
 		}
 		p, err := StartProcess(ctx, ProcessSpec{Name: "nearstore offload serve", Path: exe, Args: []string{
@@ -109,12 +114,13 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 	return e, nil
 }
 
-func freeAddr() (string, error) {
+// freeAddr returns ip with a port free on this side.
+func freeAddr(ip string) (string, error) {
 	port, err := FreePort()
 	if err != nil {
 		return "", err
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
+	return net.JoinHostPort(ip, strconv.Itoa(port)), nil
 }
 
 // client dials an engine as a named client that runs rejected tasks here.

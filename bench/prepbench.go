@@ -36,7 +36,10 @@ type PrepConfig struct {
 	// HostProcs limits this process (the host) to that many Ps (1).
 	HostProcs int
 	// Modes to run: host, target, peer, split (default all).
-	Modes    []string
+	Modes []string
+	// Link is the emulated link's rate between the host (and the peer)
+	// and the target ("10gbit"; "" for loopback), as bench link makes it.
+	Link     string
 	Logger   *slog.Logger
 	Progress func(string)
 }
@@ -110,7 +113,12 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 	}
 	peer := slices.Contains(cfg.Modes, "peer")
 	size := int64(cfg.Images)*256<<10 + 256<<20
-	env, err := startOffloadEnv(ctx, cfg.TargetExe, size, []string{"--policy=none"}, peer, cfg.ServerCPUs, cfg.Logger)
+	link, err := OpenLink(ctx, cfg.Link, cfg.Logger)
+	if err != nil {
+		return nil, err
+	}
+	defer link.Close()
+	env, err := startOffloadEnv(ctx, cfg.TargetExe, size, []string{"--policy=none"}, peer, cfg.ServerCPUs, link, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +153,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 	prev := runtime.GOMAXPROCS(cfg.HostProcs)
 	defer runtime.GOMAXPROCS(prev)
 	rep := &PrepReport{
-		Machine: DescribeMachine(), Link: "loopback", HostProcs: cfg.HostProcs, Images: len(names),
+		Machine: DescribeMachine(), Link: link.String(), HostProcs: cfg.HostProcs, Images: len(names),
 		Size: cfg.Size, Batch: cfg.Batch, Repeat: cfg.Repeat,
 	}
 	r := &prep.Runner{FS: env.fsys, Options: prep.Options{Size: cfg.Size}, Seed: 1, Batch: cfg.Batch}

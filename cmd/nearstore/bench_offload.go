@@ -31,10 +31,12 @@ this process, limited to --host-procs cores (Go's GOMAXPROCS), in each
 mode: host, target, peer, split (host and target take batches as they
 are free). The modes take turns, ABCD DCBA. It reports medians of images
 per second and this process's CPU per image, and the bar: offloading to
-the storage node (or splitting) at least 1.5× the host-only rate. Over
-loopback only; the emulated link is not wired in yet.`,
+the storage node (or splitting) at least 1.5× the host-only rate. --link
+RATE puts the target behind an emulated link (as bench link: a network
+namespace and a tc-shaped veth pair; loopback where that cannot be made,
+and the report says so).`,
 		Example: `  nearstore bench prep --images 400 --repeat 3 --plot prep.png
-  nearstore bench prep --modes host,target --json`,
+  nearstore bench prep --modes host,target --link 10gbit --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -68,6 +70,7 @@ loopback only; the emulated link is not wired in yet.`,
 	f.IntVar(&cfg.Repeat, "repeat", 3, "runs per mode (medians are reported)")
 	f.IntVar(&cfg.HostProcs, "host-procs", 1, "cores (GOMAXPROCS) this process, the host, may use")
 	f.StringVar(&modes, "modes", "host,target,peer,split", "modes to run, comma separated")
+	f.StringVar(&cfg.Link, "link", "", "emulated link to the target, e.g. 10gbit (default: loopback)")
 	proc.add(f, "not supported: the target runs as its own process")
 	f.StringVar(&plotFile, "plot", "", "write images/s per mode to this file (.png, .svg or .pdf)")
 	f.BoolVar(&asJSON, "json", false, "print every run, the medians and the bars as JSON")

@@ -193,11 +193,24 @@ func (e *Env) deviceIO(f *File, p []byte, off uint64, write bool) error {
 // outside its grants.
 var errAccessDenied error = &nvme.StatusError{Status: nvme.StatusAccessDenied}
 
+// contextDevice is a Device whose I/O a context can cancel
+// (*host.Namespace): a task's I/O then ends with its run.
+type contextDevice interface {
+	ReadAtContext(ctx context.Context, p []byte, off int64) (int, error)
+	WriteAtContext(ctx context.Context, p []byte, off int64) (int, error)
+}
+
 func (e *Env) move(p []byte, at int64, write bool) error {
 	var err error
-	if write {
+	cd, ok := e.dev.(contextDevice)
+	switch {
+	case ok && write:
+		_, err = cd.WriteAtContext(e.ctx, p, at)
+	case ok:
+		_, err = cd.ReadAtContext(e.ctx, p, at)
+	case write:
 		_, err = e.dev.WriteAt(p, at)
-	} else {
+	default:
 		_, err = e.dev.ReadAt(p, at)
 	}
 	if errors.Is(err, errAccessDenied) {

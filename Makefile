@@ -3,7 +3,7 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 FUZZTIME    ?= 30s
 
-.PHONY: all build demo test test-short lint fuzz interop-deps bench-deps clean crash
+.PHONY: all build demo test test-short lint fuzz interop-deps bench-deps clean crash proto
 
 all: build
 
@@ -66,3 +66,19 @@ functions:
 
 functions-check:
 	bash scripts/build-functions.sh --check
+
+# The offload engine's gRPC code: offload/offloadpb/offload.proto to
+# offload.pb.go and offload_grpc.pb.go (committed). The plugins are pinned
+# here and built into bin/; protoc is Debian's (apt-get install
+# protobuf-compiler, 3.21.12 on bookworm), whose version the generated
+# files name.
+PROTOC_GEN_GO      ?= google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+PROTOC_GEN_GO_GRPC ?= google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.6.0
+proto:
+	@command -v protoc >/dev/null || { echo "protoc missing: apt-get install protobuf-compiler"; exit 1; }
+	GOBIN=$(CURDIR)/bin GOFLAGS= $(GO) install $(PROTOC_GEN_GO)
+	GOBIN=$(CURDIR)/bin GOFLAGS= $(GO) install $(PROTOC_GEN_GO_GRPC)
+	PATH=$(CURDIR)/bin:$$PATH protoc -I offload/offloadpb \
+	  --go_out=offload/offloadpb --go_opt=paths=source_relative \
+	  --go-grpc_out=offload/offloadpb --go-grpc_opt=paths=source_relative \
+	  offload/offloadpb/offload.proto

@@ -481,6 +481,9 @@ func (fsys *FS) growFile(in *inode, need, want uint64) error {
 // checked lies inside the allocation; callers hold in.io.
 func (fsys *FS) dataIO(in *inode, p []byte, off uint64, write bool) error {
 	bs := fsys.bs
+	if write {
+		in.writes.Add(1)
+	}
 	i := in.find(off / bs)
 	for len(p) > 0 {
 		if i >= len(in.ext) {
@@ -518,6 +521,7 @@ func (fsys *FS) dataIO(in *inode, p []byte, off uint64, write bool) error {
 // zeroData zeroes file bytes [off, off+n), inside the allocation.
 func (fsys *FS) zeroData(in *inode, off, n uint64) error {
 	bs := fsys.bs
+	in.writes.Add(1)
 	i := in.find(off / bs)
 	for n > 0 {
 		if i >= len(in.ext) {

@@ -158,6 +158,7 @@ type FS struct {
 	exec     pushdown.Executor
 	ctr      counters
 	grantSeq atomic.Uint64
+	tagBase  uint64     // random per mount: contentTag's
 	grantMu  sync.Mutex // guards grants
 	grants   map[uint64]*Grant
 	grantWG  sync.WaitGroup // expiry goroutines
@@ -298,6 +299,7 @@ func mount(ctx context.Context, dev Device, opts Options, o *ownership) (*FS, er
 	}
 	fsys.owner = o
 	fsys.grantSeq.Store(newGrantSeq())
+	fsys.tagBase = newGrantSeq()
 	fsys.specMin = max(1, (64<<10)/fsys.bs)
 	fsys.specMax = max(1, (1<<20)/fsys.bs)
 	logCap := sb.journalBlocks - 2

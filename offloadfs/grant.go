@@ -55,6 +55,7 @@ type Grant struct {
 	mode    pushdown.GrantMode
 	extents []pushdown.Extent
 	ins     []*inode
+	maps    []pushdown.File // each of ins's map as granted
 	expires time.Time
 	timer   *time.Timer
 
@@ -118,6 +119,7 @@ func (fsys *FS) Grant(ctx context.Context, grantee string, files []*File, mode p
 			return nil, pathErr("grant", f.name, err)
 		}
 		g.ins = append(g.ins, f.in)
+		g.maps = append(g.maps, m)
 		g.extents = appendMerged(g.extents, m.Extents)
 	}
 	switch {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nearstore/nearstore/pushdown"
@@ -49,6 +50,12 @@ type inode struct {
 	// exclusively and FS.mu held, like the extent map.
 	grantEnd uint64
 	grantBy  map[uint64]uint64
+
+	// writes counts the writes into the file's bytes since the mount
+	// (overwrites included, which leave the version alone): with the
+	// version it tells an offload engine's cache whether bytes it holds
+	// are still the file's (contentTag).
+	writes atomic.Uint64
 }
 
 // record returns the inode as stored.

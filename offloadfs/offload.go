@@ -278,6 +278,9 @@ func (f *File) RemoteLambdaWrite(ctx context.Context, fn sandbox.ID, off int64, 
 		return 0, err
 	}
 	c := &call{op: opLambdaWrite, fn: fn, files: []*File{f}, start: start, params: params, data: data}
+	// Counted once the write is over, wherever it ran (contentTag); a
+	// grant, which takes the tag, waits for the inode lock this call holds.
+	defer in.writes.Add(1)
 	fsys.ctr.requests.Add(1)
 	if err := f.growForLambda(ctx, uint64(off)+uint64(n)); err != nil {
 		return 0, pathErr(op, f.name, err)

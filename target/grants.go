@@ -403,3 +403,39 @@ func (s *session) admitFunction(r *request, req *pushdown.Request) (grantRefs, n
 	}
 	return s.admit(r, rs)
 }
+
+// ErrNotGranted refuses AdmitGranted: the blocks lie outside the host's
+// unexpired grants (or, for a write, its read-write grants).
+var ErrNotGranted = errors.New("target: blocks not granted to the host")
+
+// AdmitGranted admits I/O that a process in the target's own process
+// does on a host's behalf straight on a namespace's backend (an offload
+// engine reading the volume directly), as if the host had sent it:
+// blocks [lba, lba+n) of namespace nsid of subsystem subnqn must lie
+// inside hostNQN's unexpired grants, read-write ones for a write. Unlike
+// a command, it refuses a host that holds no grant at all: such I/O has
+// no owner who allowed it. On success the caller calls done when the I/O
+// has finished; a Grant Release waits for it, so after the release
+// completes the I/O is over, as for a command.
+func (s *Server) AdmitGranted(subnqn string, nsid uint32, hostNQN string, lba, n uint64, write bool) (done func(), err error) {
+	ss := s.subsys[subnqn]
+	if ss == nil {
+		return nil, fmt.Errorf("target: no subsystem %q", subnqn)
+	}
+	ns := ss.namespace(nsid)
+	if ns == nil {
+		return nil, fmt.Errorf("target: subsystem %q has no namespace %d", subnqn, nsid)
+	}
+	m := s.meta(ss, ns, false)
+	if m == nil || m.grants.view.Load() == nil {
+		return nil, ErrNotGranted
+	}
+	if _, granted := (*m.grants.view.Load())[hostNQN]; !granted {
+		return nil, ErrNotGranted
+	}
+	refs, ok := m.grants.admit(hostNQN, s.cfg.Now, []blockRange{{lba: lba, n: n, write: write}})
+	if !ok {
+		return nil, ErrNotGranted
+	}
+	return refs.release, nil
+}

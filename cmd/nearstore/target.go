@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/sandbox"
@@ -25,6 +26,8 @@ func newTargetCmd(g *globals) *cobra.Command {
 		grace                time.Duration
 		funcTime             time.Duration
 		funcMem, funcSteps   int
+		offloadAddr          string
+		offloadEngine        engineFlags
 	)
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -39,6 +42,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 				return errors.New("at least one --volume is needed")
 			}
 			var nss []target.NamespaceConfig
+			var vols []volume.Volume
 			for _, sp := range specs {
 				v, err := volume.Open(sp)
 				if err != nil {
@@ -46,6 +50,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 				}
 				defer v.Close()
 				nss = append(nss, target.NamespaceConfig{Backend: v, Name: sp})
+				vols = append(vols, v)
 				log.Info("volume", "spec", sp, "size", volume.FormatSize(v.Size()), "block", v.BlockSize())
 			}
 			// The function runtimes hosts load modules into (nearstore func load).
@@ -66,9 +71,10 @@ func newTargetCmd(g *globals) *cobra.Command {
 					MaxSteps:    funcSteps,
 				},
 			}
+			var reg *prometheus.Registry
 			if metrics != "" {
-				reg, stop, err := serveMetrics(metrics, log)
-				if err != nil {
+				var stop func()
+				if reg, stop, err = serveMetrics(metrics, log); err != nil {
 					return err
 				}
 				defer stop()
@@ -85,9 +91,20 @@ func newTargetCmd(g *globals) *cobra.Command {
 			fmt.Fprintf(cmd.OutOrStdout(), "serving %s on %s (%d namespace(s)); Ctrl-C stops\n", nqn, ln.Addr(), len(nss))
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
+			var offloaded <-chan error // the in-target offload engine (offload.go)
+			if offloadAddr != "" {
+				offloaded = offloadEngine.startInTarget(cmd.Context(), offloadAddr, srv, nqn, vols[0], log, registerer(reg), cmd.OutOrStdout())
+			}
 			select {
 			case err := <-served:
 				return err
+			case err := <-offloaded:
+				if err != nil {
+					srv.Close()
+					return fmt.Errorf("offload engine: %w", err)
+				}
+				<-cmd.Context().Done() // it stops only with the context
+				offloaded = nil
 			case <-cmd.Context().Done():
 			}
 			log.Info("shutting down: finishing in-flight commands", "grace", grace)
@@ -95,6 +112,9 @@ func newTargetCmd(g *globals) *cobra.Command {
 			defer cancel()
 			err = srv.Shutdown(ctx)
 			<-served
+			if offloaded != nil {
+				<-offloaded // its tasks end before the volumes close
+			}
 			return err
 		},
 	}
@@ -109,6 +129,8 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.DurationVar(&funcTime, "func-time", 100*time.Millisecond, "storage functions: wall time of one call before it is stopped")
 	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have")
 	f.IntVar(&funcSteps, "func-max-steps", 64, "storage functions: steps (reads) one pushdown request may take")
+	f.StringVar(&offloadAddr, "offload", "", "also run an offload engine on namespace 1, in this process, serving gRPC on this address (see nearstore offload)")
+	offloadEngine.flags(f, "offload-", "nqn.2026-11.io.nearstore:offload:target")
 	cmd.AddCommand(serve)
 	return cmd
 }

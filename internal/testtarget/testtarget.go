@@ -159,3 +159,7 @@ func LeakCheck(t testing.TB) (check func()) {
 		}
 	}
 }
+
+// Server is the running target's server, for what runs in the target's
+// process (an offload engine admitting its direct I/O through the grants).
+func (s *Target) Server() *target.Server { return s.srv }

@@ -1,0 +1,252 @@
+package offload_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testtarget"
+	"github.com/nearstore/nearstore/offload"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/volume"
+)
+
+// The tests run the real pieces: package target serving a memory volume
+// on loopback TCP, the owner's file system on it over NVMe/TCP, and
+// engines served over gRPC on loopback — a peer reaching the volume over
+// its own NVMe/TCP connection under its own host NQN, or an in-target
+// engine reading the volume directly and admitting its I/O through the
+// target's grants.
+const (
+	rigNQN    = "nqn.2026-11.io.nearstore:offload-unit"
+	ownerNQN  = "nqn.2026-11.io.nearstore:owner"
+	engineNQN = "nqn.2026-11.io.nearstore:engine"
+	rigBS     = 512
+)
+
+// rig is a target, an owner's file system, and engines.
+type rig struct {
+	t      testing.TB
+	vol    volume.Volume
+	target *testtarget.Target
+	ns     *host.Namespace // the owner's
+	fsys   *offloadfs.FS
+	reg    *prometheus.Registry // the last engine's and its client's metrics
+}
+
+func newRig(t testing.TB) *rig {
+	t.Helper()
+	r := &rig{t: t}
+	var err error
+	if r.vol, err = volume.Open(fmt.Sprintf("mem:%d?bs=%d", 64<<20, rigBS)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.vol.Close() })
+	r.target = testtarget.Start(t, testtarget.Config{NQN: rigNQN, Name: "unit", Volume: r.vol})
+	t.Cleanup(r.target.Stop)
+	r.ns = r.connect(ownerNQN)
+	ctx := context.Background()
+	if err := offloadfs.Mkfs(ctx, r.ns, offloadfs.MkfsOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.fsys = r.mount()
+	return r
+}
+
+// mount mounts the file system read-write as the owner.
+func (r *rig) mount() *offloadfs.FS {
+	r.t.Helper()
+	fsys, err := offloadfs.Mount(context.Background(), r.ns, offloadfs.Options{
+		CommitInterval: -1, Logger: slog.New(slog.DiscardHandler), Remote: r.ns,
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		if err := fsys.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
+			r.t.Errorf("unmount: %v", err)
+		}
+	})
+	return fsys
+}
+
+// metric sums the metric's samples with labels want.
+func (r *rig) metric(name string, want map[string]string) float64 {
+	r.t.Helper()
+	return metricstest.Sum(r.t, r.reg, name, want)
+}
+
+func (r *rig) connect(hostNQN string) *host.Namespace {
+	r.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctrl, err := host.Connect(ctx, r.target.Addr(), rigNQN, host.Options{HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { ctrl.Close() })
+	ns, err := ctrl.Namespace(1)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return ns
+}
+
+// engineKind is where an engine runs.
+type engineKind int
+
+const (
+	onPeer   engineKind = iota // over its own NVMe/TCP connection
+	inTarget                   // on the volume directly, through the target's grants
+)
+
+func (k engineKind) String() string { return [...]string{"peer", "target"}[k] }
+
+// engine starts an engine of kind with cfg's tasks and policy, serves it
+// on loopback, and returns it and a client (with a local engine over the
+// owner's device for tasks it turns away).
+func (r *rig) engine(kind engineKind, cfg offload.Config) (*offload.Engine, *offload.Client) {
+	r.t.Helper()
+	cfg.HostNQN = engineNQN
+	if cfg.Tasks == nil {
+		cfg.Tasks = testTasks(r.t)
+	}
+	switch kind {
+	case onPeer:
+		ns := r.connect(engineNQN)
+		if err := offload.RegisterTaskHost(context.Background(), ns, engineNQN); err != nil {
+			r.t.Fatal(err)
+		}
+		cfg.Device = ns
+	case inTarget:
+		cfg.Device = offloadfs.VolumeDevice(r.vol)
+		srv := r.target.Server()
+		cfg.Admit = func(lba, n uint64, write bool) (func(), error) {
+			return srv.AdmitGranted(rigNQN, 1, engineNQN, lba, n, write)
+		}
+	}
+	r.reg = prometheus.NewRegistry()
+	metrics := offload.NewMetrics(r.reg)
+	cfg.Metrics = metrics
+	e, err := offload.NewEngine(cfg)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(e.Close)
+	srv := offload.NewServer(e)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	r.t.Cleanup(func() { srv.Stop(context.Background()) })
+	local, err := offload.NewEngine(offload.Config{HostNQN: ownerNQN, Device: r.ns, Tasks: cfg.Tasks})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	c, err := offload.Dial(ln.Addr().String(), offload.ClientOptions{Name: "client-a", Local: local, Metrics: metrics})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { c.Close() })
+	return e, c
+}
+
+// write creates name with n pseudo-random bytes and returns them.
+func (r *rig) write(name string, n int, seed uint64) []byte {
+	r.t.Helper()
+	data := make([]byte, n)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	for i := range data {
+		data[i] = byte(rng.Uint32())
+	}
+	f, err := r.fsys.Create(name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(data, 0); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.fsys.Sync(context.Background()); err != nil {
+		r.t.Fatal(err)
+	}
+	return data
+}
+
+func (r *rig) open(name string) *offloadfs.File {
+	r.t.Helper()
+	f, err := r.fsys.Open(name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { f.Close() })
+	return f
+}
+
+// contents reads a whole file.
+func (r *rig) contents(fsys *offloadfs.FS, name string) []byte {
+	r.t.Helper()
+	b, err := readAll(fsys, name)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return b
+}
+
+func readAll(fsys *offloadfs.FS, name string) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, fi.Size())
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// fsck checks the file system is consistent.
+func fsck(t testing.TB, fsys *offloadfs.FS) *offloadfs.Report {
+	t.Helper()
+	rep, err := fsys.Fsck(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() {
+		t.Fatalf("fsck: %v", rep.Problems)
+	}
+	return rep
+}
+
+func mustEqual(t testing.TB, what string, got, want []byte) {
+	t.Helper()
+	if !bytes.Equal(got, want) {
+		t.Fatalf("%s: %d bytes, want %d (first difference at %d)", what, len(got), len(want), firstDiff(got, want))
+	}
+}
+
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
+}

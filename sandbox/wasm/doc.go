@@ -63,6 +63,12 @@
 //   - Time: every call runs under a context deadline of Limits.Time, and
 //     the runtime is configured to close on context done, so a runaway loop
 //     is interrupted (sandbox.ErrTimeout) and its instance discarded.
+//     DriveSteps (sandbox.StepDriver), which the executor uses, runs a
+//     whole pushdown request in one call into wazero, so that a step costs
+//     a call from compiled code to the host rather than a call into wazero
+//     with its context and watcher goroutine (steprun.go); each step's
+//     function code still gets Limits.Time, and the reads between steps do
+//     not count against it.
 //
 //   - Output: a compute result longer than out_cap or Limits.MaxOutput is
 //     sandbox.ErrOutput; Output refuses buffers over MaxOutput.

@@ -200,6 +200,9 @@ func (m *Module) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	var errs []error
 	for _, s := range free {
+		if s.runner != nil {
+			errs = append(errs, s.runner.Close(ctx))
+		}
 		errs = append(errs, s.mod.Close(ctx))
 	}
 	errs = append(errs, m.compiled.Close(ctx))

@@ -60,6 +60,8 @@ type Runtime struct {
 	opts  Options
 	rt    wazero.Runtime
 	cache wazero.CompilationCache
+	// runner is the compiled step runner (steprun.go).
+	runner wazero.CompiledModule
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -104,7 +106,13 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		cache.Close(ctx)
 		return nil, fmt.Errorf("wasm: instantiating WASI: %w", err)
 	}
-	return &Runtime{opts: opts, rt: rt, cache: cache}, nil
+	r := &Runtime{opts: opts, rt: rt, cache: cache}
+	if err := r.instantiateHost(ctx); err != nil {
+		rt.Close(ctx)
+		cache.Close(ctx)
+		return nil, err
+	}
+	return r, nil
 }
 
 // Kind reports sandbox.KindWasm.

@@ -1044,7 +1044,8 @@ func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 // chainStepCost times whole lookups through btree_lookup in this process,
 // over the tree in memory and without I/O, as the target's executor
 // drives it: acquire an instance, then per step copy the block into the
-// sandbox and call it. Native Go runs functions.BTreeStep the same way.
+// sandbox and call it (through DriveSteps where the instance has it, as
+// the executor does). Native Go runs functions.BTreeStep the same way.
 func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts map[sandbox.Kind]sandbox.Runtime, kinds []sandbox.Kind, rep *ChainReport) error {
 	files := [][]byte{tree.index, tree.values}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 13))
@@ -1098,30 +1099,48 @@ func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts ma
 			}
 			defer inst.Release()
 			functions.BTreeRequest{Mode: functions.BTreeGet, Key: key, ValueSize: chainValueSize}.Encode(inst.Scratch())
-			nx := sandbox.Next{File: functions.IndexFile, Len: functions.NodeSize}
-			for range cfg.ChainReads {
-				src, err := read(nx)
+			steps := 0
+			stepRead := func(next []sandbox.Next) (uint32, uint64, int, error) {
+				if steps++; steps > cfg.ChainReads {
+					return 0, 0, 0, fmt.Errorf("lookup of key %d: more than %d steps", key, cfg.ChainReads)
+				}
+				if len(next) != 1 {
+					return 0, 0, 0, fmt.Errorf("lookup of key %d: step asked for %v", key, next)
+				}
+				src, err := read(next[0])
 				if err != nil {
-					return err
+					return 0, 0, 0, err
 				}
 				buf, err := inst.Data(len(src))
 				if err != nil {
-					return err
+					return 0, 0, 0, err
 				}
 				copy(buf, src)
-				done, next, err := inst.Step(ctx, nx.File, nx.Offset, len(src))
+				return next[0].File, next[0].Offset, len(src), nil
+			}
+			first := []sandbox.Next{{File: functions.IndexFile, Len: functions.NodeSize}}
+			if d, ok := inst.(sandbox.StepDriver); ok {
+				// As the executor runs it: the runtime drives the steps.
+				if err := d.DriveSteps(ctx, first, stepRead); err != nil {
+					return err
+				}
+				return tree.checkLookup(inst.Scratch(), key)
+			}
+			nx := first
+			for {
+				f, off, n, err := stepRead(nx)
+				if err != nil {
+					return err
+				}
+				done, next, err := inst.Step(ctx, f, off, n)
 				if err != nil {
 					return err
 				}
 				if done {
 					return tree.checkLookup(inst.Scratch(), key)
 				}
-				if len(next) != 1 {
-					return fmt.Errorf("lookup of key %d: step asked for %v", key, next)
-				}
-				nx = next[0]
+				nx = next
 			}
-			return fmt.Errorf("lookup of key %d: more than %d steps", key, cfg.ChainReads)
 		}})
 	}
 	// A lookup takes microseconds: time a fixed share of the runs' length

@@ -255,6 +255,12 @@ type StepRow struct {
 	// OverheadNs is NsPerStep minus native Go's: what running a step in
 	// the sandbox adds (0 for native).
 	OverheadNs float64 `json:"overhead_ns_per_step"`
+	// CPUNsPerStep and CPUOverheadNs are the same by the process's CPU
+	// time (all threads, the Go runtime's included; nothing else runs in
+	// the process meanwhile), which does not count the time spent waiting
+	// for a CPU on a loaded machine. 0 where it cannot be read.
+	CPUNsPerStep  float64 `json:"cpu_ns_per_step,omitempty"`
+	CPUOverheadNs float64 `json:"cpu_overhead_ns_per_step,omitempty"`
 }
 
 // FuncInput returns a deterministic random input of at most size bytes for
@@ -1145,23 +1151,39 @@ func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts ma
 	}
 	// A lookup takes microseconds: time a fixed share of the runs' length
 	// (a tenth, at least 10 ms), or the iterations asked for.
+	// The runs alternate between runtimes, so that a change in the
+	// machine's load falls on all of them.
 	d := max(cfg.Duration/10, 10*time.Millisecond)
-	for _, w := range walkers {
-		var perLookup []float64
-		for r := 1; r <= cfg.Repeat; r++ {
+	perLookup := make([][]float64, len(walkers))
+	cpuPerLookup := make([][]float64, len(walkers))
+	for r := 1; r <= cfg.Repeat; r++ {
+		for i, w := range walkers {
 			cfg.progress("btree_lookup in process: %s, run %d of %d", w.name, r, cfg.Repeat)
+			c0, ok0 := processCPU()
 			calls, el, err := timeFuncCalls(ctx, d, cfg.Iterations, func() error {
 				return w.walk(tree.keys[rng.IntN(len(tree.keys))])
 			})
+			c1, ok1 := processCPU()
 			if err != nil {
 				return fmt.Errorf("bench: btree_lookup in process (%s): %w", w.name, err)
 			}
-			perLookup = append(perLookup, float64(el.Nanoseconds())/float64(calls))
+			perLookup[i] = append(perLookup[i], float64(el.Nanoseconds())/float64(calls))
+			if ok0 && ok1 && c1 > c0 {
+				cpuPerLookup[i] = append(cpuPerLookup[i], float64((c1-c0).Nanoseconds())/float64(calls))
+			}
 		}
-		ns := median(perLookup)
+	}
+	for i, w := range walkers {
+		ns := median(perLookup[i])
 		row := StepRow{Runtime: w.name, NsPerLookup: ns, NsPerStep: ns / float64(cfg.ChainReads)}
+		if len(cpuPerLookup[i]) == cfg.Repeat {
+			row.CPUNsPerStep = median(cpuPerLookup[i]) / float64(cfg.ChainReads)
+		}
 		if len(rep.Steps) > 0 {
 			row.OverheadNs = row.NsPerStep - rep.Steps[0].NsPerStep
+			if row.CPUNsPerStep > 0 && rep.Steps[0].CPUNsPerStep > 0 {
+				row.CPUOverheadNs = row.CPUNsPerStep - rep.Steps[0].CPUNsPerStep
+			}
 		}
 		rep.Steps = append(rep.Steps, row)
 	}
@@ -1223,9 +1245,10 @@ func WriteFuncTable(w io.Writer, r *FuncReport) error {
 		ew.printf("%-14s %-8s %8.1f %8.1f %8.1f %16.2f %20s %8s\n", name, row.Runtime, row.P50us, row.P99us, row.MeanUs, row.CommandsPerLookup, treads, speed)
 	}
 	ew.printf("\nbtree_lookup in this process, no I/O (%d steps a lookup, as the target's executor drives them):\n\n", c.Reads)
-	ew.printf("%-8s %10s %8s %17s\n", "runtime", "ns/lookup", "ns/step", "overhead ns/step")
+	ew.printf("%-8s %10s %8s %17s %12s %21s\n", "runtime", "ns/lookup", "ns/step", "overhead ns/step", "CPU ns/step", "CPU overhead ns/step")
 	for _, st := range c.Steps {
-		ew.printf("%-8s %10.0f %8.0f %17s\n", st.Runtime, st.NsPerLookup, st.NsPerStep, fmt.Sprintf("%+.0f", st.OverheadNs))
+		ew.printf("%-8s %10.0f %8.0f %17s %12.0f %21s\n", st.Runtime, st.NsPerLookup, st.NsPerStep, fmt.Sprintf("%+.0f", st.OverheadNs),
+			st.CPUNsPerStep, fmt.Sprintf("%+.0f", st.CPUOverheadNs))
 	}
 	return ew.err
 }

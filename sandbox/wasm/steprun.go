@@ -160,6 +160,9 @@ func (h *instance) DriveSteps(ctx context.Context, first []sandbox.Next, read sa
 	err = s.run.CallWithStack(rc, s.stack[:1])
 	rc.endStep()
 	s.endRun()
+	if err == nil && d.err == nil && rc.Err() != nil {
+		err = rc.Err()
+	}
 	if err != nil {
 		s.broken = true
 		return s.m.classify(ctx, exportPushdown, err)
@@ -180,11 +183,11 @@ func (h *instance) DriveSteps(ctx context.Context, first []sandbox.Next, read sa
 func (s *state) nextStep(ret int32) uint64 {
 	d := &s.drive
 	s.rc.endStep()
-	if s.rc.ran >= s.m.lim.Time {
-		// The step returned just as its time ran out: it took its whole
-		// budget anyway.
+	if err := s.rc.Err(); err != nil {
+		// The step's time ran out, or the caller's context ended, just as
+		// it returned: end the request as if it had been interrupted.
 		s.broken = true
-		d.err = fmt.Errorf("%w: wasm: %s ran over %v", sandbox.ErrTimeout, exportPushdown, s.m.lim.Time)
+		d.err = s.m.classify(s.rc.parent, exportPushdown, err)
 		return 0
 	}
 	done, more, err := s.stepResult(ret, d.next[:0])
@@ -249,8 +252,6 @@ type runCtx struct {
 	// Used by the request's goroutine only.
 	parent context.Context
 	unhook func() bool
-	// ran is how long the last step ran.
-	ran time.Duration
 }
 
 // Why a runCtx's done is (or is not) closed.
@@ -300,12 +301,7 @@ func (c *runCtx) now() int64 { return int64(time.Since(c.epoch)) + 1 }
 
 func (c *runCtx) beginStep() { c.stepStart.Store(c.now()) }
 
-// endStep records how long the step ran.
-func (c *runCtx) endStep() {
-	if start := c.stepStart.Swap(0); start != 0 {
-		c.ran = time.Duration(c.now() - start)
-	}
-}
+func (c *runCtx) endStep() { c.stepStart.Store(0) }
 
 func (c *runCtx) onTimer() {
 	st := c.st.Load()

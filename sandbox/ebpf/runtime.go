@@ -309,26 +309,23 @@ type module struct {
 	// pushT and compT are the entries translated to wasm, or nil.
 	pushT, compT *translated
 
-	mu   sync.Mutex
-	free []*instance // idle instances, at most maxIdle
+	// pool holds idle instances. A pushdown runs one goroutine per
+	// request at the target, so hundreds can be in flight: a pool without
+	// a cap (sync.Pool, emptied by the GC) keeps them all from being made
+	// again. An instance's wasm module instances are closed when the GC
+	// drops it (newWasmInstance).
+	pool sync.Pool
 }
-
-// maxIdle caps a module's idle instances.
-var maxIdle = max(16, 4*runtime.GOMAXPROCS(0))
 
 func (m *module) ID() sandbox.ID     { return m.id }
 func (m *module) Kind() sandbox.Kind { return sandbox.KindEBPF }
 func (m *module) HasPushdown() bool  { return m.pushdown != nil }
 func (m *module) HasCompute() bool   { return m.compute != nil }
+
+// Close marks the module closed and releases its compiled code; idle
+// instances are closed as the GC drops them.
 func (m *module) Close(ctx context.Context) error {
 	m.closed.Store(true)
-	m.mu.Lock()
-	free := m.free
-	m.free = nil
-	m.mu.Unlock()
-	for _, in := range free {
-		in.closeWasm()
-	}
 	for _, t := range []*translated{m.pushT, m.compT} {
 		if t != nil {
 			_ = t.compiled.Close(ctx)
@@ -339,23 +336,10 @@ func (m *module) Close(ctx context.Context) error {
 
 // release takes an idle instance back.
 func (m *module) release(in *instance) {
-	m.mu.Lock()
-	if !m.closed.Load() && len(m.free) < maxIdle {
-		m.free = append(m.free, in)
-		m.mu.Unlock()
+	if m.closed.Load() {
 		return
 	}
-	m.mu.Unlock()
-	in.closeWasm()
-}
-
-func (in *instance) closeWasm() {
-	for _, w := range []*wasmInst{in.wp, in.wc} {
-		if w != nil {
-			w.close()
-		}
-	}
-	in.wp, in.wc = nil, nil
+	m.pool.Put(in)
 }
 
 func (m *module) Acquire(ctx context.Context) (sandbox.Instance, error) {
@@ -365,26 +349,11 @@ func (m *module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	var in *instance
-	m.mu.Lock()
-	if n := len(m.free); n > 0 {
-		in = m.free[n-1]
-		m.free = m.free[:n-1]
-	}
-	m.mu.Unlock()
+	in, _ := m.pool.Get().(*instance)
 	if in == nil {
-		in = m.newInstance()
 		var err error
-		if m.pushT != nil {
-			if in.wp, err = m.instantiate(ctx, m.pushT, m.pushdown); err != nil {
-				return nil, err
-			}
-		}
-		if m.compT != nil {
-			if in.wc, err = m.instantiate(ctx, m.compT, m.compute); err != nil {
-				in.closeWasm()
-				return nil, err
-			}
+		if in, err = m.newWasmInstance(ctx); err != nil {
+			return nil, err
 		}
 	}
 	clear(in.scratch[:])
@@ -397,6 +366,39 @@ func (m *module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 		}
 	}
 	in.released = false
+	return in, nil
+}
+
+// newWasmInstance is newInstance with the translated entries
+// instantiated; they are closed when the GC drops the instance.
+func (m *module) newWasmInstance(ctx context.Context) (*instance, error) {
+	in := m.newInstance()
+	var ws []*wasmInst
+	for _, e := range []struct {
+		t  *translated
+		p  *program
+		to **wasmInst
+	}{{m.pushT, m.pushdown, &in.wp}, {m.compT, m.compute, &in.wc}} {
+		if e.t == nil {
+			continue
+		}
+		w, err := m.instantiate(ctx, e.t, e.p)
+		if err != nil {
+			for _, w := range ws {
+				w.close()
+			}
+			return nil, err
+		}
+		*e.to = w
+		ws = append(ws, w)
+	}
+	if len(ws) > 0 {
+		runtime.AddCleanup(in, func(ws []*wasmInst) {
+			for _, w := range ws {
+				w.close()
+			}
+		}, ws)
+	}
 	return in, nil
 }
 

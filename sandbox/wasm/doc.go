@@ -44,7 +44,9 @@
 //
 // Instantiating costs tens of microseconds for a C module and milliseconds
 // for a Go one, so each Module keeps a free list of idle instances
-// (Options.PoolSize). Acquire takes one (or makes one) and zeroes its
+// (Options.PoolSize), and spare ones past it until the GC drops them (a
+// target may run hundreds of pushdowns at once, one goroutine each).
+// Acquire takes one (or makes one) and zeroes its
 // scratch; Release puts it back. An instance whose call failed in any way
 // other than a negative return code (a trap, a timeout, a failed
 // ns_alloc) is closed instead: wazero closes an instance whose deadline

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/tetratelabs/wazero"
@@ -116,6 +117,15 @@ func (m *Module) instantiate(ctx context.Context) (*state, error) {
 			return nil, err
 		}
 	}
+	// A spare instance (Module.spare) is closed when the GC drops it;
+	// closing twice is harmless.
+	runtime.AddCleanup(s, func(mods [2]api.Module) {
+		for _, mod := range mods {
+			if mod != nil {
+				_ = mod.Close(context.Background())
+			}
+		}
+	}, [2]api.Module{s.mod, s.runner})
 	if s.alloc == nil {
 		// C compute buffers: input at base, output after it.
 		s.in = buf{s.base, 0}

@@ -21,9 +21,10 @@ type Options struct {
 	// is the usual choice). Empty: an in-memory cache for the Runtime's
 	// lifetime.
 	CacheDir string
-	// PoolSize caps the idle instances kept per module (default
-	// 4×GOMAXPROCS, at least 16). Acquire never waits: past the pool it
-	// instantiates, and Release closes instances the pool has no room for.
+	// PoolSize is how many idle instances a module keeps for good
+	// (default 4×GOMAXPROCS, at least 16). Acquire never waits: past the
+	// pool it takes a spare instance or instantiates; Release keeps
+	// instances past PoolSize as spares until the GC drops them.
 	PoolSize int
 	// InitTimeout caps instantiating one instance, including a module's
 	// start function and a Go module's runtime initialization (default 2s).

@@ -157,3 +157,43 @@ func TestDriveSemantics(t *testing.T) {
 		checkChain(t, m)
 	})
 }
+
+// TestSparePool: instances released past PoolSize are kept as spares and
+// handed out again, not closed.
+func TestSparePool(t *testing.T) {
+	r := newRuntime(t, Options{PoolSize: 2})
+	m := load(t, r, "chain", sandbox.Limits{})
+	ctx := context.Background()
+	held := map[*state]bool{}
+	var insts []sandbox.Instance
+	for range 10 {
+		inst, err := m.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held[inst.(*instance).s] = true
+		insts = append(insts, inst)
+	}
+	for _, inst := range insts {
+		inst.Release()
+	}
+	if n := len(m.free); n != 2 {
+		t.Fatalf("%d instances in the free list, want PoolSize 2", n)
+	}
+	reused := 0
+	for range 10 {
+		inst, err := m.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held[inst.(*instance).s] {
+			reused++
+		}
+		defer inst.Release()
+	}
+	// sync.Pool may drop spares at any GC; most come back.
+	if reused < 3 {
+		t.Errorf("%d of 10 instances reused", reused)
+	}
+	checkChain(t, m)
+}

@@ -309,13 +309,19 @@ type module struct {
 	// pushT and compT are the entries translated to wasm, or nil.
 	pushT, compT *translated
 
-	// pool holds idle instances. A pushdown runs one goroutine per
-	// request at the target, so hundreds can be in flight: a pool without
-	// a cap (sync.Pool, emptied by the GC) keeps them all from being made
-	// again. An instance's wasm module instances are closed when the GC
-	// drops it (newWasmInstance).
+	// Idle instances: up to maxIdle in free, kept for good, the rest in
+	// pool until the GC drops them (an instance's wasm module instances
+	// are closed then: newWasmInstance). A pushdown runs one goroutine per
+	// request at the target, so hundreds can be in flight; a translated
+	// instance costs tens of microseconds to make, so the free list is
+	// long enough that a GC does not make them all again.
+	mu   sync.Mutex
+	free []*instance
 	pool sync.Pool
 }
+
+// maxIdle is how many idle instances a module keeps for good.
+const maxIdle = 256
 
 func (m *module) ID() sandbox.ID     { return m.id }
 func (m *module) Kind() sandbox.Kind { return sandbox.KindEBPF }
@@ -326,6 +332,9 @@ func (m *module) HasCompute() bool   { return m.compute != nil }
 // instances are closed as the GC drops them.
 func (m *module) Close(ctx context.Context) error {
 	m.closed.Store(true)
+	m.mu.Lock()
+	m.free = nil
+	m.mu.Unlock()
 	for _, t := range []*translated{m.pushT, m.compT} {
 		if t != nil {
 			_ = t.compiled.Close(ctx)
@@ -339,6 +348,13 @@ func (m *module) release(in *instance) {
 	if m.closed.Load() {
 		return
 	}
+	m.mu.Lock()
+	if len(m.free) < maxIdle {
+		m.free = append(m.free, in)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
 	m.pool.Put(in)
 }
 
@@ -349,7 +365,17 @@ func (m *module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	in, _ := m.pool.Get().(*instance)
+	var in *instance
+	m.mu.Lock()
+	if n := len(m.free); n > 0 {
+		in = m.free[n-1]
+		m.free[n-1] = nil
+		m.free = m.free[:n-1]
+	}
+	m.mu.Unlock()
+	if in == nil {
+		in, _ = m.pool.Get().(*instance)
+	}
 	if in == nil {
 		var err error
 		if in, err = m.newWasmInstance(ctx); err != nil {

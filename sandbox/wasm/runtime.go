@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"github.com/nearstore/nearstore/sandbox"
@@ -22,9 +21,10 @@ type Options struct {
 	// lifetime.
 	CacheDir string
 	// PoolSize is how many idle instances a module keeps for good
-	// (default 4×GOMAXPROCS, at least 16). Acquire never waits: past the
-	// pool it takes a spare instance or instantiates; Release keeps
-	// instances past PoolSize as spares until the GC drops them.
+	// (default 256: a target runs one pushdown per goroutine, and bench
+	// btree has hundreds in flight). Acquire never waits: past the pool
+	// it takes a spare instance or instantiates; Release keeps instances
+	// past PoolSize as spares until the GC drops them.
 	PoolSize int
 	// InitTimeout caps instantiating one instance, including a module's
 	// start function and a Go module's runtime initialization (default 2s).
@@ -34,9 +34,14 @@ type Options struct {
 	Interpreter bool
 }
 
+// defaultPoolSize is Options.PoolSize's default. An idle C instance holds
+// a few pages of linear memory (about 200 KiB for the standard functions),
+// so a module that once ran 256 requests at a time keeps about 50 MiB.
+const defaultPoolSize = 256
+
 func (o Options) withDefaults() Options {
 	if o.PoolSize <= 0 {
-		o.PoolSize = max(16, 4*runtime.GOMAXPROCS(0))
+		o.PoolSize = defaultPoolSize
 	}
 	if o.InitTimeout <= 0 {
 		o.InitTimeout = 2 * time.Second

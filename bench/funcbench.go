@@ -255,6 +255,12 @@ type StepRow struct {
 	// OverheadNs is NsPerStep minus native Go's: what running a step in
 	// the sandbox adds (0 for native).
 	OverheadNs float64 `json:"overhead_ns_per_step"`
+	// CPUNsPerStep and CPUOverheadNs are the same by the process's CPU
+	// time (all threads, the Go runtime's included; nothing else runs in
+	// the process meanwhile), which does not count the time spent waiting
+	// for a CPU on a loaded machine. 0 where it cannot be read.
+	CPUNsPerStep  float64 `json:"cpu_ns_per_step,omitempty"`
+	CPUOverheadNs float64 `json:"cpu_overhead_ns_per_step,omitempty"`
 }
 
 // FuncInput returns a deterministic random input of at most size bytes for
@@ -1044,7 +1050,8 @@ func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 // chainStepCost times whole lookups through btree_lookup in this process,
 // over the tree in memory and without I/O, as the target's executor
 // drives it: acquire an instance, then per step copy the block into the
-// sandbox and call it. Native Go runs functions.BTreeStep the same way.
+// sandbox and call it (through DriveSteps where the instance has it, as
+// the executor does). Native Go runs functions.BTreeStep the same way.
 func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts map[sandbox.Kind]sandbox.Runtime, kinds []sandbox.Kind, rep *ChainReport) error {
 	files := [][]byte{tree.index, tree.values}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 13))
@@ -1098,51 +1105,85 @@ func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts ma
 			}
 			defer inst.Release()
 			functions.BTreeRequest{Mode: functions.BTreeGet, Key: key, ValueSize: chainValueSize}.Encode(inst.Scratch())
-			nx := sandbox.Next{File: functions.IndexFile, Len: functions.NodeSize}
-			for range cfg.ChainReads {
-				src, err := read(nx)
+			steps := 0
+			stepRead := func(next []sandbox.Next) (uint32, uint64, int, error) {
+				if steps++; steps > cfg.ChainReads {
+					return 0, 0, 0, fmt.Errorf("lookup of key %d: more than %d steps", key, cfg.ChainReads)
+				}
+				if len(next) != 1 {
+					return 0, 0, 0, fmt.Errorf("lookup of key %d: step asked for %v", key, next)
+				}
+				src, err := read(next[0])
 				if err != nil {
-					return err
+					return 0, 0, 0, err
 				}
 				buf, err := inst.Data(len(src))
 				if err != nil {
-					return err
+					return 0, 0, 0, err
 				}
 				copy(buf, src)
-				done, next, err := inst.Step(ctx, nx.File, nx.Offset, len(src))
+				return next[0].File, next[0].Offset, len(src), nil
+			}
+			first := []sandbox.Next{{File: functions.IndexFile, Len: functions.NodeSize}}
+			if d, ok := inst.(sandbox.StepDriver); ok {
+				// As the executor runs it: the runtime drives the steps.
+				if err := d.DriveSteps(ctx, first, stepRead); err != nil {
+					return err
+				}
+				return tree.checkLookup(inst.Scratch(), key)
+			}
+			nx := first
+			for {
+				f, off, n, err := stepRead(nx)
+				if err != nil {
+					return err
+				}
+				done, next, err := inst.Step(ctx, f, off, n)
 				if err != nil {
 					return err
 				}
 				if done {
 					return tree.checkLookup(inst.Scratch(), key)
 				}
-				if len(next) != 1 {
-					return fmt.Errorf("lookup of key %d: step asked for %v", key, next)
-				}
-				nx = next[0]
+				nx = next
 			}
-			return fmt.Errorf("lookup of key %d: more than %d steps", key, cfg.ChainReads)
 		}})
 	}
 	// A lookup takes microseconds: time a fixed share of the runs' length
 	// (a tenth, at least 10 ms), or the iterations asked for.
+	// The runs alternate between runtimes, so that a change in the
+	// machine's load falls on all of them.
 	d := max(cfg.Duration/10, 10*time.Millisecond)
-	for _, w := range walkers {
-		var perLookup []float64
-		for r := 1; r <= cfg.Repeat; r++ {
+	perLookup := make([][]float64, len(walkers))
+	cpuPerLookup := make([][]float64, len(walkers))
+	for r := 1; r <= cfg.Repeat; r++ {
+		for i, w := range walkers {
 			cfg.progress("btree_lookup in process: %s, run %d of %d", w.name, r, cfg.Repeat)
+			c0, ok0 := processCPU()
 			calls, el, err := timeFuncCalls(ctx, d, cfg.Iterations, func() error {
 				return w.walk(tree.keys[rng.IntN(len(tree.keys))])
 			})
+			c1, ok1 := processCPU()
 			if err != nil {
 				return fmt.Errorf("bench: btree_lookup in process (%s): %w", w.name, err)
 			}
-			perLookup = append(perLookup, float64(el.Nanoseconds())/float64(calls))
+			perLookup[i] = append(perLookup[i], float64(el.Nanoseconds())/float64(calls))
+			if ok0 && ok1 && c1 > c0 {
+				cpuPerLookup[i] = append(cpuPerLookup[i], float64((c1-c0).Nanoseconds())/float64(calls))
+			}
 		}
-		ns := median(perLookup)
+	}
+	for i, w := range walkers {
+		ns := median(perLookup[i])
 		row := StepRow{Runtime: w.name, NsPerLookup: ns, NsPerStep: ns / float64(cfg.ChainReads)}
+		if len(cpuPerLookup[i]) == cfg.Repeat {
+			row.CPUNsPerStep = median(cpuPerLookup[i]) / float64(cfg.ChainReads)
+		}
 		if len(rep.Steps) > 0 {
 			row.OverheadNs = row.NsPerStep - rep.Steps[0].NsPerStep
+			if row.CPUNsPerStep > 0 && rep.Steps[0].CPUNsPerStep > 0 {
+				row.CPUOverheadNs = row.CPUNsPerStep - rep.Steps[0].CPUNsPerStep
+			}
 		}
 		rep.Steps = append(rep.Steps, row)
 	}
@@ -1204,9 +1245,10 @@ func WriteFuncTable(w io.Writer, r *FuncReport) error {
 		ew.printf("%-14s %-8s %8.1f %8.1f %8.1f %16.2f %20s %8s\n", name, row.Runtime, row.P50us, row.P99us, row.MeanUs, row.CommandsPerLookup, treads, speed)
 	}
 	ew.printf("\nbtree_lookup in this process, no I/O (%d steps a lookup, as the target's executor drives them):\n\n", c.Reads)
-	ew.printf("%-8s %10s %8s %17s\n", "runtime", "ns/lookup", "ns/step", "overhead ns/step")
+	ew.printf("%-8s %10s %8s %17s %12s %21s\n", "runtime", "ns/lookup", "ns/step", "overhead ns/step", "CPU ns/step", "CPU overhead ns/step")
 	for _, st := range c.Steps {
-		ew.printf("%-8s %10.0f %8.0f %17s\n", st.Runtime, st.NsPerLookup, st.NsPerStep, fmt.Sprintf("%+.0f", st.OverheadNs))
+		ew.printf("%-8s %10.0f %8.0f %17s %12.0f %21s\n", st.Runtime, st.NsPerLookup, st.NsPerStep, fmt.Sprintf("%+.0f", st.OverheadNs),
+			st.CPUNsPerStep, fmt.Sprintf("%+.0f", st.CPUOverheadNs))
 	}
 	return ew.err
 }

@@ -128,51 +128,74 @@ func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, r
 	}
 	defer inst.Release()
 	copy(inst.Scratch(), req.Params)
-	next := []sandbox.Next{{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}}
-	for {
+	// read checks and reads one step's data into the sandbox.
+	read := func(next []sandbox.Next) (uint32, uint64, int, error) {
 		// The function's runtime stops a call when ctx ends; between
 		// calls, the reads stop here.
 		if err := ctx.Err(); err != nil {
-			return res, fmt.Errorf("pushdown: %w", err)
+			return 0, 0, 0, fmt.Errorf("pushdown: %w", err)
 		}
 		if int(res.Steps) >= lim.MaxSteps {
-			return res, fmt.Errorf("%w: %d steps", ErrStepLimit, res.Steps)
+			return 0, 0, 0, fmt.Errorf("%w: %d steps", ErrStepLimit, res.Steps)
 		}
 		var total uint64
 		for _, nx := range next {
 			total += nx.Len
 		}
 		if total > uint64(lim.MaxStepBytes) {
-			return res, fmt.Errorf("%w: %d bytes, at most %d", ErrStepSize, total, lim.MaxStepBytes)
+			return 0, 0, 0, fmt.Errorf("%w: %d bytes, at most %d", ErrStepSize, total, lim.MaxStepBytes)
 		}
 		buf, err := inst.Data(int(total))
 		if err != nil {
-			return res, err
+			return 0, 0, 0, err
 		}
 		at := buf
 		for _, nx := range next {
 			if err := readInto(dev, req.Files, nx, at[:nx.Len], &res); err != nil {
-				return res, err
+				return 0, 0, 0, err
 			}
 			at = at[nx.Len:]
 		}
-		done, more, err := inst.Step(ctx, next[0].File, next[0].Offset, int(total))
+		// The step runs next: count it even if it fails.
 		res.Steps++
+		return next[0].File, next[0].Offset, int(total), nil
+	}
+	start := []sandbox.Next{{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}}
+	if d, ok := inst.(sandbox.StepDriver); ok {
+		err = d.DriveSteps(ctx, start, read)
+	} else {
+		err = stepLoop(ctx, inst, start, read)
+	}
+	if err != nil {
+		var fe *sandbox.FunctionError
+		if errors.As(err, &fe) {
+			res.Code = fe.Code
+			res.Output = append([]byte(nil), inst.Scratch()...)
+		}
+		return res, err
+	}
+	res.Done = true
+	res.Output = append([]byte(nil), inst.Scratch()...)
+	return res, nil
+}
+
+// stepLoop runs a request's steps through Step, for instances that do not
+// drive them themselves: read, step, until a step is done or fails.
+func stepLoop(ctx context.Context, inst sandbox.Instance, next []sandbox.Next, read sandbox.StepReader) error {
+	for {
+		f, off, n, err := read(next)
 		if err != nil {
-			var fe *sandbox.FunctionError
-			if errors.As(err, &fe) {
-				res.Code = fe.Code
-				res.Output = append([]byte(nil), inst.Scratch()...)
-			}
-			return res, err
+			return err
+		}
+		done, more, err := inst.Step(ctx, f, off, n)
+		if err != nil {
+			return err
 		}
 		if done {
-			res.Done = true
-			res.Output = append([]byte(nil), inst.Scratch()...)
-			return res, nil
+			return nil
 		}
 		if len(more) == 0 {
-			return res, ErrNoProgress
+			return ErrNoProgress
 		}
 		next = more
 	}

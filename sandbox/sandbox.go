@@ -239,6 +239,25 @@ type Instance interface {
 	Release()
 }
 
+// StepReader fills a pushdown step's data: given the reads the last step
+// asked for (or the request's start), it reads them, in order, into the
+// instance's Data buffer and returns the step's arguments: the first
+// read's file and offset, and the bytes read in all.
+type StepReader func(next []Next) (curFile uint32, curOffset uint64, n int, err error)
+
+// StepDriver is an Instance that can run a whole pushdown request's steps
+// itself, calling back for the reads between steps. A runtime whose
+// per-call cost is high implements it to enter its sandbox once per
+// request rather than once per step.
+type StepDriver interface {
+	// DriveSteps calls read(first), then runs steps, calling read with
+	// the reads each step asks for, until a step sets done (it returns
+	// nil) or fails. It obeys the same rules and returns the same errors
+	// as a loop of Step calls would; an error from read is returned as it
+	// is. The next slices passed to read are valid only during the call.
+	DriveSteps(ctx context.Context, first []Next, read StepReader) error
+}
+
 // Runtime loads modules of one kind.
 type Runtime interface {
 	Kind() Kind

@@ -1,8 +1,16 @@
-// Package ebpf is nearstore's eBPF function runtime: an interpreter for
-// programs written for XRP and BPF-oF (ELF objects from
-// `clang -target bpf -O2 -c`), run with λ-IO's sBPF rules — static checks
-// for everything that can be known before a program runs, and run-time
-// checks for the rest. It implements sandbox.Runtime (docs/ABI.md, "eBPF").
+// Package ebpf is nearstore's eBPF function runtime for programs written
+// for XRP and BPF-oF (ELF objects from `clang -target bpf -O2 -c`), run
+// with λ-IO's sBPF rules — static checks for everything that can be known
+// before a program runs, and run-time checks for the rest. It implements
+// sandbox.Runtime (docs/ABI.md, "eBPF").
+//
+// A verified program without BPF-to-BPF or helper calls is translated
+// into a wasm function that makes the run-time checks below as code, and
+// compiled to native code by wazero (wasmgen.go, wasmrun.go); others run
+// in an interpreter (interp.go) that makes the same checks.
+// Options.Interpreter interprets everything. The two engines give the
+// same results and errors (FuzzTranslation); they differ only in where
+// the instruction count is taken (see below).
 //
 // # Entry points
 //
@@ -47,7 +55,7 @@
 //     bpf_ktime_get_ns (5) and bpf_trace_printk (6, logged through slog at
 //     debug level). Any other helper is refused, naming its id.
 //
-// # Run-time checks (the interpreter)
+// # Run-time checks (both engines)
 //
 //   - every load and store is checked against the region map below, with
 //     its permissions; anything else is sandbox.ErrMemory, naming the
@@ -58,8 +66,9 @@
 //   - BPF-to-BPF calls nest at most 8 deep (each call gets a fresh 512-byte
 //     frame and R6–R9 are restored on return); deeper is sandbox.ErrMemory;
 //   - Limits.MaxInstructions executed instructions and Limits.MaxBackJumps
-//     taken backward jumps per call, then sandbox.ErrTimeout. Instructions
-//     are counted per straight-line run at each control transfer, so the
+//     taken backward jumps per call, then sandbox.ErrTimeout. The
+//     interpreter counts instructions per straight-line run at each control
+//     transfer, the translation per basic block as it is entered, so the
 //     count is exact to within the program's length; the clock
 //     (Limits.Time and the context's deadline) is looked at about every
 //     65536 instructions.

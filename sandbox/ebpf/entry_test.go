@@ -47,7 +47,7 @@ func TestEntryRules(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			obj := readObj(t, tc.file)
-			m, err := NewRuntime(Options{}).LoadProgram(ctx, obj, tc.program, sandbox.Limits{Time: testTime})
+			m, err := testRuntime().LoadProgram(ctx, obj, tc.program, sandbox.Limits{Time: testTime})
 			if tc.want != nil {
 				if !errors.Is(err, sandbox.ErrBadModule) {
 					t.Fatalf("got %v, want ErrBadModule", err)

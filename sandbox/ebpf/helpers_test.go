@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,6 +12,13 @@ import (
 
 	"github.com/nearstore/nearstore/sandbox"
 )
+
+// interpreterOnly runs the tests' modules in the interpreter instead of
+// translating them to wasm: go test ./sandbox/ebpf -args -interpreter.
+// FuzzTranslation compares the two on every run.
+var interpreterOnly = flag.Bool("interpreter", false, "run test modules in the interpreter, not translated to wasm")
+
+func testRuntime() *Runtime { return NewRuntime(Options{Interpreter: *interpreterOnly}) }
 
 func readObj(t testing.TB, name string) []byte {
 	t.Helper()
@@ -32,7 +40,7 @@ func loadObj(t testing.TB, name string, lim sandbox.Limits) sandbox.Module {
 	if lim.Time == 0 {
 		lim.Time = testTime
 	}
-	m, err := NewRuntime(Options{}).Load(context.Background(), readObj(t, name), lim)
+	m, err := testRuntime().Load(context.Background(), readObj(t, name), lim)
 	if err != nil {
 		t.Fatalf("Load(%s): %v", name, err)
 	}
@@ -47,7 +55,7 @@ func runRaw(t testing.TB, insns asm.Instructions, lim sandbox.Limits) (uint64, e
 	if lim.Time == 0 {
 		lim.Time = testTime
 	}
-	m, err := NewRuntime(Options{}).loadInstructions(insns, "pushdown", lim)
+	m, err := testRuntime().loadInstructions(insns, "pushdown", lim)
 	if err != nil {
 		return 0, err
 	}
@@ -61,7 +69,7 @@ func mustModule(t testing.TB, insns asm.Instructions, entry string, lim sandbox.
 	if lim.Time == 0 {
 		lim.Time = testTime
 	}
-	m, err := NewRuntime(Options{}).loadInstructions(insns, entry, lim)
+	m, err := testRuntime().loadInstructions(insns, entry, lim)
 	if err != nil {
 		t.Fatalf("loadInstructions: %v", err)
 	}

@@ -224,14 +224,14 @@ func TestVerifierRejects(t *testing.T) {
 		{"byte swap of 8 bits", prog(asm.Instruction{OpCode: asm.OpCode(asm.ALUClass).SetALUOp(asm.Swap), Dst: r0, Constant: 8}), "byte swap"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewRuntime(Options{}).loadInstructions(tc.insns, "pushdown", sandbox.Limits{})
+			_, err := testRuntime().loadInstructions(tc.insns, "pushdown", sandbox.Limits{})
 			if !errors.Is(err, sandbox.ErrBadModule) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want ErrBadModule mentioning %q", err, tc.want)
 			}
 			t.Log(err)
 		})
 	}
-	if _, err := NewRuntime(Options{}).loadInstructions(okLen, "pushdown", sandbox.Limits{}); err != nil {
+	if _, err := testRuntime().loadInstructions(okLen, "pushdown", sandbox.Limits{}); err != nil {
 		t.Errorf("4096 instructions: %v", err)
 	}
 }

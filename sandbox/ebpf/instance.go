@@ -23,6 +23,13 @@ type instance struct {
 	inHigh   int
 	outHigh  int
 	released bool
+
+	// wp and wc run the pushdown and compute entries when they were
+	// translated to wasm (wasmrun.go); their buffers then live in those
+	// instances' linear memory. wDataLen is the largest Data asked for.
+	wp, wc   *wasmInst
+	wDataLen int
+	cc       callCtx
 }
 
 var _ sandbox.Instance = (*instance)(nil)
@@ -32,6 +39,10 @@ func (in *instance) Data(n int) ([]byte, error) {
 	if n < 0 || n > in.m.lim.MaxStepBytes {
 		return nil, fmt.Errorf("%w: data of %d bytes, at most %d per step", sandbox.ErrMemory, n, in.m.lim.MaxStepBytes)
 	}
+	if w := in.wp; w != nil {
+		in.wDataLen = max(in.wDataLen, n)
+		return w.view()[w.t.dynOff:][:n:n], nil
+	}
 	if n > len(in.data) {
 		in.data = make([]byte, grow(len(in.data), n, in.m.lim.MaxStepBytes))
 	}
@@ -39,12 +50,29 @@ func (in *instance) Data(n int) ([]byte, error) {
 }
 
 // Scratch returns the request's scratch buffer.
-func (in *instance) Scratch() []byte { return in.scratch[:] }
+func (in *instance) Scratch() []byte {
+	if w := in.wp; w != nil {
+		return w.view()[memScratch : memScratch+sandbox.ScratchSize]
+	}
+	return in.scratch[:]
+}
 
 // Input returns the n-byte compute input buffer.
 func (in *instance) Input(n int) ([]byte, error) {
 	if n < 0 || n > in.m.lim.MemoryBytes {
 		return nil, fmt.Errorf("%w: input of %d bytes, at most %d", sandbox.ErrMemory, n, in.m.lim.MemoryBytes)
+	}
+	if w := in.wc; w != nil {
+		// Output follows input: growing the input moves it (its
+		// contents are then lost), so call Input first.
+		if uint32(n) > w.inCap {
+			if err := w.ensure(uint64(w.t.dynOff) + uint64(n)); err != nil {
+				return nil, err
+			}
+			w.inCap = uint32(n)
+			w.outCap = 0
+		}
+		return w.view()[w.t.dynOff:][:n:n], nil
 	}
 	if n > len(in.input) {
 		in.input = make([]byte, grow(len(in.input), n, in.m.lim.MemoryBytes))
@@ -56,6 +84,15 @@ func (in *instance) Input(n int) ([]byte, error) {
 func (in *instance) Output(n int) ([]byte, error) {
 	if n < 0 || n > in.m.lim.MaxOutput {
 		return nil, fmt.Errorf("%w: output buffer of %d bytes, at most %d", sandbox.ErrOutput, n, in.m.lim.MaxOutput)
+	}
+	if w := in.wc; w != nil {
+		if uint32(n) > w.outCap {
+			if err := w.ensure(uint64(w.outOff()) + uint64(n)); err != nil {
+				return nil, err
+			}
+			w.outCap = uint32(n)
+		}
+		return w.view()[w.outOff():][:n:n], nil
 	}
 	if n > len(in.output) {
 		in.output = make([]byte, grow(len(in.output), n, in.m.lim.MaxOutput))
@@ -73,6 +110,9 @@ func (in *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, 
 	p := in.m.pushdown
 	if p == nil {
 		return false, nil, fmt.Errorf("%w: the module has no pushdown entry", sandbox.ErrNoEntry)
+	}
+	if w := in.wp; w != nil {
+		return in.stepWasm(ctx, w, curFile, curOffset, n)
 	}
 	if n < 0 || n > len(in.data) || n > in.m.lim.MaxStepBytes {
 		return false, nil, fmt.Errorf("%w: step over %d bytes of data, but Data gave %d", sandbox.ErrMemory, n, len(in.data))
@@ -94,6 +134,13 @@ func (in *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, 
 	if err != nil {
 		return false, nil, err
 	}
+	return in.stepResult(r0, c)
+}
+
+// stepResult reads what a step that returned r0 asked for from its
+// context c.
+func (in *instance) stepResult(r0 uint64, c []byte) (bool, []sandbox.Next, error) {
+	le := binary.LittleEndian
 	if code := int32(r0); code < 0 {
 		return false, nil, &sandbox.FunctionError{Code: code}
 	}
@@ -127,18 +174,35 @@ func (in *instance) Compute(ctx context.Context, inLen, outCap int) (int, error)
 	if p == nil {
 		return 0, fmt.Errorf("%w: the module has no compute entry", sandbox.ErrNoEntry)
 	}
-	if inLen < 0 || inLen > len(in.input) {
-		return 0, fmt.Errorf("%w: compute over %d input bytes, but Input gave %d", sandbox.ErrMemory, inLen, len(in.input))
+	if inLen < 0 {
+		return 0, fmt.Errorf("%w: compute over %d input bytes", sandbox.ErrMemory, inLen)
 	}
-	if outCap < 0 || outCap > len(in.output) {
-		return 0, fmt.Errorf("%w: compute into %d output bytes, but Output gave %d", sandbox.ErrOutput, outCap, len(in.output))
+	var r0 uint64
+	var err error
+	if w := in.wc; w != nil {
+		if inLen > int(w.inCap) {
+			return 0, fmt.Errorf("%w: compute over %d input bytes, but Input gave %d", sandbox.ErrMemory, inLen, w.inCap)
+		}
+		if outCap < 0 || outCap > int(w.outCap) {
+			return 0, fmt.Errorf("%w: compute into %d output bytes, but Output gave %d", sandbox.ErrOutput, outCap, w.outCap)
+		}
+		in.inHigh = max(in.inHigh, inLen)
+		in.outHigh = max(in.outHigh, outCap)
+		r0, err = in.computeWasm(ctx, w, inLen, outCap)
+	} else {
+		if inLen > len(in.input) {
+			return 0, fmt.Errorf("%w: compute over %d input bytes, but Input gave %d", sandbox.ErrMemory, inLen, len(in.input))
+		}
+		if outCap < 0 || outCap > len(in.output) {
+			return 0, fmt.Errorf("%w: compute into %d output bytes, but Output gave %d", sandbox.ErrOutput, outCap, len(in.output))
+		}
+		in.inHigh = max(in.inHigh, inLen)
+		in.outHigh = max(in.outHigh, outCap)
+		in.regions[regionData].buf = nil
+		in.regions[regionInput].buf = in.input[:inLen]
+		in.regions[regionOutput].buf = in.output[:outCap]
+		r0, err = in.run(ctx, p, &in.m.lim, [5]uint64{inputAddr, uint64(inLen), outputAddr, uint64(outCap)})
 	}
-	in.inHigh = max(in.inHigh, inLen)
-	in.outHigh = max(in.outHigh, outCap)
-	in.regions[regionData].buf = nil
-	in.regions[regionInput].buf = in.input[:inLen]
-	in.regions[regionOutput].buf = in.output[:outCap]
-	r0, err := in.run(ctx, p, &in.m.lim, [5]uint64{inputAddr, uint64(inLen), outputAddr, uint64(outCap)})
 	if err != nil {
 		return 0, err
 	}
@@ -159,12 +223,19 @@ func (in *instance) Release() {
 		return
 	}
 	in.released = true
-	clear(in.data[:in.dataHigh])
-	clear(in.input[:in.inHigh])
-	clear(in.output[:in.outHigh])
-	in.dataHigh, in.inHigh, in.outHigh = 0, 0, 0
-	if in.m.closed.Load() {
-		return
+	if w := in.wp; w != nil {
+		clear(w.view()[w.t.dynOff:][:in.dataHigh])
+	} else {
+		clear(in.data[:in.dataHigh])
 	}
-	in.m.pool.Put(in)
+	if w := in.wc; w != nil {
+		b := w.view()
+		clear(b[w.t.dynOff:][:in.inHigh])
+		clear(b[w.outOff():][:in.outHigh])
+	} else {
+		clear(in.input[:in.inHigh])
+		clear(in.output[:in.outHigh])
+	}
+	in.dataHigh, in.inHigh, in.outHigh, in.wDataLen = 0, 0, 0, 0
+	in.m.release(in)
 }

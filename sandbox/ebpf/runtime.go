@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	cebpf "github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/tetratelabs/wazero"
 
 	"github.com/nearstore/nearstore/sandbox"
 )
@@ -24,12 +26,22 @@ type Options struct {
 	// Logger receives bpf_trace_printk output at debug level
 	// (default slog.Default()).
 	Logger *slog.Logger
+	// Interpreter runs every program in the interpreter. By default a
+	// program without BPF-to-BPF or helper calls is translated to wasm
+	// with the same checks and compiled by wazero (wasmgen.go).
+	Interpreter bool
 }
 
 // Runtime loads eBPF ELF objects. It is safe for concurrent use.
 type Runtime struct {
-	log   *slog.Logger
-	epoch time.Time
+	log           *slog.Logger
+	epoch         time.Time
+	interpretOnly bool
+
+	// The wazero runtime for translated programs, made on first use.
+	wOnce sync.Once
+	w     wazero.Runtime
+	wErr  error
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -40,14 +52,21 @@ func NewRuntime(opts Options) *Runtime {
 	if l == nil {
 		l = slog.Default()
 	}
-	return &Runtime{log: l, epoch: time.Now()}
+	return &Runtime{log: l, epoch: time.Now(), interpretOnly: opts.Interpreter}
 }
 
 // Kind is sandbox.KindEBPF.
 func (rt *Runtime) Kind() sandbox.Kind { return sandbox.KindEBPF }
 
-// Close releases nothing: modules own their instances.
-func (rt *Runtime) Close(context.Context) error { return nil }
+// Close releases the compiled code of translated programs. Modules must
+// not be used afterwards.
+func (rt *Runtime) Close(ctx context.Context) error {
+	rt.wOnce.Do(func() {}) // no runtime made after Close
+	if rt.w != nil {
+		return rt.w.Close(ctx)
+	}
+	return nil
+}
 
 var _ sandbox.ProgramLoader = (*Runtime)(nil)
 
@@ -113,7 +132,9 @@ func (rt *Runtime) LoadProgram(ctx context.Context, obj []byte, program string, 
 			return nil, err
 		}
 	}
-	mod.pool.New = func() any { return mod.newInstance() }
+	if err := mod.compile(ctx); err != nil {
+		return nil, err
+	}
 	return mod, nil
 }
 
@@ -256,8 +277,22 @@ func (rt *Runtime) loadInstructions(insns asm.Instructions, entry string, lim sa
 	default:
 		return nil, fmt.Errorf("loadInstructions: entry %q", entry)
 	}
-	mod.pool.New = func() any { return mod.newInstance() }
+	if err := mod.compile(context.Background()); err != nil {
+		return nil, err
+	}
 	return mod, nil
+}
+
+// compile translates and compiles the entries that can be (wasmgen.go).
+func (m *module) compile(ctx context.Context) error {
+	var err error
+	if m.pushT, err = m.compileProgram(ctx, m.pushdown, false); err != nil {
+		return err
+	}
+	if m.compT, err = m.compileProgram(ctx, m.compute, true); err != nil {
+		return err
+	}
+	return nil
 }
 
 // module is a loaded, verified program; it is immutable except for its
@@ -269,17 +304,58 @@ type module struct {
 	pushdown *program
 	compute  *program
 	rodata   []byte
-	pool     sync.Pool
 	closed   atomic.Bool
+
+	// pushT and compT are the entries translated to wasm, or nil.
+	pushT, compT *translated
+
+	// Idle instances: up to maxIdle in free, kept for good, the rest in
+	// pool until the GC drops them (an instance's wasm module instances
+	// are closed then: newWasmInstance). A pushdown runs one goroutine per
+	// request at the target, so hundreds can be in flight; a translated
+	// instance costs tens of microseconds to make, so the free list is
+	// long enough that a GC does not make them all again.
+	mu   sync.Mutex
+	free []*instance
+	pool sync.Pool
 }
+
+// maxIdle is how many idle instances a module keeps for good.
+const maxIdle = 256
 
 func (m *module) ID() sandbox.ID     { return m.id }
 func (m *module) Kind() sandbox.Kind { return sandbox.KindEBPF }
 func (m *module) HasPushdown() bool  { return m.pushdown != nil }
 func (m *module) HasCompute() bool   { return m.compute != nil }
-func (m *module) Close(context.Context) error {
+
+// Close marks the module closed and releases its compiled code; idle
+// instances are closed as the GC drops them.
+func (m *module) Close(ctx context.Context) error {
 	m.closed.Store(true)
+	m.mu.Lock()
+	m.free = nil
+	m.mu.Unlock()
+	for _, t := range []*translated{m.pushT, m.compT} {
+		if t != nil {
+			_ = t.compiled.Close(ctx)
+		}
+	}
 	return nil
+}
+
+// release takes an idle instance back.
+func (m *module) release(in *instance) {
+	if m.closed.Load() {
+		return
+	}
+	m.mu.Lock()
+	if len(m.free) < maxIdle {
+		m.free = append(m.free, in)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	m.pool.Put(in)
 }
 
 func (m *module) Acquire(ctx context.Context) (sandbox.Instance, error) {
@@ -289,10 +365,66 @@ func (m *module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	in := m.pool.Get().(*instance)
+	var in *instance
+	m.mu.Lock()
+	if n := len(m.free); n > 0 {
+		in = m.free[n-1]
+		m.free[n-1] = nil
+		m.free = m.free[:n-1]
+	}
+	m.mu.Unlock()
+	if in == nil {
+		in, _ = m.pool.Get().(*instance)
+	}
+	if in == nil {
+		var err error
+		if in, err = m.newWasmInstance(ctx); err != nil {
+			return nil, err
+		}
+	}
 	clear(in.scratch[:])
 	clear(in.stack[:])
+	for _, w := range []*wasmInst{in.wp, in.wc} {
+		if w != nil {
+			b := w.view()
+			clear(b[memScratch : memScratch+sandbox.ScratchSize])
+			clear(b[memStack : memStack+frameSize])
+		}
+	}
 	in.released = false
+	return in, nil
+}
+
+// newWasmInstance is newInstance with the translated entries
+// instantiated; they are closed when the GC drops the instance.
+func (m *module) newWasmInstance(ctx context.Context) (*instance, error) {
+	in := m.newInstance()
+	var ws []*wasmInst
+	for _, e := range []struct {
+		t  *translated
+		p  *program
+		to **wasmInst
+	}{{m.pushT, m.pushdown, &in.wp}, {m.compT, m.compute, &in.wc}} {
+		if e.t == nil {
+			continue
+		}
+		w, err := m.instantiate(ctx, e.t, e.p)
+		if err != nil {
+			for _, w := range ws {
+				w.close()
+			}
+			return nil, err
+		}
+		*e.to = w
+		ws = append(ws, w)
+	}
+	if len(ws) > 0 {
+		runtime.AddCleanup(in, func(ws []*wasmInst) {
+			for _, w := range ws {
+				w.close()
+			}
+		}, ws)
+	}
 	return in, nil
 }
 

@@ -44,7 +44,9 @@
 //
 // Instantiating costs tens of microseconds for a C module and milliseconds
 // for a Go one, so each Module keeps a free list of idle instances
-// (Options.PoolSize). Acquire takes one (or makes one) and zeroes its
+// (Options.PoolSize), and spare ones past it until the GC drops them (a
+// target may run hundreds of pushdowns at once, one goroutine each).
+// Acquire takes one (or makes one) and zeroes its
 // scratch; Release puts it back. An instance whose call failed in any way
 // other than a negative return code (a trap, a timeout, a failed
 // ns_alloc) is closed instead: wazero closes an instance whose deadline
@@ -63,6 +65,12 @@
 //   - Time: every call runs under a context deadline of Limits.Time, and
 //     the runtime is configured to close on context done, so a runaway loop
 //     is interrupted (sandbox.ErrTimeout) and its instance discarded.
+//     DriveSteps (sandbox.StepDriver), which the executor uses, runs a
+//     whole pushdown request in one call into wazero, so that a step costs
+//     a call from compiled code to the host rather than a call into wazero
+//     with its context and watcher goroutine (steprun.go); each step's
+//     function code still gets Limits.Time, and the reads between steps do
+//     not count against it.
 //
 //   - Output: a compute result longer than out_cap or Limits.MaxOutput is
 //     sandbox.ErrOutput; Output refuses buffers over MaxOutput.

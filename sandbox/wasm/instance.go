@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"runtime"
 
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/tetratelabs/wazero"
@@ -42,6 +43,13 @@ type state struct {
 	mem api.Memory
 
 	pushdown, compute, alloc, free api.Function
+
+	// runner calls pushdown once per step, inside one call to run per
+	// request (steprun.go); rc is its context and drive its state.
+	runner api.Module
+	run    api.Function
+	rc     *runCtx
+	drive  driving
 
 	// Buffers. C modules: fixed layout from __heap_base (ctx, scratch,
 	// data, then input and output). Go modules: from ns_alloc.
@@ -104,7 +112,20 @@ func (m *Module) instantiate(ctx context.Context) (*state, error) {
 			s.close()
 			return nil, err
 		}
+		if err := s.instantiateRunner(ctx); err != nil {
+			s.close()
+			return nil, err
+		}
 	}
+	// A spare instance (Module.spare) is closed when the GC drops it;
+	// closing twice is harmless.
+	runtime.AddCleanup(s, func(mods [2]api.Module) {
+		for _, mod := range mods {
+			if mod != nil {
+				_ = mod.Close(context.Background())
+			}
+		}
+	}, [2]api.Module{s.mod, s.runner})
 	if s.alloc == nil {
 		// C compute buffers: input at base, output after it.
 		s.in = buf{s.base, 0}
@@ -213,6 +234,9 @@ func (s *state) reset(context.Context) error {
 func (s *state) close() {
 	// Closing only releases wazero's bookkeeping for the instance, and
 	// the context is not used by it.
+	if s.runner != nil {
+		_ = s.runner.Close(context.Background())
+	}
 	_ = s.mod.Close(context.Background())
 }
 
@@ -297,13 +321,26 @@ func (h *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, n
 	if s.pushdown == nil {
 		return false, nil, fmt.Errorf("wasm: Step: %w (pushdown)", sandbox.ErrNoEntry)
 	}
+	if err := s.setStep(curFile, curOffset, n); err != nil {
+		return false, nil, err
+	}
+	ret, err := s.call(ctx, s.pushdown, exportPushdown, uint64(s.ctx.ptr))
+	if err != nil {
+		return false, nil, err
+	}
+	return s.stepResult(int32(ret), nil)
+}
+
+// setStep fills in the context for a step on the first n bytes of Data,
+// which came from file curFile at curOffset.
+func (s *state) setStep(curFile uint32, curOffset uint64, n int) error {
 	if n < 0 || n > s.m.lim.MaxStepBytes || uint64(n) > uint64(s.data.cap) || s.data.ptr == 0 {
-		return false, nil, fmt.Errorf("wasm: Step with %d bytes but Data gave at most %d", n, s.data.cap)
+		return fmt.Errorf("wasm: Step with %d bytes but Data gave at most %d", n, s.data.cap)
 	}
 	c := s.read(s.ctx, ctxSize)
 	if c == nil {
 		s.broken = true
-		return false, nil, fmt.Errorf("%w: wasm: context outside linear memory", sandbox.ErrMemory)
+		return fmt.Errorf("%w: wasm: context outside linear memory", sandbox.ErrMemory)
 	}
 	le := binary.LittleEndian
 	clear(c)
@@ -312,19 +349,24 @@ func (h *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, n
 	le.PutUint32(c[offCurFile:], curFile)
 	le.PutUint32(c[offDataLen:], uint32(n))
 	le.PutUint64(c[offCurAddr:], curOffset)
+	return nil
+}
 
-	ret, err := s.call(ctx, s.pushdown, exportPushdown, uint64(s.ctx.ptr))
-	if err != nil {
-		return false, nil, err
-	}
-	if code := int32(ret); code < 0 {
+// stepResult reads what a step that returned code asked for: done, or the
+// reads it asks for next, appended to next.
+func (s *state) stepResult(code int32, next []sandbox.Next) (bool, []sandbox.Next, error) {
+	if code < 0 {
 		return false, nil, &sandbox.FunctionError{Code: code}
 	}
-	c = s.read(s.ctx, ctxSize) // memory may have moved
+	le := binary.LittleEndian
+	c := s.read(s.ctx, ctxSize) // memory may have moved
+	if c == nil {
+		s.broken = true
+		return false, nil, fmt.Errorf("%w: wasm: context outside linear memory", sandbox.ErrMemory)
+	}
 	if le.Uint32(c[offDone:]) != 0 {
 		return true, nil, nil
 	}
-	var next []sandbox.Next
 	var total uint64
 	for i := 0; i < sandbox.MaxFanout; i++ {
 		size := le.Uint64(c[offSize+8*i:])

@@ -38,8 +38,13 @@ type Module struct {
 	hasAlloc, hasFree       bool // Go-style buffers from ns_alloc (and ns_free)
 
 	mu     sync.Mutex
-	free   []*state // idle instances
+	free   []*state // idle instances, at most Options.PoolSize
 	closed bool
+	// spare holds idle instances past PoolSize until the GC drops them
+	// (their wazero modules are closed then: instantiate). A target runs
+	// one pushdown per goroutine, so hundreds may be in flight; without
+	// it, most of them would instantiate and close an instance each.
+	spare sync.Pool
 }
 
 var _ sandbox.Module = (*Module)(nil)
@@ -155,6 +160,9 @@ func (m *Module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 	}
 	m.mu.Unlock()
 	if s == nil {
+		s, _ = m.spare.Get().(*state)
+	}
+	if s == nil {
 		var err error
 		if s, err = m.instantiate(ctx); err != nil {
 			return nil, err
@@ -171,13 +179,17 @@ var errClosed = errors.New("wasm: module closed")
 
 // release takes an instance back, or closes it if it cannot be reused: it
 // trapped or timed out (wazero closes an instance whose deadline passed,
-// and a trap may leave its memory inconsistent), the module is closed, or
-// the pool is full.
+// and a trap may leave its memory inconsistent) or the module is closed.
+// Past PoolSize it goes to the spare pool.
 func (m *Module) release(s *state) {
 	if !s.broken {
 		m.mu.Lock()
-		if !m.closed && len(m.free) < m.rt.opts.PoolSize {
-			m.free = append(m.free, s)
+		if !m.closed {
+			if len(m.free) < m.rt.opts.PoolSize {
+				m.free = append(m.free, s)
+			} else {
+				m.spare.Put(s)
+			}
 			m.mu.Unlock()
 			return
 		}
@@ -187,7 +199,7 @@ func (m *Module) release(s *state) {
 }
 
 // Close closes the idle instances and the compiled code. Instances in use
-// are closed when released.
+// are closed when released, spare ones when the GC drops them.
 func (m *Module) Close(ctx context.Context) error {
 	m.mu.Lock()
 	if m.closed {
@@ -200,6 +212,9 @@ func (m *Module) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	var errs []error
 	for _, s := range free {
+		if s.runner != nil {
+			errs = append(errs, s.runner.Close(ctx))
+		}
 		errs = append(errs, s.mod.Close(ctx))
 	}
 	errs = append(errs, m.compiled.Close(ctx))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 
 	"github.com/nearstore/nearstore/sandbox"
@@ -21,9 +20,11 @@ type Options struct {
 	// is the usual choice). Empty: an in-memory cache for the Runtime's
 	// lifetime.
 	CacheDir string
-	// PoolSize caps the idle instances kept per module (default
-	// 4×GOMAXPROCS, at least 16). Acquire never waits: past the pool it
-	// instantiates, and Release closes instances the pool has no room for.
+	// PoolSize is how many idle instances a module keeps for good
+	// (default 256: a target runs one pushdown per goroutine, and bench
+	// btree has hundreds in flight). Acquire never waits: past the pool
+	// it takes a spare instance or instantiates; Release keeps instances
+	// past PoolSize as spares until the GC drops them.
 	PoolSize int
 	// InitTimeout caps instantiating one instance, including a module's
 	// start function and a Go module's runtime initialization (default 2s).
@@ -33,9 +34,14 @@ type Options struct {
 	Interpreter bool
 }
 
+// defaultPoolSize is Options.PoolSize's default. An idle C instance holds
+// a few pages of linear memory (about 200 KiB for the standard functions),
+// so a module that once ran 256 requests at a time keeps about 50 MiB.
+const defaultPoolSize = 256
+
 func (o Options) withDefaults() Options {
 	if o.PoolSize <= 0 {
-		o.PoolSize = max(16, 4*runtime.GOMAXPROCS(0))
+		o.PoolSize = defaultPoolSize
 	}
 	if o.InitTimeout <= 0 {
 		o.InitTimeout = 2 * time.Second
@@ -60,6 +66,8 @@ type Runtime struct {
 	opts  Options
 	rt    wazero.Runtime
 	cache wazero.CompilationCache
+	// runner is the compiled step runner (steprun.go).
+	runner wazero.CompiledModule
 }
 
 var _ sandbox.Runtime = (*Runtime)(nil)
@@ -104,7 +112,13 @@ func NewRuntime(ctx context.Context, opts Options) (*Runtime, error) {
 		cache.Close(ctx)
 		return nil, fmt.Errorf("wasm: instantiating WASI: %w", err)
 	}
-	return &Runtime{opts: opts, rt: rt, cache: cache}, nil
+	r := &Runtime{opts: opts, rt: rt, cache: cache}
+	if err := r.instantiateHost(ctx); err != nil {
+		rt.Close(ctx)
+		cache.Close(ctx)
+		return nil, err
+	}
+	return r, nil
 }
 
 // Kind reports sandbox.KindWasm.

@@ -2,9 +2,9 @@ package tpch_test
 
 import (
 	"bytes"
-	"math/big"
 	"context"
 	"fmt"
+	"math/big"
 	"reflect"
 	"testing"
 	"time"

@@ -70,9 +70,11 @@ func (c *conn) identity(g *globals, opts *host.Options) error {
 		}
 		opts.HostID = id
 	}
-	opts.HostNQN = c.hostNQN
-	if opts.HostNQN != "" && opts.HostID != ([16]byte{}) {
-		return nil
+	if c.hostNQN != "" {
+		opts.HostNQN = c.hostNQN
+	}
+	if opts.HostNQN != "" {
+		return nil // the caller's or the flag's; the ID, if not given, is random
 	}
 	sys, err := host.SystemIdentity()
 	if err != nil {
@@ -80,9 +82,7 @@ func (c *conn) identity(g *globals, opts *host.Options) error {
 		g.logger().Debug("no stable host identity; this run is a new host", "err", err)
 		return nil
 	}
-	if opts.HostNQN == "" {
-		opts.HostNQN = sys.NQN
-	}
+	opts.HostNQN = sys.NQN
 	if opts.HostID == ([16]byte{}) {
 		opts.HostID = sys.ID
 	}

@@ -19,20 +19,38 @@ import (
 	"time"
 )
 
-// build builds the binary once per test process; the directory is left
-// for the OS to clean, as the binary may still run when tests end.
-var build = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "nearstore-clitest-")
-	if err != nil {
-		return "", err
+// The binary is built once per test process, on first use.
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+func build() (string, error) {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "nearstore-clitest-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		bin := filepath.Join(dir, "nearstore")
+		out, err := exec.Command("go", "build", "-o", bin, "github.com/nearstore/nearstore/cmd/nearstore").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		binPath = bin
+	})
+	return binPath, buildErr
+}
+
+// Cleanup removes the built binary, if a test built one; call it from
+// TestMain after m.Run.
+func Cleanup() {
+	if binPath != "" {
+		os.RemoveAll(filepath.Dir(binPath))
 	}
-	bin := filepath.Join(dir, "nearstore")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nearstore/nearstore/cmd/nearstore").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return bin, nil
-})
+}
 
 // Binary returns the path of the built binary; the test fails if it does
 // not build.

@@ -20,7 +20,6 @@ import (
 	"io"
 	iofs "io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path"
@@ -32,9 +31,10 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/offloadfs/fusefs"
-	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -43,25 +43,9 @@ const (
 	nsSize  = 128 << 20
 )
 
-// buildBinary builds the nearstore binary, built once for all tests.
-var buildBinary = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "nearstore-fuse-test-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "nearstore")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/nearstore/nearstore/cmd/nearstore").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, out)
-	}
-	return bin, nil
-})
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if bin, err := buildBinary(); err == nil {
-		os.RemoveAll(filepath.Dir(bin))
-	}
+	clitest.Cleanup()
 	os.Exit(code)
 }
 
@@ -120,35 +104,17 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	bin, err := buildBinary()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := clitest.Binary(t)
 	v, err := volume.Open(fmt.Sprintf("mem:%d", nsSize))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { v.Close() })
-	srv, err := target.New(target.Config{
-		Subsystems: []target.SubsystemConfig{{NQN: testNQN, Namespaces: []target.NamespaceConfig{{Backend: v, Name: "fuse-e2e"}}}},
-		Logger:     slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		<-served
-	})
+	srv := testtarget.Start(t, testtarget.Config{NQN: testNQN, Name: "fuse-e2e", Volume: v})
+	t.Cleanup(srv.Stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ctrl, err := host.Connect(ctx, ln.Addr().String(), testNQN, host.Options{KeepAlive: -1})
+	ctrl, err := host.Connect(ctx, srv.Addr(), testNQN, host.Options{KeepAlive: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +123,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, addr: ln.Addr().String(), ns: ns, bin: bin}
+	return &env{t: t, addr: srv.Addr(), ns: ns, bin: bin}
 }
 
 func (e *env) mkfs() {

@@ -338,6 +338,11 @@ func (r *modelRun) step() {
 // TestModel runs random operations — writes, deletes, range deletes,
 // batches, gets, iterators both ways with bounds, snapshots, flushes,
 // compactions, reopens — against a map, checking every read.
+//
+// To debug a failure: LSM_MODEL_PARANOID=1 checks every key (and every
+// snapshot's) after each step, so the first wrong step is found;
+// LSM_MODEL_LOG=FILE writes the whole operation log on failure;
+// LSM_MODEL_DEBUG=1 logs each flush and compaction's inputs and outputs.
 func TestModel(t *testing.T) {
 	configs := []struct {
 		name  string

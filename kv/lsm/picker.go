@@ -152,8 +152,8 @@ func (d *DB) anyOtherLocked(v *Version, skip int) *compaction {
 }
 
 // compactionForLevelLocked builds a compaction out of level: all of L0, or
-// one table of a lower level (the next after the level's compact pointer,
-// round robin), plus the overlapping tables of the next level. With within
+// one table of a lower level (the one with the least overlap for its
+// size), plus the overlapping tables of the output level. With within
 // set, only tables overlapping it are taken (manual compaction). It
 // returns nil if the tables are busy or there is nothing to do.
 func (d *DB) compactionForLevelLocked(v *Version, level int, within *keyRange) *compaction {
@@ -173,22 +173,27 @@ func (d *DB) compactionForLevelLocked(v *Version, level int, within *keyRange) *
 				start = files
 			}
 		} else {
-			ptr := d.compactPtr[level]
-			n := len(files)
-			first := 0
-			for first < n && ptr != nil && bytes.Compare(userKey(files[first].Smallest), ptr) <= 0 {
-				first++
-			}
-			for k := 0; k < n; k++ {
-				f := files[(first+k)%n]
+			// The table whose overlap with the next level is smallest
+			// for its size (RocksDB's kMinOverlappingRatio, Pebble's
+			// default): it moves the most bytes down per byte
+			// rewritten. L1+ compact to the next level.
+			best := -1.0
+			for _, f := range files {
 				if f.compacting {
 					continue
 				}
-				if anyCompacting(v.overlaps(level+1, f.userRange())) { // L1+ compact to the next level
+				next := v.overlaps(level+1, f.userRange())
+				if anyCompacting(next) {
 					continue
 				}
-				start = []*FileMeta{f}
-				break
+				var over uint64
+				for _, g := range next {
+					over += g.Size
+				}
+				ratio := float64(over) / float64(max(f.Size, 1))
+				if best < 0 || ratio < best {
+					best, start = ratio, []*FileMeta{f}
+				}
 			}
 		}
 	}
@@ -214,9 +219,6 @@ func (d *DB) compactionForLevelLocked(v *Version, level int, within *keyRange) *
 		for _, f := range in.Files {
 			f.compacting = true
 		}
-	}
-	if level > 0 {
-		d.compactPtr[level] = append([]byte(nil), userKey(start[len(start)-1].Largest)...)
 	}
 	return c
 }

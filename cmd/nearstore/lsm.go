@@ -386,7 +386,29 @@ func procWchar() (uint64, error) {
 // runLSMPhase runs ops operations over threads goroutines; op(i, rng)
 // does operation i.
 func runLSMPhase(ctx context.Context, threads int, ops uint64, op func(i uint64, r *rand.Rand) error) (*bench.Histogram, time.Duration, error) {
+	return runLSMPhaseProgress(ctx, threads, ops, op, nil)
+}
+
+// runLSMPhaseProgress is runLSMPhase that also calls progress with the
+// operations started, every 2 seconds, if progress is set.
+func runLSMPhaseProgress(ctx context.Context, threads int, ops uint64, op func(i uint64, r *rand.Rand) error, progress func(done uint64)) (*bench.Histogram, time.Duration, error) {
 	var next atomic.Uint64
+	if progress != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(2 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					progress(min(next.Load(), ops))
+				}
+			}
+		}()
+	}
 	hists := make([]*bench.Histogram, threads)
 	errs := make([]error, threads)
 	var wg sync.WaitGroup
@@ -530,8 +552,10 @@ write amplification on Load.`,
 						e.close()
 						return err
 					}
-					h, el, err := runLSMPhase(ctx, threads, records, func(i uint64, r *rand.Rand) error {
+					h, el, err := runLSMPhaseProgress(ctx, threads, records, func(i uint64, r *rand.Rand) error {
 						return e.set(ycsbKey(i), value(r))
+					}, func(done uint64) {
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s: loading, %d of %d records (%.0f%%)\n", e.name(), done, records, 100*float64(done)/float64(records))
 					})
 					settleStart := time.Now()
 					if err == nil {

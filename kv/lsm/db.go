@@ -103,7 +103,6 @@ type DB struct {
 	bgErr       error
 	changed     chan struct{} // closed and replaced when background state changes
 	obsolete    []uint64      // tables no version holds, to delete
-	compactPtr  [NumLevels][]byte
 	m           counters
 
 	bgWG sync.WaitGroup

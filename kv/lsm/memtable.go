@@ -14,8 +14,9 @@ type memTable struct {
 	logNum    uint64
 }
 
-// memTableOverhead is what a memtable's two skiplist heads take.
-var memTableOverhead = 2 * (nodeSize(0, 0, maxHeight) + 3)
+// memTableOverhead is what a memtable's two skiplist heads take: two
+// nodes of maxHeight with no key or value, each aligned.
+const memTableOverhead = 2 * (nodeHeaderSize + 4*maxHeight + 3)
 
 func newMemTable(capacity int, logNum uint64) *memTable {
 	a := newArena(capacity + memTableOverhead + 4)

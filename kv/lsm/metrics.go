@@ -53,7 +53,10 @@ type Metrics struct {
 	// PendingCompactionBytes estimates the bytes above the levels'
 	// targets.
 	PendingCompactionBytes uint64
-	BlockCache             struct {
+	// BaseLevel is the level L0 compacts into; levels sized dynamically
+	// from the largest (see Options.LBaseMaxBytes).
+	BaseLevel  int
+	BlockCache struct {
 		Size         int64
 		Blocks       int
 		Hits, Misses int64
@@ -91,6 +94,7 @@ func (d *DB) Metrics() Metrics {
 		lm.BytesIn, lm.BytesWritten = d.m.levelIn[l], d.m.levelWritten[l]
 	}
 	m.PendingCompactionBytes = d.pendingCompactionBytes(v)
+	m.BaseLevel, _ = d.levelTargets(v)
 	m.MemTables = 1 + len(d.imm)
 	m.MemTableBytes = int64(d.mem.size())
 	for _, im := range d.imm {
@@ -127,8 +131,8 @@ func (m Metrics) String() string {
 		m.MemTables, m.MemTableBytes, m.WAL.BytesWritten, m.WAL.CommitGroups, m.WAL.Batches, m.WAL.Syncs)
 	fmt.Fprintf(&sb, "flushes %d (%d bytes), compactions %d + %d moves (read %d, wrote %d), write amp %.2f\n",
 		m.Flush.Count, m.Flush.BytesWritten, m.Compact.Count, m.Compact.Moves, m.Compact.BytesRead, m.Compact.BytesWritten, m.WriteAmp())
-	fmt.Fprintf(&sb, "stalls %d (%s), slowdowns %d (%s), pending compaction %d bytes\n",
-		m.WriteStalls.Count, m.WriteStalls.Duration, m.WriteSlowdowns.Count, m.WriteSlowdowns.Duration, m.PendingCompactionBytes)
+	fmt.Fprintf(&sb, "stalls %d (%s), slowdowns %d (%s), pending compaction %d bytes, base level L%d\n",
+		m.WriteStalls.Count, m.WriteStalls.Duration, m.WriteSlowdowns.Count, m.WriteSlowdowns.Duration, m.PendingCompactionBytes, m.BaseLevel)
 	fmt.Fprintf(&sb, "block cache %d bytes in %d blocks, %d hits, %d misses; table cache %d open\n",
 		m.BlockCache.Size, m.BlockCache.Blocks, m.BlockCache.Hits, m.BlockCache.Misses, m.TableCache.Open)
 	return sb.String()

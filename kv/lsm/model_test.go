@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"slices"
 	"sort"
 	"testing"
@@ -338,6 +339,12 @@ func (r *modelRun) step() {
 // TestModel runs random operations — writes, deletes, range deletes,
 // batches, gets, iterators both ways with bounds, snapshots, flushes,
 // compactions, reopens — against a map, checking every read.
+//
+// To debug a failure: LSM_MODEL_PARANOID=1 checks every key (and every
+// snapshot's) after each step, so the first wrong step is found;
+// LSM_MODEL_LOG=FILE writes the whole operation log on failure;
+// LSM_MODEL_DEBUG=1 logs each flush and compaction's inputs and outputs.
+// LSM_MODEL_SEEDS=N runs N seeds per configuration (default 2), for soaks.
 func TestModel(t *testing.T) {
 	configs := []struct {
 		name  string
@@ -363,8 +370,12 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		steps = 1000
 	}
+	seeds := uint64(2)
+	if n, err := strconv.ParseUint(os.Getenv("LSM_MODEL_SEEDS"), 10, 64); err == nil && n > 0 {
+		seeds = n
+	}
 	for _, c := range configs {
-		for seed := uint64(1); seed <= 2; seed++ {
+		for seed := uint64(1); seed <= seeds; seed++ {
 			t.Run(fmt.Sprintf("%s/seed%d", c.name, seed), func(t *testing.T) {
 				fs := newMemFS()
 				opts := c.opts()

@@ -28,13 +28,15 @@ type Options struct {
 	// HardPendingCompactionBytes the one at which a full memtable is not
 	// rotated (default 256 GiB).
 	SoftPendingCompactionBytes, HardPendingCompactionBytes uint64
-	// LBaseMaxBytes is L1's target size (default 64 MiB); each level
-	// below is LevelMultiplier times bigger.
+	// LBaseMaxBytes bounds the base level's target size (default
+	// 64 MiB). Level targets are dynamic: the largest level's is its
+	// size, each level above is LevelMultiplier times smaller, and L0
+	// compacts into the deepest level whose target is at most this.
 	LBaseMaxBytes int64
 	// LevelMultiplier is the size ratio of adjacent levels (default 10).
 	LevelMultiplier int
-	// TargetFileSize is the size compaction cuts L1 tables at (default
-	// 2 MiB); each level below doubles it.
+	// TargetFileSize is the size compaction cuts tables of the base level
+	// at (default 2 MiB); each level below it doubles it.
 	TargetFileSize int64
 	// MaxConcurrentCompactions bounds background compactions (default
 	// 1). Flushes run apart from them.

@@ -17,19 +17,54 @@ type compaction struct {
 	move                    bool // a single table with nothing under it moves down unchanged
 }
 
-// maxBytes is the target size of a level L1+.
-func (d *DB) maxBytes(level int) float64 {
-	b := float64(d.opts.LBaseMaxBytes)
-	for l := 1; l < level; l++ {
-		b *= float64(d.opts.LevelMultiplier)
+// levelTargets returns the base level (where L0 compacts to) and the
+// target size of each level L1+, sized dynamically from the largest level
+// as Pebble and RocksDB (level_compaction_dynamic_level_bytes) do: the
+// largest level's target is its size, each level above is
+// LevelMultiplier times smaller, and the base level is the deepest one
+// whose target is at most LBaseMaxBytes. Levels above the base have
+// target 0: they should hold nothing. With an empty tree the base is L6,
+// so early data is written once per level it actually needs.
+func (d *DB) levelTargets(v *Version) (base int, targets [NumLevels]float64) {
+	var largest uint64
+	for l := 1; l < NumLevels; l++ {
+		largest = max(largest, v.levelSize(l))
 	}
-	return b
+	base = NumLevels - 1
+	t := float64(largest)
+	for base > 1 && t > float64(d.opts.LBaseMaxBytes) {
+		base--
+		t /= float64(d.opts.LevelMultiplier)
+	}
+	targets[base] = max(t, 1)
+	for l := base + 1; l < NumLevels; l++ {
+		targets[l] = targets[l-1] * float64(d.opts.LevelMultiplier)
+	}
+	targets[NumLevels-1] = max(targets[NumLevels-1], float64(largest))
+	return base, targets
 }
 
-// targetFileSize is the output table size for a level.
-func (d *DB) targetFileSize(level int) uint64 {
+// l0OutputLevel is where L0 compacts to: the base level, unless a level
+// above it holds data in rng (after the base moved down), in which case
+// the first such level, so newer data never lands below older.
+func (d *DB) l0OutputLevel(v *Version, rng keyRange) int {
+	base, _ := d.levelTargets(v)
+	for l := 1; l < base; l++ {
+		if len(v.overlaps(l, rng)) > 0 {
+			return l
+		}
+	}
+	return base
+}
+
+// targetFileSize is the output table size for a level: TargetFileSize at
+// the base level, doubling with each level below it (as Pebble, relative
+// to the base level, so a shallow tree's bottom is not cut into tables
+// that overlap everything above them).
+func (d *DB) targetFileSize(v *Version, level int) uint64 {
+	base, _ := d.levelTargets(v)
 	s := uint64(d.opts.TargetFileSize)
-	for l := 1; l < level; l++ {
+	for l := base; l < level; l++ {
 		s *= 2
 	}
 	return s
@@ -38,9 +73,10 @@ func (d *DB) targetFileSize(level int) uint64 {
 // pendingCompactionBytes estimates how far compaction is behind: the
 // bytes by which levels L1-L5 exceed their targets.
 func (d *DB) pendingCompactionBytes(v *Version) uint64 {
+	_, targets := d.levelTargets(v)
 	var n uint64
 	for l := 1; l < NumLevels-1; l++ {
-		if s, m := v.levelSize(l), d.maxBytes(l); float64(s) > m {
+		if s, m := v.levelSize(l), targets[l]; float64(s) > m {
 			n += s - uint64(m)
 		}
 	}
@@ -48,12 +84,21 @@ func (d *DB) pendingCompactionBytes(v *Version) uint64 {
 }
 
 // scoreLocked is a level's compaction score: L0's table count over its
-// threshold, a lower level's size over its target. >= 1 needs compaction.
+// threshold, a lower level's size over its target (see levelTargets).
+// >= 1 needs compaction.
 func (d *DB) scoreLocked(v *Version, level int) float64 {
 	if level == 0 {
 		return float64(len(v.Levels[0])) / float64(d.opts.L0CompactionThreshold)
 	}
-	return float64(v.levelSize(level)) / d.maxBytes(level)
+	_, targets := d.levelTargets(v)
+	size := float64(v.levelSize(level))
+	if targets[level] == 0 {
+		if size == 0 {
+			return 0
+		}
+		return 1000 + size // data above the base level goes down first
+	}
+	return size / targets[level]
 }
 
 func anyCompacting(fs []*FileMeta) bool {
@@ -107,8 +152,8 @@ func (d *DB) anyOtherLocked(v *Version, skip int) *compaction {
 }
 
 // compactionForLevelLocked builds a compaction out of level: all of L0, or
-// one table of a lower level (the next after the level's compact pointer,
-// round robin), plus the overlapping tables of the next level. With within
+// one table of a lower level (the one with the least overlap for its
+// size), plus the overlapping tables of the output level. With within
 // set, only tables overlapping it are taken (manual compaction). It
 // returns nil if the tables are busy or there is nothing to do.
 func (d *DB) compactionForLevelLocked(v *Version, level int, within *keyRange) *compaction {
@@ -128,22 +173,27 @@ func (d *DB) compactionForLevelLocked(v *Version, level int, within *keyRange) *
 				start = files
 			}
 		} else {
-			ptr := d.compactPtr[level]
-			n := len(files)
-			first := 0
-			for first < n && ptr != nil && bytes.Compare(userKey(files[first].Smallest), ptr) <= 0 {
-				first++
-			}
-			for k := 0; k < n; k++ {
-				f := files[(first+k)%n]
+			// The table whose overlap with the next level is smallest
+			// for its size (RocksDB's kMinOverlappingRatio, Pebble's
+			// default): it moves the most bytes down per byte
+			// rewritten. L1+ compact to the next level.
+			best := -1.0
+			for _, f := range files {
 				if f.compacting {
 					continue
 				}
-				if anyCompacting(v.overlaps(level+1, f.userRange())) {
+				next := v.overlaps(level+1, f.userRange())
+				if anyCompacting(next) {
 					continue
 				}
-				start = []*FileMeta{f}
-				break
+				var over uint64
+				for _, g := range next {
+					over += g.Size
+				}
+				ratio := float64(over) / float64(max(f.Size, 1))
+				if best < 0 || ratio < best {
+					best, start = ratio, []*FileMeta{f}
+				}
 			}
 		}
 	}
@@ -151,23 +201,24 @@ func (d *DB) compactionForLevelLocked(v *Version, level int, within *keyRange) *
 		return nil
 	}
 	rng := rangeOf(start)
-	out := v.overlaps(level+1, rng)
+	outLevel := level + 1
+	if level == 0 {
+		outLevel = d.l0OutputLevel(v, rng)
+	}
+	out := v.overlaps(outLevel, rng)
 	if anyCompacting(out) {
 		return nil
 	}
-	c := &compaction{startLevel: level, outputLevel: level + 1, rng: rng.union(rangeOf(out))}
+	c := &compaction{startLevel: level, outputLevel: outLevel, rng: rng.union(rangeOf(out))}
 	c.inputs = append(c.inputs, CompactionInput{Level: level, Files: start})
 	if len(out) > 0 {
-		c.inputs = append(c.inputs, CompactionInput{Level: level + 1, Files: out})
+		c.inputs = append(c.inputs, CompactionInput{Level: outLevel, Files: out})
 	}
 	c.move = len(start) == 1 && len(out) == 0 && start[0].RangeDels == 0
 	for _, in := range c.inputs {
 		for _, f := range in.Files {
 			f.compacting = true
 		}
-	}
-	if level > 0 {
-		d.compactPtr[level] = append([]byte(nil), userKey(start[len(start)-1].Largest)...)
 	}
 	return c
 }
@@ -197,7 +248,7 @@ func (d *DB) runCompaction(ctx context.Context, c *compaction) error {
 		OutputLevel:    c.outputLevel,
 		Snapshots:      d.snapshotListLocked(),
 		DropDeletes:    true,
-		TargetFileSize: d.targetFileSize(c.outputLevel),
+		TargetFileSize: d.targetFileSize(d.current, c.outputLevel),
 		Table:          d.opts.Table,
 	}
 	for l := c.outputLevel + 1; l < NumLevels; l++ {

@@ -108,7 +108,7 @@ func (c *Client) Grantee(ctx context.Context) (string, error) {
 func (c *Client) RunTask(ctx context.Context, r offloadfs.TaskRequest) (offloadfs.TaskResult, error) {
 	req := Request{Task: r.Task, Args: r.Args, Client: c.opts.Name}
 	for _, f := range r.Files {
-		req.Files = append(req.Files, File{File: f.File, Write: f.Write, ContentTag: f.ContentTag})
+		req.Files = append(req.Files, File{File: f.File, Write: f.Write, ContentTag: f.ContentTag, Bypass: f.Bypass})
 	}
 	res, local, err := c.Run(ctx, req)
 	if err != nil {

@@ -221,6 +221,14 @@ func TestOffloadCacheNeverStale(t *testing.T) {
 	if e.Cache().Stats().Hits == hits {
 		t.Fatal("a second read of the same version hit nothing in the cache")
 	}
+	// Bypass reads the device: no lookup at all.
+	before := e.Cache().Stats()
+	if _, err := r.fsys.Offload(ctx, c, "crc32c", []offloadfs.OffloadFile{{In: r.open("a"), Bypass: true}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if after := e.Cache().Stats(); after.Hits != before.Hits || after.Misses != before.Misses {
+		t.Fatalf("a bypassing read looked in the cache: %+v, then %+v", before, after)
+	}
 	// Overwrite one byte in place: same size, same version.
 	f, err := r.fsys.OpenFile("a", 2) // O_RDWR
 	if err != nil {

@@ -58,8 +58,10 @@ type TaskFile struct {
 	Write bool
 	// ContentTag differs whenever the file's bytes may have changed,
 	// even when its version did not (an overwrite in place): an engine
-	// caches under (inode, version, tag).
+	// caches under (inode, version, tag). Bypass asks the engine to read
+	// the device, never its cache.
 	ContentTag uint64
+	Bypass     bool
 }
 
 // TaskRequest is what a Peer is asked to run.
@@ -86,6 +88,9 @@ type OffloadFile struct {
 	In      *File
 	Out     string
 	Reserve int64
+	// Bypass has the engine read an input from the device, not from its
+	// cache (which is coherent anyway: see TaskFile.ContentTag).
+	Bypass bool
 }
 
 // OffloadResult is an offloaded task's result.
@@ -216,7 +221,7 @@ func (fsys *FS) Offload(ctx context.Context, peer Peer, task string, files []Off
 		if f.In != nil {
 			in, write = f.In, false
 		}
-		req.Files[i] = TaskFile{File: grantedMap(grants, in.in), Write: write, ContentTag: fsys.contentTag(in.in)}
+		req.Files[i] = TaskFile{File: grantedMap(grants, in.in), Write: write, ContentTag: fsys.contentTag(in.in), Bypass: f.Bypass}
 	}
 
 	res, err := peer.RunTask(ctx, req)

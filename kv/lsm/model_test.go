@@ -9,9 +9,9 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"strconv"
 	"slices"
 	"sort"
+	"strconv"
 	"testing"
 
 	"github.com/nearstore/nearstore/vfs"

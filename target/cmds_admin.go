@@ -180,6 +180,9 @@ const FirmwareRevision = "0.1"
 func getLogPage(_ context.Context, s *session, r *request) completion {
 	var g nvme.GetLogPageCommand
 	g.FromCommand(&r.sqe)
+	if _, st := s.transferLen(r, uint64(g.Length)); st != 0 {
+		return status(st)
+	}
 	var page []byte
 	c := s.ctrl
 	switch {
@@ -222,9 +225,13 @@ func getLogPage(_ context.Context, s *session, r *request) completion {
 	if g.Offset > uint64(len(page)) || g.Offset%4 != 0 {
 		return status(nvme.StatusInvalidField | nvme.DNR)
 	}
-	out := make([]byte, g.Length)
-	copy(out, page[g.Offset:])
-	return dataCompletion(r, out)
+	n, st := s.transferLen(r, uint64(g.Length))
+	if st != 0 {
+		return status(st)
+	}
+	out := r.resultBuf(n)
+	clear(out[copy(out, page[g.Offset:]):])
+	return completion{data: out}
 }
 
 // smartLog builds the SMART / Health Information log (512 bytes): byte 1-2

@@ -41,9 +41,9 @@ func TestGetLogPageAllocationBounded(t *testing.T) {
 				sgl       uint32
 				want      nvme.Status
 			}{
-				{16 << 30, 4096, nvme.StatusInvalidField | nvme.DNR},       // NUMD all ones
+				{16 << 30, 4096, nvme.StatusInvalidField | nvme.DNR},         // NUMD all ones
 				{16 << 30, 1 << 30, nvme.StatusSGLDataLenInvalid | nvme.DNR}, // SGL past MDTS too
-				{4096, 8192, nvme.StatusSGLDataLenInvalid | nvme.DNR},      // lengths disagree
+				{4096, 8192, nvme.StatusSGLDataLenInvalid | nvme.DNR},        // lengths disagree
 				{8192, 4096, nvme.StatusSGLDataLenInvalid | nvme.DNR},
 				{1 << 20, 1 << 20, nvme.StatusSGLDataLenInvalid | nvme.DNR}, // both past MDTS
 			} {

@@ -296,13 +296,7 @@ func setFeatures(_ context.Context, s *session, r *request) completion {
 		return completion{dw0: n | n<<16}
 	case nvme.FeatKeepAliveTimer:
 		c.kato = time.Duration(v) * time.Millisecond
-		if c.kaTimer != nil {
-			c.kaTimer.Stop()
-			c.kaTimer = nil
-		}
-		if c.kato > 0 {
-			c.kaTimer = time.AfterFunc(c.kato, c.keepAliveExpired)
-		}
+		c.armKeepAliveLocked()
 		return completion{}
 	case nvme.FeatAsyncEventConfig:
 		c.aenEnabled = v

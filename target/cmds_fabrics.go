@@ -34,6 +34,11 @@ func fabricsCommands() map[uint8]*cmdSpec {
 
 func checkConnect(*session, *request) (int, nvme.Status) { return nvme.ConnectDataSize, 0 }
 
+// maxAdminDepth bounds the admin queue, as Linux nvmet's NVMET_MAX_CMD
+// for the admin queue (32): admin commands are few and slow, and each may
+// hold a buffer of up to MDTS.
+const maxAdminDepth = 32
+
 // connect runs a Fabrics Connect: queue 0 creates a controller, any other
 // queue joins the controller named in the data. It binds the session; the
 // connection layer then applies what the host asked of the transport.
@@ -63,7 +68,7 @@ func connect(_ context.Context, s *session, r *request) completion {
 		return bad(true, 256)
 	}
 	depth := int(cc.SQSize) + 1
-	if cc.SQSize == 0 || depth > srv.cfg.QueueDepth {
+	if cc.SQSize == 0 || depth > srv.cfg.QueueDepth || (cc.QID == 0 && depth > maxAdminDepth) {
 		return bad(false, 44)
 	}
 	var ctrl *controller

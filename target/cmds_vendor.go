@@ -27,13 +27,15 @@ func checkNotDiscovery(s *session, _ *request) (int, nvme.Status) {
 	return 0, 0
 }
 
-// checkFunctionLoad: CDW11 is the module's size, which the SGL must match.
+// checkFunctionLoad: CDW11 is the module's size, which the SGL must match,
+// within the server's MaxFunctionSize. Its data then moves as any write's
+// does: asked for with an R2T, buffered as it arrives.
 func checkFunctionLoad(s *session, r *request) (int, nvme.Status) {
-	n := int(r.sqe.CDW11)
-	if s.discovery || n <= 0 || n > maxModuleSize || n != int(r.sqe.DPTR.Length) {
+	n := int64(r.sqe.CDW11)
+	if s.discovery || n <= 0 || n > int64(s.srv.cfg.MaxFunctionSize) || n != int64(r.sqe.DPTR.Length) {
 		return 0, nvme.StatusInvalidField | nvme.DNR
 	}
-	return n, 0
+	return int(n), 0
 }
 
 // checkFunctionUnload: the data is the function's ID.

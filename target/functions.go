@@ -14,7 +14,8 @@ import (
 	"github.com/nearstore/nearstore/sandbox"
 )
 
-// maxModuleSize bounds a Function Load.
+// maxModuleSize bounds Config.MaxFunctionSize: the largest buffer the
+// pool keeps.
 const maxModuleSize = 16 << 20
 
 // function is a loaded module. refs counts the table's reference and the

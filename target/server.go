@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
@@ -78,6 +79,22 @@ type Config struct {
 	// IdleTimeout bounds the time from accept to a completed Fabrics
 	// Connect (default 10s).
 	IdleTimeout time.Duration
+	// MaxIdle is the keep-alive timeout of a controller whose host asked
+	// for none (KATO 0): with no command for this long, it goes, as Linux
+	// nvmet's discovery controllers do after 120 s (default 2m).
+	MaxIdle time.Duration
+	// DataTimeout bounds the wait for the data an R2T asked for: a queue
+	// whose host has not sent it all by then is closed, and the buffer
+	// freed (default 30s).
+	DataTimeout time.Duration
+	// MaxConnections bounds the open connections (queues) of all hosts
+	// (default 4096), and MaxConnectionsPerAddr those from one source IP
+	// address (default 512). A connection past either is closed at once.
+	MaxConnections        int
+	MaxConnectionsPerAddr int
+	// MaxFunctionSize bounds the module a Function Load brings (default
+	// 4 MiB).
+	MaxFunctionSize int
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics, when not nil, receives per-command metrics.
@@ -123,6 +140,21 @@ func (c *Config) setDefaults() {
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 10 * time.Second
 	}
+	if c.MaxIdle <= 0 {
+		c.MaxIdle = 2 * time.Minute
+	}
+	if c.DataTimeout <= 0 {
+		c.DataTimeout = 30 * time.Second
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 4096
+	}
+	if c.MaxConnectionsPerAddr <= 0 {
+		c.MaxConnectionsPerAddr = 512
+	}
+	if c.MaxFunctionSize <= 0 {
+		c.MaxFunctionSize = 4 << 20
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -158,6 +190,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	perAddr   map[string]int // open connections by source IP
 	closing   atomic.Bool
 	done      chan struct{}
 	// ctx is every queue's parent context: cancel ends every command
@@ -192,6 +225,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.QueueDepth < 2 || cfg.QueueDepth > 65536 {
 		return nil, fmt.Errorf("target: queue depth %d outside [2, 65536]", cfg.QueueDepth)
 	}
+	if cfg.MaxFunctionSize > maxModuleSize {
+		return nil, fmt.Errorf("target: function size limit %d too large (max %d)", cfg.MaxFunctionSize, maxModuleSize)
+	}
 	if cfg.MDTS > 12 {
 		return nil, fmt.Errorf("target: MDTS %d too large (max 12: 16 MiB)", cfg.MDTS)
 	}
@@ -202,6 +238,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:   cfg.Metrics,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
+		perAddr:   make(map[string]int),
 		done:      make(chan struct{}),
 		metas:     make(map[*namespace]*nsMeta),
 		cmds:      newCommandSets(),
@@ -287,9 +324,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closing.Load() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Transient (out of file descriptors and the like): back off.
+			if transientAccept(err) {
+				// Out of file descriptors and the like: back off and
+				// keep serving the connections there are.
+				if delay == 0 {
+					s.log.Warn("accept failing: backing off", "err", err)
+				}
+				s.metrics.error("accept")
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				time.Sleep(delay)
 				continue
@@ -297,14 +338,23 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("target: accept: %w", err)
 		}
 		delay = 0
-		q := newConn(s, c)
+		src := sourceIP(c.RemoteAddr())
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
-			q.close()
+			c.Close()
 			return ErrServerClosed
 		}
+		if len(s.conns) >= s.cfg.MaxConnections || s.perAddr[src] >= s.cfg.MaxConnectionsPerAddr {
+			s.mu.Unlock()
+			s.log.Debug("connection refused: over the connection limit", "remote", c.RemoteAddr().String())
+			s.metrics.error("connection_limit")
+			c.Close()
+			continue
+		}
+		q := newConn(s, c)
 		s.conns[q] = struct{}{}
+		s.perAddr[src]++
 		s.readers.Add(1)
 		s.mu.Unlock()
 		s.metrics.connOpened()
@@ -313,10 +363,42 @@ func (s *Server) Serve(ln net.Listener) error {
 			q.serve()
 			s.mu.Lock()
 			delete(s.conns, q)
+			if s.perAddr[src]--; s.perAddr[src] <= 0 {
+				delete(s.perAddr, src)
+			}
 			s.mu.Unlock()
 			s.metrics.connClosed()
 		}()
 	}
+}
+
+// transientAccept reports an accept error that passes: a timeout, or the
+// process or system out of file descriptors or buffers, or a connection
+// that went before it was accepted.
+func transientAccept(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// sourceIP is the IP address a connection comes from, the key of the
+// per-address connection limit.
+func sourceIP(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
 }
 
 // Shutdown stops the server gracefully: it stops accepting, stops reading

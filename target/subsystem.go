@@ -305,26 +305,47 @@ func (c *controller) teardownLocked() []qpair {
 // startKeepAlive arms the keep-alive timer. Any command received counts as
 // traffic (Traffic Based Keep Alive, advertised in CTRATT), so a busy host
 // need not send Keep Alive commands.
+//
+// A host that asked for no keep-alive (KATO 0) still has one: the
+// server's MaxIdle, so a controller nobody uses does not hold its
+// connections and state for ever.
 func (c *controller) startKeepAlive() {
-	if c.kato <= 0 {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.kaTimer = time.AfterFunc(c.kato, c.keepAliveExpired)
+	c.armKeepAliveLocked()
+}
+
+// armKeepAliveLocked (re)starts the keep-alive timer for the current KATO.
+func (c *controller) armKeepAliveLocked() {
+	if c.dead {
+		return
+	}
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+	}
+	c.kaTimer = time.AfterFunc(c.timeoutLocked(), c.keepAliveExpired)
+}
+
+// timeoutLocked is the keep-alive timeout in force: KATO, or MaxIdle if
+// the host asked for none.
+func (c *controller) timeoutLocked() time.Duration {
+	if c.kato > 0 {
+		return c.kato
+	}
+	return c.ss.srv.cfg.MaxIdle
 }
 
 func (c *controller) touch() {
 	c.mu.Lock()
-	if c.kaTimer != nil {
-		c.kaTimer.Reset(c.kato)
+	if c.kaTimer != nil && !c.dead {
+		c.kaTimer.Reset(c.timeoutLocked())
 	}
 	c.mu.Unlock()
 }
 
 func (c *controller) keepAliveExpired() {
 	c.ss.srv.log.Warn("keep alive timeout: tearing down controller",
-		"subsystem", c.ss.nqn, "cntlid", c.id, "host", c.hostNQN, "kato", c.kato)
+		"subsystem", c.ss.nqn, "cntlid", c.id, "host", c.hostNQN, "kato", c.kato, "max_idle", c.ss.srv.cfg.MaxIdle)
 	c.ss.srv.metrics.error("keep_alive_timeout")
 	c.mu.Lock()
 	qs := c.teardownLocked()

@@ -25,6 +25,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 		grace                time.Duration
 		funcTime             time.Duration
 		funcMem, funcSteps   int
+		lim                  target.Config // the limits hosts are held to
 	)
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -56,9 +57,14 @@ func newTargetCmd(g *globals) *cobra.Command {
 			defer wrt.Close(context.Background())
 			cfg := target.Config{
 				Subsystems:  []target.SubsystemConfig{{NQN: nqn, Namespaces: nss}},
-				MaxIOQueues: queues,
-				QueueDepth:  depth,
-				Logger:      log,
+				MaxIOQueues:           queues,
+				QueueDepth:            depth,
+				MaxConnections:        lim.MaxConnections,
+				MaxConnectionsPerAddr: lim.MaxConnectionsPerAddr,
+				MaxIdle:               lim.MaxIdle,
+				DataTimeout:           lim.DataTimeout,
+				MaxFunctionSize:       lim.MaxFunctionSize,
+				Logger:                log,
 				Runtimes:    []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
 				FunctionLimits: sandbox.Limits{
 					Time:        funcTime,
@@ -105,6 +111,11 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
 	f.IntVar(&queues, "max-io-queues", 16, "I/O queues a host may create")
 	f.IntVar(&depth, "queue-depth", 1024, "maximum queue depth")
+	f.IntVar(&lim.MaxConnections, "max-connections", 4096, "open connections (queues) of all hosts; more are closed at once")
+	f.IntVar(&lim.MaxConnectionsPerAddr, "max-connections-per-addr", 512, "open connections from one source IP address")
+	f.DurationVar(&lim.MaxIdle, "max-idle", 2*time.Minute, "keep-alive timeout of a host that asks for none (KATO 0)")
+	f.DurationVar(&lim.DataTimeout, "data-timeout", 30*time.Second, "how long a queue may keep the target waiting for data it said it would send")
+	f.IntVar(&lim.MaxFunctionSize, "func-max-size", 4<<20, "storage functions: bytes of the largest module a host may load")
 	f.DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for in-flight commands")
 	f.DurationVar(&funcTime, "func-time", 100*time.Millisecond, "storage functions: wall time of one call before it is stopped")
 	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have")

@@ -56,7 +56,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 			}
 			defer wrt.Close(context.Background())
 			cfg := target.Config{
-				Subsystems:  []target.SubsystemConfig{{NQN: nqn, Namespaces: nss}},
+				Subsystems:            []target.SubsystemConfig{{NQN: nqn, Namespaces: nss}},
 				MaxIOQueues:           queues,
 				QueueDepth:            depth,
 				MaxConnections:        lim.MaxConnections,
@@ -65,7 +65,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 				DataTimeout:           lim.DataTimeout,
 				MaxFunctionSize:       lim.MaxFunctionSize,
 				Logger:                log,
-				Runtimes:    []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
+				Runtimes:              []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
 				FunctionLimits: sandbox.Limits{
 					Time:        funcTime,
 					MemoryBytes: funcMem,

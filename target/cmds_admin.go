@@ -258,7 +258,8 @@ func (s *session) smartLog() []byte {
 	return p
 }
 
-// discoveryLog lists every subsystem at the address the host reached us on.
+// discoveryLog lists, at the address the host reached us on, every
+// subsystem the asking host may connect to.
 func (s *session) discoveryLog() []byte {
 	host, port, _ := net.SplitHostPort(s.local.String())
 	fam := uint8(nvme.AdrFamIPv4)
@@ -267,6 +268,9 @@ func (s *session) discoveryLog() []byte {
 	}
 	entries := make([]nvme.DiscoveryEntry, 0, len(s.srv.order))
 	for _, ss := range s.srv.order {
+		if !ss.admits(s.ctrl.hostNQN) {
+			continue
+		}
 		entries = append(entries, nvme.DiscoveryEntry{
 			TrType: nvme.TrTypeTCP, AdrFam: fam, SubType: nvme.SubTypeNVM,
 			Treq: nvme.TreqNotRequired, PortID: 1, CNTLID: 0xFFFF,

@@ -67,6 +67,17 @@ func connect(_ context.Context, s *session, r *request) completion {
 		s.log.Info("connect to unknown subsystem", "nqn", cd.SubNQN, "host", cd.HostNQN)
 		return bad(true, 256)
 	}
+	// Access control, for the admin queue and every I/O queue alike. The
+	// discovery controller admits every host, as in nvmet; its log lists
+	// only what the host may connect to.
+	if cd.HostNQN == "" {
+		return bad(true, 512)
+	}
+	if ss != srv.disc && !ss.admits(cd.HostNQN) {
+		s.log.Warn("connect refused: host not allowed", "subsystem", ss.nqn, "host", cd.HostNQN)
+		srv.metrics.error("host_not_allowed")
+		return completion{status: nvme.StatusConnectInvalidHost | nvme.DNR, dw0: connectInvalid(true, 512)}
+	}
 	depth := int(cc.SQSize) + 1
 	if cc.SQSize == 0 || depth > srv.cfg.QueueDepth || (cc.QID == 0 && depth > maxAdminDepth) {
 		return bad(false, 44)
@@ -88,8 +99,13 @@ func connect(_ context.Context, s *session, r *request) completion {
 		if ctrl == nil || ctrl.discovery {
 			return bad(true, 16)
 		}
+		// An I/O queue joins only its own host's association: the
+		// CNTLID, host NQN and host ID must all be the admin queue's.
 		if ctrl.hostNQN != cd.HostNQN {
 			return bad(true, 512)
+		}
+		if ctrl.hostID != cd.HostID {
+			return bad(true, 0)
 		}
 		ctrl.mu.Lock()
 		ready, nq := ctrl.csts&nvme.CSTSReady != 0, ctrl.ioQueues

@@ -55,6 +55,13 @@ type SubsystemConfig struct {
 	Namespaces []NamespaceConfig
 	// Model is reported in Identify Controller; default "nearstore".
 	Model string
+	// AllowedHosts are the host NQNs that may connect (Linux nvmet's
+	// allowed_hosts, SPDK's nvmf_subsystem_add_host); AllowAnyHost admits
+	// every host (nvmet's attr_allow_any_host). With neither, the
+	// subsystem admits any host only while the server listens on loopback
+	// addresses alone: Serve refuses any other listener.
+	AllowedHosts []string
+	AllowAnyHost bool
 }
 
 // Config configures a Server. Zero values take the defaults noted.
@@ -314,6 +321,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		return ErrServerClosed
 	}
+	if open := s.openByDefault(); len(open) > 0 {
+		if !isLoopback(ln.Addr()) {
+			s.mu.Unlock()
+			ln.Close()
+			return fmt.Errorf("target: listening on %s, which is not a loopback address, and subsystem %s names no allowed host: "+
+				"give it allowed hosts (--allow-host NQN) or admit any host explicitly (--allow-any-host)", ln.Addr(), open[0])
+		}
+		for _, nqn := range open {
+			s.log.Warn("subsystem admits any host: it names no allowed host, and the target listens on loopback only", "subsystem", nqn, "addr", ln.Addr().String())
+		}
+	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
 	s.log.Info("target listening", "addr", ln.Addr().String(), "subsystems", len(s.order))
@@ -370,6 +388,29 @@ func (s *Server) Serve(ln net.Listener) error {
 			s.metrics.connClosed()
 		}()
 	}
+}
+
+// openByDefault lists the subsystems that name no allowed host and do not
+// admit any host explicitly.
+func (s *Server) openByDefault() []string {
+	var open []string
+	for _, ss := range s.order {
+		if !ss.allowAny && len(ss.allowed) == 0 {
+			open = append(open, ss.nqn)
+		}
+	}
+	return open
+}
+
+// isLoopback reports whether a listener's address is a loopback one.
+func isLoopback(a net.Addr) bool {
+	var ip net.IP
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ip = ta.IP
+	} else if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		ip = net.ParseIP(host)
+	}
+	return ip != nil && ip.IsLoopback()
 }
 
 // transientAccept reports an accept error that passes: a timeout, or the

@@ -33,6 +33,11 @@ type subsystem struct {
 	model  string
 	serial string
 
+	// allowed and allowAny say which hosts may connect (admits); they do
+	// not change after New.
+	allowed  map[string]struct{}
+	allowAny bool
+
 	mu          sync.RWMutex
 	namespaces  map[uint32]*namespace
 	controllers map[uint16]*controller
@@ -45,8 +50,14 @@ func newSubsystem(s *Server, sc SubsystemConfig) *subsystem {
 	if model == "" {
 		model = "nearstore"
 	}
+	allowed := make(map[string]struct{}, len(sc.AllowedHosts))
+	for _, h := range sc.AllowedHosts {
+		allowed[h] = struct{}{}
+	}
 	return &subsystem{
 		srv:         s,
+		allowed:     allowed,
+		allowAny:    sc.AllowAnyHost,
 		nqn:         sc.NQN,
 		model:       model,
 		serial:      hex.EncodeToString(id[:10]),
@@ -54,6 +65,17 @@ func newSubsystem(s *Server, sc SubsystemConfig) *subsystem {
 		controllers: make(map[uint16]*controller),
 		nextCNTLID:  1,
 	}
+}
+
+// admits reports whether host may connect to the subsystem. A subsystem
+// that names no allowed host admits any: Serve lets it listen on loopback
+// addresses only.
+func (ss *subsystem) admits(host string) bool {
+	if ss.allowAny || len(ss.allowed) == 0 {
+		return true
+	}
+	_, ok := ss.allowed[host]
+	return ok
 }
 
 func (ss *subsystem) addNamespace(nc NamespaceConfig) (uint32, error) {

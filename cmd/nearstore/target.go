@@ -26,6 +26,8 @@ func newTargetCmd(g *globals) *cobra.Command {
 		funcTime             time.Duration
 		funcMem, funcSteps   int
 		lim                  target.Config // the limits hosts are held to
+		allowHosts           []string
+		allowAny             bool
 	)
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -56,7 +58,10 @@ func newTargetCmd(g *globals) *cobra.Command {
 			}
 			defer wrt.Close(context.Background())
 			cfg := target.Config{
-				Subsystems:            []target.SubsystemConfig{{NQN: nqn, Namespaces: nss}},
+				Subsystems: []target.SubsystemConfig{{
+					NQN: nqn, Namespaces: nss,
+					AllowedHosts: allowHosts, AllowAnyHost: allowAny,
+				}},
 				MaxIOQueues:           queues,
 				QueueDepth:            depth,
 				MaxConnections:        lim.MaxConnections,
@@ -88,7 +93,17 @@ func newTargetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !allowAny && len(allowHosts) == 0 {
+				ln.Close()
+				return fmt.Errorf("--listen %s is not a loopback address: name the hosts that may connect with --allow-host NQN, or admit any host with --allow-any-host", ln.Addr())
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "serving %s on %s (%d namespace(s)); Ctrl-C stops\n", nqn, ln.Addr(), len(nss))
+			switch {
+			case allowAny:
+				fmt.Fprintln(cmd.OutOrStdout(), "admitting any host (--allow-any-host)")
+			case len(allowHosts) == 0:
+				fmt.Fprintln(cmd.OutOrStdout(), "admitting any host: no --allow-host given, so the target serves on loopback only")
+			}
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
 			select {
@@ -111,6 +126,8 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
 	f.IntVar(&queues, "max-io-queues", 16, "I/O queues a host may create")
 	f.IntVar(&depth, "queue-depth", 1024, "maximum queue depth")
+	f.StringArrayVar(&allowHosts, "allow-host", nil, "host NQN that may connect (repeatable); without it or --allow-any-host, only a loopback --listen is allowed")
+	f.BoolVar(&allowAny, "allow-any-host", false, "let any host connect, on any listen address")
 	f.IntVar(&lim.MaxConnections, "max-connections", 4096, "open connections (queues) of all hosts; more are closed at once")
 	f.IntVar(&lim.MaxConnectionsPerAddr, "max-connections-per-addr", 512, "open connections from one source IP address")
 	f.DurationVar(&lim.MaxIdle, "max-idle", 2*time.Minute, "keep-alive timeout of a host that asks for none (KATO 0)")

@@ -218,8 +218,13 @@ func grantPut(_ context.Context, s *session, r *request) completion {
 		return s.badMap(r, fmt.Errorf("%w: a host cannot grant to itself", pushdown.ErrMalformed))
 	}
 	srv := s.srv
+	if !ns.resv.holds(host) {
+		s.log.Info("grant refused: the host does not hold the namespace's reservation", "host", host, "nsid", ns.id, "grantee", g.Host)
+		srv.metrics.accessDenied(s.ss.nqn, ns.id)
+		return status(nvme.StatusAccessDenied | nvme.DNR)
+	}
 	m := srv.meta(s.ss, ns, true)
-	old, n, err := m.grants.put(host, &g, srv.cfg.Now(), srv.cfg.MaxGrants, &srv.restricted)
+	old, n, err := m.grants.put(host, &g, srv.cfg.Now(), srv.cfg.MaxGrants)
 	switch {
 	case errors.Is(err, errGrantDenied):
 		s.log.Info("grant refused", "host", host, "nsid", ns.id, "err", err)

@@ -205,7 +205,10 @@ type Module interface {
 	// HasPushdown and HasCompute report which entry points exist.
 	HasPushdown() bool
 	HasCompute() bool
-	// Acquire returns an instance for one request. Its scratch is zeroed.
+	// Acquire returns an instance for one request. Its scratch is zeroed,
+	// and its memory holds nothing another tenant's request left in it
+	// (WithTenant): an instance that ran for one tenant is never handed to
+	// another.
 	Acquire(ctx context.Context) (Instance, error)
 	// Close releases the module and its pooled instances.
 	Close(ctx context.Context) error
@@ -237,6 +240,24 @@ type Instance interface {
 	Compute(ctx context.Context, inLen, outCap int) (int, error)
 	// Release returns the instance to its module's pool.
 	Release()
+}
+
+// tenantKey is the context key of WithTenant.
+type tenantKey struct{}
+
+// WithTenant returns ctx marking the requests it carries as tenant's (a
+// target uses the host NQN). Module.Acquire never gives a tenant an
+// instance whose memory another tenant's requests have used: a function's
+// linear memory, stack, heap, scratch, input and output of one host are
+// never seen by another's request.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+// TenantOf returns the tenant WithTenant set on ctx, "" if none.
+func TenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
 }
 
 // Runtime loads modules of one kind.

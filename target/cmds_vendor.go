@@ -309,6 +309,9 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 		return status(st)
 	}
 	defer refs.release()
+	// The function's instance is the host's own: no other host's request
+	// ever ran in its memory (sandbox.WithTenant).
+	ctx = sandbox.WithTenant(ctx, s.ctrl.hostNQN)
 	f.calls.Add(1)
 	dev := backendDevice{r.ns.backend}
 	exec := s.srv.exec

@@ -55,6 +55,9 @@ type state struct {
 	// broken: the instance trapped, timed out or failed an allocation, so
 	// it is not reused.
 	broken bool
+	// tenant is whose requests the instance runs (sandbox.WithTenant): it
+	// never runs another's.
+	tenant string
 }
 
 func align16(v uint64) uint64 { return (v + 15) &^ 15 }

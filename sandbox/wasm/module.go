@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/nearstore/nearstore/sandbox"
@@ -139,19 +140,31 @@ func sig(params, results []api.ValueType) string {
 	return s + ")"
 }
 
-// Acquire returns an idle instance, or a new one if none is idle, with
-// its scratch zeroed.
+// Acquire returns an idle instance that last ran for the same tenant
+// (sandbox.WithTenant), or a new one if there is none, with its scratch
+// zeroed.
+//
+// An instance's linear memory keeps whatever its requests left there —
+// blocks read into the data buffer, its globals, heap and stack — and
+// clearing it all would cost a copy of the whole memory per request (and
+// could not restore a module's unexported globals). So instances are never
+// shared across tenants: a tenant with no idle instance of its own gets a
+// fresh one, and idle instances of other tenants are left, or evicted as
+// the pool fills.
 func (m *Module) Acquire(ctx context.Context) (sandbox.Instance, error) {
+	tenant := sandbox.TenantOf(ctx)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return nil, errClosed
 	}
 	var s *state
-	if n := len(m.free); n > 0 {
-		s = m.free[n-1]
-		m.free[n-1] = nil
-		m.free = m.free[:n-1]
+	for i := len(m.free) - 1; i >= 0; i-- {
+		if m.free[i].tenant == tenant {
+			s = m.free[i]
+			m.free = slices.Delete(m.free, i, i+1)
+			break
+		}
 	}
 	m.mu.Unlock()
 	if s == nil {
@@ -159,6 +172,7 @@ func (m *Module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 		if s, err = m.instantiate(ctx); err != nil {
 			return nil, err
 		}
+		s.tenant = tenant
 	}
 	if err := s.reset(ctx); err != nil {
 		s.close()
@@ -176,9 +190,18 @@ var errClosed = errors.New("wasm: module closed")
 func (m *Module) release(s *state) {
 	if !s.broken {
 		m.mu.Lock()
-		if !m.closed && len(m.free) < m.rt.opts.PoolSize {
+		if !m.closed && m.rt.opts.PoolSize > 0 {
+			var evicted *state
+			if len(m.free) >= m.rt.opts.PoolSize {
+				// The least recently released goes, whoever's it was.
+				evicted = m.free[0]
+				m.free = slices.Delete(m.free, 0, 1)
+			}
 			m.free = append(m.free, s)
 			m.mu.Unlock()
+			if evicted != nil {
+				evicted.close()
+			}
 			return
 		}
 		m.mu.Unlock()

@@ -77,9 +77,14 @@ func checkLambdaWrite(s *session, r *request) (int, nvme.Status) {
 }
 
 // functionLoad loads a module: CDW10 bits 7:0 declare its kind (0:
-// detect). DW0 is the number of functions loaded.
+// detect). DW0 is the number of functions the host has loaded. A load past
+// the host's function quota fails with Metadata Limit.
 func functionLoad(ctx context.Context, s *session, r *request) completion {
-	n, err := s.srv.funcs.load(ctx, sandbox.Kind(uint8(r.sqe.CDW10)), r.data)
+	n, err := s.srv.funcs.load(ctx, s.ctrl.hostNQN, sandbox.Kind(uint8(r.sqe.CDW10)), r.data)
+	if errors.Is(err, errFunctionQuota) {
+		s.log.Warn("function load refused", "host", s.ctrl.hostNQN, "err", err)
+		return status(nvme.StatusMetadataLimit | nvme.DNR)
+	}
 	if err != nil {
 		// Whatever the runtime objects to (a malformed module, one that
 		// fails verification, or needs more memory than the limit), the
@@ -91,21 +96,22 @@ func functionLoad(ctx context.Context, s *session, r *request) completion {
 	return completion{dw0: uint32(n)}
 }
 
-// functionUnload unloads the function the data names; requests running it
-// finish first. DW0 is the number of functions left.
+// functionUnload unloads the function the data names, if the host loaded
+// it (another host's is not found); requests running it finish first. DW0
+// is the number of functions the host has left.
 func functionUnload(ctx context.Context, s *session, r *request) completion {
 	var id sandbox.ID
 	copy(id[:], r.data)
 	ft := s.srv.funcs
-	if !ft.unload(context.WithoutCancel(ctx), id) {
+	if !ft.unload(context.WithoutCancel(ctx), s.ctrl.hostNQN, id) {
 		return status(nvme.StatusFunctionNotFound | nvme.DNR)
 	}
-	return completion{dw0: uint32(ft.count())}
+	return completion{dw0: uint32(ft.count(s.ctrl.hostNQN))}
 }
 
-// functionList lists the loaded functions, at most CDW10 of them.
+// functionList lists the functions the host loaded, at most CDW10 of them.
 func functionList(_ context.Context, s *session, r *request) completion {
-	return dataCompletion(r, s.srv.funcs.list(int(r.sqe.CDW10)))
+	return dataCompletion(r, s.srv.funcs.list(s.ctrl.hostNQN, int(r.sqe.CDW10)))
 }
 
 // vendorNamespace finds the namespace an admin vendor command names.
@@ -309,6 +315,12 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 		return status(st)
 	}
 	defer refs.release()
+	// At most MaxFunctionCallsPerHost of the host's requests run at once.
+	done, err := s.srv.calls.acquire(ctx, s.ctrl.hostNQN)
+	if err != nil {
+		return status(nvme.StatusAbortSQDeleted)
+	}
+	defer done()
 	// The function's instance is the host's own: no other host's request
 	// ever ran in its memory (sandbox.WithTenant).
 	ctx = sandbox.WithTenant(ctx, s.ctrl.hostNQN)

@@ -102,6 +102,18 @@ type Config struct {
 	// MaxFunctionSize bounds the module a Function Load brings (default
 	// 4 MiB).
 	MaxFunctionSize int
+	// Per host: the functions it may keep loaded (default 64), their
+	// modules' bytes (default 64 MiB), and the memory their instances may
+	// pin, each function counted at FunctionLimits.MemoryBytes (default
+	// 1 GiB). A Function Load past them fails with Metadata Limit.
+	MaxFunctionsPerHost      int
+	MaxFunctionBytesPerHost  int
+	MaxFunctionMemoryPerHost int64
+	// MaxFunctionCallsPerHost bounds the function requests of one host
+	// running at once, their reads included (default 64); more wait their
+	// turn, so that one host's functions cannot take every goroutine the
+	// target has. It bounds, and does not schedule, their CPU.
+	MaxFunctionCallsPerHost int
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics, when not nil, receives per-command metrics.
@@ -162,6 +174,18 @@ func (c *Config) setDefaults() {
 	if c.MaxFunctionSize <= 0 {
 		c.MaxFunctionSize = 4 << 20
 	}
+	if c.MaxFunctionsPerHost <= 0 {
+		c.MaxFunctionsPerHost = 64
+	}
+	if c.MaxFunctionBytesPerHost <= 0 {
+		c.MaxFunctionBytesPerHost = 64 << 20
+	}
+	if c.MaxFunctionMemoryPerHost <= 0 {
+		c.MaxFunctionMemoryPerHost = 1 << 30
+	}
+	if c.MaxFunctionCallsPerHost <= 0 {
+		c.MaxFunctionCallsPerHost = 64
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -211,6 +235,7 @@ type Server struct {
 	bufs     bufPool
 	disc     *subsystem
 	funcs    *functionTable
+	calls    *callLimiter
 	exec     *pushdown.Executor
 	// readers counts the connections' reader goroutines, teardown
 	// included; Shutdown waits for them, not for the commands they
@@ -274,7 +299,10 @@ func New(cfg Config) (*Server, error) {
 		s.order = append(s.order, ss)
 	}
 	s.disc = newSubsystem(s, SubsystemConfig{NQN: nvme.DiscoveryNQN, Model: "nearstore discovery"})
-	s.funcs = newFunctionTable(cfg.Runtimes, cfg.FunctionLimits)
+	s.funcs = newFunctionTable(cfg.Runtimes, cfg.FunctionLimits, functionQuota{
+		count: cfg.MaxFunctionsPerHost, bytes: cfg.MaxFunctionBytesPerHost, memory: cfg.MaxFunctionMemoryPerHost,
+	})
+	s.calls = newCallLimiter(cfg.MaxFunctionCallsPerHost)
 	s.exec = &pushdown.Executor{Limits: cfg.FunctionLimits}
 	return s, nil
 }

@@ -62,15 +62,19 @@ func newTargetCmd(g *globals) *cobra.Command {
 					NQN: nqn, Namespaces: nss,
 					AllowedHosts: allowHosts, AllowAnyHost: allowAny,
 				}},
-				MaxIOQueues:           queues,
-				QueueDepth:            depth,
-				MaxConnections:        lim.MaxConnections,
-				MaxConnectionsPerAddr: lim.MaxConnectionsPerAddr,
-				MaxIdle:               lim.MaxIdle,
-				DataTimeout:           lim.DataTimeout,
-				MaxFunctionSize:       lim.MaxFunctionSize,
-				Logger:                log,
-				Runtimes:              []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
+				MaxIOQueues:              queues,
+				QueueDepth:               depth,
+				MaxConnections:           lim.MaxConnections,
+				MaxConnectionsPerAddr:    lim.MaxConnectionsPerAddr,
+				MaxIdle:                  lim.MaxIdle,
+				DataTimeout:              lim.DataTimeout,
+				MaxFunctionSize:          lim.MaxFunctionSize,
+				MaxFunctionsPerHost:      lim.MaxFunctionsPerHost,
+				MaxFunctionBytesPerHost:  lim.MaxFunctionBytesPerHost,
+				MaxFunctionMemoryPerHost: lim.MaxFunctionMemoryPerHost,
+				MaxFunctionCallsPerHost:  lim.MaxFunctionCallsPerHost,
+				Logger:                   log,
+				Runtimes:                 []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
 				FunctionLimits: sandbox.Limits{
 					Time:        funcTime,
 					MemoryBytes: funcMem,
@@ -133,6 +137,10 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.DurationVar(&lim.MaxIdle, "max-idle", 2*time.Minute, "keep-alive timeout of a host that asks for none (KATO 0)")
 	f.DurationVar(&lim.DataTimeout, "data-timeout", 30*time.Second, "how long a queue may keep the target waiting for data it said it would send")
 	f.IntVar(&lim.MaxFunctionSize, "func-max-size", 4<<20, "storage functions: bytes of the largest module a host may load")
+	f.IntVar(&lim.MaxFunctionsPerHost, "func-max-per-host", 64, "storage functions: functions one host may keep loaded")
+	f.IntVar(&lim.MaxFunctionBytesPerHost, "func-max-bytes-per-host", 64<<20, "storage functions: bytes of modules one host may keep loaded")
+	f.Int64Var(&lim.MaxFunctionMemoryPerHost, "func-max-memory-per-host", 1<<30, "storage functions: memory one host's functions may pin, each counted at --func-memory")
+	f.IntVar(&lim.MaxFunctionCallsPerHost, "func-max-calls-per-host", 64, "storage functions: requests of one host running at once; more wait")
 	f.DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for in-flight commands")
 	f.DurationVar(&funcTime, "func-time", 100*time.Millisecond, "storage functions: wall time of one call before it is stopped")
 	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have")

@@ -5,8 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
 )
 
 // TestFunctionsBelongToTheirHosts: issue 18's "functions have no owner".
@@ -104,5 +109,52 @@ func TestCallLimiter(t *testing.T) {
 	b()
 	if len(l.hosts) != 0 {
 		t.Fatalf("%d hosts still tracked", len(l.hosts))
+	}
+}
+
+// TestHostStateLease: issue 18's "kept after disconnect". What a host put
+// (extent maps) and loaded (functions) stays while it is away less than
+// HostStateLease, and goes after it.
+func TestHostStateLease(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		lease time.Duration
+		kept  bool
+	}{{"back within the lease", time.Hour, true}, {"gone past the lease", 20 * time.Millisecond, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s *Server
+			reg := prometheus.NewRegistry()
+			s, addr := startServer(t, Config{HostStateLease: tc.lease, Runtimes: []sandbox.Runtime{echoRuntime{}}, Metrics: NewMetrics(reg)})
+			ctx := context.Background()
+			const nqn = "nqn.2026-11.io.nearstore:leaving"
+			c, ns := connectAs(t, addr, nqn, 1)
+			if _, err := c.LoadFunction(ctx, echoModuleBytes); err != nil {
+				t.Fatal(err)
+			}
+			if err := ns.PutExtentMaps(ctx, []pushdown.File{{ID: 7, Version: 3, Size: 512, Extents: []pushdown.Extent{x(10, 1)}}}); err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+			if !tc.kept {
+				waitFor(t, "the host's state to go", func() bool { return s.funcs.count(nqn) == 0 })
+			}
+			c, ns = connectAs(t, addr, nqn, 1)
+			vs, err := ns.ExtentMapVersions(ctx, []uint64{7})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs, err := c.ListFunctions(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kept := vs[0] == 3 && len(fs) == 1; kept != tc.kept {
+				t.Fatalf("map version %d, %d functions: kept %v, want %v", vs[0], len(fs), kept, tc.kept)
+			}
+			if !tc.kept {
+				if got := gauge(t, reg, "nearstore_target_extent_maps", map[string]string{"nsid": "1"}); got != 0 {
+					t.Fatalf("extent maps gauge %v after the host's maps went", got)
+				}
+			}
+		})
 	}
 }

@@ -132,6 +132,12 @@ type Config struct {
 	// MaxGrants bounds the grants on one namespace, and the hosts ever
 	// granted anything on it (default 4096).
 	MaxGrants int
+	// HostStateLease is how long the target keeps what a host told it —
+	// its extent maps, its functions — after the host's last controller
+	// has gone (default 10m). A host back within the lease finds it all;
+	// after it, the host puts its maps and loads its functions again, as
+	// after a target restart.
+	HostStateLease time.Duration
 	// Now is the clock grant leases run by (default time.Now); tests
 	// inject their own.
 	Now func() time.Time
@@ -173,6 +179,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxFunctionSize <= 0 {
 		c.MaxFunctionSize = 4 << 20
+	}
+	if c.HostStateLease <= 0 {
+		c.HostStateLease = 10 * time.Minute
 	}
 	if c.MaxFunctionsPerHost <= 0 {
 		c.MaxFunctionsPerHost = 64
@@ -249,6 +258,84 @@ type Server struct {
 	// restricted counts the task hosts on every namespace (grants.go);
 	// while it is zero, commands skip the grant check altogether.
 	restricted atomic.Int64
+
+	// present counts each host's controllers on NVM subsystems; a host
+	// whose count drops to zero has its state dropped after
+	// HostStateLease unless it comes back (forgetHost).
+	hostsMu sync.Mutex
+	present map[string]*hostPresence
+}
+
+// hostPresence is one host's controllers, and the timer that forgets it
+// while it has none.
+type hostPresence struct {
+	ctrls int
+	timer *time.Timer
+	gen   uint64 // which lease timer is current
+}
+
+// hostUp counts a new controller of host.
+func (s *Server) hostUp(host string) {
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	p := s.present[host]
+	if p == nil {
+		p = &hostPresence{}
+		s.present[host] = p
+	}
+	p.ctrls++
+	p.gen++
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+}
+
+// hostDown counts a controller of host gone, and starts its lease when it
+// was the last.
+func (s *Server) hostDown(host string) {
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	p := s.present[host]
+	if p == nil {
+		return
+	}
+	if p.ctrls--; p.ctrls > 0 {
+		return
+	}
+	p.gen++
+	gen := p.gen
+	p.timer = time.AfterFunc(s.cfg.HostStateLease, func() { s.forgetHost(host, gen) })
+}
+
+// forgetHost drops the state of a host whose lease (of generation gen)
+// ran out while it had no controller: its extent maps on every namespace,
+// and its ownership of functions.
+func (s *Server) forgetHost(host string, gen uint64) {
+	s.hostsMu.Lock()
+	p := s.present[host]
+	if p == nil || p.ctrls > 0 || p.gen != gen {
+		s.hostsMu.Unlock()
+		return // back meanwhile, or already forgotten
+	}
+	delete(s.present, host)
+	s.hostsMu.Unlock()
+	s.metaMu.RLock()
+	for ns, m := range s.metas {
+		m.mu.Lock()
+		mt := m.tables[host]
+		delete(m.tables, host)
+		m.mu.Unlock()
+		if mt != nil {
+			mt.mu.RLock()
+			d := mapDelta{live: -mt.live, extents: -mt.extents}
+			mt.mu.RUnlock()
+			s.metrics.mapsChanged(m.ssNQN, ns.id, d)
+		}
+	}
+	s.metaMu.RUnlock()
+	s.funcs.forget(context.Background(), host)
+	s.log.Info("host gone past its lease: its extent maps and functions are dropped", "host", host, "lease", s.cfg.HostStateLease)
 }
 
 // New checks cfg and builds a server. It does not listen.
@@ -271,6 +358,7 @@ func New(cfg Config) (*Server, error) {
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
 		perAddr:   make(map[string]int),
+		present:   make(map[string]*hostPresence),
 		done:      make(chan struct{}),
 		metas:     make(map[*namespace]*nsMeta),
 		cmds:      newCommandSets(),

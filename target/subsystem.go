@@ -186,6 +186,9 @@ func (ss *subsystem) newController(hostNQN string, hostID [16]byte, kato time.Du
 	}
 	ss.nextCNTLID++
 	ss.controllers[c.id] = c
+	if !discovery {
+		ss.srv.hostUp(hostNQN)
+	}
 	return c, nil
 }
 
@@ -197,10 +200,14 @@ func (ss *subsystem) controller(id uint16) *controller {
 
 func (ss *subsystem) removeController(c *controller) {
 	ss.mu.Lock()
-	if ss.controllers[c.id] == c {
+	removed := ss.controllers[c.id] == c
+	if removed {
 		delete(ss.controllers, c.id)
 	}
 	ss.mu.Unlock()
+	if removed && !c.discovery {
+		ss.srv.hostDown(c.hostNQN)
+	}
 }
 
 // namespaceChanged records a namespace change on every controller and

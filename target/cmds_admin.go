@@ -199,6 +199,8 @@ func getLogPage(_ context.Context, s *session, r *request) completion {
 		c.mu.Unlock()
 	case g.LID == nvme.LogSMART:
 		page = s.smartLog()
+	case g.LID == nvme.LogFunctionRefusals:
+		page = c.refusalLog()
 	case g.LID == nvme.LogFirmwareSlot:
 		page = make([]byte, 512)
 		page[0] = 1 // active firmware: slot 1

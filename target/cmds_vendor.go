@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
@@ -81,19 +82,29 @@ func checkLambdaWrite(s *session, r *request) (int, nvme.Status) {
 // the host's function quota fails with Metadata Limit.
 func functionLoad(ctx context.Context, s *session, r *request) completion {
 	n, err := s.srv.funcs.load(ctx, s.ctrl.hostNQN, sandbox.Kind(uint8(r.sqe.CDW10)), r.data)
-	if errors.Is(err, errFunctionQuota) {
-		s.log.Warn("function load refused", "host", s.ctrl.hostNQN, "err", err)
-		return status(nvme.StatusMetadataLimit | nvme.DNR)
-	}
 	if err != nil {
 		// Whatever the runtime objects to (a malformed module, one that
 		// fails verification, or needs more memory than the limit), the
-		// module is refused.
-		s.log.Info("function load refused", "err", err)
-		return status(nvme.StatusFunctionRejected | nvme.DNR)
+		// module is refused; past the host's quota, Metadata Limit. Why
+		// goes to the controller's Function Load Refusals log, for the
+		// host to read.
+		st := nvme.StatusFunctionRejected
+		if errors.Is(err, errFunctionQuota) {
+			st = nvme.StatusMetadataLimit
+		}
+		s.log.Info("function load refused", "host", s.ctrl.hostNQN, "err", err)
+		s.ctrl.recordRefusal(sandbox.IDOf(r.data), st, refusalReason(err))
+		return completion{status: st | nvme.DNR, refused: true}
 	}
 	s.log.Info("function loaded", "id", sandbox.IDOf(r.data).String(), "bytes", len(r.data))
 	return completion{dw0: uint32(n)}
+}
+
+// refusalReason is what the Function Load Refusals log says of err: its
+// message without the sentinel's prefix every refused module's has, cut
+// to fit an entry.
+func refusalReason(err error) string {
+	return nvme.CutReason(strings.TrimPrefix(err.Error(), sandbox.ErrBadModule.Error()+": "))
 }
 
 // functionUnload unloads the function the data names, if the host loaded

@@ -267,7 +267,11 @@ func (s *session) record(r *request, c completion) {
 		if r.ns != nil {
 			lba = r.sqe.SLBA()
 		}
-		s.ctrl.recordError(s.qid, r.sqe.CID, c.status, r.sqe.NSID, lba)
+		var vendorLog uint8
+		if s.qid == 0 && r.sqe.Opcode == nvme.AdminFunctionLoad && c.refused {
+			vendorLog = nvme.LogFunctionRefusals
+		}
+		s.ctrl.recordError(s.qid, r.sqe.CID, c.status, r.sqe.NSID, lba, vendorLog)
 	}
 	if s.ss != nil {
 		s.srv.metrics.observe(s.ss.nqn, s.qid == 0, r, c.status, len(c.data))

@@ -195,6 +195,8 @@ type completion struct {
 	// parked: no completion now (an Asynchronous Event Request); one comes
 	// later through qpair.completeParked.
 	parked bool
+	// refused: a Function Load the Function Load Refusals log explains.
+	refused bool
 }
 
 // status is a completion with only a status.

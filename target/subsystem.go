@@ -264,6 +264,35 @@ type controller struct {
 	errorLog   [errorLogEntries][64]byte
 	errorNext  int
 	smart      smartCounters
+
+	// refusals is the Function Load Refusals log (nvme.LogFunctionRefusals):
+	// a ring of the last entries, refusalNext the slot the next goes to,
+	// refusalCount the refusals ever recorded (the newest one's number).
+	refusals     [nvme.RefusalEntries][nvme.RefusalEntrySize]byte
+	refusalNext  int
+	refusalCount uint64
+}
+
+// recordRefusal adds a refused Function Load to the controller's
+// Function Load Refusals log.
+func (c *controller) recordRefusal(id [32]byte, st nvme.Status, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refusalCount++
+	f := nvme.FunctionRefusal{ID: id, Number: c.refusalCount, Status: st, Reason: reason}
+	f.Marshal(c.refusals[c.refusalNext][:])
+	c.refusalNext = (c.refusalNext + 1) % nvme.RefusalEntries
+}
+
+// refusalLog returns the Function Load Refusals page, newest first.
+func (c *controller) refusalLog() []byte {
+	page := make([]byte, nvme.RefusalLogSize)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range nvme.RefusalEntries {
+		copy(page[i*nvme.RefusalEntrySize:], c.refusals[(c.refusalNext-1-i+2*nvme.RefusalEntries)%nvme.RefusalEntries][:])
+	}
+	return page
 }
 
 type pendingAER struct {
@@ -421,7 +450,10 @@ func (c *controller) takeAERLocked() (pendingAER, bool) {
 //	bytes 14-15 parameter error location (0xFFFF: unknown)
 //	bytes 16-23 LBA
 //	bytes 24-27 NSID
-func (c *controller) recordError(qid, cid uint16, st nvme.Status, nsid uint32, lba uint64) {
+//	byte  28    vendor specific information available: the log page that
+//	            has it (nvme.LogFunctionRefusals for a refused Function
+//	            Load), 0 if none
+func (c *controller) recordError(qid, cid uint16, st nvme.Status, nsid uint32, lba uint64, vendorLog uint8) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.errorCount++
@@ -435,6 +467,7 @@ func (c *controller) recordError(qid, cid uint16, st nvme.Status, nsid uint32, l
 	le16(e[14:], 0xFFFF)
 	le64(e[16:], lba)
 	le32(e[24:], nsid)
+	e[28] = vendorLog
 }
 
 // instanced is a backend whose bytes live only as long as the object (a

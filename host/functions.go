@@ -30,10 +30,54 @@ func (c *Controller) LoadFunction(ctx context.Context, module []byte) (sandbox.I
 		return sandbox.ID{}, err
 	}
 	cmd := nvme.Command{Opcode: nvme.AdminFunctionLoad, CDW10: uint32(kind), CDW11: uint32(len(module))}
+	id := sandbox.IDOf(module)
 	if _, err := c.Admin(ctx, &cmd, module, nil); err != nil {
+		if reason := c.refusalReason(ctx, err, id); reason != "" {
+			return sandbox.ID{}, &RefusedError{Err: fmt.Errorf("host: load function: %w", err), Reason: reason}
+		}
 		return sandbox.ID{}, fmt.Errorf("host: load function: %w", err)
 	}
-	return sandbox.IDOf(module), nil
+	return id, nil
+}
+
+// RefusedError is a Function Load the target refused, with the reason
+// its Function Load Refusals log gives. Err is the command's error, the
+// *nvme.StatusError within it.
+type RefusedError struct {
+	Err    error
+	Reason string
+}
+
+func (e *RefusedError) Error() string { return e.Err.Error() + ": " + e.Reason }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// refusalReason returns why the target refused the Function Load of id
+// with err: the reason in the newest entry for id of its Function Load
+// Refusals log (nvme.LogFunctionRefusals). It returns "" for any other
+// error, and when the target has no such log (an older one) or no entry
+// for id, so that the caller keeps the bare error.
+func (c *Controller) refusalReason(ctx context.Context, err error, id sandbox.ID) string {
+	var se *nvme.StatusError
+	if !errors.As(err, &se) {
+		return ""
+	}
+	if code := se.Status &^ nvme.DNR; code != nvme.StatusFunctionRejected && code != nvme.StatusMetadataLimit {
+		return ""
+	}
+	page := make([]byte, nvme.RefusalLogSize)
+	if c.GetLogPage(ctx, nvme.LogFunctionRefusals, 0, page, 0) != nil {
+		return ""
+	}
+	rs, derr := nvme.UnmarshalFunctionRefusals(page)
+	if derr != nil {
+		return ""
+	}
+	for _, r := range rs { // newest first
+		if r.ID == id {
+			return r.Reason
+		}
+	}
+	return ""
 }
 
 // UnloadFunction removes a function from the target.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
+	"math/bits"
 	"slices"
 	"time"
 	"unicode/utf8"
@@ -183,7 +185,15 @@ func CheckMap(f *File, blocks uint64, blockSize int) error {
 		if x.LBA > blocks || uint64(x.Blocks) > blocks-x.LBA {
 			return fmt.Errorf("%w: extent %d at LBA %d (+%d) of %d blocks", ErrBadExtent, j, x.LBA, x.Blocks, blocks)
 		}
-		total += uint64(x.Blocks) * bs
+		// Saturating: extents may repeat, and a wrapped total would let a
+		// file claim bytes its extents do not have.
+		if hi, lo := bits.Mul64(uint64(x.Blocks), bs); hi != 0 {
+			total = math.MaxUint64
+		} else if sum, carry := bits.Add64(total, lo, 0); carry != 0 {
+			total = math.MaxUint64
+		} else {
+			total = sum
+		}
 	}
 	if total < f.Size {
 		return fmt.Errorf("%w: maps %d bytes of its %d", ErrBadExtent, total, f.Size)

@@ -242,3 +242,15 @@ func FuzzGrant(f *testing.F) {
 		}
 	})
 }
+
+// TestCheckMapTotalDoesNotWrap: extents may repeat, and their byte total
+// is saturated rather than wrapped, so it is never smaller than it is.
+func TestCheckMapTotalDoesNotWrap(t *testing.T) {
+	f := File{Size: 1<<64 - 1}
+	for range 1<<20 + 1 { // (2^20+1) × (2^32-1) × 4 KiB > 2^64
+		f.Extents = append(f.Extents, Extent{LBA: 0, Blocks: 1<<32 - 1})
+	}
+	if err := CheckMap(&f, 1<<40, 4096); err != nil {
+		t.Fatal(err)
+	}
+}

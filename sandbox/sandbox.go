@@ -205,7 +205,10 @@ type Module interface {
 	// HasPushdown and HasCompute report which entry points exist.
 	HasPushdown() bool
 	HasCompute() bool
-	// Acquire returns an instance for one request. Its scratch is zeroed.
+	// Acquire returns an instance for one request. Its scratch is zeroed,
+	// and its memory holds nothing another tenant's request left in it
+	// (WithTenant): an instance that ran for one tenant is never handed to
+	// another.
 	Acquire(ctx context.Context) (Instance, error)
 	// Close releases the module and its pooled instances.
 	Close(ctx context.Context) error
@@ -256,6 +259,24 @@ type StepDriver interface {
 	// as a loop of Step calls would; an error from read is returned as it
 	// is. The next slices passed to read are valid only during the call.
 	DriveSteps(ctx context.Context, first []Next, read StepReader) error
+}
+
+// tenantKey is the context key of WithTenant.
+type tenantKey struct{}
+
+// WithTenant returns ctx marking the requests it carries as tenant's (a
+// target uses the host NQN). Module.Acquire never gives a tenant an
+// instance whose memory another tenant's requests have used: a function's
+// linear memory, stack, heap, scratch, input and output of one host are
+// never seen by another's request.
+func WithTenant(ctx context.Context, tenant string) context.Context {
+	return context.WithValue(ctx, tenantKey{}, tenant)
+}
+
+// TenantOf returns the tenant WithTenant set on ctx, "" if none.
+func TenantOf(ctx context.Context) string {
+	t, _ := ctx.Value(tenantKey{}).(string)
+	return t
 }
 
 // Runtime loads modules of one kind.

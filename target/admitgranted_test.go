@@ -17,6 +17,7 @@ func TestAdmitGranted(t *testing.T) {
 	clock := &testClock{now: time.Unix(1_000_000, 0)}
 	srv, addr := startServer(t, Config{Now: clock.Now}, "mem:16MiB")
 	_, owner := connectAs(t, addr, "nqn.2026-11.io.nearstore:owner", 1)
+	holdReservation(t, owner) // only the reservation holder grants
 	ctx := context.Background()
 	const engine = "nqn.2026-11.io.nearstore:engine"
 	admit := func(lba, n uint64, write bool) error {

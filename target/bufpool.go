@@ -3,6 +3,7 @@ package target
 import (
 	"math/bits"
 	"sync"
+	"sync/atomic"
 )
 
 // bufPool recycles data buffers in power-of-two size classes from 4 KiB to
@@ -12,9 +13,17 @@ import (
 // allocation, so the classes hold *[]byte. get hands out the slice and
 // keeps its emptied holder in holders; put reuses one, so that in the steady
 // state neither allocates.
+//
+// It also keeps the target's own account of the command buffers hosts
+// hold: inUse is the bytes handed out by get and not yet given back by
+// put, peak the most inUse has been. Every buffer a host can make the
+// target allocate for a command (in-capsule data, H2C data, results) comes
+// from here, so these two bound what any host sends or asks for.
 type bufPool struct {
 	classes [13]sync.Pool
 	holders sync.Pool // of *[]byte, set to nil
+
+	inUse, peak atomic.Int64
 }
 
 const minBufShift = 12
@@ -28,6 +37,12 @@ func class(n int) int {
 
 // get returns a buffer of at least n bytes.
 func (p *bufPool) get(n int) []byte {
+	b := p.take(n)
+	p.account(int64(cap(b)))
+	return b
+}
+
+func (p *bufPool) take(n int) []byte {
 	c := class(n)
 	if c >= len(p.classes) {
 		return make([]byte, n)
@@ -41,11 +56,23 @@ func (p *bufPool) get(n int) []byte {
 	return make([]byte, 1<<(c+minBufShift))
 }
 
+// account adds d bytes to inUse and raises peak to match.
+func (p *bufPool) account(d int64) {
+	n := p.inUse.Add(d)
+	for {
+		pk := p.peak.Load()
+		if n <= pk || p.peak.CompareAndSwap(pk, n) {
+			return
+		}
+	}
+}
+
 // put returns a buffer from get; nil is ignored.
 func (p *bufPool) put(b []byte) {
 	if b == nil {
 		return
 	}
+	p.account(-int64(cap(b)))
 	c := class(cap(b))
 	if c >= len(p.classes) || cap(b) != 1<<(c+minBufShift) {
 		return

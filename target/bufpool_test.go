@@ -31,3 +31,23 @@ func TestBufPoolNoAllocs(t *testing.T) {
 	}
 	t.Logf("%.2f allocations per get and put", allocs)
 }
+
+// TestBufPoolAccounting: the pool counts what it hands out until it comes
+// back, and remembers the most it ever had out.
+func TestBufPoolAccounting(t *testing.T) {
+	var p bufPool
+	a, b := p.get(100), p.get(5000)
+	if got := p.inUse.Load(); got != 4096+8192 {
+		t.Fatalf("in use %d, want %d", got, 4096+8192)
+	}
+	p.put(a)
+	p.put(b)
+	big := p.get(20 << 20) // beyond the classes: allocated, still counted
+	p.put(big)
+	if got := p.inUse.Load(); got != 0 {
+		t.Fatalf("in use %d after everything came back", got)
+	}
+	if got := p.peak.Load(); got != 20<<20 {
+		t.Fatalf("peak %d, want %d", got, 20<<20)
+	}
+}

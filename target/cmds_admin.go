@@ -180,6 +180,9 @@ const FirmwareRevision = "0.1"
 func getLogPage(_ context.Context, s *session, r *request) completion {
 	var g nvme.GetLogPageCommand
 	g.FromCommand(&r.sqe)
+	if _, st := s.transferLen(r, uint64(g.Length)); st != 0 {
+		return status(st)
+	}
 	var page []byte
 	c := s.ctrl
 	switch {
@@ -196,6 +199,8 @@ func getLogPage(_ context.Context, s *session, r *request) completion {
 		c.mu.Unlock()
 	case g.LID == nvme.LogSMART:
 		page = s.smartLog()
+	case g.LID == nvme.LogFunctionRefusals:
+		page = c.refusalLog()
 	case g.LID == nvme.LogFirmwareSlot:
 		page = make([]byte, 512)
 		page[0] = 1 // active firmware: slot 1
@@ -222,9 +227,13 @@ func getLogPage(_ context.Context, s *session, r *request) completion {
 	if g.Offset > uint64(len(page)) || g.Offset%4 != 0 {
 		return status(nvme.StatusInvalidField | nvme.DNR)
 	}
-	out := make([]byte, g.Length)
-	copy(out, page[g.Offset:])
-	return dataCompletion(r, out)
+	n, st := s.transferLen(r, uint64(g.Length))
+	if st != 0 {
+		return status(st)
+	}
+	out := r.resultBuf(n)
+	clear(out[copy(out, page[g.Offset:]):])
+	return completion{data: out}
 }
 
 // smartLog builds the SMART / Health Information log (512 bytes): byte 1-2
@@ -251,7 +260,8 @@ func (s *session) smartLog() []byte {
 	return p
 }
 
-// discoveryLog lists every subsystem at the address the host reached us on.
+// discoveryLog lists, at the address the host reached us on, every
+// subsystem the asking host may connect to.
 func (s *session) discoveryLog() []byte {
 	host, port, _ := net.SplitHostPort(s.local.String())
 	fam := uint8(nvme.AdrFamIPv4)
@@ -260,6 +270,9 @@ func (s *session) discoveryLog() []byte {
 	}
 	entries := make([]nvme.DiscoveryEntry, 0, len(s.srv.order))
 	for _, ss := range s.srv.order {
+		if !ss.admits(s.ctrl.hostNQN) {
+			continue
+		}
 		entries = append(entries, nvme.DiscoveryEntry{
 			TrType: nvme.TrTypeTCP, AdrFam: fam, SubType: nvme.SubTypeNVM,
 			Treq: nvme.TreqNotRequired, PortID: 1, CNTLID: 0xFFFF,
@@ -289,13 +302,7 @@ func setFeatures(_ context.Context, s *session, r *request) completion {
 		return completion{dw0: n | n<<16}
 	case nvme.FeatKeepAliveTimer:
 		c.kato = time.Duration(v) * time.Millisecond
-		if c.kaTimer != nil {
-			c.kaTimer.Stop()
-			c.kaTimer = nil
-		}
-		if c.kato > 0 {
-			c.kaTimer = time.AfterFunc(c.kato, c.keepAliveExpired)
-		}
+		c.armKeepAliveLocked()
 		return completion{}
 	case nvme.FeatAsyncEventConfig:
 		c.aenEnabled = v

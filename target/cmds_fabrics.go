@@ -34,6 +34,11 @@ func fabricsCommands() map[uint8]*cmdSpec {
 
 func checkConnect(*session, *request) (int, nvme.Status) { return nvme.ConnectDataSize, 0 }
 
+// maxAdminDepth bounds the admin queue, as Linux nvmet's NVMET_MAX_CMD
+// for the admin queue (32): admin commands are few and slow, and each may
+// hold a buffer of up to MDTS.
+const maxAdminDepth = 32
+
 // connect runs a Fabrics Connect: queue 0 creates a controller, any other
 // queue joins the controller named in the data. It binds the session; the
 // connection layer then applies what the host asked of the transport.
@@ -62,8 +67,19 @@ func connect(_ context.Context, s *session, r *request) completion {
 		s.log.Info("connect to unknown subsystem", "nqn", cd.SubNQN, "host", cd.HostNQN)
 		return bad(true, 256)
 	}
+	// Access control, for the admin queue and every I/O queue alike. The
+	// discovery controller admits every host, as in nvmet; its log lists
+	// only what the host may connect to.
+	if cd.HostNQN == "" {
+		return bad(true, 512)
+	}
+	if ss != srv.disc && !ss.admits(cd.HostNQN) {
+		s.log.Warn("connect refused: host not allowed", "subsystem", ss.nqn, "host", cd.HostNQN)
+		srv.metrics.error("host_not_allowed")
+		return completion{status: nvme.StatusConnectInvalidHost | nvme.DNR, dw0: connectInvalid(true, 512)}
+	}
 	depth := int(cc.SQSize) + 1
-	if cc.SQSize == 0 || depth > srv.cfg.QueueDepth {
+	if cc.SQSize == 0 || depth > srv.cfg.QueueDepth || (cc.QID == 0 && depth > maxAdminDepth) {
 		return bad(false, 44)
 	}
 	var ctrl *controller
@@ -83,8 +99,13 @@ func connect(_ context.Context, s *session, r *request) completion {
 		if ctrl == nil || ctrl.discovery {
 			return bad(true, 16)
 		}
+		// An I/O queue joins only its own host's association: the
+		// CNTLID, host NQN and host ID must all be the admin queue's.
 		if ctrl.hostNQN != cd.HostNQN {
 			return bad(true, 512)
+		}
+		if ctrl.hostID != cd.HostID {
+			return bad(true, 0)
 		}
 		ctrl.mu.Lock()
 		ready, nq := ctrl.csts&nvme.CSTSReady != 0, ctrl.ioQueues

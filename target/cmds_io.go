@@ -272,15 +272,12 @@ func execResvReport(_ context.Context, s *session, r *request) completion {
 	if sqe.CDW11&nvme.ReportEDS == 0 {
 		return status(nvme.StatusHostIDInconsistent | nvme.DNR)
 	}
-	n := (uint64(sqe.CDW10) + 1) * 4
-	if n > uint64(s.maxXfer) {
-		return status(nvme.StatusInvalidField | nvme.DNR)
-	}
-	if sqe.DPTR.Type != nvme.SGLTransportDataBlock || uint64(sqe.DPTR.Length) < n {
-		return status(sgDataStatus(sqe.DPTR))
+	n, bad := s.transferLen(r, (uint64(sqe.CDW10)+1)*4)
+	if bad != 0 {
+		return status(bad)
 	}
 	st := r.ns.resv.status(true)
-	out := make([]byte, n)
-	copy(out, st.Marshal())
+	out := r.resultBuf(n)
+	clear(out[copy(out, st.Marshal()):])
 	return completion{data: out}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
@@ -27,13 +28,15 @@ func checkNotDiscovery(s *session, _ *request) (int, nvme.Status) {
 	return 0, 0
 }
 
-// checkFunctionLoad: CDW11 is the module's size, which the SGL must match.
+// checkFunctionLoad: CDW11 is the module's size, which the SGL must match,
+// within the server's MaxFunctionSize. Its data then moves as any write's
+// does: asked for with an R2T, buffered as it arrives.
 func checkFunctionLoad(s *session, r *request) (int, nvme.Status) {
-	n := int(r.sqe.CDW11)
-	if s.discovery || n <= 0 || n > maxModuleSize || n != int(r.sqe.DPTR.Length) {
+	n := int64(r.sqe.CDW11)
+	if s.discovery || n <= 0 || n > int64(s.srv.cfg.MaxFunctionSize) || n != int64(r.sqe.DPTR.Length) {
 		return 0, nvme.StatusInvalidField | nvme.DNR
 	}
-	return n, 0
+	return int(n), 0
 }
 
 // checkFunctionUnload: the data is the function's ID.
@@ -75,35 +78,51 @@ func checkLambdaWrite(s *session, r *request) (int, nvme.Status) {
 }
 
 // functionLoad loads a module: CDW10 bits 7:0 declare its kind (0:
-// detect). DW0 is the number of functions loaded.
+// detect). DW0 is the number of functions the host has loaded. A load past
+// the host's function quota fails with Metadata Limit.
 func functionLoad(ctx context.Context, s *session, r *request) completion {
-	n, err := s.srv.funcs.load(ctx, sandbox.Kind(uint8(r.sqe.CDW10)), r.data)
+	n, err := s.srv.funcs.load(ctx, s.ctrl.hostNQN, sandbox.Kind(uint8(r.sqe.CDW10)), r.data)
 	if err != nil {
 		// Whatever the runtime objects to (a malformed module, one that
 		// fails verification, or needs more memory than the limit), the
-		// module is refused.
-		s.log.Info("function load refused", "err", err)
-		return status(nvme.StatusFunctionRejected | nvme.DNR)
+		// module is refused; past the host's quota, Metadata Limit. Why
+		// goes to the controller's Function Load Refusals log, for the
+		// host to read.
+		st := nvme.StatusFunctionRejected
+		if errors.Is(err, errFunctionQuota) {
+			st = nvme.StatusMetadataLimit
+		}
+		s.log.Info("function load refused", "host", s.ctrl.hostNQN, "err", err)
+		s.ctrl.recordRefusal(sandbox.IDOf(r.data), st, refusalReason(err))
+		return completion{status: st | nvme.DNR, refused: true}
 	}
 	s.log.Info("function loaded", "id", sandbox.IDOf(r.data).String(), "bytes", len(r.data))
 	return completion{dw0: uint32(n)}
 }
 
-// functionUnload unloads the function the data names; requests running it
-// finish first. DW0 is the number of functions left.
+// refusalReason is what the Function Load Refusals log says of err: its
+// message without the sentinel's prefix every refused module's has, cut
+// to fit an entry.
+func refusalReason(err error) string {
+	return nvme.CutReason(strings.TrimPrefix(err.Error(), sandbox.ErrBadModule.Error()+": "))
+}
+
+// functionUnload unloads the function the data names, if the host loaded
+// it (another host's is not found); requests running it finish first. DW0
+// is the number of functions the host has left.
 func functionUnload(ctx context.Context, s *session, r *request) completion {
 	var id sandbox.ID
 	copy(id[:], r.data)
 	ft := s.srv.funcs
-	if !ft.unload(context.WithoutCancel(ctx), id) {
+	if !ft.unload(context.WithoutCancel(ctx), s.ctrl.hostNQN, id) {
 		return status(nvme.StatusFunctionNotFound | nvme.DNR)
 	}
-	return completion{dw0: uint32(ft.count())}
+	return completion{dw0: uint32(ft.count(s.ctrl.hostNQN))}
 }
 
-// functionList lists the loaded functions, at most CDW10 of them.
+// functionList lists the functions the host loaded, at most CDW10 of them.
 func functionList(_ context.Context, s *session, r *request) completion {
-	return dataCompletion(r, s.srv.funcs.list(int(r.sqe.CDW10)))
+	return dataCompletion(r, s.srv.funcs.list(s.ctrl.hostNQN, int(r.sqe.CDW10)))
 }
 
 // vendorNamespace finds the namespace an admin vendor command names.
@@ -216,8 +235,13 @@ func grantPut(_ context.Context, s *session, r *request) completion {
 		return s.badMap(r, fmt.Errorf("%w: a host cannot grant to itself", pushdown.ErrMalformed))
 	}
 	srv := s.srv
+	if !ns.resv.holds(host) {
+		s.log.Info("grant refused: the host does not hold the namespace's reservation", "host", host, "nsid", ns.id, "grantee", g.Host)
+		srv.metrics.accessDenied(s.ss.nqn, ns.id)
+		return status(nvme.StatusAccessDenied | nvme.DNR)
+	}
 	m := srv.meta(s.ss, ns, true)
-	old, n, err := m.grants.put(host, &g, srv.cfg.Now(), srv.cfg.MaxGrants, &srv.restricted)
+	old, n, err := m.grants.put(host, &g, srv.cfg.Now(), srv.cfg.MaxGrants)
 	switch {
 	case errors.Is(err, errGrantDenied):
 		s.log.Info("grant refused", "host", host, "nsid", ns.id, "err", err)
@@ -302,6 +326,15 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 		return status(st)
 	}
 	defer refs.release()
+	// At most MaxFunctionCallsPerHost of the host's requests run at once.
+	done, err := s.srv.calls.acquire(ctx, s.ctrl.hostNQN)
+	if err != nil {
+		return status(nvme.StatusAbortSQDeleted)
+	}
+	defer done()
+	// The function's instance is the host's own: no other host's request
+	// ever ran in its memory (sandbox.WithTenant).
+	ctx = sandbox.WithTenant(ctx, s.ctrl.hostNQN)
 	f.calls.Add(1)
 	dev := backendDevice{r.ns.backend}
 	exec := s.srv.exec

@@ -219,6 +219,7 @@ func (q *conn) teardown() {
 	for cid, r := range q.cmds {
 		switch r.current() {
 		case reqAwaitingData:
+			r.dataTimer.Stop()
 			r.free(reqAwaitingData)
 			delete(q.cmds, cid)
 		case reqParked:
@@ -295,11 +296,11 @@ func (q *conn) handleCapsule(h *tcp.Header) error {
 		q.finish(r, reqNew, status(st), true)
 		return nil
 	case r2t:
-		r.data = r.takeH2C(r.want)
 		q.mu.Lock()
 		r.ttag = q.allocTagLocked(r)
 		r.to(reqNew, reqAwaitingData)
 		q.mu.Unlock()
+		r.dataTimer = time.AfterFunc(q.srv.cfg.DataTimeout, func() { q.dataTimedOut(r) })
 		t := tcp.DataHeader{CCCID: cid, TTag: r.ttag, Offset: 0, Length: uint32(r.want)}
 		// Deferred: the reader flushes before it waits for the data this
 		// asks for.
@@ -378,7 +379,8 @@ func (q *conn) handleH2CData(h *tcp.Header) error {
 	case int(dh.Offset)+int(dh.Length) > r.want:
 		return fatal(h, tcp.FESDataOutOfRange, 16, "H2CData beyond the R2T")
 	}
-	if err := q.f.ReadData(r.data[dh.Offset : dh.Offset+dh.Length]); err != nil {
+	buf := r.growH2C(int(dh.Offset + dh.Length))
+	if err := q.f.ReadData(buf[dh.Offset : dh.Offset+dh.Length]); err != nil {
 		if !errors.Is(err, tcp.ErrDataDigest) {
 			return err
 		}
@@ -392,6 +394,8 @@ func (q *conn) handleH2CData(h *tcp.Header) error {
 	if !last {
 		return nil
 	}
+	r.dataTimer.Stop()
+	r.data = buf[:r.want]
 	q.mu.Lock()
 	q.tags[r.ttag] = nil
 	q.freeT = append(q.freeT, r.ttag)
@@ -403,6 +407,18 @@ func (q *conn) handleH2CData(h *tcp.Header) error {
 	r.to(reqAwaitingData, reqReady)
 	q.dispatch(r)
 	return nil
+}
+
+// dataTimedOut closes the queue if r still awaits the data its R2T asked
+// for: the host is not sending it, and the transfer tag and buffer must
+// not be held for ever. Teardown frees r.
+func (q *conn) dataTimedOut(r *request) {
+	if r.current() != reqAwaitingData {
+		return
+	}
+	q.sess.log.Warn("data for an R2T never came: closing the queue", "cid", r.sqe.CID, "want", r.want, "timeout", q.srv.cfg.DataTimeout)
+	q.srv.metrics.error("data_timeout")
+	q.close()
 }
 
 // dispatch runs a ready command: on a goroutine of its own if its table

@@ -199,6 +199,11 @@ func (s *session) prepare(r *request) nvme.Status {
 		}
 		r.want = want
 	}
+	// No command returns more than MDTS allows: a longer SGL is refused
+	// before a handler could size anything by it.
+	if (r.spec.dir == dirOut || r.spec.dir == dirBoth) && int64(sqe.DPTR.Length) > int64(s.maxXfer) {
+		return nvme.StatusSGLDataLenInvalid | nvme.DNR
+	}
 	// Data from the host is described by an SGL, the only kind the
 	// target offers.
 	if (r.want > 0 || r.spec.dir == dirBoth) && sqe.Flags&0xC0 != nvme.PSDTSGL {
@@ -262,11 +267,33 @@ func (s *session) record(r *request, c completion) {
 		if r.ns != nil {
 			lba = r.sqe.SLBA()
 		}
-		s.ctrl.recordError(s.qid, r.sqe.CID, c.status, r.sqe.NSID, lba)
+		var vendorLog uint8
+		if s.qid == 0 && r.sqe.Opcode == nvme.AdminFunctionLoad && c.refused {
+			vendorLog = nvme.LogFunctionRefusals
+		}
+		s.ctrl.recordError(s.qid, r.sqe.CID, c.status, r.sqe.NSID, lba, vendorLog)
 	}
 	if s.ss != nil {
 		s.srv.metrics.observe(s.ss.nqn, s.qid == 0, r, c.status, len(c.data))
 	}
+}
+
+// transferLen checks the length n a data-returning command asks for in its
+// own fields (NUMD and the like) against its SGL and MDTS, as Linux nvmet's
+// nvmet_check_transfer_len: the two lengths must agree, and neither may
+// pass the transfer size. Only then may the handler allocate n bytes, so
+// no command makes the target allocate more than min(asked, SGL, MDTS).
+func (s *session) transferLen(r *request, n uint64) (int, nvme.Status) {
+	sgl := r.sqe.DPTR
+	switch {
+	case sgl.Type != nvme.SGLTransportDataBlock:
+		return 0, nvme.StatusSGLTypeInvalid | nvme.DNR
+	case n > uint64(s.maxXfer):
+		return 0, nvme.StatusInvalidField | nvme.DNR
+	case uint64(sgl.Length) != n:
+		return 0, nvme.StatusSGLDataLenInvalid | nvme.DNR
+	}
+	return int(n), 0
 }
 
 // dataCompletion completes a command with data for the host, as much as

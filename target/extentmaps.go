@@ -83,6 +83,7 @@ func (s *Server) meta(ss *subsystem, ns *namespace, create bool) *nsMeta {
 	defer s.metaMu.Unlock()
 	if m = s.metas[ns]; m == nil {
 		m = &nsMeta{ssNQN: ss.nqn, nsid: ns.id, tables: make(map[string]*mapTable)}
+		m.grants.restricted, m.grants.resv = &s.restricted, &ns.resv
 		s.metas[ns] = m
 	}
 	return m

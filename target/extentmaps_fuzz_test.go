@@ -32,6 +32,7 @@ func FuzzAdminPayloads(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	holdReservation(f, ns) // only the holder grants
 
 	f.Add(uint8(0), pushdown.MarshalMapUpdates([]pushdown.MapUpdate{put(1, 1, 512, x(0, 1)), remove(2, 3)}))
 	f.Add(uint8(1), []byte{1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0})

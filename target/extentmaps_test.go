@@ -352,10 +352,15 @@ func FuzzCover(f *testing.F) {
 // the grant, and nothing is admitted under it once Release has begun.
 func TestGrantReleaseBarrier(t *testing.T) {
 	var restricted atomic.Int64
-	var tbl grantTable
+	tbl := grantTable{restricted: &restricted}
 	clock := &testClock{now: time.Unix(1000, 0)}
 	g := pushdown.Grant{ID: 1, Host: "task", Mode: pushdown.GrantRead, Lease: time.Minute, Extents: []pushdown.Extent{x(0, 8)}}
-	if _, _, err := tbl.put("owner", &g, clock.Now(), 10, &restricted); err != nil {
+	if _, _, err := tbl.put("owner", &g, clock.Now(), 10); err != nil {
+		t.Fatal(err)
+	}
+	// A second grant keeps "task" a task host while the first is released.
+	g2 := pushdown.Grant{ID: 2, Host: "task", Mode: pushdown.GrantRead, Lease: time.Minute, Extents: []pushdown.Extent{x(500, 8)}}
+	if _, _, err := tbl.put("owner", &g2, clock.Now(), 10); err != nil {
 		t.Fatal(err)
 	}
 	if restricted.Load() != 1 {
@@ -387,13 +392,23 @@ func TestGrantReleaseBarrier(t *testing.T) {
 	}
 	refs.release()
 	<-released
-	// Still a task host: denied everything.
+	// Still a task host: denied what its other grant does not cover.
 	if _, ok := tbl.admit("task", clock.Now, []blockRange{{lba: 2, n: 2}}); ok {
-		t.Fatal("a task host with no grants left was admitted")
+		t.Fatal("a task host was admitted outside its grants")
 	}
 	// A task host may not grant.
-	if _, _, err := tbl.put("task", &g, clock.Now(), 10, &restricted); !errors.Is(err, errGrantDenied) {
+	if _, _, err := tbl.put("task", &g, clock.Now(), 10); !errors.Is(err, errGrantDenied) {
 		t.Fatalf("a task host granted: %v", err)
+	}
+	// Its standing ends with its last grant.
+	if held, _ := tbl.release("owner", 2, clock.Now()); held == nil {
+		t.Fatal("grant 2 was not held")
+	}
+	if restricted.Load() != 0 {
+		t.Fatalf("%d task hosts counted after the last grant went", restricted.Load())
+	}
+	if refs, ok := tbl.admit("task", clock.Now, []blockRange{{lba: 2, n: 2}}); !ok || refs != nil {
+		t.Fatal("a host whose grants all ended is still confined")
 	}
 }
 
@@ -736,6 +751,11 @@ func TestGrants(t *testing.T) {
 	if err := writeAt(tns, 5000); err != nil {
 		t.Fatal(err)
 	}
+	// Only the reservation holder grants; a grantee registers to write.
+	holdReservation(t, owner)
+	if err := tns.Register(ctx, host.RegisterOpts{Action: host.RegisterKey, NewKey: 0x7a5c}); err != nil {
+		t.Fatal(err)
+	}
 	if err := owner.Grant(ctx, host.Grant{ID: 1, Host: taskNQN, Mode: host.GrantRead, Lease: time.Minute,
 		Extents: []pushdown.Extent{x(1000, 8), x(1008, 8)}}); err != nil {
 		t.Fatal(err)
@@ -769,7 +789,7 @@ func TestGrants(t *testing.T) {
 		{"λ read inside", func() error { return lambda(1000, 16) }, true},
 		{"λ read of a file reaching outside", func() error { return lambda(1000, 17) }, false},
 		{"other namespace", func() error { return writeAt(tns2, 7) }, true},
-		{"other host", func() error { return writeAt(other, 5000) }, true},
+		{"other host", func() error { return readAt(other, 5000, 1) }, true},
 		{"owner", func() error { return writeAt(owner, 1000) }, true},
 		{"task host grants", func() error {
 			return tns.Grant(ctx, host.Grant{ID: 9, Host: "nqn.x", Mode: host.GrantRead, Lease: time.Minute, Extents: []pushdown.Extent{x(0, 1)}})
@@ -807,13 +827,85 @@ func TestGrants(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// With its last grant gone the task host is an ordinary host again,
+	// unregistered, under the owner's reservation: it reads, and cannot
+	// write.
 	run("released", []check{
-		{"read", func() error { return readAt(tns, 1000, 1) }, false},
-		{"write", func() error { return writeAt(tns, 2000) }, false},
+		{"read", func() error { return readAt(tns, 1000, 1) }, true},
 		{"other namespace", func() error { return readAt(tns2, 7, 1) }, true},
 		{"owner", func() error { return readAt(owner, 1000, 1) }, true},
 	})
+	if err := writeAt(tns, 2000); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("released task host's write: %v, want a reservation conflict", err)
+	}
 	if got := gauge(t, reg, "nearstore_target_access_denied_total", map[string]string{"nsid": "1"}); got < 10 {
 		t.Fatalf("access denied counted %v times", got)
+	}
+}
+
+// holdReservation registers ns's host and takes a Write Exclusive
+// Registrants Only reservation on ns, as a file system's owner does.
+func holdReservation(t testing.TB, ns *host.Namespace) {
+	t.Helper()
+	ctx := context.Background()
+	if err := ns.Register(ctx, host.RegisterOpts{Action: host.RegisterKey, NewKey: 0x5e5e}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Acquire(ctx, host.AcquireOpts{Action: host.AcquireReservation, Type: nvme.ResvWriteExclusiveRegOnly, Key: 0x5e5e}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGrantsNeedTheReservation: issue 18's lock-out. Any host could grant
+// to any NQN, and a grantee stayed a task host for the life of the target,
+// so granting the owner one block and releasing it locked the owner out
+// of its own namespace. Now only the reservation holder grants, and a
+// grantee's standing ends with its last grant, released or expired.
+func TestGrantsNeedTheReservation(t *testing.T) {
+	clock := &testClock{now: time.Unix(1_000_000, 0)}
+	addr, _, _, owner, _ := echoServer(t, Config{Now: clock.Now})
+	ctx := context.Background()
+	const victimNQN = "nqn.2026-11.io.nearstore:victim"
+	_, victim := connectAs(t, addr, victimNQN, 1)
+	_, attacker := connectAs(t, addr, "nqn.2026-11.io.nearstore:attacker", 1)
+	one := []pushdown.Extent{x(0, 1)}
+	// Nobody holds a reservation: nobody may grant.
+	for _, ns := range []*host.Namespace{owner, attacker} {
+		err := ns.Grant(ctx, host.Grant{ID: 1, Host: victimNQN, Mode: host.GrantRead, Lease: time.Millisecond, Extents: one})
+		if !errors.Is(err, host.ErrAccessDenied) {
+			t.Fatalf("grant without a reservation: %v, want Access Denied", err)
+		}
+	}
+	holdReservation(t, owner)
+	if err := attacker.Grant(ctx, host.Grant{ID: 1, Host: victimNQN, Mode: host.GrantRead, Lease: time.Minute, Extents: one}); !errors.Is(err, host.ErrAccessDenied) {
+		t.Fatalf("grant by a host not holding the reservation: %v, want Access Denied", err)
+	}
+	readVictim := func() error { _, err := victim.ReadAt(make([]byte, 4096), 100*512); return err }
+	if err := readVictim(); err != nil {
+		t.Fatal(err)
+	}
+	// Granted, the victim is confined; released, it is not.
+	if err := owner.Grant(ctx, host.Grant{ID: 1, Host: victimNQN, Mode: host.GrantRead, Lease: time.Minute, Extents: one}); err != nil {
+		t.Fatal(err)
+	}
+	if err := readVictim(); !errors.Is(err, host.ErrAccessDenied) {
+		t.Fatalf("task host outside its grant: %v", err)
+	}
+	if err := owner.ReleaseGrant(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := readVictim(); err != nil {
+		t.Fatalf("after its last grant was released: %v", err)
+	}
+	// Expired, likewise, with no release.
+	if err := owner.Grant(ctx, host.Grant{ID: 2, Host: victimNQN, Mode: host.GrantRead, Lease: time.Millisecond, Extents: one}); err != nil {
+		t.Fatal(err)
+	}
+	if err := readVictim(); !errors.Is(err, host.ErrAccessDenied) {
+		t.Fatalf("task host outside its grant: %v", err)
+	}
+	clock.advance(time.Second)
+	if err := readVictim(); err != nil {
+		t.Fatalf("after its last grant expired: %v", err)
 	}
 }

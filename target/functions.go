@@ -14,7 +14,8 @@ import (
 	"github.com/nearstore/nearstore/sandbox"
 )
 
-// maxModuleSize bounds a Function Load.
+// maxModuleSize bounds Config.MaxFunctionSize: the largest buffer the
+// pool keeps.
 const maxModuleSize = 16 << 20
 
 // function is a loaded module. refs counts the table's reference and the
@@ -26,24 +27,109 @@ type function struct {
 	size  int
 	calls atomic.Uint64
 	refs  int // guarded by functionTable.mu
+	// owners are the hosts that loaded it, guarded by functionTable.mu:
+	// only they see it in Function List and may unload it, and it stays
+	// loaded while one of them keeps it.
+	owners map[string]struct{}
 }
 
-// functionTable holds the functions loaded on a server; every subsystem's
-// hosts share it, as a function is named by its content.
+// functionTable holds the functions loaded on a server. A function is
+// named by its content, so hosts that load the same module share one
+// compiled module (never one instance: sandbox.WithTenant), and each is
+// one of its owners.
 type functionTable struct {
 	runtimes map[sandbox.Kind]sandbox.Runtime
 	limits   sandbox.Limits
+	quota    functionQuota
 
 	mu   sync.RWMutex
 	byID map[sandbox.ID]*function
+	// perHost is what each host owns, for its quota.
+	perHost map[string]*hostFunctions
 }
 
-func newFunctionTable(rts []sandbox.Runtime, lim sandbox.Limits) *functionTable {
-	t := &functionTable{runtimes: make(map[sandbox.Kind]sandbox.Runtime), limits: lim, byID: make(map[sandbox.ID]*function)}
+// functionQuota bounds what one host may keep loaded: functions, bytes
+// of modules, and the memory their instances may pin (each function
+// counted at the memory limit of its instances).
+type functionQuota struct {
+	count  int
+	bytes  int
+	memory int64
+}
+
+// hostFunctions is one host's share of the table.
+type hostFunctions struct {
+	count, bytes int
+}
+
+// errFunctionQuota: a load past the host's quota.
+var errFunctionQuota = errors.New("function quota reached")
+
+func newFunctionTable(rts []sandbox.Runtime, lim sandbox.Limits, q functionQuota) *functionTable {
+	t := &functionTable{runtimes: make(map[sandbox.Kind]sandbox.Runtime), limits: lim, quota: q,
+		byID: make(map[sandbox.ID]*function), perHost: make(map[string]*hostFunctions)}
 	for _, rt := range rts {
 		t.runtimes[rt.Kind()] = rt
 	}
 	return t
+}
+
+// pinnedPerFunction is the memory one loaded function may pin: its
+// instances' memory limit (wasm linear memory; the sandbox default if
+// unset).
+func (t *functionTable) pinnedPerFunction() int64 {
+	if t.limits.MemoryBytes > 0 {
+		return int64(t.limits.MemoryBytes)
+	}
+	return 16 << 20
+}
+
+// admitLocked checks that host may own one more function of size bytes.
+func (t *functionTable) admitLocked(host string, size int) error {
+	h := t.perHost[host]
+	if h == nil {
+		h = &hostFunctions{}
+	}
+	switch {
+	case h.count+1 > t.quota.count:
+		return fmt.Errorf("%w: %d functions (limit %d)", errFunctionQuota, h.count, t.quota.count)
+	case h.bytes+size > t.quota.bytes:
+		return fmt.Errorf("%w: %d bytes of modules, %d more asked (limit %d)", errFunctionQuota, h.bytes, size, t.quota.bytes)
+	case int64(h.count+1)*t.pinnedPerFunction() > t.quota.memory:
+		return fmt.Errorf("%w: %d functions of up to %d bytes of memory each (limit %d)", errFunctionQuota, h.count+1, t.pinnedPerFunction(), t.quota.memory)
+	}
+	return nil
+}
+
+// ownLocked makes host an owner of f, counting it in host's quota.
+func (t *functionTable) ownLocked(host string, f *function) {
+	if _, ok := f.owners[host]; ok {
+		return
+	}
+	f.owners[host] = struct{}{}
+	h := t.perHost[host]
+	if h == nil {
+		h = &hostFunctions{}
+		t.perHost[host] = h
+	}
+	h.count++
+	h.bytes += f.size
+}
+
+// disownLocked removes host from f's owners and reports whether f has
+// none left.
+func (t *functionTable) disownLocked(host string, f *function) bool {
+	if _, ok := f.owners[host]; ok {
+		delete(f.owners, host)
+		if h := t.perHost[host]; h != nil {
+			h.count--
+			h.bytes -= f.size
+			if h.count == 0 {
+				delete(t.perHost, host)
+			}
+		}
+	}
+	return len(f.owners) == 0
 }
 
 func (t *functionTable) get(id sandbox.ID) *function {
@@ -75,10 +161,11 @@ func (t *functionTable) release(ctx context.Context, f *function) {
 	}
 }
 
-// load verifies and compiles a module, unless it is loaded already.
-// The kind the host declares (0: detect) must be the module's, whether or
-// not it is loaded already.
-func (t *functionTable) load(ctx context.Context, kind sandbox.Kind, module []byte) (int, error) {
+// load verifies and compiles a module for host, unless it is loaded
+// already, and makes host one of its owners, within host's quota. The
+// kind the host declares (0: detect) must be the module's, whether or not
+// it is loaded already. It returns how many functions host owns.
+func (t *functionTable) load(ctx context.Context, host string, kind sandbox.Kind, module []byte) (int, error) {
 	detected, err := sandbox.DetectKind(module)
 	if err != nil {
 		return 0, err
@@ -88,8 +175,23 @@ func (t *functionTable) load(ctx context.Context, kind sandbox.Kind, module []by
 	}
 	kind = detected
 	id := sandbox.IDOf(module)
-	if t.get(id) != nil {
-		return t.count(), nil
+	t.mu.Lock()
+	if f := t.byID[id]; f != nil {
+		defer t.mu.Unlock()
+		if _, ok := f.owners[host]; !ok {
+			if err := t.admitLocked(host, f.size); err != nil {
+				return 0, err
+			}
+			t.ownLocked(host, f)
+		}
+		return t.perHost[host].count, nil
+	}
+	// Checked before compiling, and again after: compiling is the
+	// expensive part a host over its quota must not get.
+	err = t.admitLocked(host, len(module))
+	t.mu.Unlock()
+	if err != nil {
+		return 0, err
 	}
 	rt := t.runtimes[kind]
 	if rt == nil {
@@ -105,40 +207,88 @@ func (t *functionTable) load(ctx context.Context, kind sandbox.Kind, module []by
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.byID[id] != nil { // loaded meanwhile by another host
+	f := t.byID[id]
+	if f != nil { // loaded meanwhile
 		_ = m.Close(ctx)
 	} else {
-		t.byID[id] = &function{mod: m, size: len(module), refs: 1}
+		f = &function{mod: m, size: len(module), refs: 1, owners: make(map[string]struct{})}
 	}
-	return len(t.byID), nil
+	if _, ok := f.owners[host]; !ok {
+		if err := t.admitLocked(host, f.size); err != nil {
+			if len(f.owners) == 0 {
+				_ = m.Close(ctx)
+			}
+			return 0, err
+		}
+	}
+	t.byID[id] = f
+	t.ownLocked(host, f)
+	return t.perHost[host].count, nil
 }
 
-// unload removes a function from the table. Requests already running it
-// finish; its module is closed after the last of them.
-func (t *functionTable) unload(ctx context.Context, id sandbox.ID) bool {
+// unload gives up host's ownership of a function, and removes the function
+// from the table if no owner is left. Requests already running it finish;
+// its module is closed after the last of them. A function host does not
+// own is not found.
+func (t *functionTable) unload(ctx context.Context, host string, id sandbox.ID) bool {
 	t.mu.Lock()
 	f := t.byID[id]
-	delete(t.byID, id)
+	if f == nil {
+		t.mu.Unlock()
+		return false
+	}
+	if _, ok := f.owners[host]; !ok {
+		t.mu.Unlock()
+		return false
+	}
+	last := t.disownLocked(host, f)
+	if last {
+		delete(t.byID, id)
+	}
 	t.mu.Unlock()
-	if f != nil {
+	if last {
 		t.release(ctx, f)
 	}
-	return f != nil
+	return true
 }
 
-func (t *functionTable) count() int {
+// count returns how many functions host owns.
+func (t *functionTable) count(host string) int {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.byID)
+	if h := t.perHost[host]; h != nil {
+		return h.count
+	}
+	return 0
 }
 
-// list encodes the Function List data: a 16-byte header (count, reserved)
-// then 48-byte entries, as many as max allows.
-func (t *functionTable) list(max int) []byte {
+// forget gives up every ownership host holds: its state after it has
+// gone (Server.hostGone).
+func (t *functionTable) forget(ctx context.Context, host string) {
+	t.mu.Lock()
+	var drop []*function
+	for id, f := range t.byID {
+		if _, ok := f.owners[host]; ok && t.disownLocked(host, f) {
+			delete(t.byID, id)
+			drop = append(drop, f)
+		}
+	}
+	t.mu.Unlock()
+	for _, f := range drop {
+		t.release(ctx, f)
+	}
+}
+
+// list encodes the Function List data of the functions host owns: a
+// 16-byte header (count, reserved) then 48-byte entries, as many as max
+// allows.
+func (t *functionTable) list(host string, max int) []byte {
 	t.mu.RLock()
 	ids := make([]sandbox.ID, 0, len(t.byID))
-	for id := range t.byID {
-		ids = append(ids, id)
+	for id, f := range t.byID {
+		if _, ok := f.owners[host]; ok {
+			ids = append(ids, id)
+		}
 	}
 	fs := make([]*function, len(ids))
 	sort.Slice(ids, func(i, j int) bool { return string(ids[i][:]) < string(ids[j][:]) })
@@ -172,6 +322,7 @@ func (t *functionTable) close(ctx context.Context) {
 		fs = append(fs, f)
 		delete(t.byID, id)
 	}
+	clear(t.perHost)
 	t.mu.Unlock()
 	for _, f := range fs {
 		t.release(ctx, f)
@@ -211,4 +362,62 @@ func functionStatus(err error, write bool) nvme.Status {
 		return nvme.StatusMediaWriteFault
 	}
 	return nvme.StatusMediaReadError
+}
+
+// callLimiter bounds the function requests of each host running at once
+// (Config.MaxFunctionCallsPerHost): a host's requests past it wait for one
+// of its own to finish, never for another host's, so a host keeping many
+// looping functions in flight takes at most its share of the CPUs.
+type callLimiter struct {
+	max   int
+	mu    sync.Mutex
+	hosts map[string]*hostCalls
+}
+
+// hostCalls is one host's slots; users counts the requests holding or
+// waiting for one, and the entry goes when it drops to zero.
+type hostCalls struct {
+	slots chan struct{}
+	users int
+}
+
+func newCallLimiter(max int) *callLimiter {
+	return &callLimiter{max: max, hosts: make(map[string]*hostCalls)}
+}
+
+// acquire waits for one of host's slots, or for ctx to end. A nil
+// release func comes with ctx's error.
+func (l *callLimiter) acquire(ctx context.Context, host string) (release func(), err error) {
+	l.mu.Lock()
+	hc := l.hosts[host]
+	if hc == nil {
+		hc = &hostCalls{slots: make(chan struct{}, l.max)}
+		l.hosts[host] = hc
+	}
+	hc.users++
+	l.mu.Unlock()
+	done := func() {
+		l.mu.Lock()
+		if hc.users--; hc.users == 0 {
+			delete(l.hosts, host)
+		}
+		l.mu.Unlock()
+	}
+	select {
+	case hc.slots <- struct{}{}:
+		return func() { <-hc.slots; done() }, nil
+	case <-ctx.Done():
+		done()
+		return nil, ctx.Err()
+	}
+}
+
+// running returns how many of host's requests hold a slot.
+func (l *callLimiter) running(host string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if hc := l.hosts[host]; hc != nil {
+		return len(hc.slots)
+	}
+	return 0
 }

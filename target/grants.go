@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,21 +18,29 @@ import (
 // another host — an offloaded task, a peer — read or read-write access to
 // extents of a namespace for a lease. The policy:
 //
-//   - A host that has been granted anything on a namespace is a task host
-//     there for as long as the target runs. Every Read, Write, Write
-//     Zeroes, Dataset Management deallocation and function request it
-//     sends to that namespace must lie entirely inside its unexpired
-//     grants, with read-write grants for whatever writes, or it fails
-//     with Access Denied. Flush changes no blocks and is always allowed.
-//     Staying restricted after its grants end is the point: a task whose
-//     lease ran out must not fall back to full access.
+//   - Only the holder of the namespace's reservation may grant, on the
+//     namespace's blocks, to other hosts: the blocks are its to give
+//     because the reservation keeps other hosts off them. Without a
+//     reservation held, or by any other host, a Grant Put fails with
+//     Access Denied, and no host may grant to itself.
+//   - A host granted anything on a namespace is a task host there while
+//     it has a grant. Every Read, Write, Write Zeroes, Dataset Management
+//     deallocation and function request it sends to that namespace must lie
+//     entirely inside its unexpired grants, with read-write grants for
+//     whatever writes, or it fails with Access Denied. Flush changes no
+//     blocks and is always allowed.
+//   - Its standing ends with its last grant (released, or expired with
+//     nothing running under it): it is then an ordinary host again, and
+//     the target unregisters it from the namespace's reservation, where a
+//     grantee registers to use a write grant under a Registrants Only
+//     reservation. So a lapsed task falls back to what the reservation
+//     leaves hosts that are not registered — reads under Write Exclusive,
+//     nothing under Exclusive Access — never to a registrant's full
+//     access, and a host once granted one block is never locked out for
+//     good.
 //   - Hosts never granted anything on a namespace — the owner of its file
 //     system, stock Linux hosts — are not affected at all, and pay one
 //     atomic load per command while no task host exists on the target.
-//   - Any host that is not a task host on a namespace may grant on it: it
-//     can already read and write every block, so a grant gives away
-//     nothing it does not have. A task host may not grant (Access Denied),
-//     and no host may grant to itself.
 //   - A grant is named by the granting host and its ID. A Put of an ID the
 //     host already used replaces that grant (a renewal, or new extents or
 //     mode); the Put completes once the commands admitted under the old
@@ -43,9 +52,9 @@ import (
 //     blocks. Commands admitted before a lease expired may still be
 //     running after it, so an owner releases an expired grant too before
 //     it reuses the blocks.
-//   - Host NQNs are not authenticated (nearstore does not implement NVMe
-//     in-band authentication): grants confine task runtimes that connect
-//     under the NQN they were given, not hosts that lie about who they are.
+//   - Host NQNs are as trustworthy as the subsystem's access control
+//     (allowed hosts): grants confine task runtimes that connect under the
+//     NQN they were given, not hosts that lie about who they are.
 
 // grant is one grant as the target holds it. Its fields other than
 // inflight and released never change once it is published.
@@ -75,7 +84,12 @@ type grantKey struct {
 type grantTable struct {
 	mu        sync.Mutex
 	byKey     map[grantKey]*grant
-	taskHosts map[string]struct{} // every host ever granted anything here
+	taskHosts map[string]struct{} // every host holding a grant here
+	// restricted is the server's count of task hosts: it grows and
+	// shrinks with taskHosts. resv is the namespace's reservations, which
+	// a host leaves when its standing ends. Both are set with the table.
+	restricted *atomic.Int64
+	resv       *reservations
 
 	// view is what admission reads without the lock: each task host and
 	// its grants, rebuilt on every change (grants change rarely; commands
@@ -108,9 +122,8 @@ func (t *grantTable) publishLocked() {
 }
 
 // put installs a grant from owner at time now and returns the grant it
-// replaces, if any, for the caller to drain; restricted counts the task
-// hosts of the whole server and grows when the grantee is a new one.
-func (t *grantTable) put(owner string, pg *pushdown.Grant, now time.Time, maxGrants int, restricted *atomic.Int64) (old *grant, n int, err error) {
+// replaces, if any, for the caller to drain.
+func (t *grantTable) put(owner string, pg *pushdown.Grant, now time.Time, maxGrants int) (old *grant, n int, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.byKey == nil {
@@ -140,10 +153,49 @@ func (t *grantTable) put(owner string, pg *pushdown.Grant, now time.Time, maxGra
 		t.taskHosts[pg.Host] = struct{}{}
 		// Before publishing: once the grantee is in the view, no command
 		// may skip the check.
-		restricted.Add(1)
+		t.restricted.Add(1)
 	}
+	t.endStandingLocked()
 	t.publishLocked()
 	return old, len(t.byKey), nil
+}
+
+// endStandingLocked makes every task host without a grant left an
+// ordinary host again.
+func (t *grantTable) endStandingLocked() {
+	if len(t.taskHosts) == 0 {
+		return
+	}
+	holding := make(map[string]bool, len(t.taskHosts))
+	for _, g := range t.byKey {
+		holding[g.grantee] = true
+	}
+	for h := range t.taskHosts {
+		if !holding[h] {
+			delete(t.taskHosts, h)
+			t.restricted.Add(-1)
+			if t.resv != nil {
+				t.resv.unregisterHost(h)
+			}
+		}
+	}
+}
+
+// lapse is what admission does for a host it is about to deny: if the
+// host's grants have all expired and nothing runs under them, they are
+// forgotten and the host's standing ends. It reports whether the host is
+// still a task host.
+func (t *grantTable) lapse(host string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.taskHosts[host]; !ok {
+		return false
+	}
+	t.sweepLocked(now)
+	t.endStandingLocked()
+	t.publishLocked()
+	_, ok := t.taskHosts[host]
+	return ok
 }
 
 // release removes owner's grant id and returns it (nil if there is none)
@@ -156,6 +208,7 @@ func (t *grantTable) release(owner string, id uint64, now time.Time) (g *grant, 
 		delete(t.byKey, key)
 	}
 	t.sweepLocked(now)
+	t.endStandingLocked()
 	t.publishLocked()
 	return g, len(t.byKey)
 }
@@ -173,6 +226,7 @@ func (t *grantTable) releaseAll(owner string, now time.Time) (gs []*grant, n int
 		}
 	}
 	t.sweepLocked(now)
+	t.endStandingLocked()
 	t.publishLocked()
 	return gs, len(t.byKey)
 }
@@ -243,6 +297,9 @@ func (t *grantTable) admit(host string, now func() time.Time, rs []blockRange) (
 		for _, r := range rs {
 			u, ok := cover(gs, at, r)
 			if !ok {
+				if !t.lapse(host, at) {
+					return nil, true // its last grant ended
+				}
 				return nil, false
 			}
 			for _, g := range u {
@@ -270,13 +327,25 @@ func (t *grantTable) admit(host string, now func() time.Time, rs []blockRange) (
 	return nil, false
 }
 
+// extentEnd is the block after x, saturated rather than wrapped (Grant
+// Put checks every extent against its namespace, so none should need it).
+func extentEnd(x pushdown.Extent) uint64 {
+	if e := x.LBA + uint64(x.Blocks); e >= x.LBA {
+		return e
+	}
+	return math.MaxUint64
+}
+
 // cover returns the grants whose extents together cover r, considering
 // only those unexpired at now and, for a write, read-write ones.
 func cover(gs []*grant, now time.Time, r blockRange) ([]*grant, bool) {
 	if r.n == 0 {
 		return nil, true
 	}
-	lo, hi := r.lba, r.lba+r.n
+	lo, hi, carry := r.lba, r.lba+r.n, r.lba+r.n < r.lba
+	if carry {
+		return nil, false // past the end of any namespace
+	}
 	usable := func(g *grant) bool {
 		return now.Before(g.expires) && (!r.write || g.mode == pushdown.GrantReadWrite)
 	}
@@ -286,7 +355,7 @@ func cover(gs []*grant, now time.Time, r blockRange) ([]*grant, bool) {
 			continue
 		}
 		for _, x := range g.extents {
-			if x.LBA <= lo && hi <= x.LBA+uint64(x.Blocks) {
+			if x.LBA <= lo && hi <= extentEnd(x) {
 				return []*grant{g}, true
 			}
 		}
@@ -301,7 +370,7 @@ func cover(gs []*grant, now time.Time, r blockRange) ([]*grant, bool) {
 			continue
 		}
 		for _, x := range g.extents {
-			if xlo, xhi := x.LBA, x.LBA+uint64(x.Blocks); xhi > lo && xlo < hi {
+			if xlo, xhi := x.LBA, extentEnd(x); xhi > lo && xlo < hi {
 				ivs = append(ivs, ivl{xlo, xhi, g})
 			}
 		}
@@ -434,7 +503,10 @@ func (s *Server) AdmitGranted(subnqn string, nsid uint32, hostNQN string, lba, n
 		return nil, ErrNotGranted
 	}
 	refs, ok := m.grants.admit(hostNQN, s.cfg.Now, []blockRange{{lba: lba, n: n, write: write}})
-	if !ok {
+	if !ok || len(refs) == 0 {
+		// Not under a grant: denied, or no longer a task host (its last
+		// grant ended), which for I/O in this process is the same.
+		refs.release()
 		return nil, ErrNotGranted
 	}
 	return refs.release, nil

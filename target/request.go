@@ -94,6 +94,9 @@ type request struct {
 	data []byte
 	got  int    // H2CData bytes received
 	ttag uint16 // transfer tag while awaiting data
+	// dataTimer closes the queue if the data an R2T asked for has not all
+	// come within the server's DataTimeout.
+	dataTimer *time.Timer
 	// status is a failure found while gathering data (a data digest
 	// error): the command completes with it unexecuted.
 	status nvme.Status
@@ -130,10 +133,19 @@ func (r *request) takeCapsule(n int) []byte {
 	return r.capsule[:n]
 }
 
-// takeH2C gives r an n-byte buffer for the data an R2T asks for.
-func (r *request) takeH2C(n int) []byte {
-	r.h2c = r.pool.get(n)
-	return r.h2c[:n]
+// growH2C makes r's buffer for the data an R2T asked for (r.want bytes)
+// hold at least n, keeping the r.got bytes already received. The buffer
+// grows as data arrives, never on the R2T's promise alone: a host that
+// asks to write and sends nothing holds nothing. It grows fourfold at a
+// time, so a transfer of k H2CData PDUs is copied at most log4(k) times.
+func (r *request) growH2C(n int) []byte {
+	if cap(r.h2c) < n {
+		b := r.pool.get(min(r.want, max(n, 4*cap(r.h2c))))
+		copy(b, r.h2c[:r.got])
+		r.pool.put(r.h2c)
+		r.h2c = b
+	}
+	return r.h2c[:cap(r.h2c)]
 }
 
 // resultBuf gives r an n-byte buffer for controller-to-host data, sent
@@ -183,6 +195,8 @@ type completion struct {
 	// parked: no completion now (an Asynchronous Event Request); one comes
 	// later through qpair.completeParked.
 	parked bool
+	// refused: a Function Load the Function Load Refusals log explains.
+	refused bool
 }
 
 // status is a completion with only a status.

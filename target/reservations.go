@@ -86,6 +86,25 @@ func (v *resvView) allows(host string, write bool) bool {
 	return host == v.holder
 }
 
+// holds reports whether host holds the reservation: it is the holder, or
+// a registrant under an all-registrants type.
+func (r *reservations) holds(host string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.holdsLocked(r.find(host))
+}
+
+// unregisterHost removes host's registration, if it has one: a grantee
+// whose standing ended (grants.go).
+func (r *reservations) unregisterHost(host string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.unregisterLocked(func(g *registrant) bool { return g.host == host }) > 0 {
+		r.gen++
+		r.publishLocked()
+	}
+}
+
 func (r *reservations) find(host string) *registrant {
 	for _, g := range r.regs {
 		if g.host == host {

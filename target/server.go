@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
@@ -54,6 +55,13 @@ type SubsystemConfig struct {
 	Namespaces []NamespaceConfig
 	// Model is reported in Identify Controller; default "nearstore".
 	Model string
+	// AllowedHosts are the host NQNs that may connect (Linux nvmet's
+	// allowed_hosts, SPDK's nvmf_subsystem_add_host); AllowAnyHost admits
+	// every host (nvmet's attr_allow_any_host). With neither, the
+	// subsystem admits any host only while the server listens on loopback
+	// addresses alone: Serve refuses any other listener.
+	AllowedHosts []string
+	AllowAnyHost bool
 }
 
 // Config configures a Server. Zero values take the defaults noted.
@@ -78,6 +86,34 @@ type Config struct {
 	// IdleTimeout bounds the time from accept to a completed Fabrics
 	// Connect (default 10s).
 	IdleTimeout time.Duration
+	// MaxIdle is the keep-alive timeout of a controller whose host asked
+	// for none (KATO 0): with no command for this long, it goes, as Linux
+	// nvmet's discovery controllers do after 120 s (default 2m).
+	MaxIdle time.Duration
+	// DataTimeout bounds the wait for the data an R2T asked for: a queue
+	// whose host has not sent it all by then is closed, and the buffer
+	// freed (default 30s).
+	DataTimeout time.Duration
+	// MaxConnections bounds the open connections (queues) of all hosts
+	// (default 4096), and MaxConnectionsPerAddr those from one source IP
+	// address (default 512). A connection past either is closed at once.
+	MaxConnections        int
+	MaxConnectionsPerAddr int
+	// MaxFunctionSize bounds the module a Function Load brings (default
+	// 4 MiB).
+	MaxFunctionSize int
+	// Per host: the functions it may keep loaded (default 64), their
+	// modules' bytes (default 64 MiB), and the memory their instances may
+	// pin, each function counted at FunctionLimits.MemoryBytes (default
+	// 1 GiB). A Function Load past them fails with Metadata Limit.
+	MaxFunctionsPerHost      int
+	MaxFunctionBytesPerHost  int
+	MaxFunctionMemoryPerHost int64
+	// MaxFunctionCallsPerHost bounds the function requests of one host
+	// running at once, their reads included (default 64); more wait their
+	// turn, so that one host's functions cannot take every goroutine the
+	// target has. It bounds, and does not schedule, their CPU.
+	MaxFunctionCallsPerHost int
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics, when not nil, receives per-command metrics.
@@ -96,6 +132,12 @@ type Config struct {
 	// MaxGrants bounds the grants on one namespace, and the hosts ever
 	// granted anything on it (default 4096).
 	MaxGrants int
+	// HostStateLease is how long the target keeps what a host told it —
+	// its extent maps, its functions — after the host's last controller
+	// has gone (default 10m). A host back within the lease finds it all;
+	// after it, the host puts its maps and loads its functions again, as
+	// after a target restart.
+	HostStateLease time.Duration
 	// Now is the clock grant leases run by (default time.Now); tests
 	// inject their own.
 	Now func() time.Time
@@ -122,6 +164,36 @@ func (c *Config) setDefaults() {
 	}
 	if c.IdleTimeout <= 0 {
 		c.IdleTimeout = 10 * time.Second
+	}
+	if c.MaxIdle <= 0 {
+		c.MaxIdle = 2 * time.Minute
+	}
+	if c.DataTimeout <= 0 {
+		c.DataTimeout = 30 * time.Second
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = 4096
+	}
+	if c.MaxConnectionsPerAddr <= 0 {
+		c.MaxConnectionsPerAddr = 512
+	}
+	if c.MaxFunctionSize <= 0 {
+		c.MaxFunctionSize = 4 << 20
+	}
+	if c.HostStateLease <= 0 {
+		c.HostStateLease = 10 * time.Minute
+	}
+	if c.MaxFunctionsPerHost <= 0 {
+		c.MaxFunctionsPerHost = 64
+	}
+	if c.MaxFunctionBytesPerHost <= 0 {
+		c.MaxFunctionBytesPerHost = 64 << 20
+	}
+	if c.MaxFunctionMemoryPerHost <= 0 {
+		c.MaxFunctionMemoryPerHost = 1 << 30
+	}
+	if c.MaxFunctionCallsPerHost <= 0 {
+		c.MaxFunctionCallsPerHost = 64
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -158,6 +230,7 @@ type Server struct {
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	perAddr   map[string]int // open connections by source IP
 	closing   atomic.Bool
 	done      chan struct{}
 	// ctx is every queue's parent context: cancel ends every command
@@ -171,6 +244,7 @@ type Server struct {
 	bufs     bufPool
 	disc     *subsystem
 	funcs    *functionTable
+	calls    *callLimiter
 	exec     *pushdown.Executor
 	// readers counts the connections' reader goroutines, teardown
 	// included; Shutdown waits for them, not for the commands they
@@ -184,6 +258,84 @@ type Server struct {
 	// restricted counts the task hosts on every namespace (grants.go);
 	// while it is zero, commands skip the grant check altogether.
 	restricted atomic.Int64
+
+	// present counts each host's controllers on NVM subsystems; a host
+	// whose count drops to zero has its state dropped after
+	// HostStateLease unless it comes back (forgetHost).
+	hostsMu sync.Mutex
+	present map[string]*hostPresence
+}
+
+// hostPresence is one host's controllers, and the timer that forgets it
+// while it has none.
+type hostPresence struct {
+	ctrls int
+	timer *time.Timer
+	gen   uint64 // which lease timer is current
+}
+
+// hostUp counts a new controller of host.
+func (s *Server) hostUp(host string) {
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	p := s.present[host]
+	if p == nil {
+		p = &hostPresence{}
+		s.present[host] = p
+	}
+	p.ctrls++
+	p.gen++
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+}
+
+// hostDown counts a controller of host gone, and starts its lease when it
+// was the last.
+func (s *Server) hostDown(host string) {
+	s.hostsMu.Lock()
+	defer s.hostsMu.Unlock()
+	p := s.present[host]
+	if p == nil {
+		return
+	}
+	if p.ctrls--; p.ctrls > 0 {
+		return
+	}
+	p.gen++
+	gen := p.gen
+	p.timer = time.AfterFunc(s.cfg.HostStateLease, func() { s.forgetHost(host, gen) })
+}
+
+// forgetHost drops the state of a host whose lease (of generation gen)
+// ran out while it had no controller: its extent maps on every namespace,
+// and its ownership of functions.
+func (s *Server) forgetHost(host string, gen uint64) {
+	s.hostsMu.Lock()
+	p := s.present[host]
+	if p == nil || p.ctrls > 0 || p.gen != gen {
+		s.hostsMu.Unlock()
+		return // back meanwhile, or already forgotten
+	}
+	delete(s.present, host)
+	s.hostsMu.Unlock()
+	s.metaMu.RLock()
+	for ns, m := range s.metas {
+		m.mu.Lock()
+		mt := m.tables[host]
+		delete(m.tables, host)
+		m.mu.Unlock()
+		if mt != nil {
+			mt.mu.RLock()
+			d := mapDelta{live: -mt.live, extents: -mt.extents}
+			mt.mu.RUnlock()
+			s.metrics.mapsChanged(m.ssNQN, ns.id, d)
+		}
+	}
+	s.metaMu.RUnlock()
+	s.funcs.forget(context.Background(), host)
+	s.log.Info("host gone past its lease: its extent maps and functions are dropped", "host", host, "lease", s.cfg.HostStateLease)
 }
 
 // New checks cfg and builds a server. It does not listen.
@@ -191,6 +343,9 @@ func New(cfg Config) (*Server, error) {
 	cfg.setDefaults()
 	if cfg.QueueDepth < 2 || cfg.QueueDepth > 65536 {
 		return nil, fmt.Errorf("target: queue depth %d outside [2, 65536]", cfg.QueueDepth)
+	}
+	if cfg.MaxFunctionSize > maxModuleSize {
+		return nil, fmt.Errorf("target: function size limit %d too large (max %d)", cfg.MaxFunctionSize, maxModuleSize)
 	}
 	if cfg.MDTS > 12 {
 		return nil, fmt.Errorf("target: MDTS %d too large (max 12: 16 MiB)", cfg.MDTS)
@@ -202,6 +357,8 @@ func New(cfg Config) (*Server, error) {
 		metrics:   cfg.Metrics,
 		listeners: make(map[net.Listener]struct{}),
 		conns:     make(map[*conn]struct{}),
+		perAddr:   make(map[string]int),
+		present:   make(map[string]*hostPresence),
 		done:      make(chan struct{}),
 		metas:     make(map[*namespace]*nsMeta),
 		cmds:      newCommandSets(),
@@ -230,7 +387,10 @@ func New(cfg Config) (*Server, error) {
 		s.order = append(s.order, ss)
 	}
 	s.disc = newSubsystem(s, SubsystemConfig{NQN: nvme.DiscoveryNQN, Model: "nearstore discovery"})
-	s.funcs = newFunctionTable(cfg.Runtimes, cfg.FunctionLimits)
+	s.funcs = newFunctionTable(cfg.Runtimes, cfg.FunctionLimits, functionQuota{
+		count: cfg.MaxFunctionsPerHost, bytes: cfg.MaxFunctionBytesPerHost, memory: cfg.MaxFunctionMemoryPerHost,
+	})
+	s.calls = newCallLimiter(cfg.MaxFunctionCallsPerHost)
 	s.exec = &pushdown.Executor{Limits: cfg.FunctionLimits}
 	return s, nil
 }
@@ -277,6 +437,17 @@ func (s *Server) Serve(ln net.Listener) error {
 		}
 		return ErrServerClosed
 	}
+	if open := s.openByDefault(); len(open) > 0 {
+		if !isLoopback(ln.Addr()) {
+			s.mu.Unlock()
+			ln.Close()
+			return fmt.Errorf("target: listening on %s, which is not a loopback address, and subsystem %s names no allowed host: "+
+				"give it allowed hosts (--allow-host NQN) or admit any host explicitly (--allow-any-host)", ln.Addr(), open[0])
+		}
+		for _, nqn := range open {
+			s.log.Warn("subsystem admits any host: it names no allowed host, and the target listens on loopback only", "subsystem", nqn, "addr", ln.Addr().String())
+		}
+	}
 	s.listeners[ln] = struct{}{}
 	s.mu.Unlock()
 	s.log.Info("target listening", "addr", ln.Addr().String(), "subsystems", len(s.order))
@@ -287,9 +458,13 @@ func (s *Server) Serve(ln net.Listener) error {
 			if s.closing.Load() {
 				return ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				// Transient (out of file descriptors and the like): back off.
+			if transientAccept(err) {
+				// Out of file descriptors and the like: back off and
+				// keep serving the connections there are.
+				if delay == 0 {
+					s.log.Warn("accept failing: backing off", "err", err)
+				}
+				s.metrics.error("accept")
 				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
 				time.Sleep(delay)
 				continue
@@ -297,14 +472,23 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("target: accept: %w", err)
 		}
 		delay = 0
-		q := newConn(s, c)
+		src := sourceIP(c.RemoteAddr())
 		s.mu.Lock()
 		if s.closing.Load() {
 			s.mu.Unlock()
-			q.close()
+			c.Close()
 			return ErrServerClosed
 		}
+		if len(s.conns) >= s.cfg.MaxConnections || s.perAddr[src] >= s.cfg.MaxConnectionsPerAddr {
+			s.mu.Unlock()
+			s.log.Debug("connection refused: over the connection limit", "remote", c.RemoteAddr().String())
+			s.metrics.error("connection_limit")
+			c.Close()
+			continue
+		}
+		q := newConn(s, c)
 		s.conns[q] = struct{}{}
+		s.perAddr[src]++
 		s.readers.Add(1)
 		s.mu.Unlock()
 		s.metrics.connOpened()
@@ -313,10 +497,65 @@ func (s *Server) Serve(ln net.Listener) error {
 			q.serve()
 			s.mu.Lock()
 			delete(s.conns, q)
+			if s.perAddr[src]--; s.perAddr[src] <= 0 {
+				delete(s.perAddr, src)
+			}
 			s.mu.Unlock()
 			s.metrics.connClosed()
 		}()
 	}
+}
+
+// openByDefault lists the subsystems that name no allowed host and do not
+// admit any host explicitly.
+func (s *Server) openByDefault() []string {
+	var open []string
+	for _, ss := range s.order {
+		if !ss.allowAny && len(ss.allowed) == 0 {
+			open = append(open, ss.nqn)
+		}
+	}
+	return open
+}
+
+// isLoopback reports whether a listener's address is a loopback one.
+func isLoopback(a net.Addr) bool {
+	var ip net.IP
+	if ta, ok := a.(*net.TCPAddr); ok {
+		ip = ta.IP
+	} else if host, _, err := net.SplitHostPort(a.String()); err == nil {
+		ip = net.ParseIP(host)
+	}
+	return ip != nil && ip.IsLoopback()
+}
+
+// transientAccept reports an accept error that passes: a timeout, or the
+// process or system out of file descriptors or buffers, or a connection
+// that went before it was accepted.
+func transientAccept(err error) bool {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// sourceIP is the IP address a connection comes from, the key of the
+// per-address connection limit.
+func sourceIP(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
 }
 
 // Shutdown stops the server gracefully: it stops accepting, stops reading

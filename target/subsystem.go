@@ -33,6 +33,11 @@ type subsystem struct {
 	model  string
 	serial string
 
+	// allowed and allowAny say which hosts may connect (admits); they do
+	// not change after New.
+	allowed  map[string]struct{}
+	allowAny bool
+
 	mu          sync.RWMutex
 	namespaces  map[uint32]*namespace
 	controllers map[uint16]*controller
@@ -45,8 +50,14 @@ func newSubsystem(s *Server, sc SubsystemConfig) *subsystem {
 	if model == "" {
 		model = "nearstore"
 	}
+	allowed := make(map[string]struct{}, len(sc.AllowedHosts))
+	for _, h := range sc.AllowedHosts {
+		allowed[h] = struct{}{}
+	}
 	return &subsystem{
 		srv:         s,
+		allowed:     allowed,
+		allowAny:    sc.AllowAnyHost,
 		nqn:         sc.NQN,
 		model:       model,
 		serial:      hex.EncodeToString(id[:10]),
@@ -54,6 +65,17 @@ func newSubsystem(s *Server, sc SubsystemConfig) *subsystem {
 		controllers: make(map[uint16]*controller),
 		nextCNTLID:  1,
 	}
+}
+
+// admits reports whether host may connect to the subsystem. A subsystem
+// that names no allowed host admits any: Serve lets it listen on loopback
+// addresses only.
+func (ss *subsystem) admits(host string) bool {
+	if ss.allowAny || len(ss.allowed) == 0 {
+		return true
+	}
+	_, ok := ss.allowed[host]
+	return ok
 }
 
 func (ss *subsystem) addNamespace(nc NamespaceConfig) (uint32, error) {
@@ -164,6 +186,9 @@ func (ss *subsystem) newController(hostNQN string, hostID [16]byte, kato time.Du
 	}
 	ss.nextCNTLID++
 	ss.controllers[c.id] = c
+	if !discovery {
+		ss.srv.hostUp(hostNQN)
+	}
 	return c, nil
 }
 
@@ -175,10 +200,14 @@ func (ss *subsystem) controller(id uint16) *controller {
 
 func (ss *subsystem) removeController(c *controller) {
 	ss.mu.Lock()
-	if ss.controllers[c.id] == c {
+	removed := ss.controllers[c.id] == c
+	if removed {
 		delete(ss.controllers, c.id)
 	}
 	ss.mu.Unlock()
+	if removed && !c.discovery {
+		ss.srv.hostDown(c.hostNQN)
+	}
 }
 
 // namespaceChanged records a namespace change on every controller and
@@ -235,6 +264,35 @@ type controller struct {
 	errorLog   [errorLogEntries][64]byte
 	errorNext  int
 	smart      smartCounters
+
+	// refusals is the Function Load Refusals log (nvme.LogFunctionRefusals):
+	// a ring of the last entries, refusalNext the slot the next goes to,
+	// refusalCount the refusals ever recorded (the newest one's number).
+	refusals     [nvme.RefusalEntries][nvme.RefusalEntrySize]byte
+	refusalNext  int
+	refusalCount uint64
+}
+
+// recordRefusal adds a refused Function Load to the controller's
+// Function Load Refusals log.
+func (c *controller) recordRefusal(id [32]byte, st nvme.Status, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.refusalCount++
+	f := nvme.FunctionRefusal{ID: id, Number: c.refusalCount, Status: st, Reason: reason}
+	f.Marshal(c.refusals[c.refusalNext][:])
+	c.refusalNext = (c.refusalNext + 1) % nvme.RefusalEntries
+}
+
+// refusalLog returns the Function Load Refusals page, newest first.
+func (c *controller) refusalLog() []byte {
+	page := make([]byte, nvme.RefusalLogSize)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range nvme.RefusalEntries {
+		copy(page[i*nvme.RefusalEntrySize:], c.refusals[(c.refusalNext-1-i+2*nvme.RefusalEntries)%nvme.RefusalEntries][:])
+	}
+	return page
 }
 
 type pendingAER struct {
@@ -305,26 +363,47 @@ func (c *controller) teardownLocked() []qpair {
 // startKeepAlive arms the keep-alive timer. Any command received counts as
 // traffic (Traffic Based Keep Alive, advertised in CTRATT), so a busy host
 // need not send Keep Alive commands.
+//
+// A host that asked for no keep-alive (KATO 0) still has one: the
+// server's MaxIdle, so a controller nobody uses does not hold its
+// connections and state for ever.
 func (c *controller) startKeepAlive() {
-	if c.kato <= 0 {
-		return
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.kaTimer = time.AfterFunc(c.kato, c.keepAliveExpired)
+	c.armKeepAliveLocked()
+}
+
+// armKeepAliveLocked (re)starts the keep-alive timer for the current KATO.
+func (c *controller) armKeepAliveLocked() {
+	if c.dead {
+		return
+	}
+	if c.kaTimer != nil {
+		c.kaTimer.Stop()
+	}
+	c.kaTimer = time.AfterFunc(c.timeoutLocked(), c.keepAliveExpired)
+}
+
+// timeoutLocked is the keep-alive timeout in force: KATO, or MaxIdle if
+// the host asked for none.
+func (c *controller) timeoutLocked() time.Duration {
+	if c.kato > 0 {
+		return c.kato
+	}
+	return c.ss.srv.cfg.MaxIdle
 }
 
 func (c *controller) touch() {
 	c.mu.Lock()
-	if c.kaTimer != nil {
-		c.kaTimer.Reset(c.kato)
+	if c.kaTimer != nil && !c.dead {
+		c.kaTimer.Reset(c.timeoutLocked())
 	}
 	c.mu.Unlock()
 }
 
 func (c *controller) keepAliveExpired() {
 	c.ss.srv.log.Warn("keep alive timeout: tearing down controller",
-		"subsystem", c.ss.nqn, "cntlid", c.id, "host", c.hostNQN, "kato", c.kato)
+		"subsystem", c.ss.nqn, "cntlid", c.id, "host", c.hostNQN, "kato", c.kato, "max_idle", c.ss.srv.cfg.MaxIdle)
 	c.ss.srv.metrics.error("keep_alive_timeout")
 	c.mu.Lock()
 	qs := c.teardownLocked()
@@ -371,7 +450,10 @@ func (c *controller) takeAERLocked() (pendingAER, bool) {
 //	bytes 14-15 parameter error location (0xFFFF: unknown)
 //	bytes 16-23 LBA
 //	bytes 24-27 NSID
-func (c *controller) recordError(qid, cid uint16, st nvme.Status, nsid uint32, lba uint64) {
+//	byte  28    vendor specific information available: the log page that
+//	            has it (nvme.LogFunctionRefusals for a refused Function
+//	            Load), 0 if none
+func (c *controller) recordError(qid, cid uint16, st nvme.Status, nsid uint32, lba uint64, vendorLog uint8) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.errorCount++
@@ -385,6 +467,7 @@ func (c *controller) recordError(qid, cid uint16, st nvme.Status, nsid uint32, l
 	le16(e[14:], 0xFFFF)
 	le64(e[16:], lba)
 	le32(e[24:], nsid)
+	e[28] = vendorLog
 }
 
 // instanced is a backend whose bytes live only as long as the object (a

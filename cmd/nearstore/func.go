@@ -76,12 +76,17 @@ says. call, list and unload know the standard functions by name too.`,
 }
 
 // explainRefusal adds the reason to a Function Load the target refused.
-// The target answers a bare Function Rejected (the reason is only in its
-// log), so the module is loaded here, by the same runtime code the target
-// runs, and that loader's error is the reason: it names the section,
-// program and rule. If this host's loader accepts the module, the target's
-// limits or version differ, and the message says so rather than guess.
+// A target with the Function Load Refusals log says why itself (the host
+// library reads it: *host.RefusedError), and that is the answer. An older
+// target answers a bare Function Rejected, so the module is loaded here,
+// by the same runtime code the target runs, and that loader's error is the
+// reason; if it accepts the module, the target's limits or version differ,
+// and the message says so rather than guess.
 func explainRefusal(ctx context.Context, module []byte, err error) error {
+	var re *host.RefusedError
+	if errors.As(err, &re) {
+		return err
+	}
 	var se *nvme.StatusError
 	if !errors.As(err, &se) || se.Status.Code() != nvme.StatusFunctionRejected {
 		return err

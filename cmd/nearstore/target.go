@@ -28,6 +28,9 @@ func newTargetCmd(g *globals) *cobra.Command {
 		funcMem, funcSteps   int
 		offloadAddr          string
 		offloadEngine        engineFlags
+		lim                  target.Config // the limits hosts are held to
+		allowHosts           []string
+		allowAny             bool
 	)
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -60,11 +63,24 @@ func newTargetCmd(g *globals) *cobra.Command {
 			}
 			defer wrt.Close(context.Background())
 			cfg := target.Config{
-				Subsystems:  []target.SubsystemConfig{{NQN: nqn, Namespaces: nss}},
-				MaxIOQueues: queues,
-				QueueDepth:  depth,
-				Logger:      log,
-				Runtimes:    []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
+				Subsystems: []target.SubsystemConfig{{
+					NQN: nqn, Namespaces: nss,
+					AllowedHosts: allowHosts, AllowAnyHost: allowAny,
+				}},
+				MaxIOQueues:              queues,
+				QueueDepth:               depth,
+				MaxConnections:           lim.MaxConnections,
+				MaxConnectionsPerAddr:    lim.MaxConnectionsPerAddr,
+				MaxIdle:                  lim.MaxIdle,
+				DataTimeout:              lim.DataTimeout,
+				MaxFunctionSize:          lim.MaxFunctionSize,
+				MaxFunctionsPerHost:      lim.MaxFunctionsPerHost,
+				MaxFunctionBytesPerHost:  lim.MaxFunctionBytesPerHost,
+				MaxFunctionMemoryPerHost: lim.MaxFunctionMemoryPerHost,
+				MaxFunctionCallsPerHost:  lim.MaxFunctionCallsPerHost,
+				HostStateLease:           lim.HostStateLease,
+				Logger:                   log,
+				Runtimes:                 []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
 				FunctionLimits: sandbox.Limits{
 					Time:        funcTime,
 					MemoryBytes: funcMem,
@@ -88,7 +104,17 @@ func newTargetCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if ta, ok := ln.Addr().(*net.TCPAddr); ok && !ta.IP.IsLoopback() && !allowAny && len(allowHosts) == 0 {
+				ln.Close()
+				return fmt.Errorf("--listen %s is not a loopback address: name the hosts that may connect with --allow-host NQN, or admit any host with --allow-any-host", ln.Addr())
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "serving %s on %s (%d namespace(s)); Ctrl-C stops\n", nqn, ln.Addr(), len(nss))
+			switch {
+			case allowAny:
+				fmt.Fprintln(cmd.OutOrStdout(), "admitting any host (--allow-any-host)")
+			case len(allowHosts) == 0:
+				fmt.Fprintln(cmd.OutOrStdout(), "admitting any host: no --allow-host given, so the target serves on loopback only")
+			}
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
 			var offloaded <-chan error // the in-target offload engine (offload.go)
@@ -125,6 +151,18 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
 	f.IntVar(&queues, "max-io-queues", 16, "I/O queues a host may create")
 	f.IntVar(&depth, "queue-depth", 1024, "maximum queue depth")
+	f.StringArrayVar(&allowHosts, "allow-host", nil, "host NQN that may connect (repeatable); without it or --allow-any-host, only a loopback --listen is allowed")
+	f.BoolVar(&allowAny, "allow-any-host", false, "let any host connect, on any listen address")
+	f.IntVar(&lim.MaxConnections, "max-connections", 4096, "open connections (queues) of all hosts; more are closed at once")
+	f.IntVar(&lim.MaxConnectionsPerAddr, "max-connections-per-addr", 512, "open connections from one source IP address")
+	f.DurationVar(&lim.MaxIdle, "max-idle", 2*time.Minute, "keep-alive timeout of a host that asks for none (KATO 0)")
+	f.DurationVar(&lim.DataTimeout, "data-timeout", 30*time.Second, "how long a queue may keep the target waiting for data it said it would send")
+	f.IntVar(&lim.MaxFunctionSize, "func-max-size", 4<<20, "storage functions: bytes of the largest module a host may load")
+	f.IntVar(&lim.MaxFunctionsPerHost, "func-max-per-host", 64, "storage functions: functions one host may keep loaded")
+	f.IntVar(&lim.MaxFunctionBytesPerHost, "func-max-bytes-per-host", 64<<20, "storage functions: bytes of modules one host may keep loaded")
+	f.Int64Var(&lim.MaxFunctionMemoryPerHost, "func-max-memory-per-host", 1<<30, "storage functions: memory one host's functions may pin, each counted at --func-memory")
+	f.IntVar(&lim.MaxFunctionCallsPerHost, "func-max-calls-per-host", 64, "storage functions: requests of one host running at once; more wait")
+	f.DurationVar(&lim.HostStateLease, "host-state-lease", 10*time.Minute, "how long a host's extent maps and functions are kept after its last controller went")
 	f.DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for in-flight commands")
 	f.DurationVar(&funcTime, "func-time", 100*time.Millisecond, "storage functions: wall time of one call before it is stopped")
 	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have")

@@ -63,6 +63,9 @@ type state struct {
 	// broken: the instance trapped, timed out or failed an allocation, so
 	// it is not reused.
 	broken bool
+	// tenant is whose requests the instance runs (sandbox.WithTenant): it
+	// never runs another's.
+	tenant string
 }
 
 func align16(v uint64) uint64 { return (v + 15) &^ 15 }
@@ -117,7 +120,7 @@ func (m *Module) instantiate(ctx context.Context) (*state, error) {
 			return nil, err
 		}
 	}
-	// A spare instance (Module.spare) is closed when the GC drops it;
+	// A spare instance (Module.spares) is closed when the GC drops it;
 	// closing twice is harmless.
 	runtime.AddCleanup(s, func(mods [2]api.Module) {
 		for _, mod := range mods {

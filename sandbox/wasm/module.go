@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/nearstore/nearstore/sandbox"
@@ -40,11 +41,26 @@ type Module struct {
 	mu     sync.Mutex
 	free   []*state // idle instances, at most Options.PoolSize
 	closed bool
-	// spare holds idle instances past PoolSize until the GC drops them
-	// (their wazero modules are closed then: instantiate). A target runs
-	// one pushdown per goroutine, so hundreds may be in flight; without
-	// it, most of them would instantiate and close an instance each.
-	spare sync.Pool
+	// spares hold idle instances past PoolSize until the GC drops them
+	// (their wazero modules are closed then: instantiate), one pool per
+	// tenant, since an instance never serves another tenant (Acquire). A
+	// target runs one pushdown per goroutine, so hundreds may be in
+	// flight; without them, most would instantiate and close an instance
+	// each.
+	spares map[string]*sync.Pool
+}
+
+// sparesOf returns tenant's spare pool, making it; callers hold mu.
+func (m *Module) sparesOf(tenant string) *sync.Pool {
+	p := m.spares[tenant]
+	if p == nil {
+		if m.spares == nil {
+			m.spares = map[string]*sync.Pool{}
+		}
+		p = &sync.Pool{}
+		m.spares[tenant] = p
+	}
+	return p
 }
 
 var _ sandbox.Module = (*Module)(nil)
@@ -144,29 +160,46 @@ func sig(params, results []api.ValueType) string {
 	return s + ")"
 }
 
-// Acquire returns an idle instance, or a new one if none is idle, with
-// its scratch zeroed.
+// Acquire returns an idle instance that last ran for the same tenant
+// (sandbox.WithTenant), or a new one if there is none, with its scratch
+// zeroed.
+//
+// An instance's linear memory keeps whatever its requests left there —
+// blocks read into the data buffer, its globals, heap and stack — and
+// clearing it all would cost a copy of the whole memory per request (and
+// could not restore a module's unexported globals). So instances are never
+// shared across tenants: a tenant with no idle instance of its own gets a
+// fresh one, and idle instances of other tenants are left, or evicted as
+// the pool fills.
 func (m *Module) Acquire(ctx context.Context) (sandbox.Instance, error) {
+	tenant := sandbox.TenantOf(ctx)
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
 		return nil, errClosed
 	}
 	var s *state
-	if n := len(m.free); n > 0 {
-		s = m.free[n-1]
-		m.free[n-1] = nil
-		m.free = m.free[:n-1]
+	for i := len(m.free) - 1; i >= 0; i-- {
+		if m.free[i].tenant == tenant {
+			s = m.free[i]
+			m.free = slices.Delete(m.free, i, i+1)
+			break
+		}
+	}
+	var spares *sync.Pool
+	if s == nil {
+		spares = m.spares[tenant]
 	}
 	m.mu.Unlock()
-	if s == nil {
-		s, _ = m.spare.Get().(*state)
+	if spares != nil {
+		s, _ = spares.Get().(*state)
 	}
 	if s == nil {
 		var err error
 		if s, err = m.instantiate(ctx); err != nil {
 			return nil, err
 		}
+		s.tenant = tenant
 	}
 	if err := s.reset(ctx); err != nil {
 		s.close()
@@ -180,7 +213,7 @@ var errClosed = errors.New("wasm: module closed")
 // release takes an instance back, or closes it if it cannot be reused: it
 // trapped or timed out (wazero closes an instance whose deadline passed,
 // and a trap may leave its memory inconsistent) or the module is closed.
-// Past PoolSize it goes to the spare pool.
+// Past PoolSize it goes to its tenant's spare pool.
 func (m *Module) release(s *state) {
 	if !s.broken {
 		m.mu.Lock()
@@ -188,7 +221,7 @@ func (m *Module) release(s *state) {
 			if len(m.free) < m.rt.opts.PoolSize {
 				m.free = append(m.free, s)
 			} else {
-				m.spare.Put(s)
+				m.sparesOf(s.tenant).Put(s)
 			}
 			m.mu.Unlock()
 			return

@@ -325,6 +325,21 @@ func TestGrantsEndToEnd(t *testing.T) {
 		}
 	}
 
+	// Only the namespace's reservation holder may grant: the owner takes
+	// Write Exclusive Registrants Only, as offloadfs does, and the hosts
+	// that write register.
+	for i, ns := range []*host.Namespace{e.ns, task, stranger} {
+		if err := ns.Register(ctx, host.RegisterOpts{Action: host.RegisterKey, NewKey: uint64(0x100 + i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.ns.Acquire(ctx, host.AcquireOpts{Action: host.AcquireReservation, Type: nvme.ResvWriteExclusiveRegOnly, Key: 0x100}); err != nil {
+		t.Fatal(err)
+	}
+	if err := stranger.Grant(ctx, host.Grant{ID: 1, Host: taskNQN, Mode: host.GrantRead, Lease: time.Minute,
+		Extents: []pushdown.Extent{{LBA: grantLBA, Blocks: grantBlocks}}}); !errors.Is(err, host.ErrAccessDenied) {
+		t.Fatalf("a grant from a host not holding the reservation: %v, want Access Denied", err)
+	}
 	if err := e.ns.Grant(ctx, host.Grant{ID: 1, Host: taskNQN, Mode: host.GrantRead, Lease: time.Minute,
 		Extents: []pushdown.Extent{{LBA: grantLBA, Blocks: grantBlocks}}}); err != nil {
 		t.Fatal(err)
@@ -376,13 +391,18 @@ func TestGrantsEndToEnd(t *testing.T) {
 		{"write in the read-write grant", func() error { return write(task, 30000) }, true},
 	})
 	clock.advance(time.Hour)
+	// Its last grant gone, the task host's standing ends: it is an
+	// ordinary host again, and no longer registered, so the owner's
+	// reservation lets it read and not write.
 	run("read-write lease ran out", []step{
-		{"write inside", func() error { return write(task, 30000) }, false},
-		{"read inside", func() error { _, err := read(task, 30000, 1); return err }, false},
+		{"read inside", func() error { _, err := read(task, 30000, 1); return err }, true},
 		{"the owner reads", func() error { _, err := read(e.ns, 30000, 1); return err }, true},
 		{"the stranger reads", func() error { _, err := read(stranger, 30000, 1); return err }, true},
 	})
-	if got := e.counter("nearstore_target_access_denied_total", map[string]string{"nsid": "1"}); got < 10 {
+	if err := write(task, 30000); !errors.Is(err, host.ErrReservationConflict) {
+		t.Errorf("the task host writing after its last lease ran out: %v, want Reservation Conflict", err)
+	}
+	if got := e.counter("nearstore_target_access_denied_total", map[string]string{"nsid": "1"}); got < 9 {
 		t.Errorf("access denied counted %v times", got)
 	}
 }

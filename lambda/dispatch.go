@@ -29,7 +29,7 @@ type Mode int
 const (
 	Auto     Mode = iota // "lambda": the dispatcher picks Host or Target per request
 	Host                 // "K": read through the host cache, run the same sandboxed function on the host
-	Target               // "T": run at the target (offloadfs File.RemoteLambdaRead/RemoteLambdaWrite)
+	Target               // "T": run at the target (offloadfs File.LambdaRead/LambdaWrite)
 	Buffered             // "B": plain buffered I/O through the cache and native Go compute on the host
 )
 
@@ -101,7 +101,6 @@ type Options struct {
 	Limits       sandbox.Limits    // for host-side runs (zero: sandbox defaults)
 	Metrics      *Metrics          // nil: none (Stats has the counts regardless)
 	Cache        *Cache            // nil: NewCache(DefaultCacheSize, 0)
-	Mode         Mode              // the mode of calls arriving through File.LambdaRead/LambdaWrite (default Auto)
 	ProfileEvery int               // n: every n requests per (file, function)... (default 200)
 	ProfileFirst int               // k: ...the first k run on both sides and are measured (default 5)
 	Logger       *slog.Logger
@@ -278,17 +277,15 @@ func (d *Dispatcher) enter() error {
 	return nil
 }
 
-// New makes a dispatcher for fsys and installs it (fsys.SetDispatcher), so
-// File.LambdaRead/LambdaWrite go through it from then on.
+// New makes a dispatcher for fsys. Calls that want dispatch go through
+// its Read and Write; the file system's own File.LambdaRead and
+// LambdaWrite are its mode T and do not come back here.
 func New(ctx context.Context, fsys *offloadfs.FS, opts Options) (*Dispatcher, error) {
 	if fsys == nil {
 		return nil, fmt.Errorf("lambda: no file system: %w", iofs.ErrInvalid)
 	}
 	if len(opts.Runtimes) == 0 {
 		return nil, fmt.Errorf("lambda: no host runtimes (Options.Runtimes): %w", iofs.ErrInvalid)
-	}
-	if opts.Mode < Auto || opts.Mode > Buffered {
-		return nil, fmt.Errorf("lambda: %v: %w", opts.Mode, iofs.ErrInvalid)
 	}
 	if opts.Cache == nil {
 		opts.Cache = NewCache(DefaultCacheSize, 0)
@@ -313,7 +310,6 @@ func New(ctx context.Context, fsys *offloadfs.FS, opts Options) (*Dispatcher, er
 		fns:   make(map[sandbox.ID]*hostFunction),
 		keys:  make(map[key]*keyState),
 	}
-	fsys.SetDispatcher(d)
 	return d, nil
 }
 
@@ -413,10 +409,9 @@ func (d *Dispatcher) Stats() Stats {
 	return st
 }
 
-// Close uninstalls the dispatcher (λ calls go to the target directly
-// again), refuses further calls, waits for the calls in progress and the
-// profiling runs still finishing, and releases the host modules. It does not flush or close the cache, whose files are the
-// caller's.
+// Close refuses further calls, waits for the calls in progress and the
+// profiling runs still finishing, and releases the host modules. It does
+// not flush or close the cache, whose files are the caller's.
 func (d *Dispatcher) Close(ctx context.Context) error {
 	d.mu.Lock()
 	if d.closed {
@@ -425,7 +420,6 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	d.fsys.SetDispatcher(nil)
 	d.bg.Wait()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -435,16 +429,6 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 		delete(d.fns, id)
 	}
 	return errors.Join(errs...)
-}
-
-// LambdaRead is Read in Options.Mode: the offloadfs.Dispatcher hook.
-func (d *Dispatcher) LambdaRead(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
-	return d.Read(ctx, d.opts.Mode, f, fn, off, n, params, outCap)
-}
-
-// LambdaWrite is Write in Options.Mode: the offloadfs.Dispatcher hook.
-func (d *Dispatcher) LambdaWrite(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
-	return d.Write(ctx, d.opts.Mode, f, fn, off, n, params, data)
 }
 
 // function returns fn's host side (nil: not registered), or ErrClosed.
@@ -868,7 +852,7 @@ func (d *Dispatcher) targetRead(ctx context.Context, f *offloadfs.File, fn sandb
 		}
 	}
 	began := time.Now()
-	res, err := f.RemoteLambdaRead(ctx, fn, off, n, params, outCap)
+	res, err := f.LambdaRead(ctx, fn, off, n, params, outCap)
 	s.total = time.Since(began)
 	s.targetMicros = res.TargetMicros
 	s.ranAt = Target
@@ -1105,7 +1089,7 @@ func (d *Dispatcher) logProfile(f *offloadfs.File, hf *hostFunction, a, b outcom
 
 // Write runs fn on params followed by data and writes the output, padded
 // with zeroes to whole device blocks, at off (same contract as
-// offloadfs File.RemoteLambdaWrite: off and n are multiples of the device
+// offloadfs File.LambdaWrite: off and n are multiples of the device
 // block size, the output must fit in n; a range past the file's end
 // extends it). It returns the output's length. On the host (modes K and
 // B) the output goes through the cache, write-back; at the target, the
@@ -1289,7 +1273,7 @@ func (d *Dispatcher) targetWrite(ctx context.Context, f *offloadfs.File, fn sand
 		return 0, 0, err
 	}
 	began := time.Now()
-	k, err := f.RemoteLambdaWrite(ctx, fn, off, n, params, data)
+	k, err := f.LambdaWrite(ctx, fn, off, n, params, data)
 	took := time.Since(began)
 	d.cache.Invalidate(f, off, int64(n))
 	return k, took, err

@@ -326,54 +326,33 @@ func TestProfileSchedule(t *testing.T) {
 	}
 }
 
-// TestFileCallsGoThroughDispatcher: File.LambdaRead and LambdaWrite use
-// Options.Mode while the dispatcher is installed, and the target directly
-// after Close.
-func TestFileCallsGoThroughDispatcher(t *testing.T) {
-	e := newEnv(t, envConfig{mode: Host})
+// TestFileCallsBypassDispatcher: a dispatcher does not install itself
+// in the file system: File.LambdaRead and LambdaWrite go to the target
+// whether or not one exists, and only Dispatcher.Read and Write dispatch.
+func TestFileCallsBypassDispatcher(t *testing.T) {
+	e := newEnv(t, envConfig{})
 	ctx := context.Background()
 	data := bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7, 8}, 1024)
-	f := e.file("hook", data)
-	want := native(t, "stats64", data, functions.StatsSize)
+	f := e.file("direct", data)
+	before := e.fsys.Stats().Remote
 	res, err := f.LambdaRead(ctx, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
-	if err != nil || !bytes.Equal(res.Output, want) {
+	if err != nil || !bytes.Equal(res.Output, native(t, "stats64", data, functions.StatsSize)) {
 		t.Fatalf("LambdaRead: %v", err)
-	}
-	if st := e.d.Stats(); st.Requests != 1 || st.Ran[Host] != 1 {
-		t.Errorf("after a hooked read: %+v", st)
 	}
 	if _, err := f.LambdaWrite(ctx, e.fns["bitmap"], 0, devBS, nil, functions.EncodeBitmap([]byte{0xff}, 8)); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.d.Stats(); st.Requests != 2 || st.Ran[Host] != 2 {
-		t.Errorf("after a hooked write: %+v", st)
+	if got := e.fsys.Stats().Remote; got != before+2 {
+		t.Errorf("file calls ran at the target %d times, want 2", got-before)
 	}
-	if err := e.d.Close(ctx); err != nil {
+	if st := e.d.Stats(); st.Requests != 0 {
+		t.Errorf("the dispatcher took %d file calls, want none", st.Requests)
+	}
+	if _, err := e.d.Read(ctx, Host, f, e.fns["stats64"], 0, 8, nil, 32); err != nil {
 		t.Fatal(err)
 	}
-	// The hooked write is in the cache only: write it back (the caller's
-	// job after Close) and go to the target.
-	if err := e.d.Cache().Flush(ctx, f, 0, -1); err != nil {
-		t.Fatal(err)
-	}
-	e.sync()
-	before := e.fsys.Stats().Remote
-	res, err = f.LambdaRead(ctx, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[0] = 0xff
-	for i := 1; i < devBS; i++ {
-		data[i] = 0
-	}
-	if !bytes.Equal(res.Output, native(t, "stats64", data, functions.StatsSize)) {
-		t.Error("read after Close differs")
-	}
-	if e.d.Stats().Requests != 2 || e.fsys.Stats().Remote != before+1 {
-		t.Error("read after Close did not go to the target directly")
-	}
-	if _, err := e.d.Read(ctx, Host, f, e.fns["stats64"], 0, 8, nil, 32); err == nil {
-		t.Error("read on a closed dispatcher succeeded")
+	if st := e.d.Stats(); st.Requests != 1 || st.Ran[Host] != 1 {
+		t.Errorf("after a dispatched read: %+v", st)
 	}
 }
 

@@ -2,11 +2,13 @@
 // λ-IO's execution-time model, and a dispatcher that runs each λ read or
 // write where the model says it finishes sooner — on the host, reading
 // through the cache and running the same sandboxed function (mode K), or
-// at the target next to the data (mode T, offloadfs File.RemoteLambdaRead
-// and RemoteLambdaWrite). Mode B, plain buffered I/O through the cache
-// with the function's native Go twin, is the baseline λ-IO compares with.
-// New installs the dispatcher on a file system, so File.LambdaRead and
-// File.LambdaWrite go through it.
+// at the target next to the data (mode T, offloadfs File.LambdaRead and
+// LambdaWrite). Mode B, plain buffered I/O through the cache with the
+// function's native Go twin, is the baseline λ-IO compares with. The
+// dependency runs one way: offloadfs offers the mechanisms (a λ call at
+// the target, which it runs on the host itself when the target lacks the
+// file's current map), and callers that want the choice made call
+// Dispatcher.Read and Write.
 //
 // # The model
 //

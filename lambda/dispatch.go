@@ -146,33 +146,32 @@ type key struct {
 	fn  sandbox.ID
 }
 
-// keyState is a key's profile schedule and measurements.
+// keyState is a key's dispatch policy, under its lock.
 type keyState struct {
-	mu    sync.Mutex
-	count uint64 // requests, for the profile schedule (a recheck moves it on)
-	est   estimator
-	model Model
-	stale bool // est changed since model was fitted
-	// pick is the side the model picked for the last request outside a
-	// profile since the last profile began (Auto: none yet); seen counts
-	// every request, and rechecked is seen at the last recheck.
-	pick            Mode
-	seen, rechecked uint64
-	// last is the side the model picked for the last request outside a
-	// profile (Auto: none yet): the side a profile expects to win. near
-	// says the model's two estimates for that request were within
-	// raceMargin of each other.
-	last Mode
-	near bool
-	// alone says the current profile's reads alternate sides, last's
-	// first, rather than race (see profileRead); turn counts them.
-	alone bool
-	turn  uint64
-	// rechecking says the current profile is a recheck's, whose first
-	// pick after it decides whether the switch is on probation.
-	rechecking bool
-	// writeProfiles counts profiled writes, whose sides alternate.
-	writeProfiles uint64
+	mu sync.Mutex
+	p  policy
+}
+
+// decide asks ks's policy how a request runs.
+func (ks *keyState) decide(r request) decision {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.p.decide(r)
+}
+
+// observeRead feeds ks's policy a read's measurement (picked: see
+// policy.observeRead).
+func (ks *keyState) observeRead(s readSample, picked Mode) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.p.observeRead(s, picked)
+}
+
+// observeWrite feeds ks's policy a finished write's measurement.
+func (ks *keyState) observeWrite(side Mode, n, out int64, took time.Duration, picked bool) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.p.observeWrite(side, n, out, took, picked)
 }
 
 // Dispatcher runs λ reads and writes on the host or at the target (see
@@ -184,6 +183,9 @@ type Dispatcher struct {
 	log   *slog.Logger
 	lim   sandbox.Limits
 	bs    int64
+	// schedule is every key's profiling schedule (Options.ProfileEvery
+	// and ProfileFirst).
+	schedule schedule
 
 	mu     sync.Mutex
 	fns    map[sandbox.ID]*hostFunction
@@ -301,14 +303,15 @@ func New(ctx context.Context, fsys *offloadfs.FS, opts Options) (*Dispatcher, er
 		opts.Logger = slog.Default()
 	}
 	d := &Dispatcher{
-		fsys:  fsys,
-		opts:  opts,
-		cache: opts.Cache,
-		log:   opts.Logger,
-		lim:   opts.Limits.WithDefaults(),
-		bs:    int64(fsys.DeviceBlockSize()),
-		fns:   make(map[sandbox.ID]*hostFunction),
-		keys:  make(map[key]*keyState),
+		fsys:     fsys,
+		opts:     opts,
+		cache:    opts.Cache,
+		log:      opts.Logger,
+		lim:      opts.Limits.WithDefaults(),
+		bs:       int64(fsys.DeviceBlockSize()),
+		schedule: schedule{every: uint64(opts.ProfileEvery), first: uint64(opts.ProfileFirst)},
+		fns:      make(map[sandbox.ID]*hostFunction),
+		keys:     make(map[key]*keyState),
 	}
 	return d, nil
 }
@@ -396,7 +399,8 @@ func (d *Dispatcher) Stats() Stats {
 	d.mu.Unlock()
 	for k, ks := range keys {
 		ks.mu.Lock()
-		st.Models = append(st.Models, ModelStat{Ino: k.ino, Fn: k.fn, Model: d.modelLocked(ks), Samples: ks.est.samples})
+		miss, wb := d.cache.costs()
+		st.Models = append(st.Models, ModelStat{Ino: k.ino, Fn: k.fn, Model: ks.p.fitted(miss, wb), Samples: ks.p.est.samples})
 		ks.mu.Unlock()
 	}
 	sort.Slice(st.Models, func(i, j int) bool {
@@ -463,142 +467,10 @@ func (d *Dispatcher) state(ino uint64, fn sandbox.ID) *keyState {
 	defer d.mu.Unlock()
 	ks := d.keys[k]
 	if ks == nil {
-		ks = &keyState{}
+		ks = &keyState{p: policy{sched: d.schedule}}
 		d.keys[k] = ks
 	}
 	return ks
-}
-
-// schedule counts a request of ks and says whether to profile it: the
-// first ProfileFirst of every ProfileEvery, and every request until a
-// run has finished and been measured. Otherwise it returns the model.
-func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	i := ks.count
-	ks.count++
-	ks.seen++
-	every := uint64(d.opts.ProfileEvery)
-	if i%every == 0 {
-		ks.pick = Auto
-		ks.alone, ks.turn = ks.last == Host || (ks.last == Target && ks.near), 0
-	}
-	if i > 0 && i%every == 0 {
-		// A new profile. A side the model did not pick since the last
-		// one has only old samples: they are dropped, so the side rests
-		// on what this profile measures. Kept, they stayed until
-		// profiles pushed them out of the window k at a time: a slow
-		// spell of the target (a few requests) once kept 431 of 1024
-		// reads on the host, 1.5x as slow, across several profiles. The
-		// picked side keeps its samples: they are recent, and measured
-		// alone, where a profile measures both sides competing.
-		ks.est.forgetUnpicked()
-		ks.stale = true
-	}
-	if i%every < uint64(d.opts.ProfileFirst) || ks.est.samples == 0 {
-		return true, Model{}
-	}
-	return false, d.modelLocked(ks)
-}
-
-// recheck is told the side the model picked for a request outside a
-// profile, and says whether to profile the request instead: when the
-// pick changes between profiles, the request that would switch sides
-// starts a new profile, in which the side being left has lost its
-// samples. A switch between profiles comes from the picked side's own
-// runs getting slower, measured alone, against the other side's older
-// samples from the last profile; on a shared machine that is mostly a
-// slow spell, which a profile measures on both sides anew. Without
-// this, with every read cached (stats64: host 0.7 ms, target 1.0), a
-// spell sent the rest of the profile period's reads to the target, up to
-// 671 of 1024 in a round. A recheck comes at most once every
-// ProfileEvery requests, so a key whose sides really are a toss-up
-// costs at most twice the profiles.
-//
-// The first pick after a profile is a switch too when it leaves the side
-// picked before the profile (last): a profile has only two or three
-// samples a side, and a slow spell covering one side's turns moved the
-// whole period (traced once, every read cached: host turns of 1.8 and
-// 3.1 ms sent the period's other 206 reads to the slower target). The
-// recheck confirms the switch with a second profile, in which the side
-// being left is measured afresh, before the period follows it.
-//
-// A switch made without a recheck (one came less than ProfileEvery
-// requests ago), or confirmed by a recheck's profile, is on probation:
-// the next profile comes at most a quarter period later instead of up to
-// a whole one. A slow spell can outlast both profiles, and until the next
-// profile nothing measures the side left (the picked side's runs only
-// move its own estimate): with every read cached, rounds sent 207-419 of
-// 1024 reads to the target, 1.2x as slow as the host. A real change
-// costs a profile more.
-func (d *Dispatcher) recheck(ks *keyState, pick Mode, near bool) bool {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	every := uint64(d.opts.ProfileEvery)
-	leaving, held := ks.pick, false
-	if leaving == Auto {
-		leaving = ks.last
-		if ks.rechecking {
-			// The first pick after a recheck's profile: did the switch
-			// hold?
-			ks.rechecking = false
-			held = pick == ks.last
-		}
-	}
-	ks.pick, ks.last, ks.near = pick, pick, near
-	if leaving == Auto {
-		// A key's first pick is confirmed as a switch is, the side not
-		// picked measured afresh: the first profile includes the
-		// target's first run on the file, which can be many times
-		// slower than its next (traced: 5.3 ms against 0.6-1.0), and a
-		// host that won those races kept a whole first period (knn
-		// cold: 206 and 209 of 1024 reads on the slower host in a
-		// first round).
-		leaving = otherSide(pick)
-	}
-	switched := leaving != pick
-	if !switched || (ks.rechecked > 0 && ks.seen-ks.rechecked < every) {
-		if switched || held {
-			// Probation: the side left is measured again a quarter
-			// period on.
-			next := (ks.count/every + 1) * every
-			if next-every/4 > ks.count {
-				ks.count = next - every/4
-				d.probations.Add(1)
-			}
-		}
-		return false
-	}
-	ks.rechecked = ks.seen
-	d.rechecks.Add(1)
-	// This request begins a profile period; the requests after it are
-	// its next ProfileFirst-1. Its reads alternate sides, pick's first
-	// (profileRead).
-	ks.count = (ks.count/every+1)*every + 1
-	ks.pick, ks.rechecking = Auto, true
-	ks.alone, ks.turn = true, 0
-	ks.est.forget(leaving)
-	ks.est.hostRuns, ks.est.targetRuns = 0, 0
-	ks.stale = true
-	return true
-}
-
-// modelLocked returns ks's model, fitting it again if measurements came
-// in. Callers hold ks.mu.
-func (d *Dispatcher) modelLocked(ks *keyState) Model {
-	if ks.stale || ks.est.samples == 0 {
-		ks.model = ks.est.fit(d.cache.missCost(), d.cache.writeBackCost())
-		ks.stale = false
-	}
-	return ks.model
-}
-
-// record adds a measurement to ks.
-func (ks *keyState) record(add func(e *estimator)) {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	add(&ks.est)
-	ks.stale = true
 }
 
 // pathErr is the error for a bad call on f.
@@ -659,43 +531,41 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 		return res, s.ranAt, err
 	}
 	ks := d.state(f.Ino(), fn)
-	profile, m := d.schedule(ks)
-	if profile {
-		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
+	miss, wb := d.cache.costs()
+	dec := ks.decide(request{n: int64(n), cached: d.cache.Cached(f, off, int64(n)), missCost: miss, writeBackCost: wb})
+	d.counted(opRead, dec)
+	if dec.action == runRace {
+		return d.raceRead(ctx, ks, hf, f, fn, off, n, params, outCap)
 	}
-	host, target := m.Read(int64(n), d.cache.Cached(f, off, int64(n)))
-	if d.recheck(ks, pickOf(host, target), closeCall(host, target)) {
-		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
+	var (
+		res pushdown.Result
+		s   readSample
+	)
+	if dec.side() == Host {
+		res, s, err = d.hostRead(ctx, hf, f, off, n, params, outCap, false)
+	} else {
+		res, s, err = d.targetRead(ctx, f, fn, off, n, params, outCap, true)
 	}
-	if host < target {
-		res, s, err := d.hostRead(ctx, hf, f, off, n, params, outCap, false)
-		ks.record(func(e *estimator) { e.addRead(s); e.picked(Host) })
-		return res, s.ranAt, err
-	}
-	res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
-	ks.record(func(e *estimator) { e.addRead(s); e.picked(Target) })
+	ks.observeRead(s, dec.picked())
 	return res, s.ranAt, err
 }
 
-// otherSide is Target for Host and Host for Target.
-func otherSide(side Mode) Mode {
-	if side == Host {
-		return Target
+// counted counts a decision's profile, race, recheck and probation in
+// Stats and the metrics.
+func (d *Dispatcher) counted(op string, dec decision) {
+	if dec.profiled {
+		d.profiled.Add(1)
+		d.opts.Metrics.profile(op)
 	}
-	return Host
-}
-
-// pickOf is the side the model picks given its two predictions.
-func pickOf(host, target time.Duration) Mode {
-	if host < target {
-		return Host
+	if dec.action == runRace {
+		d.races.Add(1)
 	}
-	return Target
-}
-
-// closeCall says the two predictions are within raceMargin of each other.
-func closeCall(host, target time.Duration) bool {
-	return max(host, target) < time.Duration(raceMargin*float64(min(host, target)))
+	if dec.recheck {
+		d.rechecks.Add(1)
+	}
+	if dec.probation {
+		d.probations.Add(1)
+	}
 }
 
 // feedRead adds a K or T run's measurement to its key's model.
@@ -703,7 +573,7 @@ func (d *Dispatcher) feedRead(f *offloadfs.File, fn sandbox.ID, s readSample) {
 	if s.n <= 0 {
 		return
 	}
-	d.state(f.Ino(), fn).record(func(e *estimator) { e.addRead(s); e.picked(s.ranAt) })
+	d.state(f.Ino(), fn).observeRead(s, s.ranAt)
 }
 
 // checkRange refuses a host-side read of bytes outside the file, with the
@@ -883,24 +753,6 @@ func (d *Dispatcher) targetRead(ctx context.Context, f *offloadfs.File, fn sandb
 // unsplit K runs and the cache's own misses do.
 const profileReadMax = 256 << 10
 
-// A profile's reads race only where the host is expected to lose by a
-// wide margin: where the model last picked the target with the host's
-// estimate at least raceMargin times the target's, or, before the key's
-// first pick, where less than aloneCached of the range is cached (the
-// host must fetch it). Elsewhere they alternate sides, each run alone.
-//
-// A race where the sides are close measures the host at its worst: its
-// compute shares the two CPUs with the target's, and a host run that
-// loses counts with the winner's time as its lower bound. Once the
-// target was picked, every later profile raced again, and with every
-// read cached (where the host is 1.2-1.3x faster alone) whole rounds
-// stayed on the target: stats32 sent 992 of 1024 reads there, knn 555.
-// Alone, a host turn costs at most raceMargin-1 of a target read more.
-const (
-	raceMargin  = 1.5
-	aloneCached = 0.9
-)
-
 // outcome is one side of a profiled read.
 type outcome struct {
 	side    Mode
@@ -932,65 +784,13 @@ func (o outcome) censored() readSample {
 	return s
 }
 
-// profileRead runs one read of a profile. Where the model last picked
-// the target by a wide margin, or has not picked yet and the range is
-// mostly uncached (raceMargin), the read runs on both sides at once and
-// the first to finish answers. A losing host run is cancelled and
-// contributes a lower bound (or, if it finished anyway, a measurement).
-//
-// Where the target was picked by a wide margin, only a profile's first
-// read races; the rest run on the target alone. A race costs the target
-// what the host's run takes of the two CPUs and the link while it
-// computes, about half a target read (traced, grep cold: a raced read
-// 0.74 ms against 0.55 alone, 0.09 ms more on the read after it), and
-// there it buys little: a host that loses before its reads finish
-// leaves no measurement, and one that loses after them leaves a bound
-// at least the target's time. What the race is for is a host that has
-// become the faster side (its range cached since, say): it wins, is
-// measured exactly, and a recheck confirms the switch. One race a
-// profile is enough for that.
-//
-// Where the model last picked the host (or has not picked yet, with the
-// range mostly cached), the target is the expected loser, and a losing
-// target run cannot be stopped: the target does not abort a function it
-// is running, so the race would leave it running on the CPUs the host's
-// next requests need, and k of them, one per profiled read, queue behind
-// each other. Those reads alternate sides instead, host first (K, T, K,
-// T, K with ProfileFirst 5), each run alone, as a profile's writes do
-// (profileReadAlone). Where the model picked the target narrowly, they
-// alternate too, target first: a race would measure the host at its
-// worst.
-//
-// A recheck's reads alternate too, the new pick first: a recheck comes
-// when the two sides' estimates cross, mostly in a slow spell, and a race
-// then measured the side being left, slowed further by the race, as far
-// slower than it was once the spell passed. Traced (stats64, 100% warm):
-// a recheck to the target raced during a spell, three host runs lost at
-// 3.1 to 6.3 ms, and the host's estimate, 2.7 ms against 0.7 alone, kept
-// 593 of 1024 reads of the round on the slower target.
-func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
-	d.profiled.Add(1)
-	d.opts.Metrics.profile(opRead)
-	cached := d.cache.Cached(f, off, int64(n))
-	ks.mu.Lock()
-	alone, turn, lead := ks.alone, ks.turn, ks.last
-	if lead == Auto && cached >= aloneCached {
-		alone, lead = true, Host
-	}
-	ks.turn++
-	ks.mu.Unlock()
-	if alone {
-		side := lead
-		if turn%2 == 1 {
-			side = otherSide(lead)
-		}
-		return d.profileReadAlone(ctx, ks, side, hf, f, fn, off, n, params, outCap)
-	}
-	if lead == Target && turn > 0 {
-		// The target picked by a wide margin: one race probes the host.
-		return d.profileReadAlone(ctx, ks, Target, hf, f, fn, off, n, params, outCap)
-	}
-	d.races.Add(1)
+// raceRead runs a profiled read on both sides at once (the policy's
+// rule 6 says when); the first to finish answers, both computing the
+// same bytes from the same bytes. A losing host run is cancelled and
+// contributes a lower bound (or, if it finished anyway, a measurement);
+// a losing target run cannot be stopped and is measured when it ends.
+// The loser may outlive the call (WaitProfiles, Close).
+func (d *Dispatcher) raceRead(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
 	// The target must see what the host cache holds.
 	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
 		return pushdown.Result{}, Auto, err
@@ -1013,18 +813,14 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 		ch <- outcome{Target, res, s, err, time.Since(start)}
 	}()
 	first := <-ch
-	ks.record(func(e *estimator) { e.addRead(first.s) })
+	ks.observeRead(first.s, Auto)
 	if first.err == nil || ctx.Err() != nil {
 		// The other side is measured when it stops. A host run is
 		// cancelled now. A target run is not: the target does not abort
 		// a function it is running, so cancelling would only stop the
 		// host waiting for the answer, and the target's time would be a
-		// lower bound where waiting gives the real one. That bound is
-		// about the host's time, since the host won, and kept the
-		// target's estimate just above the host's: with every read
-		// cached (stats64, host 0.7 ms, target 1.0), any slow spell of
-		// the host sent reads to the target, 332 and 671 of 1024 in two
-		// rounds of nine.
+		// lower bound (about the host's, which won) where waiting gives
+		// the real one.
 		if first.side == Target || first.err != nil {
 			hcancel()
 		}
@@ -1034,7 +830,7 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 			second := <-ch
 			hcancel()
 			tcancel()
-			ks.record(func(e *estimator) { e.addRead(second.censored()) })
+			ks.observeRead(second.censored(), Auto)
 			d.logProfile(f, hf, first, second)
 		}()
 		return first.res, first.s.ranAt, first.err
@@ -1044,29 +840,12 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 	second := <-ch
 	hcancel()
 	tcancel()
-	ks.record(func(e *estimator) { e.addRead(second.s) })
+	ks.observeRead(second.s, Auto)
 	d.logProfile(f, hf, first, second)
 	if second.err == nil {
 		return second.res, second.s.ranAt, nil
 	}
 	return first.res, first.s.ranAt, first.err
-}
-
-// profileReadAlone runs a read of a profile whose reads alternate sides
-// on side (Host or Target) alone, measured as the picked side's runs are.
-func (d *Dispatcher) profileReadAlone(ctx context.Context, ks *keyState, side Mode, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
-	var (
-		res pushdown.Result
-		s   readSample
-		err error
-	)
-	if side == Host {
-		res, s, err = d.hostRead(ctx, hf, f, off, n, params, outCap, false)
-	} else {
-		res, s, err = d.targetRead(ctx, f, fn, off, n, params, outCap, true)
-	}
-	ks.record(func(e *estimator) { e.addRead(s) })
-	return res, s.ranAt, err
 }
 
 // count counts a call in Ran and the metrics where its result came from
@@ -1140,19 +919,10 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 		return k, Target, err
 	}
 	ks := d.state(f.Ino(), fn)
-	profile, m := d.schedule(ks)
-	if profile {
-		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
-	}
-	host, target := m.Write(int64(len(data)))
-	// A switch between profiles is rechecked as a read's is: a slow spell
-	// of the target's writes (bitmap, 100% warm: 3.8 ms against 2.7)
-	// otherwise kept the rest of the period, 163 writes, on the host.
-	pick := pickOf(host, target)
-	if d.recheck(ks, pick, false) {
-		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
-	}
-	return d.writeOn(ctx, ks, pick, true, hf, f, fn, off, n, params, data)
+	miss, wb := d.cache.costs()
+	dec := ks.decide(request{write: true, n: int64(len(data)), missCost: miss, writeBackCost: wb})
+	d.counted(opWrite, dec)
+	return d.writeOn(ctx, ks, dec.side(), !dec.profiled, hf, f, fn, off, n, params, data)
 }
 
 // writeOn runs a λ write on side (Host, with hf, or Target) and feeds its
@@ -1172,17 +942,7 @@ func (d *Dispatcher) writeOn(ctx context.Context, ks *keyState, side Mode, picke
 	if err != nil {
 		return k, side, err
 	}
-	x := int64(len(data))
-	ks.record(func(e *estimator) {
-		if side == Host {
-			e.addWriteHost(x, int64(k), took, true)
-		} else {
-			e.addWriteTarget(x, int64(k), took, true)
-		}
-		if picked {
-			e.picked(side)
-		}
-	})
+	ks.observeWrite(side, int64(len(data)), int64(k), took, picked)
 	return k, side, nil
 }
 
@@ -1277,36 +1037,4 @@ func (d *Dispatcher) targetWrite(ctx context.Context, f *offloadfs.File, fn sand
 	took := time.Since(began)
 	d.cache.Invalidate(f, off, int64(n))
 	return k, took, err
-}
-
-// profileWrite runs one of a profile's writes. A write cannot run on
-// both sides as a read does, its output being written once, so a
-// profile's writes alternate sides, target first (with ProfileFirst 5:
-// T, K, T, K, T), each the real write, measured alone as the picked
-// side's writes are. The host side's time is its compute and putting the
-// output in the cache; the model prices the output's write-back apart.
-//
-// A profiled write once ran the target's write while the host computed
-// the same output alongside, thrown away. Competing for the CPUs slowed
-// the target's write more than the host's compute (bitmap, 1 GiB cold:
-// 3.6 ms against 2.7 alone, the host's compute 2.8 against 2.7), so the
-// side picked after a profile, measured alone from then on, looked faster
-// than the other, measured competing, whichever it was: a slow spell that
-// made the host the pick kept it there profile after profile (325 of 1024
-// writes in one round to the host, 1.3x slower). Alternating also costs
-// less: a profiled write costs what the slower side takes over the
-// faster, where running both cost the host's whole compute on the CPUs
-// the target's write needed.
-func (d *Dispatcher) profileWrite(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
-	d.profiled.Add(1)
-	d.opts.Metrics.profile(opWrite)
-	ks.mu.Lock()
-	turn := ks.writeProfiles
-	ks.writeProfiles++
-	ks.mu.Unlock()
-	side := Target
-	if turn%2 == 1 {
-		side = Host
-	}
-	return d.writeOn(ctx, ks, side, false, hf, f, fn, off, n, params, data)
 }

@@ -549,7 +549,7 @@ func TestProfileWritesAlternate(t *testing.T) {
 		}
 		ks := e.d.state(f.Ino(), fn)
 		ks.mu.Lock()
-		host, target := len(ks.est.hostCPU.v), len(ks.est.wrTotal.v)
+		host, target := len(ks.p.est.hostCPU.v), len(ks.p.est.wrTotal.v)
 		ks.mu.Unlock()
 		if wantHost, wantTarget := (i+1)/2, i/2+1; host != wantHost || target != wantTarget {
 			t.Errorf("after write %d: %d host and %d target measurements, want %d and %d", i, host, target, wantHost, wantTarget)
@@ -579,7 +579,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 	f := e.file("alternate", data)
 	ks := e.d.state(f.Ino(), fn)
 	ks.mu.Lock()
-	ks.last = Host
+	ks.p.last = Host
 	ks.mu.Unlock()
 	for i, side := range []Mode{Host, Target, Host, Target} {
 		off := int64(i * chunk)
@@ -598,7 +598,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 			t.Errorf("read %d ran on %v %d times, want once", i, side, got-before)
 		}
 		ks.mu.Lock()
-		host, target := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		host, target := len(ks.p.est.hostCPU.v), len(ks.p.est.tgtTotal.v)
 		ks.mu.Unlock()
 		if wantHost, wantTarget := i/2+1, (i+1)/2; host != wantHost || target != wantTarget {
 			t.Errorf("after read %d: %d host and %d target measurements, want %d and %d", i, host, target, wantHost, wantTarget)
@@ -614,7 +614,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 	// measurement is certain). The new profile begins with neither side
 	// picked since the last, so both sides' windows start empty.
 	ks.mu.Lock()
-	ks.last, ks.count = Target, 100
+	ks.p.last, ks.p.count = Target, 100
 	ks.mu.Unlock()
 	if _, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize); err != nil {
 		t.Fatal(err)
@@ -623,7 +623,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 		t.Fatal(err)
 	}
 	ks.mu.Lock()
-	target := len(ks.est.tgtTotal.v)
+	target := len(ks.p.est.tgtTotal.v)
 	ks.mu.Unlock()
 	if target != 1 {
 		t.Errorf("after a raced read: %d target measurements, want 1", target)
@@ -631,14 +631,17 @@ func TestProfileReadsAlternate(t *testing.T) {
 
 	// A recheck's reads alternate sides, the new pick first.
 	ks.mu.Lock()
-	ks.pick, ks.rechecked = Host, 0
+	ks.p.pick, ks.p.rechecked = Host, 0
 	ks.mu.Unlock()
-	if !e.d.recheck(ks, Target, false) {
+	ks.mu.Lock()
+	rechecked := ks.p.recheck(Target, false).recheck
+	ks.mu.Unlock()
+	if !rechecked {
 		t.Fatal("a switch to the target was not rechecked")
 	}
 	for i, side := range []Mode{Target, Host} {
 		ks.mu.Lock()
-		host, target := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		host, target := len(ks.p.est.hostCPU.v), len(ks.p.est.tgtTotal.v)
 		ks.mu.Unlock()
 		before := e.d.Stats().Ran[side]
 		if _, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize); err != nil {
@@ -651,7 +654,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 			t.Errorf("recheck read %d ran on %v %d times, want once", i, side, got-before)
 		}
 		ks.mu.Lock()
-		dh, dt := len(ks.est.hostCPU.v)-host, len(ks.est.tgtTotal.v)-target
+		dh, dt := len(ks.p.est.hostCPU.v)-host, len(ks.p.est.tgtTotal.v)-target
 		ks.mu.Unlock()
 		if wantHost := b2i(side == Host); dh != wantHost || dt != 1-wantHost {
 			t.Errorf("recheck read %d (%v): %d new host and %d new target measurements", i, side, dh, dt)
@@ -676,7 +679,7 @@ func TestProfileRaceOrAlone(t *testing.T) {
 		t.Helper()
 		ks := e.d.state(f.Ino(), fn)
 		ks.mu.Lock()
-		h0, t0 := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		h0, t0 := len(ks.p.est.hostCPU.v), len(ks.p.est.tgtTotal.v)
 		ks.mu.Unlock()
 		before := e.d.Stats().Ran
 		res, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize)
@@ -697,7 +700,7 @@ func TestProfileRaceOrAlone(t *testing.T) {
 		}
 		ks.mu.Lock()
 		defer ks.mu.Unlock()
-		return ran, len(ks.est.hostCPU.v) - h0, len(ks.est.tgtTotal.v) - t0
+		return ran, len(ks.p.est.hostCPU.v) - h0, len(ks.p.est.tgtTotal.v) - t0
 	}
 
 	warm := e.file("warm", data)
@@ -722,8 +725,8 @@ func TestProfileRaceOrAlone(t *testing.T) {
 	// the rest run on the target alone.
 	ksc := e.d.state(cold.Ino(), fn)
 	ksc.mu.Lock()
-	ksc.last, ksc.near, ksc.count = Target, false, 100
-	ksc.est.hostRuns, ksc.est.targetRuns = 1, 1
+	ksc.p.last, ksc.p.near, ksc.p.count = Target, false, 100
+	ksc.p.est.hostRuns, ksc.p.est.targetRuns = 1, 1
 	ksc.mu.Unlock()
 	for i := range 4 {
 		races := e.d.Stats().Races
@@ -745,8 +748,8 @@ func TestProfileRaceOrAlone(t *testing.T) {
 	// samples.)
 	ks := e.d.state(cold.Ino(), fn)
 	ks.mu.Lock()
-	ks.last, ks.near, ks.count = Target, true, 200
-	ks.est.hostRuns, ks.est.targetRuns = 1, 1
+	ks.p.last, ks.p.near, ks.p.count = Target, true, 200
+	ks.p.est.hostRuns, ks.p.est.targetRuns = 1, 1
 	ks.mu.Unlock()
 	for i, want := range []Mode{Target, Host} {
 		ran, h, tg := read(cold)
@@ -762,20 +765,20 @@ func TestProfileRaceOrAlone(t *testing.T) {
 	}{{1.2e-9, true}, {3e-9, false}} {
 		ks := e.d.state(warm.Ino(), fn)
 		ks.mu.Lock()
-		ks.est.forget(Host)
-		ks.est.forget(Target)
+		ks.p.est.forget(Host)
+		ks.p.est.forget(Target)
 		for range windowSize {
-			ks.est.hostCPU.add(c.host)
-			ks.est.tgtTotal.add(1e-9)
-			ks.est.tgtCPU.add(0.5e-9)
+			ks.p.est.hostCPU.add(c.host)
+			ks.p.est.tgtTotal.add(1e-9)
+			ks.p.est.tgtCPU.add(0.5e-9)
 		}
-		ks.count, ks.pick, ks.last, ks.near, ks.stale = 50, Target, Target, !c.near, true
+		ks.p.count, ks.p.pick, ks.p.last, ks.p.near, ks.p.stale = 50, Target, Target, !c.near, true
 		ks.mu.Unlock()
 		if ran, _, _ := read(warm); ran != Target {
 			t.Fatalf("host %g s/B against the target's 1e-9: ran on %v, want T", c.host, ran)
 		}
 		ks.mu.Lock()
-		near := ks.near
+		near := ks.p.near
 		ks.mu.Unlock()
 		if near != c.near {
 			t.Errorf("host %g s/B against the target's 1e-9: near %v, want %v", c.host, near, c.near)
@@ -800,101 +803,6 @@ func b2i(b bool) int {
 	return 0
 }
 
-// TestRecheck: a change of the model's pick between profiles profiles
-// that request and starts a new profile period, with the side being left
-// measured afresh; so do a key's first pick and a first pick after a
-// profile that leaves the side picked before it (confirmations); at most
-// once every ProfileEvery requests. A switch taken without one, or
-// confirmed by one, brings the next profile within a quarter period.
-func TestRecheck(t *testing.T) {
-	e := newEnv(t, envConfig{profileEvery: 10, profileFirst: 2})
-	d := e.d
-	ks := &keyState{}
-	ks.est.samples = 1
-	// fill gives both sides samples, as runs would.
-	fill := func() {
-		ks.est.hostCPU.add(1e-9)
-		ks.est.tgtTotal.add(2e-9)
-	}
-	fill()
-	const F, T = false, true
-	steps := []struct {
-		pick  Mode
-		want  string // P: scheduled profile, R: recheck, else the side run
-		alone bool   // the current profile's reads alternate sides
-		fill  bool   // give both sides samples first
-		why   string
-	}{
-		{Target, "P", F, F, "the key's first profile (no pick yet: a race)"},
-		{Target, "P", F, F, "its second"},
-		{Target, "R", T, F, "the key's first pick: confirmed by a recheck, alternating"},
-		{Target, "P", T, F, "its second profile"},
-		{Target, "T", T, F, "the pick held: on probation, the next profile 6 requests on"},
-		{Target, "T", T, F, ""},
-		{Target, "T", T, F, ""},
-		{Target, "P", F, F, "the next profile: a race, as the target was the last pick"},
-		{Target, "P", F, F, ""},
-		{Target, "T", F, F, "the first pick after a profile, the last one's side: no switch"},
-		{Host, "K", F, F, "a switch within 10 requests of the recheck: taken, on probation"},
-		{Host, "K", F, F, ""},
-		{Host, "K", F, F, ""},
-		{Host, "P", T, F, "the next profile, alternating: the host was the last pick"},
-		{Host, "P", T, F, ""},
-		{Target, "R", T, T, "the first pick after it leaves the host: confirmed by a recheck"},
-		{Target, "P", T, F, "the recheck's second profile"},
-		{Host, "K", T, F, "the switch did not hold: back within 10 requests, on probation"},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "P", T, F, "the next profile"},
-		{Host, "P", T, F, ""},
-		{Host, "K", T, F, "no switch, and no probation: the next profile a whole period on"},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "P", T, F, "the next period"},
-		{Host, "P", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Target, "R", T, T, "a switch between profiles: a recheck, alternating"},
-		{Target, "P", T, F, "its second profile"},
-		{Target, "T", T, F, "the switch held: on probation"},
-	}
-	for i, st := range steps {
-		if st.fill {
-			fill()
-		}
-		got := st.pick.String()
-		if p, _ := d.schedule(ks); p {
-			got = "P"
-		} else if d.recheck(ks, st.pick, false) {
-			got = "R"
-		}
-		if got != st.want || ks.alone != st.alone {
-			t.Errorf("request %d (%s): %s, alone %v; want %s, alone %v", i, st.why, got, ks.alone, st.want, st.alone)
-		}
-		if i == 15 {
-			// The recheck left the host: its samples are gone, the
-			// target's stay.
-			if len(ks.est.hostCPU.v) != 0 || len(ks.est.tgtTotal.v) == 0 {
-				t.Errorf("after leaving the host: %d host, %d target samples, want 0 and some", len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v))
-			}
-		}
-	}
-	if ks.last != Target {
-		t.Errorf("last pick %v, want T", ks.last)
-	}
-	if n := d.Stats().Rechecks; n != 3 {
-		t.Errorf("Rechecks = %d, want 3", n)
-	}
-	if n := d.Stats().Probations; n != 4 {
-		t.Errorf("Probations = %d, want 4", n)
-	}
-}
-
 // TestWriteRecheck: a λ write whose pick switches sides between profiles
 // is profiled instead, as a read's is.
 func TestWriteRecheck(t *testing.T) {
@@ -912,10 +820,10 @@ func TestWriteRecheck(t *testing.T) {
 			fast, slow = slow, fast
 		}
 		for range windowSize {
-			ks.est.hostCPU.add(fast)
-			ks.est.wrTotal.add(slow)
+			ks.p.est.hostCPU.add(fast)
+			ks.p.est.wrTotal.add(slow)
 		}
-		ks.stale = true
+		ks.p.stale = true
 	}
 	bm := bytes.Repeat([]byte{0x3c}, devBS)
 	write := func(i int) Stats {

@@ -95,6 +95,28 @@ type Function struct {
 	Native func(in, out []byte) (int, error) // nil: mode B is refused for it (ErrNoNative)
 }
 
+// ReadCall is one λ read: Fn's compute entry run on Params followed by
+// File's bytes [Off, Off+N), its output at most OutCap bytes.
+type ReadCall struct {
+	File   *offloadfs.File
+	Fn     sandbox.ID
+	Off    int64
+	N      int
+	Params []byte
+	OutCap int
+}
+
+// WriteCall is one λ write: Fn's compute entry run on Params followed by
+// Data, its output written into File's bytes [Off, Off+N), which must be
+// whole device blocks.
+type WriteCall struct {
+	File         *offloadfs.File
+	Fn           sandbox.ID
+	Off          int64
+	N            int
+	Params, Data []byte
+}
+
 // Options configure a Dispatcher.
 type Options struct {
 	Runtimes     []sandbox.Runtime // host-side runtimes for mode K (required)
@@ -478,32 +500,33 @@ func pathErr(op string, f *offloadfs.File, err error) error {
 	return &iofs.PathError{Op: op, Path: f.Name(), Err: err}
 }
 
-// Read runs fn on params followed by the file's bytes [off, off+n) in mode
-// (Auto decides), returning the function's output as res.Output. The
+// Read runs the λ read c in mode (Auto decides), returning the function's output as res.Output. The
 // output and error are the same in every mode: a range past the file's
 // end fails with pushdown.ErrOutsideFile, a function's error code comes
 // as a *sandbox.FunctionError (and res.Code). The result's work counters
 // count the side's own reads (the cache's misses on the host).
-func (d *Dispatcher) Read(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
+func (d *Dispatcher) Read(ctx context.Context, mode Mode, c ReadCall) (pushdown.Result, error) {
+
 	if err := d.enter(); err != nil {
 		return pushdown.Result{}, err
 	}
 	defer d.bg.Done()
 	d.requests.Add(1)
-	res, ran, err := d.read(ctx, mode, f, fn, off, n, params, outCap)
+	res, ran, err := d.read(ctx, mode, c)
 	d.count(opRead, mode, ran)
 	return res, err
 }
 
 // read is Read, also returning where the call ran (Auto: nowhere).
-func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
+func (d *Dispatcher) read(ctx context.Context, mode Mode, c ReadCall) (pushdown.Result, Mode, error) {
+	f, fn, off, n, outCap := c.File, c.Fn, c.Off, c.N, c.OutCap
 	const op = "lambda read"
 	if off < 0 || n < 0 || uint64(n) > math.MaxUint32 || outCap < 0 {
 		return pushdown.Result{}, Auto, pathErr(op, f, fmt.Errorf("%w: range [%d, +%d), output %d", iofs.ErrInvalid, off, n, outCap))
 	}
 	switch mode {
 	case Target:
-		res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
+		res, s, err := d.targetRead(ctx, c, true)
 		d.feedRead(f, fn, s)
 		return res, s.ranAt, err
 	case Host, Buffered:
@@ -512,9 +535,9 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 			return pushdown.Result{}, Auto, err
 		}
 		if mode == Buffered {
-			return d.bufferedRead(ctx, hf, f, off, n, params, outCap)
+			return d.bufferedRead(ctx, hf, c)
 		}
-		res, s, err := d.hostRead(ctx, hf, f, off, n, params, outCap, false)
+		res, s, err := d.hostRead(ctx, hf, c, false)
 		d.feedRead(f, fn, s)
 		return res, s.ranAt, err
 	case Auto:
@@ -527,7 +550,7 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 	}
 	if hf == nil {
 		// Only the target can run it (or say it does not know it).
-		res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
+		res, s, err := d.targetRead(ctx, c, true)
 		return res, s.ranAt, err
 	}
 	ks := d.state(f.Ino(), fn)
@@ -535,16 +558,16 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 	dec := ks.decide(request{n: int64(n), cached: d.cache.Cached(f, off, int64(n)), missCost: miss, writeBackCost: wb})
 	d.counted(opRead, dec)
 	if dec.action == runRace {
-		return d.raceRead(ctx, ks, hf, f, fn, off, n, params, outCap)
+		return d.raceRead(ctx, ks, hf, c)
 	}
 	var (
 		res pushdown.Result
 		s   readSample
 	)
 	if dec.side() == Host {
-		res, s, err = d.hostRead(ctx, hf, f, off, n, params, outCap, false)
+		res, s, err = d.hostRead(ctx, hf, c, false)
 	} else {
-		res, s, err = d.targetRead(ctx, f, fn, off, n, params, outCap, true)
+		res, s, err = d.targetRead(ctx, c, true)
 	}
 	ks.observeRead(s, dec.picked())
 	return res, s.ranAt, err
@@ -621,7 +644,8 @@ func functionResult(res *pushdown.Result, err error) {
 // the rest (the compute, and the copies and sandbox set-up around it) is
 // what the model's host compute term stands for: what a host run costs
 // beyond its misses.
-func (d *Dispatcher) hostRead(ctx context.Context, hf *hostFunction, f *offloadfs.File, off int64, n int, params []byte, outCap int, profiled bool) (res pushdown.Result, s readSample, err error) {
+func (d *Dispatcher) hostRead(ctx context.Context, hf *hostFunction, c ReadCall, profiled bool) (res pushdown.Result, s readSample, err error) {
+	f, off, n, params, outCap := c.File, c.Off, c.N, c.Params, c.OutCap
 	s = readSample{n: int64(n), out: -1, host: true}
 	if err := checkRange(f, off, n); err != nil {
 		return res, s, err
@@ -683,7 +707,8 @@ func (d *Dispatcher) hostRead(ctx context.Context, hf *hostFunction, f *offloadf
 
 // bufferedRead runs a λ read in mode B: the range read through the cache
 // into a Go buffer and the function's native twin run on it.
-func (d *Dispatcher) bufferedRead(ctx context.Context, hf *hostFunction, f *offloadfs.File, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
+func (d *Dispatcher) bufferedRead(ctx context.Context, hf *hostFunction, c ReadCall) (pushdown.Result, Mode, error) {
+	f, off, n, params, outCap := c.File, c.Off, c.N, c.Params, c.OutCap
 	var res pushdown.Result
 	if err := checkRange(f, off, n); err != nil {
 		return res, Auto, err
@@ -714,7 +739,8 @@ func (d *Dispatcher) bufferedRead(ctx context.Context, hf *hostFunction, f *offl
 
 // targetRead runs a λ read in mode T, after writing back the cache's
 // dirty pages in the range (flush false: the caller did).
-func (d *Dispatcher) targetRead(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int, flush bool) (pushdown.Result, readSample, error) {
+func (d *Dispatcher) targetRead(ctx context.Context, c ReadCall, flush bool) (pushdown.Result, readSample, error) {
+	f, fn, off, n, params, outCap := c.File, c.Fn, c.Off, c.N, c.Params, c.OutCap
 	s := readSample{n: int64(n), out: -1}
 	if flush {
 		if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
@@ -790,13 +816,14 @@ func (o outcome) censored() readSample {
 // contributes a lower bound (or, if it finished anyway, a measurement);
 // a losing target run cannot be stopped and is measured when it ends.
 // The loser may outlive the call (WaitProfiles, Close).
-func (d *Dispatcher) raceRead(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
+func (d *Dispatcher) raceRead(ctx context.Context, ks *keyState, hf *hostFunction, c ReadCall) (pushdown.Result, Mode, error) {
+	f, off, n := c.File, c.Off, c.N
 	// The target must see what the host cache holds.
 	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
 		return pushdown.Result{}, Auto, err
 	}
 	// The loser may outlive this call: it gets its own copy of params.
-	params = bytes.Clone(params)
+	c.Params = bytes.Clone(c.Params)
 	ch := make(chan outcome, 2)
 	hctx, hcancel := context.WithCancel(ctx)
 	tctx, tcancel := context.WithCancel(ctx)
@@ -804,12 +831,12 @@ func (d *Dispatcher) raceRead(ctx context.Context, ks *keyState, hf *hostFunctio
 	d.bg.Add(2)
 	go func() {
 		defer d.bg.Done()
-		res, s, err := d.hostRead(hctx, hf, f, off, n, params, outCap, true)
+		res, s, err := d.hostRead(hctx, hf, c, true)
 		ch <- outcome{Host, res, s, err, time.Since(start)}
 	}()
 	go func() {
 		defer d.bg.Done()
-		res, s, err := d.targetRead(tctx, f, fn, off, n, params, outCap, false)
+		res, s, err := d.targetRead(tctx, c, false)
 		ch <- outcome{Target, res, s, err, time.Since(start)}
 	}()
 	first := <-ch
@@ -866,45 +893,47 @@ func (d *Dispatcher) logProfile(f *offloadfs.File, hf *hostFunction, a, b outcom
 		"host_compute", a.s.compute+b.s.compute, "target_total", a.s.total+b.s.total)
 }
 
-// Write runs fn on params followed by data and writes the output, padded
-// with zeroes to whole device blocks, at off (same contract as
-// offloadfs File.LambdaWrite: off and n are multiples of the device
-// block size, the output must fit in n; a range past the file's end
+// Write runs the λ write c in mode (Auto decides): the output, padded
+// with zeroes to whole device blocks, goes at c.Off (same contract as
+// offloadfs File.LambdaWrite: Off and N are multiples of the device
+// block size, the output must fit in N; a range past the file's end
 // extends it). It returns the output's length. On the host (modes K and
 // B) the output goes through the cache, write-back; at the target, the
 // cache's pages in the range are written back before and dropped after.
-func (d *Dispatcher) Write(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+func (d *Dispatcher) Write(ctx context.Context, mode Mode, c WriteCall) (int, error) {
+
 	if err := d.enter(); err != nil {
 		return 0, err
 	}
 	defer d.bg.Done()
 	d.requests.Add(1)
-	k, ran, err := d.write(ctx, mode, f, fn, off, n, params, data)
+	k, ran, err := d.write(ctx, mode, c)
 	d.count(opWrite, mode, ran)
 	return k, err
 }
 
 // write is Write, also returning where the call ran (Auto: nowhere).
-func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
+func (d *Dispatcher) write(ctx context.Context, mode Mode, c WriteCall) (int, Mode, error) {
+	f, fn, off, n, data := c.File, c.Fn, c.Off, c.N, c.Data
 	const op = "lambda write"
 	if off < 0 || n <= 0 || uint64(n) > math.MaxUint32 || off%d.bs != 0 || int64(n)%d.bs != 0 {
 		return 0, Auto, pathErr(op, f, fmt.Errorf("%w: range [%d, +%d) is not a non-empty run of whole %d-byte blocks", iofs.ErrInvalid, off, n, d.bs))
 	}
 	switch mode {
 	case Target:
-		return d.writeOn(ctx, d.state(f.Ino(), fn), Target, true, nil, f, fn, off, n, params, data)
+		return d.writeOn(ctx, d.state(f.Ino(), fn), Target, true, nil, c)
 	case Host:
 		hf, err := d.hostFunctionFor(fn, mode)
 		if err != nil {
 			return 0, Auto, err
 		}
-		return d.writeOn(ctx, d.state(f.Ino(), fn), Host, true, hf, f, fn, off, n, params, data)
+		return d.writeOn(ctx, d.state(f.Ino(), fn), Host, true, hf, c)
 	case Buffered:
 		hf, err := d.hostFunctionFor(fn, mode)
 		if err != nil {
 			return 0, Auto, err
 		}
-		k, _, err := d.hostWrite(ctx, Buffered, hf, f, off, n, params, data)
+		k, _, err := d.hostWrite(ctx, Buffered, hf, c)
 		return k, Buffered, err
 	case Auto:
 	default:
@@ -915,34 +944,34 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 		return 0, Auto, err
 	}
 	if hf == nil {
-		k, _, err := d.targetWrite(ctx, f, fn, off, n, params, data)
+		k, _, err := d.targetWrite(ctx, c)
 		return k, Target, err
 	}
 	ks := d.state(f.Ino(), fn)
 	miss, wb := d.cache.costs()
 	dec := ks.decide(request{write: true, n: int64(len(data)), missCost: miss, writeBackCost: wb})
 	d.counted(opWrite, dec)
-	return d.writeOn(ctx, ks, dec.side(), !dec.profiled, hf, f, fn, off, n, params, data)
+	return d.writeOn(ctx, ks, dec.side(), !dec.profiled, hf, c)
 }
 
 // writeOn runs a λ write on side (Host, with hf, or Target) and feeds its
 // time to ks's model; picked says it is a run of the side picked
 // (outside a profile), which keeps that side's samples at the next one.
-func (d *Dispatcher) writeOn(ctx context.Context, ks *keyState, side Mode, picked bool, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
+func (d *Dispatcher) writeOn(ctx context.Context, ks *keyState, side Mode, picked bool, hf *hostFunction, c WriteCall) (int, Mode, error) {
 	var (
 		k    int
 		took time.Duration
 		err  error
 	)
 	if side == Host {
-		k, took, err = d.hostWrite(ctx, Host, hf, f, off, n, params, data)
+		k, took, err = d.hostWrite(ctx, Host, hf, c)
 	} else {
-		k, took, err = d.targetWrite(ctx, f, fn, off, n, params, data)
+		k, took, err = d.targetWrite(ctx, c)
 	}
 	if err != nil {
 		return k, side, err
 	}
-	ks.observeWrite(side, int64(len(data)), int64(k), took, picked)
+	ks.observeWrite(side, int64(len(c.Data)), int64(k), took, picked)
 	return k, side, nil
 }
 
@@ -997,7 +1026,8 @@ func (d *Dispatcher) hostCompute(ctx context.Context, mode Mode, hf *hostFunctio
 // output to whole device blocks, write it through the cache. took is the
 // host's cost, all of the call but the write-backs of pages it evicted:
 // the model prices writing the output back (r·n/N + r·n/S) apart.
-func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, off int64, n int, params, data []byte) (k int, took time.Duration, err error) {
+func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction, c WriteCall) (k int, took time.Duration, err error) {
+	f, off, n, params, data := c.File, c.Off, c.N, c.Params, c.Data
 	began := time.Now()
 	out, _, err := d.hostCompute(ctx, mode, hf, params, data, n)
 	if err != nil {
@@ -1028,7 +1058,8 @@ func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction,
 // range are written back first (the partly overlapped ones must not be
 // lost), and every cached page in the range is dropped after, since the
 // target changed the bytes behind the cache.
-func (d *Dispatcher) targetWrite(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, time.Duration, error) {
+func (d *Dispatcher) targetWrite(ctx context.Context, c WriteCall) (int, time.Duration, error) {
+	f, fn, off, n, params, data := c.File, c.Fn, c.Off, c.N, c.Params, c.Data
 	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
 		return 0, 0, err
 	}

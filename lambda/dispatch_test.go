@@ -89,7 +89,7 @@ func TestReadModesAgree(t *testing.T) {
 					t.Fatal(err)
 				}
 				before := e.fsys.Stats().Remote
-				res, err := e.d.Read(ctx, mode, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+				res, err := e.d.Read(ctx, mode, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap})
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
@@ -102,7 +102,7 @@ func TestReadModesAgree(t *testing.T) {
 							name, before, e.fsys.Stats().Remote, res.TargetMicros)
 					}
 				}
-				res, err = e.d.Read(ctx, mode, f, e.fns[rc.fn], off, n, rc.params, rc.outCap)
+				res, err = e.d.Read(ctx, mode, ReadCall{File: f, Fn: e.fns[rc.fn], Off: off, N: n, Params: rc.params, OutCap: rc.outCap})
 				if err != nil {
 					t.Fatalf("%s part: %v", name, err)
 				}
@@ -131,11 +131,11 @@ func TestProfileRacesAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, rc := range readCases(rng) {
 		f := e.file(rc.fn, rc.data)
-		k, err := e.d.Read(ctx, Host, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+		k, err := e.d.Read(ctx, Host, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := e.d.Read(ctx, Target, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+		tr, err := e.d.Read(ctx, Target, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestProfileRacesAgree(t *testing.T) {
 			t.Fatalf("%s: K and T outputs differ", rc.fn)
 		}
 		for range 4 {
-			res, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+			res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +195,7 @@ func TestWriteModesAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := e.fsys.Stats().Remote
-		k, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], off, n, nil, data)
+		k, err := e.d.Write(ctx, mode, WriteCall{File: f, Fn: e.fns["bitmap"], Off: off, N: n, Data: data})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -234,10 +234,10 @@ func TestWriteErrors(t *testing.T) {
 	data := functions.EncodeBitmap(bytes.Repeat([]byte{0xff}, 2*devBS), 16*devBS) // expands to 2 blocks
 	for _, mode := range []Mode{Buffered, Host, Target, Auto} {
 		f := e.file("err"+mode.String(), old)
-		if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], 0, devBS, nil, data); err == nil {
+		if _, err := e.d.Write(ctx, mode, WriteCall{File: f, Fn: e.fns["bitmap"], Off: 0, N: devBS, Data: data}); err == nil {
 			t.Errorf("%v: output longer than the range accepted", mode)
 		}
-		if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], 1, 2*devBS, nil, data); err == nil {
+		if _, err := e.d.Write(ctx, mode, WriteCall{File: f, Fn: e.fns["bitmap"], Off: 1, N: 2 * devBS, Data: data}); err == nil {
 			t.Errorf("%v: misaligned range accepted", mode)
 		}
 		if err := e.d.Cache().Flush(ctx, f, 0, -1); err != nil {
@@ -256,11 +256,11 @@ func TestReadErrors(t *testing.T) {
 	ctx := context.Background()
 	f := e.file("small", make([]byte, 4096))
 	for _, mode := range []Mode{Buffered, Host, Target, Auto} {
-		_, err := e.d.Read(ctx, mode, f, e.fns["stats64"], 4000, 200, nil, 32)
+		_, err := e.d.Read(ctx, mode, ReadCall{File: f, Fn: e.fns["stats64"], Off: 4000, N: 200, OutCap: 32})
 		if !errors.Is(err, pushdown.ErrOutsideFile) {
 			t.Errorf("%v: read past the end: %v, want ErrOutsideFile", mode, err)
 		}
-		if _, err := e.d.Read(ctx, mode, f, e.fns["stats64"], -1, 8, nil, 32); err == nil {
+		if _, err := e.d.Read(ctx, mode, ReadCall{File: f, Fn: e.fns["stats64"], Off: -1, N: 8, OutCap: 32}); err == nil {
 			t.Errorf("%v: negative offset accepted", mode)
 		}
 	}
@@ -272,10 +272,10 @@ func TestReadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.d.Read(ctx, Buffered, f, id, 0, 64, nil, 32); !errors.Is(err, ErrNoNative) {
+	if _, err := e.d.Read(ctx, Buffered, ReadCall{File: f, Fn: id, Off: 0, N: 64, OutCap: 32}); !errors.Is(err, ErrNoNative) {
 		t.Errorf("mode B without native: %v, want ErrNoNative", err)
 	}
-	if _, err := e.d.Read(ctx, Host, f, [32]byte{1}, 0, 64, nil, 32); !errors.Is(err, ErrNotRegistered) {
+	if _, err := e.d.Read(ctx, Host, ReadCall{File: f, Fn: [32]byte{1}, Off: 0, N: 64, OutCap: 32}); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("mode K unregistered: %v, want ErrNotRegistered", err)
 	}
 }
@@ -294,7 +294,7 @@ func TestProfileSchedule(t *testing.T) {
 	f := e.file("sched", data)
 	want := native(t, "stats64", data, functions.StatsSize)
 	for range 25 {
-		res, err := e.d.Read(ctx, Auto, f, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
+		res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns["stats64"], Off: 0, N: len(data), OutCap: functions.StatsSize})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -348,7 +348,7 @@ func TestFileCallsBypassDispatcher(t *testing.T) {
 	if st := e.d.Stats(); st.Requests != 0 {
 		t.Errorf("the dispatcher took %d file calls, want none", st.Requests)
 	}
-	if _, err := e.d.Read(ctx, Host, f, e.fns["stats64"], 0, 8, nil, 32); err != nil {
+	if _, err := e.d.Read(ctx, Host, ReadCall{File: f, Fn: e.fns["stats64"], Off: 0, N: 8, OutCap: 32}); err != nil {
 		t.Fatal(err)
 	}
 	if st := e.d.Stats(); st.Requests != 1 || st.Ran[Host] != 1 {
@@ -377,7 +377,7 @@ func TestConcurrent(t *testing.T) {
 			part := data[g*region : (g+1)*region]
 			want := native(t, "stats64", part, functions.StatsSize)
 			for range 15 {
-				res, err := e.d.Read(ctx, Auto, f, e.fns["stats64"], int64(g*region), region, nil, functions.StatsSize)
+				res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns["stats64"], Off: int64(g * region), N: region, OutCap: functions.StatsSize})
 				if err != nil {
 					errs <- err
 					return
@@ -396,7 +396,7 @@ func TestConcurrent(t *testing.T) {
 			off := int64((2 + g) * region)
 			for i := range 10 {
 				bm := bytes.Repeat([]byte{byte(i + 1)}, 1024)
-				if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], off, region, nil, functions.EncodeBitmap(bm, 8*len(bm))); err != nil {
+				if _, err := e.d.Write(ctx, mode, WriteCall{File: f, Fn: e.fns["bitmap"], Off: off, N: region, Data: functions.EncodeBitmap(bm, 8*len(bm))}); err != nil {
 					errs <- err
 					return
 				}
@@ -487,7 +487,7 @@ func TestWaitProfiles(t *testing.T) {
 	if err := e.d.WaitProfiles(ctx); err != nil {
 		t.Fatalf("WaitProfiles with nothing running: %v", err)
 	}
-	if _, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap); err != nil {
+	if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap}); err != nil {
 		t.Fatal(err)
 	}
 	<-gate.held // the loser has stopped and is logging
@@ -503,7 +503,7 @@ func TestWaitProfiles(t *testing.T) {
 		t.Fatalf("WaitProfiles after the loser finished: %v", err)
 	}
 	// A second profile: WaitProfiles returns once it is done as well.
-	if _, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap); err != nil {
+	if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.d.WaitProfiles(ctx); err != nil {
@@ -536,7 +536,7 @@ func TestProfileWritesAlternate(t *testing.T) {
 		bms = append(bms, bm)
 		data := functions.EncodeBitmap(bm, 8*len(bm))
 		before := e.d.Stats().Ran[side]
-		k, err := e.d.Write(ctx, Auto, f, fn, int64(i*len(bm)), len(bm), nil, data)
+		k, err := e.d.Write(ctx, Auto, WriteCall{File: f, Fn: fn, Off: int64(i * len(bm)), N: len(bm), Data: data})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -584,7 +584,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 	for i, side := range []Mode{Host, Target, Host, Target} {
 		off := int64(i * chunk)
 		before := e.d.Stats().Ran[side]
-		res, err := e.d.Read(ctx, Auto, f, fn, off, chunk, nil, functions.StatsSize)
+		res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: off, N: chunk, OutCap: functions.StatsSize})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -616,7 +616,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 	ks.mu.Lock()
 	ks.p.last, ks.p.count = Target, 100
 	ks.mu.Unlock()
-	if _, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize); err != nil {
+	if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: 0, N: chunk, OutCap: functions.StatsSize}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.d.WaitProfiles(ctx); err != nil {
@@ -644,7 +644,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 		host, target := len(ks.p.est.hostCPU.v), len(ks.p.est.tgtTotal.v)
 		ks.mu.Unlock()
 		before := e.d.Stats().Ran[side]
-		if _, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize); err != nil {
+		if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: 0, N: chunk, OutCap: functions.StatsSize}); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.d.WaitProfiles(ctx); err != nil {
@@ -682,7 +682,7 @@ func TestProfileRaceOrAlone(t *testing.T) {
 		h0, t0 := len(ks.p.est.hostCPU.v), len(ks.p.est.tgtTotal.v)
 		ks.mu.Unlock()
 		before := e.d.Stats().Ran
-		res, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize)
+		res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: 0, N: chunk, OutCap: functions.StatsSize})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -828,7 +828,7 @@ func TestWriteRecheck(t *testing.T) {
 	bm := bytes.Repeat([]byte{0x3c}, devBS)
 	write := func(i int) Stats {
 		t.Helper()
-		if _, err := e.d.Write(ctx, Auto, f, fn, int64(i*devBS), devBS, nil, functions.EncodeBitmap(bm, 8*devBS)); err != nil {
+		if _, err := e.d.Write(ctx, Auto, WriteCall{File: f, Fn: fn, Off: int64(i * devBS), N: devBS, Data: functions.EncodeBitmap(bm, 8*devBS)}); err != nil {
 			t.Fatal(err)
 		}
 		return e.d.Stats()

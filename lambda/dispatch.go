@@ -231,10 +231,10 @@ type Dispatcher struct {
 
 // input returns a buffer of n bytes for mode B's input, reused from an
 // earlier call when one is large enough, as a buffered application
-// reads request after request into the same buffer. A fresh buffer each
-// call made B's cost its allocations: once the host cache had grown the
-// heap, the collector let every buffer come from new memory, and a warm
-// round of 1024 requests took 5.4 s instead of 0.9.
+// reads request after request into the same buffer, so that B's cost is
+// its I/O and compute rather than its allocations (with a large host
+// cache on the heap, fresh buffers each call came from new memory every
+// time; docs/BENCHMARKS.md, "B's first round").
 func (d *Dispatcher) input(n int) *[]byte {
 	if p, ok := d.inputs.Get().(*[]byte); ok && cap(*p) >= n {
 		*p = (*p)[:n]
@@ -772,9 +772,7 @@ func (d *Dispatcher) targetRead(ctx context.Context, c ReadCall, flush bool) (pu
 // The host run of a profile that the target wins is cancelled, but a
 // read already sent runs to its end, competing with the next requests
 // for the target and the link: reading at most this much at a time keeps
-// a lost profile's leftover work small (measured: a grep profile that
-// the target won cost 1.0 ms more than a plain target request with whole
-// 1 MiB misses, 0.45 ms with 256 KiB). Split reads cost more per byte, so
+// a lost profile's leftover work small. Split reads cost more per byte, so
 // their time does not feed the model's I/O cost (readSample.splitReads);
 // unsplit K runs and the cache's own misses do.
 const profileReadMax = 256 << 10

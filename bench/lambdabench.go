@@ -699,7 +699,7 @@ func (e *lambdaEnv) runRequests(ctx context.Context, w *lambdaWork, mode lambda.
 		i := lo + j
 		q := w.reqs[i]
 		if w.write {
-			k, err := e.disp.Write(ctx, mode, w.file, w.fn, q.off, q.n, w.params, w.inputs[i])
+			k, err := e.disp.Write(ctx, mode, lambda.WriteCall{File: w.file, Fn: w.fn, Off: q.off, N: q.n, Params: w.params, Data: w.inputs[i]})
 			if err != nil {
 				return fmt.Errorf("λ write [%d, +%d): %w", q.off, q.n, err)
 			}
@@ -710,7 +710,7 @@ func (e *lambdaEnv) runRequests(ctx context.Context, w *lambdaWork, mode lambda.
 		}
 		// An output past one transfer fails the request (NS_ERANGE) in
 		// every mode alike; the datasets' outputs are far smaller.
-		res, err := e.disp.Read(ctx, mode, w.file, w.fn, q.off, q.n, w.params, min(w.outCap(q.n), e.maxOut))
+		res, err := e.disp.Read(ctx, mode, lambda.ReadCall{File: w.file, Fn: w.fn, Off: q.off, N: q.n, Params: w.params, OutCap: min(w.outCap(q.n), e.maxOut)})
 		if err != nil {
 			return fmt.Errorf("λ read [%d, +%d): %w", q.off, q.n, err)
 		}

@@ -33,7 +33,7 @@ func BenchmarkRead(b *testing.B) {
 					}
 					b.StartTimer()
 					for off := int64(0); off < size; off += chunk {
-						if _, err := e.d.Read(ctx, mode, f, fn, off, chunk, nil, functions.StatsSize); err != nil {
+						if _, err := e.d.Read(ctx, mode, ReadCall{File: f, Fn: fn, Off: off, N: chunk, OutCap: functions.StatsSize}); err != nil {
 							b.Fatal(err)
 						}
 					}

@@ -158,18 +158,12 @@ func (c *Cache) Stats() CacheStats {
 	return st
 }
 
-// missCost and writeBackCost are the recent seconds per byte of miss reads
-// and write-backs (0: none measured).
-func (c *Cache) missCost() float64 {
+// costs returns the recent seconds per byte of miss reads and of
+// write-backs (0: none measured).
+func (c *Cache) costs() (miss, writeBack float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.miss.perByte()
-}
-
-func (c *Cache) writeBackCost() float64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.wb.perByte()
+	return c.miss.perByte(), c.wb.perByte()
 }
 
 // fileLocked returns f's pages, creating the entry. The handle kept for

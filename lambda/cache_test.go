@@ -290,7 +290,7 @@ func TestCacheCoherentWithTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(data[4096+11:], fresh)
-	res, err := e.d.Read(ctx, Target, f, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
+	res, err := e.d.Read(ctx, Target, ReadCall{File: f, Fn: e.fns["stats64"], Off: 0, N: len(data), OutCap: functions.StatsSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,13 +299,13 @@ func TestCacheCoherentWithTarget(t *testing.T) {
 	}
 	// Write at the target over cached pages, then read on the host.
 	bm := bytes.Repeat([]byte{0x0f}, 2*4096)
-	if _, err := e.d.Write(ctx, Target, f, e.fns["bitmap"], 8*4096, 4*4096, nil, functions.EncodeBitmap(bm, 8*len(bm))); err != nil {
+	if _, err := e.d.Write(ctx, Target, WriteCall{File: f, Fn: e.fns["bitmap"], Off: 8 * 4096, N: 4 * 4096, Data: functions.EncodeBitmap(bm, 8*len(bm))}); err != nil {
 		t.Fatal(err)
 	}
 	// Only the output's blocks (2 pages of the 4) are written: the rest
 	// of the range keeps its bytes.
 	copy(data[8*4096:], bm)
-	res, err = e.d.Read(ctx, Host, f, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
+	res, err = e.d.Read(ctx, Host, ReadCall{File: f, Fn: e.fns["stats64"], Off: 0, N: len(data), OutCap: functions.StatsSize})
 	if err != nil {
 		t.Fatal(err)
 	}

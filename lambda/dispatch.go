@@ -29,7 +29,7 @@ type Mode int
 const (
 	Auto     Mode = iota // "lambda": the dispatcher picks Host or Target per request
 	Host                 // "K": read through the host cache, run the same sandboxed function on the host
-	Target               // "T": run at the target (offloadfs File.RemoteLambdaRead/RemoteLambdaWrite)
+	Target               // "T": run at the target (offloadfs File.LambdaRead/LambdaWrite)
 	Buffered             // "B": plain buffered I/O through the cache and native Go compute on the host
 )
 
@@ -95,13 +95,34 @@ type Function struct {
 	Native func(in, out []byte) (int, error) // nil: mode B is refused for it (ErrNoNative)
 }
 
+// ReadCall is one λ read: Fn's compute entry run on Params followed by
+// File's bytes [Off, Off+N), its output at most OutCap bytes.
+type ReadCall struct {
+	File   *offloadfs.File
+	Fn     sandbox.ID
+	Off    int64
+	N      int
+	Params []byte
+	OutCap int
+}
+
+// WriteCall is one λ write: Fn's compute entry run on Params followed by
+// Data, its output written into File's bytes [Off, Off+N), which must be
+// whole device blocks.
+type WriteCall struct {
+	File         *offloadfs.File
+	Fn           sandbox.ID
+	Off          int64
+	N            int
+	Params, Data []byte
+}
+
 // Options configure a Dispatcher.
 type Options struct {
 	Runtimes     []sandbox.Runtime // host-side runtimes for mode K (required)
 	Limits       sandbox.Limits    // for host-side runs (zero: sandbox defaults)
 	Metrics      *Metrics          // nil: none (Stats has the counts regardless)
 	Cache        *Cache            // nil: NewCache(DefaultCacheSize, 0)
-	Mode         Mode              // the mode of calls arriving through File.LambdaRead/LambdaWrite (default Auto)
 	ProfileEvery int               // n: every n requests per (file, function)... (default 200)
 	ProfileFirst int               // k: ...the first k run on both sides and are measured (default 5)
 	Logger       *slog.Logger
@@ -147,33 +168,32 @@ type key struct {
 	fn  sandbox.ID
 }
 
-// keyState is a key's profile schedule and measurements.
+// keyState is a key's dispatch policy, under its lock.
 type keyState struct {
-	mu    sync.Mutex
-	count uint64 // requests, for the profile schedule (a recheck moves it on)
-	est   estimator
-	model Model
-	stale bool // est changed since model was fitted
-	// pick is the side the model picked for the last request outside a
-	// profile since the last profile began (Auto: none yet); seen counts
-	// every request, and rechecked is seen at the last recheck.
-	pick            Mode
-	seen, rechecked uint64
-	// last is the side the model picked for the last request outside a
-	// profile (Auto: none yet): the side a profile expects to win. near
-	// says the model's two estimates for that request were within
-	// raceMargin of each other.
-	last Mode
-	near bool
-	// alone says the current profile's reads alternate sides, last's
-	// first, rather than race (see profileRead); turn counts them.
-	alone bool
-	turn  uint64
-	// rechecking says the current profile is a recheck's, whose first
-	// pick after it decides whether the switch is on probation.
-	rechecking bool
-	// writeProfiles counts profiled writes, whose sides alternate.
-	writeProfiles uint64
+	mu sync.Mutex
+	p  policy
+}
+
+// decide asks ks's policy how a request runs.
+func (ks *keyState) decide(r request) decision {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	return ks.p.decide(r)
+}
+
+// observeRead feeds ks's policy a read's measurement (picked: see
+// policy.observeRead).
+func (ks *keyState) observeRead(s readSample, picked Mode) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.p.observeRead(s, picked)
+}
+
+// observeWrite feeds ks's policy a finished write's measurement.
+func (ks *keyState) observeWrite(side Mode, n, out int64, took time.Duration, picked bool) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.p.observeWrite(side, n, out, took, picked)
 }
 
 // Dispatcher runs λ reads and writes on the host or at the target (see
@@ -185,6 +205,9 @@ type Dispatcher struct {
 	log   *slog.Logger
 	lim   sandbox.Limits
 	bs    int64
+	// schedule is every key's profiling schedule (Options.ProfileEvery
+	// and ProfileFirst).
+	schedule schedule
 
 	mu     sync.Mutex
 	fns    map[sandbox.ID]*hostFunction
@@ -208,10 +231,10 @@ type Dispatcher struct {
 
 // input returns a buffer of n bytes for mode B's input, reused from an
 // earlier call when one is large enough, as a buffered application
-// reads request after request into the same buffer. A fresh buffer each
-// call made B's cost its allocations: once the host cache had grown the
-// heap, the collector let every buffer come from new memory, and a warm
-// round of 1024 requests took 5.4 s instead of 0.9.
+// reads request after request into the same buffer, so that B's cost is
+// its I/O and compute rather than its allocations (with a large host
+// cache on the heap, fresh buffers each call came from new memory every
+// time; docs/BENCHMARKS.md, "B's first round").
 func (d *Dispatcher) input(n int) *[]byte {
 	if p, ok := d.inputs.Get().(*[]byte); ok && cap(*p) >= n {
 		*p = (*p)[:n]
@@ -278,17 +301,15 @@ func (d *Dispatcher) enter() error {
 	return nil
 }
 
-// New makes a dispatcher for fsys and installs it (fsys.SetDispatcher), so
-// File.LambdaRead/LambdaWrite go through it from then on.
+// New makes a dispatcher for fsys. Calls that want dispatch go through
+// its Read and Write; the file system's own File.LambdaRead and
+// LambdaWrite are its mode T and do not come back here.
 func New(ctx context.Context, fsys *offloadfs.FS, opts Options) (*Dispatcher, error) {
 	if fsys == nil {
 		return nil, fmt.Errorf("lambda: no file system: %w", iofs.ErrInvalid)
 	}
 	if len(opts.Runtimes) == 0 {
 		return nil, fmt.Errorf("lambda: no host runtimes (Options.Runtimes): %w", iofs.ErrInvalid)
-	}
-	if opts.Mode < Auto || opts.Mode > Buffered {
-		return nil, fmt.Errorf("lambda: %v: %w", opts.Mode, iofs.ErrInvalid)
 	}
 	if opts.Cache == nil {
 		opts.Cache = NewCache(DefaultCacheSize, 0)
@@ -304,16 +325,16 @@ func New(ctx context.Context, fsys *offloadfs.FS, opts Options) (*Dispatcher, er
 		opts.Logger = slog.Default()
 	}
 	d := &Dispatcher{
-		fsys:  fsys,
-		opts:  opts,
-		cache: opts.Cache,
-		log:   opts.Logger,
-		lim:   opts.Limits.WithDefaults(),
-		bs:    int64(fsys.DeviceBlockSize()),
-		fns:   make(map[sandbox.ID]*hostFunction),
-		keys:  make(map[key]*keyState),
+		fsys:     fsys,
+		opts:     opts,
+		cache:    opts.Cache,
+		log:      opts.Logger,
+		lim:      opts.Limits.WithDefaults(),
+		bs:       int64(fsys.DeviceBlockSize()),
+		schedule: schedule{every: uint64(opts.ProfileEvery), first: uint64(opts.ProfileFirst)},
+		fns:      make(map[sandbox.ID]*hostFunction),
+		keys:     make(map[key]*keyState),
 	}
-	fsys.SetDispatcher(d)
 	return d, nil
 }
 
@@ -400,7 +421,8 @@ func (d *Dispatcher) Stats() Stats {
 	d.mu.Unlock()
 	for k, ks := range keys {
 		ks.mu.Lock()
-		st.Models = append(st.Models, ModelStat{Ino: k.ino, Fn: k.fn, Model: d.modelLocked(ks), Samples: ks.est.samples})
+		miss, wb := d.cache.costs()
+		st.Models = append(st.Models, ModelStat{Ino: k.ino, Fn: k.fn, Model: ks.p.fitted(miss, wb), Samples: ks.p.est.samples})
 		ks.mu.Unlock()
 	}
 	sort.Slice(st.Models, func(i, j int) bool {
@@ -413,10 +435,9 @@ func (d *Dispatcher) Stats() Stats {
 	return st
 }
 
-// Close uninstalls the dispatcher (λ calls go to the target directly
-// again), refuses further calls, waits for the calls in progress and the
-// profiling runs still finishing, and releases the host modules. It does not flush or close the cache, whose files are the
-// caller's.
+// Close refuses further calls, waits for the calls in progress and the
+// profiling runs still finishing, and releases the host modules. It does
+// not flush or close the cache, whose files are the caller's.
 func (d *Dispatcher) Close(ctx context.Context) error {
 	d.mu.Lock()
 	if d.closed {
@@ -425,7 +446,6 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	d.fsys.SetDispatcher(nil)
 	d.bg.Wait()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -435,16 +455,6 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 		delete(d.fns, id)
 	}
 	return errors.Join(errs...)
-}
-
-// LambdaRead is Read in Options.Mode: the offloadfs.Dispatcher hook.
-func (d *Dispatcher) LambdaRead(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
-	return d.Read(ctx, d.opts.Mode, f, fn, off, n, params, outCap)
-}
-
-// LambdaWrite is Write in Options.Mode: the offloadfs.Dispatcher hook.
-func (d *Dispatcher) LambdaWrite(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
-	return d.Write(ctx, d.opts.Mode, f, fn, off, n, params, data)
 }
 
 // function returns fn's host side (nil: not registered), or ErrClosed.
@@ -479,142 +489,10 @@ func (d *Dispatcher) state(ino uint64, fn sandbox.ID) *keyState {
 	defer d.mu.Unlock()
 	ks := d.keys[k]
 	if ks == nil {
-		ks = &keyState{}
+		ks = &keyState{p: policy{sched: d.schedule}}
 		d.keys[k] = ks
 	}
 	return ks
-}
-
-// schedule counts a request of ks and says whether to profile it: the
-// first ProfileFirst of every ProfileEvery, and every request until a
-// run has finished and been measured. Otherwise it returns the model.
-func (d *Dispatcher) schedule(ks *keyState) (profile bool, m Model) {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	i := ks.count
-	ks.count++
-	ks.seen++
-	every := uint64(d.opts.ProfileEvery)
-	if i%every == 0 {
-		ks.pick = Auto
-		ks.alone, ks.turn = ks.last == Host || (ks.last == Target && ks.near), 0
-	}
-	if i > 0 && i%every == 0 {
-		// A new profile. A side the model did not pick since the last
-		// one has only old samples: they are dropped, so the side rests
-		// on what this profile measures. Kept, they stayed until
-		// profiles pushed them out of the window k at a time: a slow
-		// spell of the target (a few requests) once kept 431 of 1024
-		// reads on the host, 1.5x as slow, across several profiles. The
-		// picked side keeps its samples: they are recent, and measured
-		// alone, where a profile measures both sides competing.
-		ks.est.forgetUnpicked()
-		ks.stale = true
-	}
-	if i%every < uint64(d.opts.ProfileFirst) || ks.est.samples == 0 {
-		return true, Model{}
-	}
-	return false, d.modelLocked(ks)
-}
-
-// recheck is told the side the model picked for a request outside a
-// profile, and says whether to profile the request instead: when the
-// pick changes between profiles, the request that would switch sides
-// starts a new profile, in which the side being left has lost its
-// samples. A switch between profiles comes from the picked side's own
-// runs getting slower, measured alone, against the other side's older
-// samples from the last profile; on a shared machine that is mostly a
-// slow spell, which a profile measures on both sides anew. Without
-// this, with every read cached (stats64: host 0.7 ms, target 1.0), a
-// spell sent the rest of the profile period's reads to the target, up to
-// 671 of 1024 in a round. A recheck comes at most once every
-// ProfileEvery requests, so a key whose sides really are a toss-up
-// costs at most twice the profiles.
-//
-// The first pick after a profile is a switch too when it leaves the side
-// picked before the profile (last): a profile has only two or three
-// samples a side, and a slow spell covering one side's turns moved the
-// whole period (traced once, every read cached: host turns of 1.8 and
-// 3.1 ms sent the period's other 206 reads to the slower target). The
-// recheck confirms the switch with a second profile, in which the side
-// being left is measured afresh, before the period follows it.
-//
-// A switch made without a recheck (one came less than ProfileEvery
-// requests ago), or confirmed by a recheck's profile, is on probation:
-// the next profile comes at most a quarter period later instead of up to
-// a whole one. A slow spell can outlast both profiles, and until the next
-// profile nothing measures the side left (the picked side's runs only
-// move its own estimate): with every read cached, rounds sent 207-419 of
-// 1024 reads to the target, 1.2x as slow as the host. A real change
-// costs a profile more.
-func (d *Dispatcher) recheck(ks *keyState, pick Mode, near bool) bool {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	every := uint64(d.opts.ProfileEvery)
-	leaving, held := ks.pick, false
-	if leaving == Auto {
-		leaving = ks.last
-		if ks.rechecking {
-			// The first pick after a recheck's profile: did the switch
-			// hold?
-			ks.rechecking = false
-			held = pick == ks.last
-		}
-	}
-	ks.pick, ks.last, ks.near = pick, pick, near
-	if leaving == Auto {
-		// A key's first pick is confirmed as a switch is, the side not
-		// picked measured afresh: the first profile includes the
-		// target's first run on the file, which can be many times
-		// slower than its next (traced: 5.3 ms against 0.6-1.0), and a
-		// host that won those races kept a whole first period (knn
-		// cold: 206 and 209 of 1024 reads on the slower host in a
-		// first round).
-		leaving = otherSide(pick)
-	}
-	switched := leaving != pick
-	if !switched || (ks.rechecked > 0 && ks.seen-ks.rechecked < every) {
-		if switched || held {
-			// Probation: the side left is measured again a quarter
-			// period on.
-			next := (ks.count/every + 1) * every
-			if next-every/4 > ks.count {
-				ks.count = next - every/4
-				d.probations.Add(1)
-			}
-		}
-		return false
-	}
-	ks.rechecked = ks.seen
-	d.rechecks.Add(1)
-	// This request begins a profile period; the requests after it are
-	// its next ProfileFirst-1. Its reads alternate sides, pick's first
-	// (profileRead).
-	ks.count = (ks.count/every+1)*every + 1
-	ks.pick, ks.rechecking = Auto, true
-	ks.alone, ks.turn = true, 0
-	ks.est.forget(leaving)
-	ks.est.hostRuns, ks.est.targetRuns = 0, 0
-	ks.stale = true
-	return true
-}
-
-// modelLocked returns ks's model, fitting it again if measurements came
-// in. Callers hold ks.mu.
-func (d *Dispatcher) modelLocked(ks *keyState) Model {
-	if ks.stale || ks.est.samples == 0 {
-		ks.model = ks.est.fit(d.cache.missCost(), d.cache.writeBackCost())
-		ks.stale = false
-	}
-	return ks.model
-}
-
-// record adds a measurement to ks.
-func (ks *keyState) record(add func(e *estimator)) {
-	ks.mu.Lock()
-	defer ks.mu.Unlock()
-	add(&ks.est)
-	ks.stale = true
 }
 
 // pathErr is the error for a bad call on f.
@@ -622,32 +500,33 @@ func pathErr(op string, f *offloadfs.File, err error) error {
 	return &iofs.PathError{Op: op, Path: f.Name(), Err: err}
 }
 
-// Read runs fn on params followed by the file's bytes [off, off+n) in mode
-// (Auto decides), returning the function's output as res.Output. The
+// Read runs the λ read c in mode (Auto decides), returning the function's output as res.Output. The
 // output and error are the same in every mode: a range past the file's
 // end fails with pushdown.ErrOutsideFile, a function's error code comes
 // as a *sandbox.FunctionError (and res.Code). The result's work counters
 // count the side's own reads (the cache's misses on the host).
-func (d *Dispatcher) Read(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
+func (d *Dispatcher) Read(ctx context.Context, mode Mode, c ReadCall) (pushdown.Result, error) {
+
 	if err := d.enter(); err != nil {
 		return pushdown.Result{}, err
 	}
 	defer d.bg.Done()
 	d.requests.Add(1)
-	res, ran, err := d.read(ctx, mode, f, fn, off, n, params, outCap)
+	res, ran, err := d.read(ctx, mode, c)
 	d.count(opRead, mode, ran)
 	return res, err
 }
 
 // read is Read, also returning where the call ran (Auto: nowhere).
-func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
+func (d *Dispatcher) read(ctx context.Context, mode Mode, c ReadCall) (pushdown.Result, Mode, error) {
+	f, fn, off, n, outCap := c.File, c.Fn, c.Off, c.N, c.OutCap
 	const op = "lambda read"
 	if off < 0 || n < 0 || uint64(n) > math.MaxUint32 || outCap < 0 {
 		return pushdown.Result{}, Auto, pathErr(op, f, fmt.Errorf("%w: range [%d, +%d), output %d", iofs.ErrInvalid, off, n, outCap))
 	}
 	switch mode {
 	case Target:
-		res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
+		res, s, err := d.targetRead(ctx, c, true)
 		d.feedRead(f, fn, s)
 		return res, s.ranAt, err
 	case Host, Buffered:
@@ -656,9 +535,9 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 			return pushdown.Result{}, Auto, err
 		}
 		if mode == Buffered {
-			return d.bufferedRead(ctx, hf, f, off, n, params, outCap)
+			return d.bufferedRead(ctx, hf, c)
 		}
-		res, s, err := d.hostRead(ctx, hf, f, off, n, params, outCap, false)
+		res, s, err := d.hostRead(ctx, hf, c, false)
 		d.feedRead(f, fn, s)
 		return res, s.ranAt, err
 	case Auto:
@@ -671,47 +550,45 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, f *offloadfs.File, fn 
 	}
 	if hf == nil {
 		// Only the target can run it (or say it does not know it).
-		res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
+		res, s, err := d.targetRead(ctx, c, true)
 		return res, s.ranAt, err
 	}
 	ks := d.state(f.Ino(), fn)
-	profile, m := d.schedule(ks)
-	if profile {
-		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
+	miss, wb := d.cache.costs()
+	dec := ks.decide(request{n: int64(n), cached: d.cache.Cached(f, off, int64(n)), missCost: miss, writeBackCost: wb})
+	d.counted(opRead, dec)
+	if dec.action == runRace {
+		return d.raceRead(ctx, ks, hf, c)
 	}
-	host, target := m.Read(int64(n), d.cache.Cached(f, off, int64(n)))
-	if d.recheck(ks, pickOf(host, target), closeCall(host, target)) {
-		return d.profileRead(ctx, ks, hf, f, fn, off, n, params, outCap)
+	var (
+		res pushdown.Result
+		s   readSample
+	)
+	if dec.side() == Host {
+		res, s, err = d.hostRead(ctx, hf, c, false)
+	} else {
+		res, s, err = d.targetRead(ctx, c, true)
 	}
-	if host < target {
-		res, s, err := d.hostRead(ctx, hf, f, off, n, params, outCap, false)
-		ks.record(func(e *estimator) { e.addRead(s); e.picked(Host) })
-		return res, s.ranAt, err
-	}
-	res, s, err := d.targetRead(ctx, f, fn, off, n, params, outCap, true)
-	ks.record(func(e *estimator) { e.addRead(s); e.picked(Target) })
+	ks.observeRead(s, dec.picked())
 	return res, s.ranAt, err
 }
 
-// otherSide is Target for Host and Host for Target.
-func otherSide(side Mode) Mode {
-	if side == Host {
-		return Target
+// counted counts a decision's profile, race, recheck and probation in
+// Stats and the metrics.
+func (d *Dispatcher) counted(op string, dec decision) {
+	if dec.profiled {
+		d.profiled.Add(1)
+		d.opts.Metrics.profile(op)
 	}
-	return Host
-}
-
-// pickOf is the side the model picks given its two predictions.
-func pickOf(host, target time.Duration) Mode {
-	if host < target {
-		return Host
+	if dec.action == runRace {
+		d.races.Add(1)
 	}
-	return Target
-}
-
-// closeCall says the two predictions are within raceMargin of each other.
-func closeCall(host, target time.Duration) bool {
-	return max(host, target) < time.Duration(raceMargin*float64(min(host, target)))
+	if dec.recheck {
+		d.rechecks.Add(1)
+	}
+	if dec.probation {
+		d.probations.Add(1)
+	}
 }
 
 // feedRead adds a K or T run's measurement to its key's model.
@@ -719,7 +596,7 @@ func (d *Dispatcher) feedRead(f *offloadfs.File, fn sandbox.ID, s readSample) {
 	if s.n <= 0 {
 		return
 	}
-	d.state(f.Ino(), fn).record(func(e *estimator) { e.addRead(s); e.picked(s.ranAt) })
+	d.state(f.Ino(), fn).observeRead(s, s.ranAt)
 }
 
 // checkRange refuses a host-side read of bytes outside the file, with the
@@ -767,7 +644,8 @@ func functionResult(res *pushdown.Result, err error) {
 // the rest (the compute, and the copies and sandbox set-up around it) is
 // what the model's host compute term stands for: what a host run costs
 // beyond its misses.
-func (d *Dispatcher) hostRead(ctx context.Context, hf *hostFunction, f *offloadfs.File, off int64, n int, params []byte, outCap int, profiled bool) (res pushdown.Result, s readSample, err error) {
+func (d *Dispatcher) hostRead(ctx context.Context, hf *hostFunction, c ReadCall, profiled bool) (res pushdown.Result, s readSample, err error) {
+	f, off, n, params, outCap := c.File, c.Off, c.N, c.Params, c.OutCap
 	s = readSample{n: int64(n), out: -1, host: true}
 	if err := checkRange(f, off, n); err != nil {
 		return res, s, err
@@ -829,7 +707,8 @@ func (d *Dispatcher) hostRead(ctx context.Context, hf *hostFunction, f *offloadf
 
 // bufferedRead runs a λ read in mode B: the range read through the cache
 // into a Go buffer and the function's native twin run on it.
-func (d *Dispatcher) bufferedRead(ctx context.Context, hf *hostFunction, f *offloadfs.File, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
+func (d *Dispatcher) bufferedRead(ctx context.Context, hf *hostFunction, c ReadCall) (pushdown.Result, Mode, error) {
+	f, off, n, params, outCap := c.File, c.Off, c.N, c.Params, c.OutCap
 	var res pushdown.Result
 	if err := checkRange(f, off, n); err != nil {
 		return res, Auto, err
@@ -860,7 +739,8 @@ func (d *Dispatcher) bufferedRead(ctx context.Context, hf *hostFunction, f *offl
 
 // targetRead runs a λ read in mode T, after writing back the cache's
 // dirty pages in the range (flush false: the caller did).
-func (d *Dispatcher) targetRead(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int, flush bool) (pushdown.Result, readSample, error) {
+func (d *Dispatcher) targetRead(ctx context.Context, c ReadCall, flush bool) (pushdown.Result, readSample, error) {
+	f, fn, off, n, params, outCap := c.File, c.Fn, c.Off, c.N, c.Params, c.OutCap
 	s := readSample{n: int64(n), out: -1}
 	if flush {
 		if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
@@ -868,7 +748,7 @@ func (d *Dispatcher) targetRead(ctx context.Context, f *offloadfs.File, fn sandb
 		}
 	}
 	began := time.Now()
-	res, err := f.RemoteLambdaRead(ctx, fn, off, n, params, outCap)
+	res, err := f.LambdaRead(ctx, fn, off, n, params, outCap)
 	s.total = time.Since(began)
 	s.targetMicros = res.TargetMicros
 	s.ranAt = Target
@@ -892,30 +772,10 @@ func (d *Dispatcher) targetRead(ctx context.Context, f *offloadfs.File, fn sandb
 // The host run of a profile that the target wins is cancelled, but a
 // read already sent runs to its end, competing with the next requests
 // for the target and the link: reading at most this much at a time keeps
-// a lost profile's leftover work small (measured: a grep profile that
-// the target won cost 1.0 ms more than a plain target request with whole
-// 1 MiB misses, 0.45 ms with 256 KiB). Split reads cost more per byte, so
+// a lost profile's leftover work small. Split reads cost more per byte, so
 // their time does not feed the model's I/O cost (readSample.splitReads);
 // unsplit K runs and the cache's own misses do.
 const profileReadMax = 256 << 10
-
-// A profile's reads race only where the host is expected to lose by a
-// wide margin: where the model last picked the target with the host's
-// estimate at least raceMargin times the target's, or, before the key's
-// first pick, where less than aloneCached of the range is cached (the
-// host must fetch it). Elsewhere they alternate sides, each run alone.
-//
-// A race where the sides are close measures the host at its worst: its
-// compute shares the two CPUs with the target's, and a host run that
-// loses counts with the winner's time as its lower bound. Once the
-// target was picked, every later profile raced again, and with every
-// read cached (where the host is 1.2-1.3x faster alone) whole rounds
-// stayed on the target: stats32 sent 992 of 1024 reads there, knn 555.
-// Alone, a host turn costs at most raceMargin-1 of a target read more.
-const (
-	raceMargin  = 1.5
-	aloneCached = 0.9
-)
 
 // outcome is one side of a profiled read.
 type outcome struct {
@@ -948,71 +808,20 @@ func (o outcome) censored() readSample {
 	return s
 }
 
-// profileRead runs one read of a profile. Where the model last picked
-// the target by a wide margin, or has not picked yet and the range is
-// mostly uncached (raceMargin), the read runs on both sides at once and
-// the first to finish answers. A losing host run is cancelled and
-// contributes a lower bound (or, if it finished anyway, a measurement).
-//
-// Where the target was picked by a wide margin, only a profile's first
-// read races; the rest run on the target alone. A race costs the target
-// what the host's run takes of the two CPUs and the link while it
-// computes, about half a target read (traced, grep cold: a raced read
-// 0.74 ms against 0.55 alone, 0.09 ms more on the read after it), and
-// there it buys little: a host that loses before its reads finish
-// leaves no measurement, and one that loses after them leaves a bound
-// at least the target's time. What the race is for is a host that has
-// become the faster side (its range cached since, say): it wins, is
-// measured exactly, and a recheck confirms the switch. One race a
-// profile is enough for that.
-//
-// Where the model last picked the host (or has not picked yet, with the
-// range mostly cached), the target is the expected loser, and a losing
-// target run cannot be stopped: the target does not abort a function it
-// is running, so the race would leave it running on the CPUs the host's
-// next requests need, and k of them, one per profiled read, queue behind
-// each other. Those reads alternate sides instead, host first (K, T, K,
-// T, K with ProfileFirst 5), each run alone, as a profile's writes do
-// (profileReadAlone). Where the model picked the target narrowly, they
-// alternate too, target first: a race would measure the host at its
-// worst.
-//
-// A recheck's reads alternate too, the new pick first: a recheck comes
-// when the two sides' estimates cross, mostly in a slow spell, and a race
-// then measured the side being left, slowed further by the race, as far
-// slower than it was once the spell passed. Traced (stats64, 100% warm):
-// a recheck to the target raced during a spell, three host runs lost at
-// 3.1 to 6.3 ms, and the host's estimate, 2.7 ms against 0.7 alone, kept
-// 593 of 1024 reads of the round on the slower target.
-func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
-	d.profiled.Add(1)
-	d.opts.Metrics.profile(opRead)
-	cached := d.cache.Cached(f, off, int64(n))
-	ks.mu.Lock()
-	alone, turn, lead := ks.alone, ks.turn, ks.last
-	if lead == Auto && cached >= aloneCached {
-		alone, lead = true, Host
-	}
-	ks.turn++
-	ks.mu.Unlock()
-	if alone {
-		side := lead
-		if turn%2 == 1 {
-			side = otherSide(lead)
-		}
-		return d.profileReadAlone(ctx, ks, side, hf, f, fn, off, n, params, outCap)
-	}
-	if lead == Target && turn > 0 {
-		// The target picked by a wide margin: one race probes the host.
-		return d.profileReadAlone(ctx, ks, Target, hf, f, fn, off, n, params, outCap)
-	}
-	d.races.Add(1)
+// raceRead runs a profiled read on both sides at once (the policy's
+// rule 6 says when); the first to finish answers, both computing the
+// same bytes from the same bytes. A losing host run is cancelled and
+// contributes a lower bound (or, if it finished anyway, a measurement);
+// a losing target run cannot be stopped and is measured when it ends.
+// The loser may outlive the call (WaitProfiles, Close).
+func (d *Dispatcher) raceRead(ctx context.Context, ks *keyState, hf *hostFunction, c ReadCall) (pushdown.Result, Mode, error) {
+	f, off, n := c.File, c.Off, c.N
 	// The target must see what the host cache holds.
 	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
 		return pushdown.Result{}, Auto, err
 	}
 	// The loser may outlive this call: it gets its own copy of params.
-	params = bytes.Clone(params)
+	c.Params = bytes.Clone(c.Params)
 	ch := make(chan outcome, 2)
 	hctx, hcancel := context.WithCancel(ctx)
 	tctx, tcancel := context.WithCancel(ctx)
@@ -1020,27 +829,23 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 	d.bg.Add(2)
 	go func() {
 		defer d.bg.Done()
-		res, s, err := d.hostRead(hctx, hf, f, off, n, params, outCap, true)
+		res, s, err := d.hostRead(hctx, hf, c, true)
 		ch <- outcome{Host, res, s, err, time.Since(start)}
 	}()
 	go func() {
 		defer d.bg.Done()
-		res, s, err := d.targetRead(tctx, f, fn, off, n, params, outCap, false)
+		res, s, err := d.targetRead(tctx, c, false)
 		ch <- outcome{Target, res, s, err, time.Since(start)}
 	}()
 	first := <-ch
-	ks.record(func(e *estimator) { e.addRead(first.s) })
+	ks.observeRead(first.s, Auto)
 	if first.err == nil || ctx.Err() != nil {
 		// The other side is measured when it stops. A host run is
 		// cancelled now. A target run is not: the target does not abort
 		// a function it is running, so cancelling would only stop the
 		// host waiting for the answer, and the target's time would be a
-		// lower bound where waiting gives the real one. That bound is
-		// about the host's time, since the host won, and kept the
-		// target's estimate just above the host's: with every read
-		// cached (stats64, host 0.7 ms, target 1.0), any slow spell of
-		// the host sent reads to the target, 332 and 671 of 1024 in two
-		// rounds of nine.
+		// lower bound (about the host's, which won) where waiting gives
+		// the real one.
 		if first.side == Target || first.err != nil {
 			hcancel()
 		}
@@ -1050,7 +855,7 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 			second := <-ch
 			hcancel()
 			tcancel()
-			ks.record(func(e *estimator) { e.addRead(second.censored()) })
+			ks.observeRead(second.censored(), Auto)
 			d.logProfile(f, hf, first, second)
 		}()
 		return first.res, first.s.ranAt, first.err
@@ -1060,29 +865,12 @@ func (d *Dispatcher) profileRead(ctx context.Context, ks *keyState, hf *hostFunc
 	second := <-ch
 	hcancel()
 	tcancel()
-	ks.record(func(e *estimator) { e.addRead(second.s) })
+	ks.observeRead(second.s, Auto)
 	d.logProfile(f, hf, first, second)
 	if second.err == nil {
 		return second.res, second.s.ranAt, nil
 	}
 	return first.res, first.s.ranAt, first.err
-}
-
-// profileReadAlone runs a read of a profile whose reads alternate sides
-// on side (Host or Target) alone, measured as the picked side's runs are.
-func (d *Dispatcher) profileReadAlone(ctx context.Context, ks *keyState, side Mode, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, Mode, error) {
-	var (
-		res pushdown.Result
-		s   readSample
-		err error
-	)
-	if side == Host {
-		res, s, err = d.hostRead(ctx, hf, f, off, n, params, outCap, false)
-	} else {
-		res, s, err = d.targetRead(ctx, f, fn, off, n, params, outCap, true)
-	}
-	ks.record(func(e *estimator) { e.addRead(s) })
-	return res, s.ranAt, err
 }
 
 // count counts a call in Ran and the metrics where its result came from
@@ -1103,45 +891,47 @@ func (d *Dispatcher) logProfile(f *offloadfs.File, hf *hostFunction, a, b outcom
 		"host_compute", a.s.compute+b.s.compute, "target_total", a.s.total+b.s.total)
 }
 
-// Write runs fn on params followed by data and writes the output, padded
-// with zeroes to whole device blocks, at off (same contract as
-// offloadfs File.RemoteLambdaWrite: off and n are multiples of the device
-// block size, the output must fit in n; a range past the file's end
+// Write runs the λ write c in mode (Auto decides): the output, padded
+// with zeroes to whole device blocks, goes at c.Off (same contract as
+// offloadfs File.LambdaWrite: Off and N are multiples of the device
+// block size, the output must fit in N; a range past the file's end
 // extends it). It returns the output's length. On the host (modes K and
 // B) the output goes through the cache, write-back; at the target, the
 // cache's pages in the range are written back before and dropped after.
-func (d *Dispatcher) Write(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+func (d *Dispatcher) Write(ctx context.Context, mode Mode, c WriteCall) (int, error) {
+
 	if err := d.enter(); err != nil {
 		return 0, err
 	}
 	defer d.bg.Done()
 	d.requests.Add(1)
-	k, ran, err := d.write(ctx, mode, f, fn, off, n, params, data)
+	k, ran, err := d.write(ctx, mode, c)
 	d.count(opWrite, mode, ran)
 	return k, err
 }
 
 // write is Write, also returning where the call ran (Auto: nowhere).
-func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
+func (d *Dispatcher) write(ctx context.Context, mode Mode, c WriteCall) (int, Mode, error) {
+	f, fn, off, n, data := c.File, c.Fn, c.Off, c.N, c.Data
 	const op = "lambda write"
 	if off < 0 || n <= 0 || uint64(n) > math.MaxUint32 || off%d.bs != 0 || int64(n)%d.bs != 0 {
 		return 0, Auto, pathErr(op, f, fmt.Errorf("%w: range [%d, +%d) is not a non-empty run of whole %d-byte blocks", iofs.ErrInvalid, off, n, d.bs))
 	}
 	switch mode {
 	case Target:
-		return d.writeOn(ctx, d.state(f.Ino(), fn), Target, true, nil, f, fn, off, n, params, data)
+		return d.writeOn(ctx, d.state(f.Ino(), fn), Target, true, nil, c)
 	case Host:
 		hf, err := d.hostFunctionFor(fn, mode)
 		if err != nil {
 			return 0, Auto, err
 		}
-		return d.writeOn(ctx, d.state(f.Ino(), fn), Host, true, hf, f, fn, off, n, params, data)
+		return d.writeOn(ctx, d.state(f.Ino(), fn), Host, true, hf, c)
 	case Buffered:
 		hf, err := d.hostFunctionFor(fn, mode)
 		if err != nil {
 			return 0, Auto, err
 		}
-		k, _, err := d.hostWrite(ctx, Buffered, hf, f, off, n, params, data)
+		k, _, err := d.hostWrite(ctx, Buffered, hf, c)
 		return k, Buffered, err
 	case Auto:
 	default:
@@ -1152,53 +942,34 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, f *offloadfs.File, fn
 		return 0, Auto, err
 	}
 	if hf == nil {
-		k, _, err := d.targetWrite(ctx, f, fn, off, n, params, data)
+		k, _, err := d.targetWrite(ctx, c)
 		return k, Target, err
 	}
 	ks := d.state(f.Ino(), fn)
-	profile, m := d.schedule(ks)
-	if profile {
-		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
-	}
-	host, target := m.Write(int64(len(data)))
-	// A switch between profiles is rechecked as a read's is: a slow spell
-	// of the target's writes (bitmap, 100% warm: 3.8 ms against 2.7)
-	// otherwise kept the rest of the period, 163 writes, on the host.
-	pick := pickOf(host, target)
-	if d.recheck(ks, pick, false) {
-		return d.profileWrite(ctx, ks, hf, f, fn, off, n, params, data)
-	}
-	return d.writeOn(ctx, ks, pick, true, hf, f, fn, off, n, params, data)
+	miss, wb := d.cache.costs()
+	dec := ks.decide(request{write: true, n: int64(len(data)), missCost: miss, writeBackCost: wb})
+	d.counted(opWrite, dec)
+	return d.writeOn(ctx, ks, dec.side(), !dec.profiled, hf, c)
 }
 
 // writeOn runs a λ write on side (Host, with hf, or Target) and feeds its
 // time to ks's model; picked says it is a run of the side picked
 // (outside a profile), which keeps that side's samples at the next one.
-func (d *Dispatcher) writeOn(ctx context.Context, ks *keyState, side Mode, picked bool, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
+func (d *Dispatcher) writeOn(ctx context.Context, ks *keyState, side Mode, picked bool, hf *hostFunction, c WriteCall) (int, Mode, error) {
 	var (
 		k    int
 		took time.Duration
 		err  error
 	)
 	if side == Host {
-		k, took, err = d.hostWrite(ctx, Host, hf, f, off, n, params, data)
+		k, took, err = d.hostWrite(ctx, Host, hf, c)
 	} else {
-		k, took, err = d.targetWrite(ctx, f, fn, off, n, params, data)
+		k, took, err = d.targetWrite(ctx, c)
 	}
 	if err != nil {
 		return k, side, err
 	}
-	x := int64(len(data))
-	ks.record(func(e *estimator) {
-		if side == Host {
-			e.addWriteHost(x, int64(k), took, true)
-		} else {
-			e.addWriteTarget(x, int64(k), took, true)
-		}
-		if picked {
-			e.picked(side)
-		}
-	})
+	ks.observeWrite(side, int64(len(c.Data)), int64(k), took, picked)
 	return k, side, nil
 }
 
@@ -1253,7 +1024,8 @@ func (d *Dispatcher) hostCompute(ctx context.Context, mode Mode, hf *hostFunctio
 // output to whole device blocks, write it through the cache. took is the
 // host's cost, all of the call but the write-backs of pages it evicted:
 // the model prices writing the output back (r·n/N + r·n/S) apart.
-func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction, f *offloadfs.File, off int64, n int, params, data []byte) (k int, took time.Duration, err error) {
+func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction, c WriteCall) (k int, took time.Duration, err error) {
+	f, off, n, params, data := c.File, c.Off, c.N, c.Params, c.Data
 	began := time.Now()
 	out, _, err := d.hostCompute(ctx, mode, hf, params, data, n)
 	if err != nil {
@@ -1284,45 +1056,14 @@ func (d *Dispatcher) hostWrite(ctx context.Context, mode Mode, hf *hostFunction,
 // range are written back first (the partly overlapped ones must not be
 // lost), and every cached page in the range is dropped after, since the
 // target changed the bytes behind the cache.
-func (d *Dispatcher) targetWrite(ctx context.Context, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, time.Duration, error) {
+func (d *Dispatcher) targetWrite(ctx context.Context, c WriteCall) (int, time.Duration, error) {
+	f, fn, off, n, params, data := c.File, c.Fn, c.Off, c.N, c.Params, c.Data
 	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
 		return 0, 0, err
 	}
 	began := time.Now()
-	k, err := f.RemoteLambdaWrite(ctx, fn, off, n, params, data)
+	k, err := f.LambdaWrite(ctx, fn, off, n, params, data)
 	took := time.Since(began)
 	d.cache.Invalidate(f, off, int64(n))
 	return k, took, err
-}
-
-// profileWrite runs one of a profile's writes. A write cannot run on
-// both sides as a read does, its output being written once, so a
-// profile's writes alternate sides, target first (with ProfileFirst 5:
-// T, K, T, K, T), each the real write, measured alone as the picked
-// side's writes are. The host side's time is its compute and putting the
-// output in the cache; the model prices the output's write-back apart.
-//
-// A profiled write once ran the target's write while the host computed
-// the same output alongside, thrown away. Competing for the CPUs slowed
-// the target's write more than the host's compute (bitmap, 1 GiB cold:
-// 3.6 ms against 2.7 alone, the host's compute 2.8 against 2.7), so the
-// side picked after a profile, measured alone from then on, looked faster
-// than the other, measured competing, whichever it was: a slow spell that
-// made the host the pick kept it there profile after profile (325 of 1024
-// writes in one round to the host, 1.3x slower). Alternating also costs
-// less: a profiled write costs what the slower side takes over the
-// faster, where running both cost the host's whole compute on the CPUs
-// the target's write needed.
-func (d *Dispatcher) profileWrite(ctx context.Context, ks *keyState, hf *hostFunction, f *offloadfs.File, fn sandbox.ID, off int64, n int, params, data []byte) (int, Mode, error) {
-	d.profiled.Add(1)
-	d.opts.Metrics.profile(opWrite)
-	ks.mu.Lock()
-	turn := ks.writeProfiles
-	ks.writeProfiles++
-	ks.mu.Unlock()
-	side := Target
-	if turn%2 == 1 {
-		side = Host
-	}
-	return d.writeOn(ctx, ks, side, false, hf, f, fn, off, n, params, data)
 }

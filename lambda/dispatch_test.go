@@ -89,7 +89,7 @@ func TestReadModesAgree(t *testing.T) {
 					t.Fatal(err)
 				}
 				before := e.fsys.Stats().Remote
-				res, err := e.d.Read(ctx, mode, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+				res, err := e.d.Read(ctx, mode, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap})
 				if err != nil {
 					t.Fatalf("%s: %v", name, err)
 				}
@@ -102,7 +102,7 @@ func TestReadModesAgree(t *testing.T) {
 							name, before, e.fsys.Stats().Remote, res.TargetMicros)
 					}
 				}
-				res, err = e.d.Read(ctx, mode, f, e.fns[rc.fn], off, n, rc.params, rc.outCap)
+				res, err = e.d.Read(ctx, mode, ReadCall{File: f, Fn: e.fns[rc.fn], Off: off, N: n, Params: rc.params, OutCap: rc.outCap})
 				if err != nil {
 					t.Fatalf("%s part: %v", name, err)
 				}
@@ -131,11 +131,11 @@ func TestProfileRacesAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, rc := range readCases(rng) {
 		f := e.file(rc.fn, rc.data)
-		k, err := e.d.Read(ctx, Host, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+		k, err := e.d.Read(ctx, Host, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := e.d.Read(ctx, Target, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+		tr, err := e.d.Read(ctx, Target, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +143,7 @@ func TestProfileRacesAgree(t *testing.T) {
 			t.Fatalf("%s: K and T outputs differ", rc.fn)
 		}
 		for range 4 {
-			res, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap)
+			res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -195,7 +195,7 @@ func TestWriteModesAgree(t *testing.T) {
 			t.Fatal(err)
 		}
 		before := e.fsys.Stats().Remote
-		k, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], off, n, nil, data)
+		k, err := e.d.Write(ctx, mode, WriteCall{File: f, Fn: e.fns["bitmap"], Off: off, N: n, Data: data})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -234,10 +234,10 @@ func TestWriteErrors(t *testing.T) {
 	data := functions.EncodeBitmap(bytes.Repeat([]byte{0xff}, 2*devBS), 16*devBS) // expands to 2 blocks
 	for _, mode := range []Mode{Buffered, Host, Target, Auto} {
 		f := e.file("err"+mode.String(), old)
-		if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], 0, devBS, nil, data); err == nil {
+		if _, err := e.d.Write(ctx, mode, WriteCall{File: f, Fn: e.fns["bitmap"], Off: 0, N: devBS, Data: data}); err == nil {
 			t.Errorf("%v: output longer than the range accepted", mode)
 		}
-		if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], 1, 2*devBS, nil, data); err == nil {
+		if _, err := e.d.Write(ctx, mode, WriteCall{File: f, Fn: e.fns["bitmap"], Off: 1, N: 2 * devBS, Data: data}); err == nil {
 			t.Errorf("%v: misaligned range accepted", mode)
 		}
 		if err := e.d.Cache().Flush(ctx, f, 0, -1); err != nil {
@@ -256,11 +256,11 @@ func TestReadErrors(t *testing.T) {
 	ctx := context.Background()
 	f := e.file("small", make([]byte, 4096))
 	for _, mode := range []Mode{Buffered, Host, Target, Auto} {
-		_, err := e.d.Read(ctx, mode, f, e.fns["stats64"], 4000, 200, nil, 32)
+		_, err := e.d.Read(ctx, mode, ReadCall{File: f, Fn: e.fns["stats64"], Off: 4000, N: 200, OutCap: 32})
 		if !errors.Is(err, pushdown.ErrOutsideFile) {
 			t.Errorf("%v: read past the end: %v, want ErrOutsideFile", mode, err)
 		}
-		if _, err := e.d.Read(ctx, mode, f, e.fns["stats64"], -1, 8, nil, 32); err == nil {
+		if _, err := e.d.Read(ctx, mode, ReadCall{File: f, Fn: e.fns["stats64"], Off: -1, N: 8, OutCap: 32}); err == nil {
 			t.Errorf("%v: negative offset accepted", mode)
 		}
 	}
@@ -272,10 +272,10 @@ func TestReadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.d.Read(ctx, Buffered, f, id, 0, 64, nil, 32); !errors.Is(err, ErrNoNative) {
+	if _, err := e.d.Read(ctx, Buffered, ReadCall{File: f, Fn: id, Off: 0, N: 64, OutCap: 32}); !errors.Is(err, ErrNoNative) {
 		t.Errorf("mode B without native: %v, want ErrNoNative", err)
 	}
-	if _, err := e.d.Read(ctx, Host, f, [32]byte{1}, 0, 64, nil, 32); !errors.Is(err, ErrNotRegistered) {
+	if _, err := e.d.Read(ctx, Host, ReadCall{File: f, Fn: [32]byte{1}, Off: 0, N: 64, OutCap: 32}); !errors.Is(err, ErrNotRegistered) {
 		t.Errorf("mode K unregistered: %v, want ErrNotRegistered", err)
 	}
 }
@@ -294,7 +294,7 @@ func TestProfileSchedule(t *testing.T) {
 	f := e.file("sched", data)
 	want := native(t, "stats64", data, functions.StatsSize)
 	for range 25 {
-		res, err := e.d.Read(ctx, Auto, f, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
+		res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns["stats64"], Off: 0, N: len(data), OutCap: functions.StatsSize})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -326,54 +326,33 @@ func TestProfileSchedule(t *testing.T) {
 	}
 }
 
-// TestFileCallsGoThroughDispatcher: File.LambdaRead and LambdaWrite use
-// Options.Mode while the dispatcher is installed, and the target directly
-// after Close.
-func TestFileCallsGoThroughDispatcher(t *testing.T) {
-	e := newEnv(t, envConfig{mode: Host})
+// TestFileCallsBypassDispatcher: a dispatcher does not install itself
+// in the file system: File.LambdaRead and LambdaWrite go to the target
+// whether or not one exists, and only Dispatcher.Read and Write dispatch.
+func TestFileCallsBypassDispatcher(t *testing.T) {
+	e := newEnv(t, envConfig{})
 	ctx := context.Background()
 	data := bytes.Repeat([]byte{1, 2, 3, 4, 5, 6, 7, 8}, 1024)
-	f := e.file("hook", data)
-	want := native(t, "stats64", data, functions.StatsSize)
+	f := e.file("direct", data)
+	before := e.fsys.Stats().Remote
 	res, err := f.LambdaRead(ctx, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
-	if err != nil || !bytes.Equal(res.Output, want) {
+	if err != nil || !bytes.Equal(res.Output, native(t, "stats64", data, functions.StatsSize)) {
 		t.Fatalf("LambdaRead: %v", err)
-	}
-	if st := e.d.Stats(); st.Requests != 1 || st.Ran[Host] != 1 {
-		t.Errorf("after a hooked read: %+v", st)
 	}
 	if _, err := f.LambdaWrite(ctx, e.fns["bitmap"], 0, devBS, nil, functions.EncodeBitmap([]byte{0xff}, 8)); err != nil {
 		t.Fatal(err)
 	}
-	if st := e.d.Stats(); st.Requests != 2 || st.Ran[Host] != 2 {
-		t.Errorf("after a hooked write: %+v", st)
+	if got := e.fsys.Stats().Remote; got != before+2 {
+		t.Errorf("file calls ran at the target %d times, want 2", got-before)
 	}
-	if err := e.d.Close(ctx); err != nil {
+	if st := e.d.Stats(); st.Requests != 0 {
+		t.Errorf("the dispatcher took %d file calls, want none", st.Requests)
+	}
+	if _, err := e.d.Read(ctx, Host, ReadCall{File: f, Fn: e.fns["stats64"], Off: 0, N: 8, OutCap: 32}); err != nil {
 		t.Fatal(err)
 	}
-	// The hooked write is in the cache only: write it back (the caller's
-	// job after Close) and go to the target.
-	if err := e.d.Cache().Flush(ctx, f, 0, -1); err != nil {
-		t.Fatal(err)
-	}
-	e.sync()
-	before := e.fsys.Stats().Remote
-	res, err = f.LambdaRead(ctx, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[0] = 0xff
-	for i := 1; i < devBS; i++ {
-		data[i] = 0
-	}
-	if !bytes.Equal(res.Output, native(t, "stats64", data, functions.StatsSize)) {
-		t.Error("read after Close differs")
-	}
-	if e.d.Stats().Requests != 2 || e.fsys.Stats().Remote != before+1 {
-		t.Error("read after Close did not go to the target directly")
-	}
-	if _, err := e.d.Read(ctx, Host, f, e.fns["stats64"], 0, 8, nil, 32); err == nil {
-		t.Error("read on a closed dispatcher succeeded")
+	if st := e.d.Stats(); st.Requests != 1 || st.Ran[Host] != 1 {
+		t.Errorf("after a dispatched read: %+v", st)
 	}
 }
 
@@ -398,7 +377,7 @@ func TestConcurrent(t *testing.T) {
 			part := data[g*region : (g+1)*region]
 			want := native(t, "stats64", part, functions.StatsSize)
 			for range 15 {
-				res, err := e.d.Read(ctx, Auto, f, e.fns["stats64"], int64(g*region), region, nil, functions.StatsSize)
+				res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns["stats64"], Off: int64(g * region), N: region, OutCap: functions.StatsSize})
 				if err != nil {
 					errs <- err
 					return
@@ -417,7 +396,7 @@ func TestConcurrent(t *testing.T) {
 			off := int64((2 + g) * region)
 			for i := range 10 {
 				bm := bytes.Repeat([]byte{byte(i + 1)}, 1024)
-				if _, err := e.d.Write(ctx, mode, f, e.fns["bitmap"], off, region, nil, functions.EncodeBitmap(bm, 8*len(bm))); err != nil {
+				if _, err := e.d.Write(ctx, mode, WriteCall{File: f, Fn: e.fns["bitmap"], Off: off, N: region, Data: functions.EncodeBitmap(bm, 8*len(bm))}); err != nil {
 					errs <- err
 					return
 				}
@@ -508,7 +487,7 @@ func TestWaitProfiles(t *testing.T) {
 	if err := e.d.WaitProfiles(ctx); err != nil {
 		t.Fatalf("WaitProfiles with nothing running: %v", err)
 	}
-	if _, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap); err != nil {
+	if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap}); err != nil {
 		t.Fatal(err)
 	}
 	<-gate.held // the loser has stopped and is logging
@@ -524,7 +503,7 @@ func TestWaitProfiles(t *testing.T) {
 		t.Fatalf("WaitProfiles after the loser finished: %v", err)
 	}
 	// A second profile: WaitProfiles returns once it is done as well.
-	if _, err := e.d.Read(ctx, Auto, f, e.fns[rc.fn], 0, len(rc.data), rc.params, rc.outCap); err != nil {
+	if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.d.WaitProfiles(ctx); err != nil {
@@ -557,7 +536,7 @@ func TestProfileWritesAlternate(t *testing.T) {
 		bms = append(bms, bm)
 		data := functions.EncodeBitmap(bm, 8*len(bm))
 		before := e.d.Stats().Ran[side]
-		k, err := e.d.Write(ctx, Auto, f, fn, int64(i*len(bm)), len(bm), nil, data)
+		k, err := e.d.Write(ctx, Auto, WriteCall{File: f, Fn: fn, Off: int64(i * len(bm)), N: len(bm), Data: data})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -570,7 +549,7 @@ func TestProfileWritesAlternate(t *testing.T) {
 		}
 		ks := e.d.state(f.Ino(), fn)
 		ks.mu.Lock()
-		host, target := len(ks.est.hostCPU.v), len(ks.est.wrTotal.v)
+		host, target := len(ks.p.est.hostCPU.v), len(ks.p.est.wrTotal.v)
 		ks.mu.Unlock()
 		if wantHost, wantTarget := (i+1)/2, i/2+1; host != wantHost || target != wantTarget {
 			t.Errorf("after write %d: %d host and %d target measurements, want %d and %d", i, host, target, wantHost, wantTarget)
@@ -600,12 +579,12 @@ func TestProfileReadsAlternate(t *testing.T) {
 	f := e.file("alternate", data)
 	ks := e.d.state(f.Ino(), fn)
 	ks.mu.Lock()
-	ks.last = Host
+	ks.p.last = Host
 	ks.mu.Unlock()
 	for i, side := range []Mode{Host, Target, Host, Target} {
 		off := int64(i * chunk)
 		before := e.d.Stats().Ran[side]
-		res, err := e.d.Read(ctx, Auto, f, fn, off, chunk, nil, functions.StatsSize)
+		res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: off, N: chunk, OutCap: functions.StatsSize})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -619,7 +598,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 			t.Errorf("read %d ran on %v %d times, want once", i, side, got-before)
 		}
 		ks.mu.Lock()
-		host, target := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		host, target := len(ks.p.est.hostCPU.v), len(ks.p.est.tgtTotal.v)
 		ks.mu.Unlock()
 		if wantHost, wantTarget := i/2+1, (i+1)/2; host != wantHost || target != wantTarget {
 			t.Errorf("after read %d: %d host and %d target measurements, want %d and %d", i, host, target, wantHost, wantTarget)
@@ -635,16 +614,16 @@ func TestProfileReadsAlternate(t *testing.T) {
 	// measurement is certain). The new profile begins with neither side
 	// picked since the last, so both sides' windows start empty.
 	ks.mu.Lock()
-	ks.last, ks.count = Target, 100
+	ks.p.last, ks.p.count = Target, 100
 	ks.mu.Unlock()
-	if _, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize); err != nil {
+	if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: 0, N: chunk, OutCap: functions.StatsSize}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.d.WaitProfiles(ctx); err != nil {
 		t.Fatal(err)
 	}
 	ks.mu.Lock()
-	target := len(ks.est.tgtTotal.v)
+	target := len(ks.p.est.tgtTotal.v)
 	ks.mu.Unlock()
 	if target != 1 {
 		t.Errorf("after a raced read: %d target measurements, want 1", target)
@@ -652,17 +631,20 @@ func TestProfileReadsAlternate(t *testing.T) {
 
 	// A recheck's reads alternate sides, the new pick first.
 	ks.mu.Lock()
-	ks.pick, ks.rechecked = Host, 0
+	ks.p.pick, ks.p.rechecked = Host, 0
 	ks.mu.Unlock()
-	if !e.d.recheck(ks, Target, false) {
+	ks.mu.Lock()
+	rechecked := ks.p.recheck(Target, false).recheck
+	ks.mu.Unlock()
+	if !rechecked {
 		t.Fatal("a switch to the target was not rechecked")
 	}
 	for i, side := range []Mode{Target, Host} {
 		ks.mu.Lock()
-		host, target := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		host, target := len(ks.p.est.hostCPU.v), len(ks.p.est.tgtTotal.v)
 		ks.mu.Unlock()
 		before := e.d.Stats().Ran[side]
-		if _, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize); err != nil {
+		if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: 0, N: chunk, OutCap: functions.StatsSize}); err != nil {
 			t.Fatal(err)
 		}
 		if err := e.d.WaitProfiles(ctx); err != nil {
@@ -672,7 +654,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 			t.Errorf("recheck read %d ran on %v %d times, want once", i, side, got-before)
 		}
 		ks.mu.Lock()
-		dh, dt := len(ks.est.hostCPU.v)-host, len(ks.est.tgtTotal.v)-target
+		dh, dt := len(ks.p.est.hostCPU.v)-host, len(ks.p.est.tgtTotal.v)-target
 		ks.mu.Unlock()
 		if wantHost := b2i(side == Host); dh != wantHost || dt != 1-wantHost {
 			t.Errorf("recheck read %d (%v): %d new host and %d new target measurements", i, side, dh, dt)
@@ -697,10 +679,10 @@ func TestProfileRaceOrAlone(t *testing.T) {
 		t.Helper()
 		ks := e.d.state(f.Ino(), fn)
 		ks.mu.Lock()
-		h0, t0 := len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v)
+		h0, t0 := len(ks.p.est.hostCPU.v), len(ks.p.est.tgtTotal.v)
 		ks.mu.Unlock()
 		before := e.d.Stats().Ran
-		res, err := e.d.Read(ctx, Auto, f, fn, 0, chunk, nil, functions.StatsSize)
+		res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: 0, N: chunk, OutCap: functions.StatsSize})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -718,7 +700,7 @@ func TestProfileRaceOrAlone(t *testing.T) {
 		}
 		ks.mu.Lock()
 		defer ks.mu.Unlock()
-		return ran, len(ks.est.hostCPU.v) - h0, len(ks.est.tgtTotal.v) - t0
+		return ran, len(ks.p.est.hostCPU.v) - h0, len(ks.p.est.tgtTotal.v) - t0
 	}
 
 	warm := e.file("warm", data)
@@ -743,8 +725,8 @@ func TestProfileRaceOrAlone(t *testing.T) {
 	// the rest run on the target alone.
 	ksc := e.d.state(cold.Ino(), fn)
 	ksc.mu.Lock()
-	ksc.last, ksc.near, ksc.count = Target, false, 100
-	ksc.est.hostRuns, ksc.est.targetRuns = 1, 1
+	ksc.p.last, ksc.p.near, ksc.p.count = Target, false, 100
+	ksc.p.est.hostRuns, ksc.p.est.targetRuns = 1, 1
 	ksc.mu.Unlock()
 	for i := range 4 {
 		races := e.d.Stats().Races
@@ -766,8 +748,8 @@ func TestProfileRaceOrAlone(t *testing.T) {
 	// samples.)
 	ks := e.d.state(cold.Ino(), fn)
 	ks.mu.Lock()
-	ks.last, ks.near, ks.count = Target, true, 200
-	ks.est.hostRuns, ks.est.targetRuns = 1, 1
+	ks.p.last, ks.p.near, ks.p.count = Target, true, 200
+	ks.p.est.hostRuns, ks.p.est.targetRuns = 1, 1
 	ks.mu.Unlock()
 	for i, want := range []Mode{Target, Host} {
 		ran, h, tg := read(cold)
@@ -783,20 +765,20 @@ func TestProfileRaceOrAlone(t *testing.T) {
 	}{{1.2e-9, true}, {3e-9, false}} {
 		ks := e.d.state(warm.Ino(), fn)
 		ks.mu.Lock()
-		ks.est.forget(Host)
-		ks.est.forget(Target)
+		ks.p.est.forget(Host)
+		ks.p.est.forget(Target)
 		for range windowSize {
-			ks.est.hostCPU.add(c.host)
-			ks.est.tgtTotal.add(1e-9)
-			ks.est.tgtCPU.add(0.5e-9)
+			ks.p.est.hostCPU.add(c.host)
+			ks.p.est.tgtTotal.add(1e-9)
+			ks.p.est.tgtCPU.add(0.5e-9)
 		}
-		ks.count, ks.pick, ks.last, ks.near, ks.stale = 50, Target, Target, !c.near, true
+		ks.p.count, ks.p.pick, ks.p.last, ks.p.near, ks.p.stale = 50, Target, Target, !c.near, true
 		ks.mu.Unlock()
 		if ran, _, _ := read(warm); ran != Target {
 			t.Fatalf("host %g s/B against the target's 1e-9: ran on %v, want T", c.host, ran)
 		}
 		ks.mu.Lock()
-		near := ks.near
+		near := ks.p.near
 		ks.mu.Unlock()
 		if near != c.near {
 			t.Errorf("host %g s/B against the target's 1e-9: near %v, want %v", c.host, near, c.near)
@@ -821,101 +803,6 @@ func b2i(b bool) int {
 	return 0
 }
 
-// TestRecheck: a change of the model's pick between profiles profiles
-// that request and starts a new profile period, with the side being left
-// measured afresh; so do a key's first pick and a first pick after a
-// profile that leaves the side picked before it (confirmations); at most
-// once every ProfileEvery requests. A switch taken without one, or
-// confirmed by one, brings the next profile within a quarter period.
-func TestRecheck(t *testing.T) {
-	e := newEnv(t, envConfig{profileEvery: 10, profileFirst: 2})
-	d := e.d
-	ks := &keyState{}
-	ks.est.samples = 1
-	// fill gives both sides samples, as runs would.
-	fill := func() {
-		ks.est.hostCPU.add(1e-9)
-		ks.est.tgtTotal.add(2e-9)
-	}
-	fill()
-	const F, T = false, true
-	steps := []struct {
-		pick  Mode
-		want  string // P: scheduled profile, R: recheck, else the side run
-		alone bool   // the current profile's reads alternate sides
-		fill  bool   // give both sides samples first
-		why   string
-	}{
-		{Target, "P", F, F, "the key's first profile (no pick yet: a race)"},
-		{Target, "P", F, F, "its second"},
-		{Target, "R", T, F, "the key's first pick: confirmed by a recheck, alternating"},
-		{Target, "P", T, F, "its second profile"},
-		{Target, "T", T, F, "the pick held: on probation, the next profile 6 requests on"},
-		{Target, "T", T, F, ""},
-		{Target, "T", T, F, ""},
-		{Target, "P", F, F, "the next profile: a race, as the target was the last pick"},
-		{Target, "P", F, F, ""},
-		{Target, "T", F, F, "the first pick after a profile, the last one's side: no switch"},
-		{Host, "K", F, F, "a switch within 10 requests of the recheck: taken, on probation"},
-		{Host, "K", F, F, ""},
-		{Host, "K", F, F, ""},
-		{Host, "P", T, F, "the next profile, alternating: the host was the last pick"},
-		{Host, "P", T, F, ""},
-		{Target, "R", T, T, "the first pick after it leaves the host: confirmed by a recheck"},
-		{Target, "P", T, F, "the recheck's second profile"},
-		{Host, "K", T, F, "the switch did not hold: back within 10 requests, on probation"},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "P", T, F, "the next profile"},
-		{Host, "P", T, F, ""},
-		{Host, "K", T, F, "no switch, and no probation: the next profile a whole period on"},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "P", T, F, "the next period"},
-		{Host, "P", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Host, "K", T, F, ""},
-		{Target, "R", T, T, "a switch between profiles: a recheck, alternating"},
-		{Target, "P", T, F, "its second profile"},
-		{Target, "T", T, F, "the switch held: on probation"},
-	}
-	for i, st := range steps {
-		if st.fill {
-			fill()
-		}
-		got := st.pick.String()
-		if p, _ := d.schedule(ks); p {
-			got = "P"
-		} else if d.recheck(ks, st.pick, false) {
-			got = "R"
-		}
-		if got != st.want || ks.alone != st.alone {
-			t.Errorf("request %d (%s): %s, alone %v; want %s, alone %v", i, st.why, got, ks.alone, st.want, st.alone)
-		}
-		if i == 15 {
-			// The recheck left the host: its samples are gone, the
-			// target's stay.
-			if len(ks.est.hostCPU.v) != 0 || len(ks.est.tgtTotal.v) == 0 {
-				t.Errorf("after leaving the host: %d host, %d target samples, want 0 and some", len(ks.est.hostCPU.v), len(ks.est.tgtTotal.v))
-			}
-		}
-	}
-	if ks.last != Target {
-		t.Errorf("last pick %v, want T", ks.last)
-	}
-	if n := d.Stats().Rechecks; n != 3 {
-		t.Errorf("Rechecks = %d, want 3", n)
-	}
-	if n := d.Stats().Probations; n != 4 {
-		t.Errorf("Probations = %d, want 4", n)
-	}
-}
-
 // TestWriteRecheck: a λ write whose pick switches sides between profiles
 // is profiled instead, as a read's is.
 func TestWriteRecheck(t *testing.T) {
@@ -933,15 +820,15 @@ func TestWriteRecheck(t *testing.T) {
 			fast, slow = slow, fast
 		}
 		for range windowSize {
-			ks.est.hostCPU.add(fast)
-			ks.est.wrTotal.add(slow)
+			ks.p.est.hostCPU.add(fast)
+			ks.p.est.wrTotal.add(slow)
 		}
-		ks.stale = true
+		ks.p.stale = true
 	}
 	bm := bytes.Repeat([]byte{0x3c}, devBS)
 	write := func(i int) Stats {
 		t.Helper()
-		if _, err := e.d.Write(ctx, Auto, f, fn, int64(i*devBS), devBS, nil, functions.EncodeBitmap(bm, 8*devBS)); err != nil {
+		if _, err := e.d.Write(ctx, Auto, WriteCall{File: f, Fn: fn, Off: int64(i * devBS), N: devBS, Data: functions.EncodeBitmap(bm, 8*devBS)}); err != nil {
 			t.Fatal(err)
 		}
 		return e.d.Stats()

@@ -2,11 +2,13 @@
 // λ-IO's execution-time model, and a dispatcher that runs each λ read or
 // write where the model says it finishes sooner — on the host, reading
 // through the cache and running the same sandboxed function (mode K), or
-// at the target next to the data (mode T, offloadfs File.RemoteLambdaRead
-// and RemoteLambdaWrite). Mode B, plain buffered I/O through the cache
-// with the function's native Go twin, is the baseline λ-IO compares with.
-// New installs the dispatcher on a file system, so File.LambdaRead and
-// File.LambdaWrite go through it.
+// at the target next to the data (mode T, offloadfs File.LambdaRead and
+// LambdaWrite). Mode B, plain buffered I/O through the cache with the
+// function's native Go twin, is the baseline λ-IO compares with. The
+// dependency runs one way: offloadfs offers the mechanisms (a λ call at
+// the target, which it runs on the host itself when the target lacks the
+// file's current map), and callers that want the choice made call
+// Dispatcher.Read and Write.
 //
 // # The model
 //
@@ -35,61 +37,38 @@
 // goes to the side the model predicts faster, at its range's current
 // cached fraction (Cache.Cached, a popcount).
 //
-// # Profiling
+// # Profiling and dispatch
+//
+// Where each call runs is decided by a pure policy per (file, function)
+// (policy.go, which states its rules and why): fed each call's size and
+// cached fraction, it says whether the call runs on the host, at the
+// target, or is profiled, and how; fed each run's measurements, it keeps
+// the model. The dispatcher (dispatch.go) does the I/O it decides.
 //
 // Of every ProfileEvery requests per (file, function), the first
-// ProfileFirst are profiled (and every request until one run has been
-// measured). Where the model last picked the target by a wide margin
-// (or has not picked yet, and the range is mostly uncached), a profiled
-// read runs on both sides at once, and the first to
-// finish answers (both compute the same bytes from the same bytes). A
-// losing host run is cancelled through its context at that moment rather
-// than awaited: it still yields a censored measurement — its elapsed
-// time is a lower bound on its cost, and a host run that finished its
-// reads but not its compute gives an exact read rate — and the call costs
-// no more than the faster side plus the slower side's interference until
-// it stops. A losing target run cannot be stopped (the target does not
-// abort a function it is running), so it is measured when it ends.
-// After a wide pick of the target only a profile's first read races and
-// the rest run on the target alone: a race slows the target's run by
-// what the host's takes of the CPUs and the link, and one race is enough
-// to find a host that has become the faster side. Where
-// the model last picked the host, that target run is the expected loser,
-// and k of them in a row queue behind each other on the CPUs the host's
-// next requests need; so those profiles' reads alternate sides instead,
-// host first, each the real read, run and measured alone. So do a key's
-// first profile where the range is mostly cached, and profiles after
-// the model picked the target by less than 1.5x (target first): where
-// the sides are close, a race measures the host at its worst, its
-// compute sharing the CPUs with the target's and a lost run counted at
-// the winner's time, and once the target was picked every later race
-// kept it there. A write cannot run on both sides, its output being
-// written once, so a profile's writes always alternate sides, target
-// first. (Running the host's
-// compute alongside the target's write, as profiled writes once did,
-// slowed the target's write more than the host's compute, so whichever
-// side was picked after a profile looked the faster from then on.) The
-// host's estimate for a write is its compute, the cost of putting the
-// output in the cache, and the output's write-back at the cache's
-// measured cost.
+// ProfileFirst are profiled, and every request until one run has been
+// measured. A profiled read races both sides, the first to finish
+// answering, only where the host is expected to lose by far (and then
+// only a profile's first read); elsewhere a profile's reads alternate
+// sides, each run alone, as a profile's writes always do, since a write's
+// output is written once. A losing host run is cancelled through its
+// context and yields a censored measurement: its elapsed time is a lower
+// bound on its cost, and a host run that finished its reads but not its
+// compute gives an exact read rate. A losing target run cannot be
+// stopped (the target does not abort a function it is running), so it is
+// measured when it ends (WaitProfiles waits for it).
 //
-// Between profiles the picked side's runs, measured alone, keep its
-// estimate current, while the other side's rests on the last profile. A
-// slow spell of the picked side could then move requests to the other
-// side for the rest of the period. So when the pick for a read changes
-// between profiles, that read begins a new profile period (a recheck),
-// in which the side being left is measured afresh, each read alternating
-// sides, the new pick first, so that both are measured alone; at most
-// one recheck every ProfileEvery requests. The first pick after a
-// profile is rechecked the same way when it leaves the side picked
-// before the profile: a profile has two or three samples a side, and a
-// slow spell covering one side's turns would otherwise move the whole
-// period, so a second profile confirms the switch first. A key's first
-// pick is confirmed the same way, the side not picked measured afresh:
-// the first profile includes the target's first run on the file, which
-// can be many times slower than its next. Writes are rechecked the same
-// way. Calls in modes K and T bypass the model but
-// feed it.
+// Between profiles the picked side's runs keep its estimate current while
+// the other side's rests on the last profile, so a slow spell of the
+// picked side could move the rest of the period. A change of pick between
+// profiles therefore begins a new profile period (a recheck) in which the
+// side being left is measured afresh; a key's first pick, and a first
+// pick after a profile that leaves the side picked before it, are
+// confirmed the same way; and a switch brings the next profile within a
+// quarter period (probation). Calls in modes K and T bypass the policy's
+// decisions but feed its model. The host's estimate for a write is its
+// compute, the cost of putting the output in the cache, and the output's
+// write-back at the cache's measured cost.
 //
 // # Consistency
 //

@@ -43,7 +43,6 @@ type env struct {
 type envConfig struct {
 	cache        *Cache
 	metrics      *Metrics
-	mode         Mode
 	profileEvery int
 	profileFirst int
 	logger       *slog.Logger // nil: discard
@@ -107,7 +106,6 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 		Limits:       limits,
 		Cache:        cfg.cache,
 		Metrics:      cfg.metrics,
-		Mode:         cfg.mode,
 		ProfileEvery: cfg.profileEvery,
 		ProfileFirst: cfg.profileFirst,
 		Logger:       cmp.Or(cfg.logger, slog.New(slog.DiscardHandler)),

@@ -167,25 +167,22 @@ func TestDecisionFollowsModel(t *testing.T) {
 	tgt := 10 * h // target's whole time per byte: 10× the warm host's
 	m := 10*tgt - h
 	// cold host = m + h = 10 × target
-	ks := &keyState{}
-	d := &Dispatcher{cache: NewCache(1<<20, 0), opts: Options{ProfileEvery: 200, ProfileFirst: 5}}
+	p := &policy{sched: schedule{every: 200, first: 5}}
 	for range 5 {
-		ks.record(func(e *estimator) {
-			e.addRead(readSample{n: n, out: 32, host: true, ranAt: Host, readDone: true,
-				missBytes: n, missTime: secs(m * n), computed: true, compute: secs(h * n), done: true})
-			e.addRead(readSample{n: n, out: 32, ranAt: Target, done: true,
-				total: secs(tgt * n), targetMicros: uint32(math.Round(tgt * n / 2 * 1e6))})
-		})
+		p.observeRead(readSample{n: n, out: 32, host: true, ranAt: Host, readDone: true,
+			missBytes: n, missTime: secs(m * n), computed: true, compute: secs(h * n), done: true}, Auto)
+		p.observeRead(readSample{n: n, out: 32, ranAt: Target, done: true,
+			total: secs(tgt * n), targetMicros: uint32(math.Round(tgt * n / 2 * 1e6))}, Auto)
 	}
 	for i := range 5 {
-		if profile, _ := d.schedule(ks); !profile {
+		if !p.scheduled() {
 			t.Fatalf("request %d not profiled", i)
 		}
 	}
-	profile, model := d.schedule(ks)
-	if profile {
+	if p.scheduled() {
 		t.Fatal("request 5 profiled")
 	}
+	model := p.fitted(0, 0)
 	for _, tc := range []struct {
 		c        float64
 		wantHost bool

@@ -125,10 +125,6 @@ type FS struct {
 	// owner is a read-write mount's reservation on a Reserver device.
 	owner *ownership
 
-	// dispatcher, when set, decides where File.LambdaRead and
-	// File.LambdaWrite run (SetDispatcher).
-	dispatcher atomic.Pointer[dispatcherBox]
-
 	commitMu sync.Mutex // serializes commits; guards jnl
 	jnl      *journal
 

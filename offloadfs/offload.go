@@ -188,55 +188,13 @@ func (fsys *FS) Pushdown(ctx context.Context, fn sandbox.ID, files []*File, star
 	return fsys.read(ctx, &call{op: opPushdown, fn: fn, files: files, start: start, params: scratch})
 }
 
-// A Dispatcher decides where a file's λ calls run (package lambda's
-// dispatcher weighs the host against the target per request). It gets
-// the calls File.LambdaRead and File.LambdaWrite take; to run one at the
-// target it calls File.RemoteLambdaRead or File.RemoteLambdaWrite.
-type Dispatcher interface {
-	LambdaRead(ctx context.Context, f *File, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error)
-	LambdaWrite(ctx context.Context, f *File, fn sandbox.ID, off int64, n int, params, data []byte) (int, error)
-}
-
-// dispatcherBox lets a Dispatcher sit in an atomic.Pointer.
-type dispatcherBox struct{ d Dispatcher }
-
-// SetDispatcher routes File.LambdaRead and File.LambdaWrite through d from
-// now on; nil sends them to the target directly (the default).
-func (fsys *FS) SetDispatcher(d Dispatcher) {
-	if d == nil {
-		fsys.dispatcher.Store(nil)
-		return
-	}
-	fsys.dispatcher.Store(&dispatcherBox{d})
-}
-
 // LambdaRead runs fn's compute entry on params followed by the file's
-// bytes [off, off+n) and returns its output (at most outCap bytes) as the
-// result's Output. With a Dispatcher set (SetDispatcher) the dispatcher
-// decides where it runs; otherwise it is RemoteLambdaRead.
+// bytes [off, off+n), and returns its output (at most outCap bytes) as the
+// result's Output: at the target when it holds the file's current map, on
+// the host otherwise, as Pushdown does (the result's TargetMicros is zero
+// when it ran on the host). It does not weigh one side against the other:
+// package lambda's Dispatcher does that, and calls this for its target side.
 func (f *File) LambdaRead(ctx context.Context, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
-	if b := f.fsys.dispatcher.Load(); b != nil {
-		return b.d.LambdaRead(ctx, f, fn, off, n, params, outCap)
-	}
-	return f.RemoteLambdaRead(ctx, fn, off, n, params, outCap)
-}
-
-// RemoteLambdaWrite runs fn's compute entry on params followed by data and
-// writes its output at off (see RemoteLambdaWrite for the range's rules).
-// With a Dispatcher set the dispatcher decides where it runs; otherwise
-// it is RemoteLambdaWrite.
-func (f *File) LambdaWrite(ctx context.Context, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
-	if b := f.fsys.dispatcher.Load(); b != nil {
-		return b.d.LambdaWrite(ctx, f, fn, off, n, params, data)
-	}
-	return f.RemoteLambdaWrite(ctx, fn, off, n, params, data)
-}
-
-// RemoteLambdaRead runs fn's compute entry on params followed by the
-// file's bytes [off, off+n), and returns its output (at most outCap bytes)
-// as the result's Output: at the target when it holds the file's current
-// map, on the host otherwise, as Pushdown does.
-func (f *File) RemoteLambdaRead(ctx context.Context, fn sandbox.ID, off int64, n int, params []byte, outCap int) (pushdown.Result, error) {
 	if off < 0 || n < 0 || uint64(n) > math.MaxUint32 || outCap < 0 {
 		return pushdown.Result{}, pathErr("lambda read", f.name, fmt.Errorf("%w: range [%d, +%d), output %d", iofs.ErrInvalid, off, n, outCap))
 	}
@@ -247,7 +205,7 @@ func (f *File) RemoteLambdaRead(ctx context.Context, fn sandbox.ID, off int64, n
 	return f.fsys.read(ctx, &call{op: opLambdaRead, fn: fn, files: []*File{f}, start: start, params: params, outCap: outCap})
 }
 
-// RemoteLambdaWrite runs fn's compute entry on params followed by data and
+// LambdaWrite runs fn's compute entry on params followed by data and
 // writes its output into the file's bytes [off, off+n), padded with
 // zeroes to whole device blocks, and returns the output's length. The
 // range must be aligned to the device's block size (DeviceBlockSize).
@@ -266,7 +224,7 @@ func (f *File) RemoteLambdaRead(ctx context.Context, fn sandbox.ID, off int64, n
 // there. The file keeps its new size even if the call then fails. A
 // caller writing a file λ write by λ write saves a commit per call by
 // growing it once (Truncate) beforehand.
-func (f *File) RemoteLambdaWrite(ctx context.Context, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
+func (f *File) LambdaWrite(ctx context.Context, fn sandbox.ID, off int64, n int, params, data []byte) (int, error) {
 	fsys, in := f.fsys, f.in
 	const op = "lambda write"
 	bs := int64(fsys.devBS)

@@ -20,6 +20,12 @@ type Config struct {
 	// the target's grants (the in-target engine).
 	Device Device
 	Admit  Admit
+	// BeforeTask, if set, runs before each admitted task. A peer engine
+	// registers its host as a writer of the namespace there
+	// (RegisterTaskHost): the target drops a grantee's registration when
+	// its last grant ends, so one made at start lasts only until the
+	// first task's grants are released.
+	BeforeTask func(ctx context.Context) error
 	// Tasks are the tasks the engine runs.
 	Tasks *Registry
 	// CacheBytes is the offload cache's budget; 0 caches nothing.
@@ -204,6 +210,11 @@ func (e *Engine) Run(ctx context.Context, req Request) (Result, error) {
 func (e *Engine) run(ctx context.Context, task Task, req Request) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.cfg.TaskTimeout)
 	defer cancel()
+	if e.cfg.BeforeTask != nil {
+		if err := e.cfg.BeforeTask(ctx); err != nil {
+			return Result{}, err
+		}
+	}
 	env := &Env{
 		ctx: ctx, files: req.Files, dev: e.cfg.Device, bs: e.bs, admit: e.cfg.Admit, cache: e.cache,
 		pinned: map[pageKey]*page{}, written: make([]uint64, len(req.Files)),

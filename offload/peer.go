@@ -2,6 +2,7 @@ package offload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 
@@ -14,11 +15,18 @@ import (
 // owner holds a Write Exclusive – Registrants Only reservation, under
 // which only registrants may write (offloadfs, owner.go); the grants
 // still confine the engine to its blocks. The key is a function of
-// hostNQN, so registering again (a restarted engine) changes nothing.
+// hostNQN, and registering again when registered changes nothing, so a
+// peer engine calls it before every task (Config.BeforeTask).
 func RegisterTaskHost(ctx context.Context, ns offloadfs.Reserver, hostNQN string) error {
 	h := fnv.New64a()
 	h.Write([]byte(hostNQN))
-	if err := ns.Register(ctx, host.RegisterOpts{Action: host.RegisterKey, NewKey: h.Sum64() | 1}); err != nil {
+	key := h.Sum64() | 1
+	err := ns.Register(ctx, host.RegisterOpts{Action: host.RegisterKey, NewKey: key})
+	if errors.Is(err, host.ErrReservationConflict) {
+		// Registered already (under this key, or an older one).
+		err = ns.Register(ctx, host.RegisterOpts{Action: host.ReplaceKey, NewKey: key, IgnoreExistingKey: true})
+	}
+	if err != nil {
 		return fmt.Errorf("offload: registering %s as a writer of the namespace: %w", hostNQN, err)
 	}
 	return nil

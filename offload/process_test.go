@@ -76,7 +76,8 @@ func engineMain() error {
 	if err := tasks.Register("hang", hangTask(func() { fmt.Println("started") })); err != nil {
 		return err
 	}
-	e, err := offload.NewEngine(offload.Config{HostNQN: engineNQN, Device: ns, Tasks: tasks})
+	e, err := offload.NewEngine(offload.Config{HostNQN: engineNQN, Device: ns, Tasks: tasks,
+		BeforeTask: func(ctx context.Context) error { return offload.RegisterTaskHost(ctx, ns, engineNQN) }})
 	if err != nil {
 		return err
 	}

@@ -125,10 +125,8 @@ func (r *rig) engine(kind engineKind, cfg offload.Config) (*offload.Engine, *off
 	switch kind {
 	case onPeer:
 		ns := r.connect(engineNQN)
-		if err := offload.RegisterTaskHost(context.Background(), ns, engineNQN); err != nil {
-			r.t.Fatal(err)
-		}
 		cfg.Device = ns
+		cfg.BeforeTask = func(ctx context.Context) error { return offload.RegisterTaskHost(ctx, ns, engineNQN) }
 	case inTarget:
 		cfg.Device = offloadfs.VolumeDevice(r.vol)
 		srv := r.target.Server()

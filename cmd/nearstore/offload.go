@@ -207,6 +207,7 @@ func newOffloadServeCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			cfg.BeforeTask = func(ctx context.Context) error { return offload.RegisterTaskHost(ctx, ns, ef.hostNQN) }
 			return serveEngine(ctx, cfg, listen, func(addr string) {
 				fmt.Fprintf(cmd.OutOrStdout(), "offload engine on %s, reaching %s at %s as %s; Ctrl-C stops\n", addr, c.nqn, c.addr, ef.hostNQN)
 			})

@@ -327,8 +327,25 @@ type module struct {
 	pool sync.Pool
 }
 
-// maxIdle is how many idle instances a module keeps for good.
-const maxIdle = 256
+// maxIdle is how many idle instances a module keeps for good, and
+// keepBytes the most buffer memory one of them may hold: one that grew
+// for a large compute input or output goes to the GC-managed pool, so that
+// a burst of large requests does not pin maxIdle times their memory.
+const (
+	maxIdle   = 256
+	keepBytes = 1 << 20
+)
+
+// memBytes is the memory an instance's buffers hold.
+func (in *instance) memBytes() int {
+	n := len(in.data) + len(in.input) + len(in.output)
+	for _, w := range []*wasmInst{in.wp, in.wc} {
+		if w != nil {
+			n += int(w.mem.Size())
+		}
+	}
+	return n
+}
 
 func (m *module) ID() sandbox.ID     { return m.id }
 func (m *module) Kind() sandbox.Kind { return sandbox.KindEBPF }
@@ -356,7 +373,7 @@ func (m *module) release(in *instance) {
 		return
 	}
 	m.mu.Lock()
-	if len(m.free) < maxIdle {
+	if len(m.free) < maxIdle && in.memBytes() <= keepBytes {
 		m.free = append(m.free, in)
 		m.mu.Unlock()
 		return

@@ -4,11 +4,13 @@
 // before a program runs, and run-time checks for the rest. It implements
 // sandbox.Runtime (docs/ABI.md, "eBPF").
 //
-// A verified program without BPF-to-BPF or helper calls is translated
-// into a wasm function that makes the run-time checks below as code, and
-// compiled to native code by wazero (wasmgen.go, wasmrun.go); others run
-// in an interpreter (interp.go) that makes the same checks.
-// Options.Interpreter interprets everything. The two engines give the
+// A verified compute entry without BPF-to-BPF or helper calls is
+// translated into a wasm function that makes the run-time checks below as
+// code, and compiled to native code by wazero (wasmgen.go, wasmrun.go);
+// everything else runs in an interpreter (interp.go) that makes the same
+// checks. Pushdown entries are interpreted unless
+// Options.TranslatePushdown is set: a step is too short for entering
+// wazero to pay. Options.Interpreter interprets everything. The two engines give the
 // same results and errors (FuzzTranslation); they differ only in where
 // the instruction count is taken (see below).
 //

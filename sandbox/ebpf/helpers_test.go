@@ -18,7 +18,11 @@ import (
 // FuzzTranslation compares the two on every run.
 var interpreterOnly = flag.Bool("interpreter", false, "run test modules in the interpreter, not translated to wasm")
 
-func testRuntime() *Runtime { return NewRuntime(Options{Interpreter: *interpreterOnly}) }
+// testRuntime translates pushdown entries too, so that the hostile
+// pushdown tests cover the translation.
+func testRuntime() *Runtime {
+	return NewRuntime(Options{Interpreter: *interpreterOnly, TranslatePushdown: true})
+}
 
 func readObj(t testing.TB, name string) []byte {
 	t.Helper()

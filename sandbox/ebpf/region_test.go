@@ -92,3 +92,30 @@ func checkRegionAccess(t *testing.T, name string, off, size int, ok bool, err er
 		t.Errorf("%s: %d bytes at +%d, past the 16-byte region but inside its buffer: %v, want ErrMemory naming %s", name, size, off, err, name)
 	}
 }
+
+// TestLargeInstanceIsSpare: an instance whose buffers grew past keepBytes
+// for a large input is not kept for good, in either engine.
+func TestLargeInstanceIsSpare(t *testing.T) {
+	ctx := context.Background()
+	for _, opts := range []Options{{}, {Interpreter: true}} {
+		m, err := NewRuntime(opts).Load(ctx, readObj(t, "stats64.o"), sandbox.Limits{Time: testTime})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sandbox.Compute(ctx, m, make([]byte, 2<<20), 32); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(m.(*module).free); n != 0 {
+			t.Errorf("interpreter %v: %d instances kept after a 2 MiB input, want 0", opts.Interpreter, n)
+		}
+		// Two at once: at most one is the large spare; the small one is
+		// kept.
+		a, _ := m.Acquire(ctx)
+		b, _ := m.Acquire(ctx)
+		a.Release()
+		b.Release()
+		if n := len(m.(*module).free); n < 1 {
+			t.Errorf("interpreter %v: %d instances kept after small requests, want at least 1", opts.Interpreter, n)
+		}
+	}
+}

@@ -13,18 +13,26 @@ import (
 	"github.com/nearstore/nearstore/sandbox"
 )
 
-// TestTranslated: the standard functions and the test objects without
-// calls are translated to wasm, and Options.Interpreter turns that off.
+// TestTranslated: compute entries without calls are translated to wasm,
+// pushdown entries only with Options.TranslatePushdown, and
+// Options.Interpreter turns translation off.
 func TestTranslated(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"stats64.o", "xrp_agg.o", "compute_xrp.o"} {
-		m, err := NewRuntime(Options{}).Load(ctx, readObj(t, name), sandbox.Limits{})
+		m, err := NewRuntime(Options{TranslatePushdown: true}).Load(ctx, readObj(t, name), sandbox.Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		mod := m.(*module)
 		if (mod.pushdown != nil) != (mod.pushT != nil) || (mod.compute != nil) != (mod.compT != nil) {
 			t.Errorf("%s: not translated", name)
+		}
+		m, err = NewRuntime(Options{}).Load(ctx, readObj(t, name), sandbox.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mod := m.(*module); mod.pushT != nil || (mod.compute != nil) != (mod.compT != nil) {
+			t.Errorf("%s: by default, want compute translated and pushdown interpreted", name)
 		}
 		mi, err := NewRuntime(Options{Interpreter: true}).Load(ctx, readObj(t, name), sandbox.Limits{})
 		if err != nil {
@@ -35,7 +43,7 @@ func TestTranslated(t *testing.T) {
 		}
 	}
 	// Calls and helpers stay in the interpreter.
-	m, err := NewRuntime(Options{}).Load(ctx, readObj(t, "calls.o"), sandbox.Limits{})
+	m, err := NewRuntime(Options{TranslatePushdown: true}).Load(ctx, readObj(t, "calls.o"), sandbox.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +127,7 @@ func FuzzTranslation(f *testing.F) {
 		f.Add(marshal(f, p))
 	}
 	interp := NewRuntime(Options{Interpreter: true})
-	wasm := NewRuntime(Options{})
+	wasm := NewRuntime(Options{TranslatePushdown: true})
 	defer wasm.Close(context.Background())
 	lim := sandbox.Limits{MaxInstructions: 20000, MaxBackJumps: 2000, Time: time.Second}
 	f.Fuzz(func(t *testing.T, code []byte) {

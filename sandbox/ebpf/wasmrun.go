@@ -59,7 +59,7 @@ func pagesFor(bytes uint64) uint32 {
 // compileProgram translates and compiles p, or returns nil if it cannot
 // be translated (the interpreter runs it then).
 func (m *module) compileProgram(ctx context.Context, p *program, compute bool) (*translated, error) {
-	if p == nil || m.rt.interpretOnly || !translatable(p) {
+	if p == nil || m.rt.interpretOnly || (!compute && !m.rt.translatePushdown) || !translatable(p) {
 		return nil, nil
 	}
 	dyn := align16(uint64(memRodata) + uint64(len(m.rodata)))

@@ -210,15 +210,22 @@ func (m *Module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 
 var errClosed = errors.New("wasm: module closed")
 
+// keepBytes is the most linear memory an instance kept for good may
+// have: one that grew for a large compute input or output is only a
+// spare, so that a burst of large requests does not pin PoolSize times
+// their memory.
+const keepBytes = 1 << 20
+
 // release takes an instance back, or closes it if it cannot be reused: it
 // trapped or timed out (wazero closes an instance whose deadline passed,
 // and a trap may leave its memory inconsistent) or the module is closed.
-// Past PoolSize it goes to its tenant's spare pool.
+// Past PoolSize, or past keepBytes of memory, it goes to its tenant's
+// spare pool.
 func (m *Module) release(s *state) {
 	if !s.broken {
 		m.mu.Lock()
 		if !m.closed {
-			if len(m.free) < m.rt.opts.PoolSize {
+			if len(m.free) < m.rt.opts.PoolSize && s.mem.Size() <= keepBytes {
 				m.free = append(m.free, s)
 			} else {
 				m.sparesOf(s.tenant).Put(s)

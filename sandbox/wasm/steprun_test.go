@@ -197,3 +197,20 @@ func TestSparePool(t *testing.T) {
 	}
 	checkChain(t, m)
 }
+
+// TestLargeInstanceIsSpare: an instance whose memory grew past keepBytes
+// for a large input is not kept for good.
+func TestLargeInstanceIsSpare(t *testing.T) {
+	r := newRuntime(t, Options{})
+	m := load(t, r, "stats64", sandbox.Limits{})
+	ctx := context.Background()
+	if _, err := sandbox.Compute(ctx, m, randomU64s(1<<18, 1), 32); err != nil { // 2 MiB
+		t.Fatal(err)
+	}
+	if n := len(m.free); n != 0 {
+		t.Fatalf("%d instances kept after a 2 MiB input, want 0", n)
+	}
+	if _, err := sandbox.Compute(ctx, m, randomU64s(16, 1), 32); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -234,4 +234,3 @@ func TestAccessControl(t *testing.T) {
 		}
 	}
 }
-

@@ -132,12 +132,6 @@ func (t *functionTable) disownLocked(host string, f *function) bool {
 	return len(f.owners) == 0
 }
 
-func (t *functionTable) get(id sandbox.ID) *function {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.byID[id]
-}
-
 // acquire returns the function with id, or nil, holding a reference that
 // the caller gives back with release.
 func (t *functionTable) acquire(id sandbox.ID) *function {

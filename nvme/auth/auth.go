@@ -99,7 +99,7 @@ type Secret struct {
 func ParseSecret(s string) (Secret, error) {
 	rest, ok := strings.CutPrefix(s, "DHHC-1:")
 	if !ok || len(rest) < 4 || rest[2] != ':' {
-		return Secret{}, fmt.Errorf("%w: want DHHC-1:TT:BASE64:", ErrSecret)
+		return Secret{}, fmt.Errorf("%w: want the form DHHC-1:TT:BASE64: (TT the transformation)", ErrSecret)
 	}
 	var t Hash
 	switch rest[:2] {

@@ -91,7 +91,9 @@ func (n *Nearstore) Start(ctx context.Context) error {
 		return err
 	}
 	n.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	args := []string{"target", "serve", "--log-level", "warn", "--listen", n.addr, "--nqn", nearstoreNQN,
+	// The benchmark's own target, for its own hosts, on whatever address
+	// its link has: it admits any host rather than name them.
+	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", n.addr, "--nqn", nearstoreNQN,
 		"--volume", "mem:" + strconv.FormatInt(n.Size, 10)}
 	n.proc, err = StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: n.Exe, Args: args, CPUs: n.ServerCPUs})
 	if err != nil {

@@ -199,7 +199,9 @@ func (e *lambdaEnv) startTargetHere(ctx context.Context, cfg lambdaEnvConfig) (s
 	}
 	e.closers = append(e.closers, func() error { return wrt.Close(context.Background()) })
 	srv, err := target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: lambdaNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "mem"}}}},
+		// On the benchmark's link, which need not be loopback; for its own
+		// hosts only.
+		Subsystems:     []target.SubsystemConfig{{NQN: lambdaNQN, AllowAnyHost: true, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "mem"}}}},
 		Logger:         cfg.logger,
 		Runtimes:       []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: cfg.logger})},
 		FunctionLimits: e.limits,

@@ -536,7 +536,9 @@ func (e *btreeEnv) startTargetProcess(ctx context.Context, cfg *BTreeConfig) (st
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	maddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))
-	args := []string{"target", "serve", "--log-level", "warn", "--listen", addr, "--nqn", btreeNQN,
+	// The benchmark's own target, for its own hosts, on whatever address
+	// its link has: it admits any host rather than name them.
+	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", btreeNQN,
 		"--volume", e.spec, "--metrics", maddr}
 	p, err := StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
 	if err != nil {

@@ -439,7 +439,9 @@ func (e *fsEnv) startTargetProcess(ctx context.Context, cfg *FSConfig, size int6
 	}
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	vol := "mem:" + strconv.FormatInt(size, 10)
-	args := []string{"target", "serve", "--log-level", "warn", "--listen", addr, "--nqn", fsNQN, "--volume", vol, "--volume", vol}
+	// The benchmark's own target, for its own hosts, on whatever address
+	// its link has: it admits any host rather than name them.
+	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", fsNQN, "--volume", vol, "--volume", vol}
 	p, err := StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
 	if err != nil {
 		return "", err

@@ -199,7 +199,9 @@ func (e *lambdaEnv) startTargetHere(ctx context.Context, cfg lambdaEnvConfig) (s
 	}
 	e.closers = append(e.closers, func() error { return wrt.Close(context.Background()) })
 	srv, err := target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: lambdaNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "mem"}}}},
+		// On the benchmark's link, which need not be loopback; for its own
+		// hosts only.
+		Subsystems:     []target.SubsystemConfig{{NQN: lambdaNQN, AllowAnyHost: true, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "mem"}}}},
 		Logger:         cfg.logger,
 		Runtimes:       []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: cfg.logger})},
 		FunctionLimits: e.limits,
@@ -224,7 +226,9 @@ func (e *lambdaEnv) startTargetProcess(ctx context.Context, cfg lambdaEnvConfig)
 		return "", err
 	}
 	addr := net.JoinHostPort(e.link.TargetIP(), strconv.Itoa(port))
-	args := []string{"target", "serve", "--log-level", "warn", "--listen", addr, "--nqn", lambdaNQN,
+	// The benchmark's own target, for its own hosts, on whatever address
+	// its link has: it admits any host rather than name them.
+	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", lambdaNQN,
 		"--volume", "mem:" + strconv.FormatInt(cfg.volumeSize, 10),
 		"--func-time", e.limits.Time.String(), "--func-memory", strconv.Itoa(e.limits.MemoryBytes)}
 	p, err := StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: cfg.targetExe, Args: args, CPUs: cfg.serverCPUs, Netns: e.link.Netns()})

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
@@ -25,13 +26,30 @@ type FunctionInfo struct {
 // which verifies and compiles it. It returns the function's ID, the SHA-256
 // of the module; loading the same module again is harmless.
 func (c *Controller) LoadFunction(ctx context.Context, module []byte) (sandbox.ID, error) {
+	return c.LoadProgram(ctx, module, "")
+}
+
+// LoadProgram loads the program named program of module (an eBPF object
+// holding several; "" is LoadFunction) and returns its function ID,
+// sandbox.ProgramID(module, program). A target whose runtime for the
+// module takes no program names refuses it (Function Rejected).
+func (c *Controller) LoadProgram(ctx context.Context, module []byte, program string) (sandbox.ID, error) {
+	if len(program) > sandbox.MaxProgramName {
+		return sandbox.ID{}, fmt.Errorf("host: load function: program name of %d bytes (at most %d)", len(program), sandbox.MaxProgramName)
+	}
 	kind, err := sandbox.DetectKind(module)
 	if err != nil {
 		return sandbox.ID{}, err
 	}
-	cmd := nvme.Command{Opcode: nvme.AdminFunctionLoad, CDW10: uint32(kind), CDW11: uint32(len(module))}
-	id := sandbox.IDOf(module)
-	if _, err := c.Admin(ctx, &cmd, module, nil); err != nil {
+	// CDW12 bits 7:0: the name's length; the data is the module then
+	// the name.
+	cmd := nvme.Command{Opcode: nvme.AdminFunctionLoad, CDW10: uint32(kind), CDW11: uint32(len(module)), CDW12: uint32(len(program))}
+	data := module
+	if program != "" {
+		data = append(slices.Clip(module), program...)
+	}
+	id := sandbox.ProgramID(module, program)
+	if _, err := c.Admin(ctx, &cmd, data, nil); err != nil {
 		if reason := c.refusalReason(ctx, err, id); reason != "" {
 			return sandbox.ID{}, &RefusedError{Err: fmt.Errorf("host: load function: %w", err), Reason: reason}
 		}

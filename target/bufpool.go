@@ -24,6 +24,8 @@ type bufPool struct {
 	holders sync.Pool // of *[]byte, set to nil
 
 	inUse, peak atomic.Int64
+	// metrics, if set, is told of every change of inUse.
+	metrics *Metrics
 }
 
 const minBufShift = 12
@@ -62,9 +64,10 @@ func (p *bufPool) account(d int64) {
 	for {
 		pk := p.peak.Load()
 		if n <= pk || p.peak.CompareAndSwap(pk, n) {
-			return
+			break
 		}
 	}
+	p.metrics.buffers(n, p.peak.Load())
 }
 
 // put returns a buffer from get; nil is ignored.

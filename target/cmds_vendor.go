@@ -28,15 +28,17 @@ func checkNotDiscovery(s *session, _ *request) (int, nvme.Status) {
 	return 0, 0
 }
 
-// checkFunctionLoad: CDW11 is the module's size, which the SGL must match,
-// within the server's MaxFunctionSize. Its data then moves as any write's
-// does: asked for with an R2T, buffered as it arrives.
+// checkFunctionLoad: CDW11 is the module's size, within the server's
+// MaxFunctionSize, and CDW12 bits 7:0 the length N of the program name
+// that follows the module in the data (0: none; bits 31:8 reserved, 0);
+// the SGL must describe both. The data then moves as any write's does:
+// asked for with an R2T, buffered as it arrives.
 func checkFunctionLoad(s *session, r *request) (int, nvme.Status) {
-	n := int64(r.sqe.CDW11)
-	if s.discovery || n <= 0 || n > int64(s.srv.cfg.MaxFunctionSize) || n != int64(r.sqe.DPTR.Length) {
+	n, name := int64(r.sqe.CDW11), int64(r.sqe.CDW12&0xFF)
+	if s.discovery || n <= 0 || n > int64(s.srv.cfg.MaxFunctionSize) || r.sqe.CDW12>>8 != 0 || n+name != int64(r.sqe.DPTR.Length) {
 		return 0, nvme.StatusInvalidField | nvme.DNR
 	}
-	return int(n), 0
+	return int(n + name), 0
 }
 
 // checkFunctionUnload: the data is the function's ID.
@@ -77,11 +79,14 @@ func checkLambdaWrite(s *session, r *request) (int, nvme.Status) {
 	return n, 0
 }
 
-// functionLoad loads a module: CDW10 bits 7:0 declare its kind (0:
-// detect). DW0 is the number of functions the host has loaded. A load past
+// functionLoad loads a module, or the named program of one (an eBPF
+// object's; checkFunctionLoad): CDW10 bits 7:0 declare its kind (0:
+// detect). The function's ID is sandbox.ProgramID(module, program). DW0 is the number of functions the host has loaded. A load past
 // the host's function quota fails with Metadata Limit.
 func functionLoad(ctx context.Context, s *session, r *request) completion {
-	n, err := s.srv.funcs.load(ctx, s.ctrl.hostNQN, sandbox.Kind(uint8(r.sqe.CDW10)), r.data)
+	module, program := r.data[:r.sqe.CDW11], string(r.data[r.sqe.CDW11:])
+	id := sandbox.ProgramID(module, program)
+	n, err := s.srv.funcs.load(ctx, s.ctrl.hostNQN, sandbox.Kind(uint8(r.sqe.CDW10)), module, program)
 	if err != nil {
 		// Whatever the runtime objects to (a malformed module, one that
 		// fails verification, or needs more memory than the limit), the
@@ -93,10 +98,10 @@ func functionLoad(ctx context.Context, s *session, r *request) completion {
 			st = nvme.StatusMetadataLimit
 		}
 		s.log.Info("function load refused", "host", s.ctrl.hostNQN, "err", err)
-		s.ctrl.recordRefusal(sandbox.IDOf(r.data), st, refusalReason(err))
+		s.ctrl.recordRefusal(id, st, refusalReason(err))
 		return completion{status: st | nvme.DNR, refused: true}
 	}
-	s.log.Info("function loaded", "id", sandbox.IDOf(r.data).String(), "bytes", len(r.data))
+	s.log.Info("function loaded", "id", id.String(), "program", program, "bytes", len(module))
 	return completion{dw0: uint32(n)}
 }
 

@@ -39,6 +39,16 @@
 // context, which ends when the connection fails or closes or the server's
 // shutdown grace period ends, and stops a storage function mid-run.
 //
+// Access control and per-host limits are applied in the controller layer,
+// once (docs/SECURITY.md): Connect admits only a subsystem's allowed hosts
+// (SubsystemConfig.AllowedHosts, AllowAnyHost; a subsystem with neither
+// is served on loopback only) and joins an I/O queue only to its own
+// host's controller; every buffer a host's command holds comes from one
+// accounted pool, sized by the smallest of what the command asks, what
+// its SGL says and MDTS, and grown as data arrives; connections, idle
+// controllers, data that never comes, functions and their calls are
+// bounded per Config, and a host's state goes a lease after the host.
+//
 // The target checks everything a host sends before acting on it: a
 // malformed PDU ends the connection with a C2HTermReq naming the bad field;
 // a bad command (unknown opcode, LBA out of range, a transfer longer than

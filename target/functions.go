@@ -132,12 +132,6 @@ func (t *functionTable) disownLocked(host string, f *function) bool {
 	return len(f.owners) == 0
 }
 
-func (t *functionTable) get(id sandbox.ID) *function {
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.byID[id]
-}
-
 // acquire returns the function with id, or nil, holding a reference that
 // the caller gives back with release.
 func (t *functionTable) acquire(id sandbox.ID) *function {
@@ -165,7 +159,11 @@ func (t *functionTable) release(ctx context.Context, f *function) {
 // already, and makes host one of its owners, within host's quota. The
 // kind the host declares (0: detect) must be the module's, whether or not
 // it is loaded already. It returns how many functions host owns.
-func (t *functionTable) load(ctx context.Context, host string, kind sandbox.Kind, module []byte) (int, error) {
+//
+// A program name (non-empty program) picks one program of a module that
+// holds several; it needs a runtime that is a sandbox.ProgramLoader (eBPF),
+// and the function's ID is sandbox.ProgramID(module, program).
+func (t *functionTable) load(ctx context.Context, host string, kind sandbox.Kind, module []byte, program string) (int, error) {
 	detected, err := sandbox.DetectKind(module)
 	if err != nil {
 		return 0, err
@@ -174,7 +172,7 @@ func (t *functionTable) load(ctx context.Context, host string, kind sandbox.Kind
 		return 0, fmt.Errorf("%w: declared as %s, but the module is %s", sandbox.ErrBadModule, kind, detected)
 	}
 	kind = detected
-	id := sandbox.IDOf(module)
+	id := sandbox.ProgramID(module, program)
 	t.mu.Lock()
 	if f := t.byID[id]; f != nil {
 		defer t.mu.Unlock()
@@ -197,7 +195,14 @@ func (t *functionTable) load(ctx context.Context, host string, kind sandbox.Kind
 	if rt == nil {
 		return 0, fmt.Errorf("%w: no %s runtime on this target", sandbox.ErrBadModule, kind)
 	}
-	m, err := rt.Load(ctx, module, t.limits)
+	var m sandbox.Module
+	if program == "" {
+		m, err = rt.Load(ctx, module, t.limits)
+	} else if pl, ok := rt.(sandbox.ProgramLoader); ok {
+		m, err = pl.LoadProgram(ctx, module, program, t.limits)
+	} else {
+		err = fmt.Errorf("%w: the %s runtime takes no program name (asked for %q)", sandbox.ErrBadModule, kind, program)
+	}
 	if err != nil {
 		return 0, err
 	}

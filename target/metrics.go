@@ -24,6 +24,8 @@ type Metrics struct {
 	mapExtents *prometheus.GaugeVec
 	mapUpdates *prometheus.CounterVec
 	grants     *prometheus.GaugeVec
+
+	bufBytes, bufPeak prometheus.Gauge
 }
 
 // NewMetrics creates the target's metrics and registers them with reg.
@@ -79,8 +81,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Grants held, expired ones not yet released included, by subsystem and namespace.",
 		}, []string{"subsystem", "nsid"}),
 	}
+	m.bufBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nearstore_target_command_buffer_bytes",
+		Help: "Bytes of command buffers (in-capsule data, H2C data, results) hosts' commands hold now.",
+	})
+	m.bufPeak = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "nearstore_target_command_buffer_bytes_peak",
+		Help: "The most bytes of command buffers hosts' commands have held at once.",
+	})
 	reg.MustRegister(m.commands, m.bytes, m.latency, m.connections, m.accepted, m.errors,
-		m.stale, m.denied, m.maps, m.mapExtents, m.mapUpdates, m.grants)
+		m.stale, m.denied, m.maps, m.mapExtents, m.mapUpdates, m.grants, m.bufBytes, m.bufPeak)
 	return m
 }
 
@@ -110,6 +120,14 @@ func (m *Metrics) mapsChanged(ss string, nsid uint32, d mapDelta) {
 func (m *Metrics) grantsHeld(ss string, nsid uint32, n int) {
 	if m != nil {
 		m.grants.WithLabelValues(ss, nsLabel(nsid)).Set(float64(n))
+	}
+}
+
+// buffers reports the command buffers held now and at most.
+func (m *Metrics) buffers(now, peak int64) {
+	if m != nil {
+		m.bufBytes.Set(float64(now))
+		m.bufPeak.Set(float64(peak))
 	}
 }
 

@@ -363,6 +363,7 @@ func New(cfg Config) (*Server, error) {
 		metas:     make(map[*namespace]*nsMeta),
 		cmds:      newCommandSets(),
 	}
+	s.bufs.metrics = cfg.Metrics
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if len(cfg.Subsystems) == 0 {
 		return nil, errors.New("target: no subsystems configured")

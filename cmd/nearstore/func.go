@@ -34,8 +34,8 @@ func newFuncCmd(g *globals) *cobra.Command {
 
 func newFuncLoadCmd(g *globals) *cobra.Command {
 	var (
-		c    conn
-		kind string
+		c             conn
+		kind, program string
 	)
 	cmd := &cobra.Command{
 		Use:   "load FILE|NAME",
@@ -62,9 +62,9 @@ says. call, list and unload know the standard functions by name too.`,
 				return err
 			}
 			defer ctrl.Close()
-			id, err := ctrl.LoadFunction(cmd.Context(), module)
+			id, err := ctrl.LoadProgram(cmd.Context(), module, program)
 			if err != nil {
-				return explainRefusal(cmd.Context(), module, err)
+				return explainRefusal(cmd.Context(), module, program, err)
 			}
 			fmt.Fprintln(cmd.OutOrStdout(), id)
 			return nil
@@ -72,6 +72,7 @@ says. call, list and unload know the standard functions by name too.`,
 	}
 	c.flags(cmd)
 	cmd.Flags().StringVar(&kind, "kind", "wasm", "a standard function's runtime: wasm or ebpf")
+	cmd.Flags().StringVar(&program, "program", "", "the program of an eBPF object holding several to load (its ID then differs from the object's)")
 	return cmd
 }
 
@@ -82,7 +83,7 @@ says. call, list and unload know the standard functions by name too.`,
 // by the same runtime code the target runs, and that loader's error is the
 // reason; if it accepts the module, the target's limits or version differ,
 // and the message says so rather than guess.
-func explainRefusal(ctx context.Context, module []byte, err error) error {
+func explainRefusal(ctx context.Context, module []byte, program string, err error) error {
 	var re *host.RefusedError
 	if errors.As(err, &re) {
 		return err
@@ -105,7 +106,13 @@ func explainRefusal(ctx context.Context, module []byte, err error) error {
 		}
 	}
 	defer rt.Close(ctx)
-	m, lerr := rt.Load(ctx, module, sandbox.Limits{})
+	var m sandbox.Module
+	var lerr error
+	if pl, ok := rt.(sandbox.ProgramLoader); ok && program != "" {
+		m, lerr = pl.LoadProgram(ctx, module, program, sandbox.Limits{})
+	} else {
+		m, lerr = rt.Load(ctx, module, sandbox.Limits{})
+	}
 	if lerr == nil {
 		_ = m.Close(ctx)
 		return fmt.Errorf("%w\nthe %s runtime here accepts the module with default limits, so the target's limits or version differ; its log says why", err, kind)

@@ -324,13 +324,13 @@ func TestCLI(t *testing.T) {
 	}
 	// The same without --json: decoded (it is a standard function) on
 	// stdout, counters on stderr; with --hex, the bytes.
-	o, e, err := c.run("func", "call", ids["stats64"], "--mode", "lambda-read", "--offset", strconv.Itoa(numsOff),
+	o, _, err := c.run("func", "call", ids["stats64"], "--mode", "lambda-read", "--offset", strconv.Itoa(numsOff),
 		"--length", strconv.Itoa(len(nums)), "--out-cap", "32")
 	st, _ := functions.ParseStats(nativeOut(t, "stats64", nums, 32))
 	if want := fmt.Sprintf("count %d\nsum %d\nmin %d\nmax %d\n", st.Count, st.Sum, st.Min, st.Max); err != nil || o != want {
 		t.Errorf("lambda-read, decoded: %v\nstdout: %s\nwant: %s", err, o, want)
 	}
-	o, e, err = c.run("func", "call", ids["stats64"], "--mode", "lambda-read", "--offset", strconv.Itoa(numsOff),
+	o, e, err := c.run("func", "call", ids["stats64"], "--mode", "lambda-read", "--offset", strconv.Itoa(numsOff),
 		"--length", strconv.Itoa(len(nums)), "--out-cap", "32", "--hex")
 	if err != nil || strings.TrimSpace(o) != hex.EncodeToString(nativeOut(t, "stats64", nums, 32)) ||
 		!strings.Contains(e, fmt.Sprintf("bytes read %d, one command", len(nums))) {

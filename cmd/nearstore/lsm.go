@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"image/color"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -26,6 +27,10 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/spf13/cobra"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/kv/lsm"
@@ -505,13 +510,13 @@ func runLSMPhaseProgress(ctx context.Context, threads int, ops uint64, op func(i
 
 func newBenchLSMCmd(g *globals) *cobra.Command {
 	var (
-		dir, dist          string
-		records, ops       uint64
-		threads, valueSize int
-		memtable, cache    int64
-		asJSON, keep       bool
-		repeat             int
-		pebbleCompression  string
+		dir, dist, plotFile string
+		records, ops        uint64
+		threads, valueSize  int
+		memtable, cache     int64
+		asJSON, keep        bool
+		repeat              int
+		pebbleCompression   string
 	)
 	cmd := &cobra.Command{
 		Use:   "lsm",
@@ -529,8 +534,9 @@ runs uses fresh stores, the engines alternating which goes first; the
 report gives each figure's median. Bars: kv/lsm at
 least 0.7x Pebble's throughput on Load, A and C, and at most 1.2x its
 write amplification on Load.`,
-		Example: `  nearstore bench lsm --records 200000 --ops 200000 --json`,
-		Args:    cobra.NoArgs,
+		Example: `  nearstore bench lsm --records 200000 --ops 200000 --json
+  nearstore bench lsm --records 200000 --ops 200000 --plot lsm.png`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			log := benchLogger(cmd, g)
@@ -676,13 +682,9 @@ write amplification on Load.`,
 			}
 			wa := byKey["kv/lsm/load"].WriteAmp / byKey["pebble/load"].WriteAmp
 			rep.Bars = append(rep.Bars, lsmBar{What: "write amp vs pebble, load", Want: 1.2, Got: wa, Met: wa <= 1.2})
-			if asJSON {
-				e := json.NewEncoder(cmd.OutOrStdout())
-				e.SetIndent("", "  ")
-				return e.Encode(rep)
-			}
-			printLSMReport(cmd.OutOrStdout(), rep)
-			return nil
+			return benchOutput(cmd, asJSON, plotFile, rep,
+				func() error { printLSMReport(cmd.OutOrStdout(), rep); return nil },
+				func() error { return saveLSMPlot(plotFile, rep) })
 		},
 	}
 	f := cmd.Flags()
@@ -696,6 +698,7 @@ write amplification on Load.`,
 	f.Int64Var(&cache, "cache", 64<<20, "block cache bytes, both engines")
 	f.StringVar(&dist, "distribution", "zipfian", "key choice for A and C: zipfian or uniform")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&plotFile, "plot", "", "write throughput per workload and load write amplification, both engines, to this file (.png, .svg or .pdf)")
 	f.StringVar(&pebbleCompression, "pebble-compression", "none",
 		"Pebble's block compression: none (as kv/lsm's tables) or snappy (Pebble's default)")
 	f.IntVar(&repeat, "repeat", 3, "runs; engines alternate going first, and the report gives medians")
@@ -721,6 +724,161 @@ func phaseOf(engine, wl string, ops uint64, h *bench.Histogram, el time.Duration
 		P99us:     float64(h.Quantile(0.99)) / 1e3,
 		WriteAmp:  wamp,
 	}
+}
+
+// lsmPlots are "bench lsm"'s charts: the medians' throughput per
+// workload, the engines side by side with kv/lsm's ratio to Pebble above
+// each group, and each engine's write amplification on Load.
+func lsmPlots(rep lsmReport) ([]*plot.Plot, error) {
+	var engines, workloads []string
+	byKey := map[string]lsmPhase{}
+	for _, p := range rep.Phases {
+		if !slices.Contains(engines, p.Engine) {
+			engines = append(engines, p.Engine)
+		}
+		if !slices.Contains(workloads, p.Workload) {
+			workloads = append(workloads, p.Workload)
+		}
+		byKey[p.Engine+"/"+p.Workload] = p
+	}
+	if len(engines) == 0 {
+		return nil, errors.New("plot: no results")
+	}
+	colors := [...]color.RGBA{
+		{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, // blue
+		{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, // orange
+	}
+	sub := fmt.Sprintf("%d records of %d B, %d ops, %d threads, %s; medians of %d runs",
+		rep.Records, rep.ValueSize, rep.Ops, rep.Threads, rep.Dist, len(rep.Runs))
+	width := vg.Points(20)
+
+	tp := plot.New()
+	tp.Title.Text = "YCSB throughput\n" + sub
+	if len(engines) == 2 {
+		tp.Title.Text += fmt.Sprintf("\nlabels: %s ÷ %s", engines[0], engines[1])
+	}
+	tp.Y.Label.Text = "ops/s"
+	tp.Y.Min = 0
+	tp.Legend.Top, tp.Legend.Left = true, true
+	tp.Add(plotter.NewGrid())
+	var top float64
+	for i, e := range engines {
+		vs := make(plotter.Values, len(workloads))
+		for j, w := range workloads {
+			vs[j] = byKey[e+"/"+w].OpsPerSec
+			top = max(top, vs[j])
+		}
+		b, err := plotter.NewBarChart(vs, width)
+		if err != nil {
+			return nil, fmt.Errorf("plot throughput: %w", err)
+		}
+		b.Color = colors[i%len(colors)]
+		b.LineStyle.Width = 0
+		b.Offset = width * vg.Length(float64(i)-float64(len(engines)-1)/2)
+		tp.Add(b)
+		tp.Legend.Add(e, b)
+	}
+	if len(engines) == 2 {
+		xy := plotter.XYLabels{}
+		for j, w := range workloads {
+			a, b := byKey[engines[0]+"/"+w].OpsPerSec, byKey[engines[1]+"/"+w].OpsPerSec
+			if b <= 0 {
+				continue
+			}
+			xy.XYs = append(xy.XYs, plotter.XY{X: float64(j), Y: max(a, b) + top*0.02})
+			xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f×", a/b))
+		}
+		if len(xy.XYs) > 0 {
+			l, err := plotter.NewLabels(xy)
+			if err != nil {
+				return nil, fmt.Errorf("plot throughput: %w", err)
+			}
+			for i := range l.TextStyle {
+				l.TextStyle[i].XAlign = draw.XCenter
+			}
+			tp.Add(l)
+		}
+	}
+	names := make([]string, len(workloads))
+	for j, w := range workloads {
+		names[j] = w
+		if w != "load" {
+			names[j] = "YCSB " + w
+		}
+	}
+	tp.NominalX(names...)
+	tp.X.Min, tp.X.Max = -0.6, float64(len(workloads))-0.4
+	tp.Y.Max = max(top, 1) * 1.2
+
+	wp := plot.New()
+	wp.Title.Text = "Write amplification on Load\n(bytes written ÷ bytes loaded)"
+	wp.Y.Label.Text = "write amplification"
+	wp.Y.Min = 0
+	wp.Add(plotter.NewGrid())
+	xy := plotter.XYLabels{}
+	var wtop float64
+	for i, e := range engines {
+		wa := byKey[e+"/load"].WriteAmp
+		wtop = max(wtop, wa)
+		vs := make(plotter.Values, len(engines))
+		vs[i] = wa
+		b, err := plotter.NewBarChart(vs, vg.Points(36))
+		if err != nil {
+			return nil, fmt.Errorf("plot write amplification: %w", err)
+		}
+		b.Color = colors[i%len(colors)]
+		b.LineStyle.Width = 0
+		wp.Add(b)
+		xy.XYs = append(xy.XYs, plotter.XY{X: float64(i), Y: wa})
+		xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f", wa))
+	}
+	l, err := plotter.NewLabels(xy)
+	if err != nil {
+		return nil, fmt.Errorf("plot write amplification: %w", err)
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].XAlign = draw.XCenter
+	}
+	l.Offset = vg.Point{Y: vg.Points(4)}
+	wp.Add(l)
+	wp.NominalX(engines...)
+	wp.X.Min, wp.X.Max = -0.6, float64(len(engines))-0.4
+	wp.Y.Max = max(wtop, 1) * 1.25
+	return []*plot.Plot{tp, wp}, nil
+}
+
+// saveLSMPlot renders lsmPlots side by side, 11 by 5 inches, to path in
+// the format its extension names (png, svg or pdf). A failed render
+// leaves no file behind.
+func saveLSMPlot(file string, rep lsmReport) error {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(file), "."))
+	plots, err := lsmPlots(rep)
+	if err != nil {
+		return err
+	}
+	c, err := draw.NewFormattedCanvas(11*vg.Inch, 5*vg.Inch, format)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", file, err)
+	}
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 8, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
+		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
+	cs := plot.Align([][]*plot.Plot{plots}, tiles, draw.New(c))
+	for i, p := range plots {
+		p.Draw(cs[0][i])
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		os.Remove(file)
+		return fmt.Errorf("plot %s: %w", file, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("plot %s: %w", file, err)
+	}
+	return nil
 }
 
 func printLSMReport(w io.Writer, rep lsmReport) {

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -135,12 +138,22 @@ func TestLSMCommandsOffloadfs(t *testing.T) {
 }
 
 // TestBenchLSMCommand runs "bench lsm" at a tiny size: both engines run,
-// every read finds its key, and the report has the four bars.
+// every read finds its key, the report has the four bars, and --plot
+// writes a PNG.
 func TestBenchLSMCommand(t *testing.T) {
+	plotFile := filepath.Join(t.TempDir(), "lsm.png")
 	out, err := runNearstore(t, "bench", "lsm", "--records", "3000", "--ops", "3000", "--repeat", "2",
-		"--memtable", "1048576", "--dir", t.TempDir(), "--json")
+		"--memtable", "1048576", "--dir", t.TempDir(), "--json", "--plot", plotFile)
 	if err != nil {
 		t.Fatal(err)
+	}
+	f, err := os.Open(plotFile)
+	if err != nil {
+		t.Fatalf("--plot wrote no file: %v", err)
+	}
+	defer f.Close()
+	if cfg, err := png.DecodeConfig(f); err != nil || cfg.Width < 500 {
+		t.Fatalf("--plot %s: %v, %+v", plotFile, err, cfg)
 	}
 	var rep lsmReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
@@ -153,5 +166,33 @@ func TestBenchLSMCommand(t *testing.T) {
 		if p.OpsPerSec <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) {
 			t.Fatalf("phase %+v", p)
 		}
+	}
+}
+
+// TestSaveLSMPlotFormats: svg and pdf are written too, and a name with no
+// known format is refused, leaving no file.
+func TestSaveLSMPlotFormats(t *testing.T) {
+	rep := lsmReport{Records: 10, Ops: 10, Threads: 1, ValueSize: 8, Dist: "uniform", Runs: make([][]lsmPhase, 1)}
+	for _, e := range []string{"kv/lsm", "pebble"} {
+		rep.Phases = append(rep.Phases,
+			lsmPhase{Engine: e, Workload: "load", OpsPerSec: 1000, WriteAmp: 2.5},
+			lsmPhase{Engine: e, Workload: "A", OpsPerSec: 2000},
+			lsmPhase{Engine: e, Workload: "C", OpsPerSec: 3000})
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"p.svg", "p.pdf"} {
+		if err := saveLSMPlot(filepath.Join(dir, name), rep); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	bad := filepath.Join(dir, "p.txt")
+	if err := saveLSMPlot(bad, rep); err == nil {
+		t.Fatal("p.txt: no error")
+	}
+	if _, err := os.Stat(bad); err == nil {
+		t.Fatal("p.txt: a file was left")
 	}
 }

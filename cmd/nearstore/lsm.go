@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -925,11 +926,37 @@ type overlayData struct {
 
 // overlayFile is one open handle, with its own cursor.
 type overlayFile struct {
-	d   *overlayData
-	pos int64
+	d        *overlayData
+	pos      int64
+	readOnly bool
 }
 
 func (o *overlayFS) clean(name string) string { return path.Clean(name) }
+
+// isDir says whether name is a directory here; o.mu is held.
+func (o *overlayFS) isDir(name string) bool {
+	switch {
+	case name == "." || name == "/":
+		return true
+	case o.gone[name]:
+		return false
+	case o.dirs[name]:
+		return true
+	}
+	if _, ok := o.files[name]; ok {
+		return false
+	}
+	st, err := o.base.Stat(name)
+	return err == nil && st.IsDir()
+}
+
+// parentOK fails unless name's directory exists; o.mu is held.
+func (o *overlayFS) parentOK(op, name string) error {
+	if !o.isDir(path.Dir(name)) {
+		return &fs.PathError{Op: op, Path: name, Err: fs.ErrNotExist}
+	}
+	return nil
+}
 
 // copyUp brings base's name into memory; o.mu is held.
 func (o *overlayFS) copyUp(name string) (*overlayData, error) {
@@ -957,8 +984,12 @@ func (o *overlayFS) Create(name string) (vfs.File, error) {
 	name = o.clean(name)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if err := o.parentOK("create", name); err != nil {
+		return nil, err
+	}
 	d := &overlayData{name: name}
 	o.files[name] = d
+	delete(o.gone, name)
 	return &overlayFile{d: d}, nil
 }
 
@@ -970,7 +1001,7 @@ func (o *overlayFS) Open(name string) (vfs.File, error) {
 	o.mu.Unlock()
 	switch {
 	case ok:
-		return &overlayFile{d: d}, nil
+		return &overlayFile{d: d, readOnly: true}, nil
 	case gone:
 		return nil, &fs.PathError{Op: "open", Path: name, Err: fs.ErrNotExist}
 	}
@@ -983,8 +1014,11 @@ func (o *overlayFS) OpenReadWrite(name string) (vfs.File, error) {
 	defer o.mu.Unlock()
 	d, err := o.copyUp(name)
 	if errors.Is(err, fs.ErrNotExist) {
-		d, err = &overlayData{name: name}, nil
-		o.files[name] = d
+		if err = o.parentOK("open", name); err == nil {
+			d = &overlayData{name: name}
+			o.files[name] = d
+			delete(o.gone, name)
+		}
 	}
 	if err != nil {
 		return nil, err
@@ -1004,6 +1038,18 @@ func (o *overlayFS) Remove(name string) error {
 	if o.gone[name] {
 		return &fs.PathError{Op: "remove", Path: name, Err: fs.ErrNotExist}
 	}
+	if o.isDir(name) {
+		names, err := o.listLocked(name)
+		if err != nil {
+			return err
+		}
+		if len(names) > 0 {
+			return &fs.PathError{Op: "remove", Path: name, Err: syscall.ENOTEMPTY}
+		}
+		delete(o.dirs, name)
+		o.gone[name] = true
+		return nil
+	}
 	if _, err := o.base.Stat(name); err != nil {
 		return err
 	}
@@ -1017,6 +1063,9 @@ func (o *overlayFS) Rename(oldname, newname string) error {
 	defer o.mu.Unlock()
 	d, err := o.copyUp(oldname)
 	if err != nil {
+		return err
+	}
+	if err := o.parentOK("rename", newname); err != nil {
 		return err
 	}
 	delete(o.files, oldname)
@@ -1034,15 +1083,31 @@ func (o *overlayFS) MkdirAll(dir string) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.dirs[dir] = true
+	for d := dir; d != "." && d != "/"; d = path.Dir(d) {
+		if o.isDir(d) {
+			break
+		}
+		if _, ok := o.files[d]; ok {
+			return &fs.PathError{Op: "mkdir", Path: d, Err: syscall.ENOTDIR}
+		}
+		o.dirs[d] = true
+		delete(o.gone, d)
+	}
 	return nil
 }
 
 func (o *overlayFS) List(dir string) ([]string, error) {
-	dir = o.clean(dir)
-	names, err := o.base.List(dir)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.listLocked(o.clean(dir))
+}
+
+// listLocked is List with o.mu held.
+func (o *overlayFS) listLocked(dir string) ([]string, error) {
+	names, err := o.base.List(dir)
+	if o.gone[dir] {
+		return nil, &fs.PathError{Op: "list", Path: dir, Err: fs.ErrNotExist}
+	}
 	if err != nil && !(errors.Is(err, fs.ErrNotExist) && o.dirs[dir]) {
 		return nil, err
 	}
@@ -1053,6 +1118,11 @@ func (o *overlayFS) List(dir string) ([]string, error) {
 		}
 	}
 	for p := range o.files {
+		if path.Dir(p) == dir {
+			out = append(out, path.Base(p))
+		}
+	}
+	for p := range o.dirs {
 		if path.Dir(p) == dir {
 			out = append(out, path.Base(p))
 		}
@@ -1118,7 +1188,13 @@ func (f *overlayFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
+// errReadOnlyHandle is a write through a handle Open returned.
+var errReadOnlyHandle = errors.New("file opened read-only")
+
 func (f *overlayFile) WriteAt(p []byte, off int64) (int, error) {
+	if f.readOnly {
+		return 0, &fs.PathError{Op: "write", Path: f.d.name, Err: errReadOnlyHandle}
+	}
 	f.d.mu.Lock()
 	defer f.d.mu.Unlock()
 	if end := off + int64(len(p)); end > int64(len(f.d.b)) {
@@ -1143,6 +1219,9 @@ func (f *overlayFile) Write(p []byte) (int, error) {
 }
 
 func (f *overlayFile) Truncate(size int64) error {
+	if f.readOnly {
+		return &fs.PathError{Op: "truncate", Path: f.d.name, Err: errReadOnlyHandle}
+	}
 	f.d.mu.Lock()
 	defer f.d.mu.Unlock()
 	if size <= int64(len(f.d.b)) {

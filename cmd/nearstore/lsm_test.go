@@ -3,13 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"image/png"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/nearstore/nearstore/internal/testtarget"
+	"github.com/nearstore/nearstore/vfs"
+	"github.com/nearstore/nearstore/vfs/vfstest"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -194,5 +199,48 @@ func TestSaveLSMPlotFormats(t *testing.T) {
 	}
 	if _, err := os.Stat(bad); err == nil {
 		t.Fatal("p.txt: a file was left")
+	}
+}
+
+// TestOverlayFS: the overlay under read-only lsm commands behaves as a
+// vfs.FS should, and whatever is written, removed or renamed through it
+// leaves the file system below as it was.
+func TestOverlayFS(t *testing.T) {
+	vfstest.Run(t, func(t *testing.T) vfs.FS { return newOverlayFS(vfs.OS(t.TempDir())) })
+
+	base := t.TempDir()
+	if err := os.WriteFile(filepath.Join(base, "a"), []byte("base a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := newOverlayFS(vfs.OS(base))
+	f, err := o.Create("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte("new b"))
+	f.Close()
+	if err := o.Rename("a", "c"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Remove("b"); err != nil {
+		t.Fatal(err)
+	}
+	if names, err := o.List("."); err != nil || !slices.Equal(names, []string{"c"}) {
+		t.Fatalf("overlay lists %v, %v; want [c]", names, err)
+	}
+	g, err := o.Open("c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 6)
+	if n, _ := g.ReadAt(b, 0); string(b[:n]) != "base a" {
+		t.Fatalf("c reads %q", b[:n])
+	}
+	if _, err := o.Open("a"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("open a after rename: %v", err)
+	}
+	ents, err := os.ReadDir(base)
+	if err != nil || len(ents) != 1 || ents[0].Name() != "a" {
+		t.Fatalf("base changed: %v, %v", ents, err)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/nearstore/nearstore/bench"
+	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/vfs"
 )
@@ -69,6 +70,8 @@ get, scan and stats print text, or JSON with --json.`,
 	pf.StringVarP(&c.nqn, "nqn", "n", envOr("NEARSTORE_NQN", defaultNQN), "subsystem NQN, with --fs-dir (default $NEARSTORE_NQN)")
 	pf.Uint32Var(&c.nsid, "nsid", 1, "namespace ID, with --fs-dir")
 	pf.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C), with --fs-dir")
+	pf.StringVar(&c.hostNQN, "hostnqn", "", "this host's NQN, with --fs-dir (default: "+host.HostNQNFile+", else derived from /etc/machine-id)")
+	pf.StringVar(&c.hostID, "hostid", "", "this host's ID, a UUID, with --fs-dir (default: "+host.HostIDFile+", else derived with the NQN)")
 	// open opens the store; done closes it and, on offloadfs, unmounts.
 	open := func(cmd *cobra.Command, rw bool) (d *lsm.DB, done func() error, err error) {
 		opts := lsm.Options{Logger: g.logger()}
@@ -534,7 +537,8 @@ bytes this process passed to write calls while loading and settling
 runs uses fresh stores, the engines alternating which goes first; the
 report gives each figure's median. Bars: kv/lsm at
 least 0.7x Pebble's throughput on Load, A and C, and at most 1.2x its
-write amplification on Load.`,
+write amplification on Load. --plot FILE draws the medians: throughput
+per workload for both engines, and write amplification on Load.`,
 		Example: `  nearstore bench lsm --records 200000 --ops 200000 --json
   nearstore bench lsm --records 200000 --ops 200000 --plot lsm.png`,
 		Args: cobra.NoArgs,

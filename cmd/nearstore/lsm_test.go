@@ -140,6 +140,24 @@ func TestLSMCommandsOffloadfs(t *testing.T) {
 	if _, err := runNearstore(t, "lsm", "scan", "--fs-dir", "/db", "--dir", t.TempDir()); err == nil {
 		t.Fatal("--dir with --fs-dir succeeded")
 	}
+
+	// While this host holds the file system read-write, reads still run
+	// and writes are refused.
+	c := &conn{addr: srv.Addr(), nqn: nqn, nsid: 1}
+	s, err := fsMount(t.Context(), &globals{}, c, fsMountOpts{rw: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	if out, err := runNearstore(t, "lsm", "get", "a", "--fs-dir", "/db"); err != nil || out != "1\n" {
+		t.Fatalf("get beside a read-write mount = %q, %v", out, err)
+	}
+	// Refused by this machine's lock, or (with no stable host identity,
+	// each run a host of its own) by the target's reservation.
+	if _, err := runNearstore(t, "lsm", "put", "f", "6", "--fs-dir", "/db"); err == nil ||
+		!strings.Contains(err.Error(), "mounted read-write") && !strings.Contains(err.Error(), "owns the file system") {
+		t.Fatalf("put beside a read-write mount: %v; want it refused", err)
+	}
 }
 
 // TestBenchLSMCommand runs "bench lsm" at a tiny size: both engines run,

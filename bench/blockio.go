@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/nearstore/nearstore/host"
 )
 
@@ -85,14 +86,14 @@ func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (Blo
 		return BlockIOResult{}, err
 	}
 	var cnt blockIOCounts
-	hists := make([]*Histogram, cfg.Queues)
+	hists := make([]*hist.Histogram, cfg.Queues)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	deadline := time.Now().Add(cfg.Duration)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Queues; i++ {
-		hists[i] = NewHistogram()
+		hists[i] = hist.New()
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
@@ -121,7 +122,7 @@ func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (Blo
 	if ctx.Err() != nil {
 		elapsed = time.Since(start)
 	}
-	h := NewHistogram()
+	h := hist.New()
 	for _, q := range hists {
 		h.Merge(q)
 	}
@@ -167,7 +168,7 @@ func (c *blockIOCounts) fail(err error) {
 // that is ready, queues a replacement for each in a Batch, and submits them
 // all with one write to the connection.
 func runQueue(ctx context.Context, q *host.Namespace, cfg BlockIOConfig, idx int, deadline time.Time,
-	h *Histogram, cnt *blockIOCounts) {
+	h *hist.Histogram, cnt *blockIOCounts) {
 	bs := int64(cfg.BlockSize)
 	lbaShift := int64(q.BlockSize())
 	slots := cfg.Region / bs

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
@@ -892,12 +893,12 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 	var ops atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
-	hists := make([]*Histogram, threads)
+	hists := make([]*hist.Histogram, threads)
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
 	for t := range threads {
-		h := NewHistogram()
+		h := hist.New()
 		hists[t] = h
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(cfg.Seed+seed, uint64(t)))
@@ -955,7 +956,7 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 	if err != nil {
 		return BTreeRun{}, err
 	}
-	h := NewHistogram()
+	h := hist.New()
 	for _, x := range hists {
 		h.Merge(x)
 	}

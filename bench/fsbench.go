@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/hist"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -499,14 +500,14 @@ func runFSPair(ctx context.Context, file, raw ioTarget, c FSCase, cfg *FSConfig,
 type sliceAcc struct {
 	ops  int64
 	secs float64
-	hist *Histogram
+	hist *hist.Histogram
 }
 
 func (a *sliceAcc) add(s sliceAcc) {
 	a.ops += s.ops
 	a.secs += s.secs
 	if a.hist == nil {
-		a.hist = NewHistogram()
+		a.hist = hist.New()
 	}
 	a.hist.Merge(s.hist)
 }
@@ -535,12 +536,12 @@ func runFSSlice(ctx context.Context, t ioTarget, c FSCase, region int64, d time.
 	var ops atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
-	hists := make([]*Histogram, c.Threads)
+	hists := make([]*hist.Histogram, c.Threads)
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
 	for i := range c.Threads {
-		hists[i] = NewHistogram()
+		hists[i] = hist.New()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -584,7 +585,7 @@ func runFSSlice(ctx context.Context, t ioTarget, c FSCase, region int64, d time.
 	if err := ctx.Err(); err != nil {
 		return sliceAcc{}, err
 	}
-	h := NewHistogram()
+	h := hist.New()
 	for _, x := range hists {
 		h.Merge(x)
 	}

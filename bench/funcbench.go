@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/prometheus/client_golang/prometheus"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -985,7 +986,7 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 			if err != nil {
 				return rep, err
 			}
-			h := NewHistogram()
+			h := hist.New()
 			var reads uint64
 			start := time.Now()
 			for n := 0; ; n++ {

@@ -1,4 +1,4 @@
-package bench
+package hist
 
 import (
 	"math/rand/v2"
@@ -8,7 +8,7 @@ import (
 )
 
 func TestHistogramQuantiles(t *testing.T) {
-	h := NewHistogram()
+	h := New()
 	r := rand.New(rand.NewPCG(1, 2))
 	vals := make([]time.Duration, 100000)
 	for i := range vals {
@@ -42,7 +42,7 @@ func TestHistogramBuckets(t *testing.T) {
 			t.Fatalf("bucket %d of %d has lower bound %d", i, v, lb)
 		}
 	}
-	a, b := NewHistogram(), NewHistogram()
+	a, b := New(), New()
 	a.Record(time.Microsecond)
 	b.Record(time.Millisecond)
 	a.Merge(b)

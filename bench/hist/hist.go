@@ -1,6 +1,6 @@
-// Package bench generates workloads, runs them against nearstore and the
-// systems it is compared with, and reports what it measured.
-package bench
+// Package hist holds Histogram, a fixed-memory, allocation-free latency
+// histogram that every benchmark records its operations in.
+package hist
 
 import (
 	"math/bits"
@@ -26,8 +26,8 @@ const (
 	histBits   = 9 // log2(histSub)
 )
 
-// NewHistogram returns an empty histogram.
-func NewHistogram() *Histogram {
+// New returns an empty histogram.
+func New() *Histogram {
 	return &Histogram{counts: make([]uint64, histLinear+55*histSub)}
 }
 

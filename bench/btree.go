@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
@@ -527,11 +528,11 @@ func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *BTreeConfig) (strin
 // startTargetProcess runs `nearstore target serve` with metrics on a
 // second port.
 func (e *btreeEnv) startTargetProcess(ctx context.Context, cfg *BTreeConfig) (string, error) {
-	port, err := FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return "", err
 	}
-	mport, err := FreePort()
+	mport, err := proc.FreePort()
 	if err != nil {
 		return "", err
 	}
@@ -541,15 +542,15 @@ func (e *btreeEnv) startTargetProcess(ctx context.Context, cfg *BTreeConfig) (st
 	// its link has: it admits any host rather than name them.
 	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", btreeNQN,
 		"--volume", e.spec, "--metrics", maddr}
-	p, err := StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
+	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
 	if err != nil {
 		return "", err
 	}
 	e.closers = append(e.closers, p.Stop)
-	if err := WaitListening(ctx, addr, p, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
 		return "", err
 	}
-	if err := WaitListening(ctx, maddr, p, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, maddr, p, 10*time.Second); err != nil {
 		return "", err
 	}
 	e.probe = &processProbe{pid: p.Pid(), url: "http://" + maddr + "/metrics", nsid: "1"}

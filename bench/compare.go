@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -53,7 +54,7 @@ type Nearstore struct {
 	// discarded).
 	Logger *slog.Logger
 
-	proc *Process
+	proc *proc.Process
 	addr string
 }
 
@@ -86,7 +87,7 @@ func (n *Nearstore) Start(ctx context.Context) error {
 	if n.Exe == "" {
 		return errors.New("bench: nearstore: no executable to run the target")
 	}
-	port, err := FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return err
 	}
@@ -95,11 +96,11 @@ func (n *Nearstore) Start(ctx context.Context) error {
 	// its link has: it admits any host rather than name them.
 	args := []string{"target", "serve", "--log-level", "warn", "--listen", n.addr, "--nqn", nearstoreNQN,
 		"--volume", "mem:" + strconv.FormatInt(n.Size, 10), "--allow-any-host"}
-	n.proc, err = StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: n.Exe, Args: args, CPUs: n.ServerCPUs})
+	n.proc, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: n.Exe, Args: args, CPUs: n.ServerCPUs})
 	if err != nil {
 		return err
 	}
-	if err := WaitListening(ctx, n.addr, n.proc, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, n.addr, n.proc, 10*time.Second); err != nil {
 		return err
 	}
 	return n.fill(ctx)

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/proc"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -434,7 +435,7 @@ func (e *fsEnv) startTargetHere(cfg *FSConfig, size int64) (string, error) {
 // startTargetProcess runs `nearstore target serve` with two memory
 // volumes.
 func (e *fsEnv) startTargetProcess(ctx context.Context, cfg *FSConfig, size int64) (string, error) {
-	port, err := FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return "", err
 	}
@@ -443,12 +444,12 @@ func (e *fsEnv) startTargetProcess(ctx context.Context, cfg *FSConfig, size int6
 	// The benchmark's own target, for its own hosts, on whatever address
 	// its link has: it admits any host rather than name them.
 	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", fsNQN, "--volume", vol, "--volume", vol}
-	p, err := StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
+	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
 	if err != nil {
 		return "", err
 	}
 	e.closers = append(e.closers, p.Stop)
-	if err := WaitListening(ctx, addr, p, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
 		return "", err
 	}
 	return addr, nil

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/lambda"
@@ -58,7 +59,7 @@ type lambdaEnv struct {
 	fsys   *offloadfs.FS
 	disp   *lambda.Dispatcher
 	cache  *lambda.Cache
-	target *Process // the target's process (nil: it runs in this one)
+	target *proc.Process // the target's process (nil: it runs in this one)
 	limits sandbox.Limits
 	// maxOut is the most output one λ read can return: its result and
 	// output travel in one NVMe transfer, which the controller limits.
@@ -221,7 +222,7 @@ func (e *lambdaEnv) startTargetHere(ctx context.Context, cfg lambdaEnvConfig) (s
 // in the link's namespace when it has one, with the same function
 // limits as the host's.
 func (e *lambdaEnv) startTargetProcess(ctx context.Context, cfg lambdaEnvConfig) (string, error) {
-	port, err := FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return "", err
 	}
@@ -231,13 +232,13 @@ func (e *lambdaEnv) startTargetProcess(ctx context.Context, cfg lambdaEnvConfig)
 	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", lambdaNQN,
 		"--volume", "mem:" + strconv.FormatInt(cfg.volumeSize, 10),
 		"--func-time", e.limits.Time.String(), "--func-memory", strconv.Itoa(e.limits.MemoryBytes)}
-	p, err := StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: cfg.targetExe, Args: args, CPUs: cfg.serverCPUs, Netns: e.link.Netns()})
+	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.targetExe, Args: args, CPUs: cfg.serverCPUs, Netns: e.link.Netns()})
 	if err != nil {
 		return "", err
 	}
 	e.target = p
 	e.closers = append(e.closers, p.Stop)
-	if err := WaitListening(ctx, addr, p, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
 		return "", err
 	}
 	return addr, nil

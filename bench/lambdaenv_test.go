@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nearstore/nearstore/bench/proc"
 )
 
 // TestTargetFailure: a failed run whose target process ended says how it
@@ -27,7 +29,7 @@ func TestTargetFailure(t *testing.T) {
 		{"no failure", "exit 1", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := StartProcess(ctx, ProcessSpec{Name: "target", Path: "/bin/sh", Args: []string{"-c", tc.script}})
+			p, err := proc.Start(ctx, proc.Spec{Name: "target", Path: "/bin/sh", Args: []string{"-c", tc.script}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +61,7 @@ func TestTargetFailure(t *testing.T) {
 }
 
 // waitLogged waits until p has written to its standard error.
-func waitLogged(t *testing.T, p *Process) {
+func waitLogged(t *testing.T, p *proc.Process) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for p.StderrTail() == "" {

@@ -8,9 +8,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -416,21 +413,3 @@ func receiveAll(c net.Conn) (n int64, first, last time.Time, err error) {
 		}
 	}
 }
-
-// lookSbin finds an administration tool on $PATH or in the sbin
-// directories, which a non-login root shell may not have on $PATH.
-func lookSbin(name string) (string, error) {
-	if p, err := exec.LookPath(name); err == nil {
-		return p, nil
-	}
-	for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
-		p := filepath.Join(dir, name)
-		if st, err := os.Stat(p); err == nil && !st.IsDir() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%s: not found (iproute2 is not installed)", name)
-}
-
-// lookIP finds ip(8), which ProcessSpec.Netns runs programs with.
-func lookIP() (string, error) { return lookSbin("ip") }

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -83,10 +84,10 @@ type linkSys struct {
 // both ends. On failure it removes what it made and says what failed.
 func (l *Link) setup(ctx context.Context) error {
 	var err error
-	if l.sys.ipPath, err = lookSbin("ip"); err != nil {
+	if l.sys.ipPath, err = proc.LookSbin("ip"); err != nil {
 		return err
 	}
-	if l.sys.tcPath, err = lookSbin("tc"); err != nil {
+	if l.sys.tcPath, err = proc.LookSbin("tc"); err != nil {
 		return err
 	}
 	l.cleanStale(ctx)

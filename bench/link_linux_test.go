@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/nearstore/nearstore/bench/proc"
 )
 
 // fallbackChildEnv marks the test binary's run as the unprivileged child
@@ -110,7 +112,7 @@ func TestLinkCleansStale(t *testing.T) {
 	}
 	netns := netnsPrefix + strconv.Itoa(dead.Process.Pid) + "-beef"
 	dev := hostDevName(netns)
-	ip, err := lookSbin("ip")
+	ip, err := proc.LookSbin("ip")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nearstore/nearstore/bench/proc"
 )
 
 func TestParseRate(t *testing.T) {
@@ -213,7 +215,7 @@ func qdiscShow(t *testing.T, netns, dev string) (string, int64) {
 	if netns != "" {
 		args = append([]string{"-n", netns}, args...)
 	}
-	tc, err := lookSbin("tc")
+	tc, err := proc.LookSbin("tc")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +233,7 @@ func qdiscShow(t *testing.T, netns, dev string) (string, int64) {
 
 func linkExists(t *testing.T, netns, dev string) (nsThere, devThere bool) {
 	t.Helper()
-	ip, err := lookSbin("ip")
+	ip, err := proc.LookSbin("ip")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,12 +321,12 @@ func TestLinkShaped(t *testing.T) {
 // only the namespace's interfaces, and Pid is the program's own.
 func TestLinkProcessInNetns(t *testing.T) {
 	l := openShaped(t, "1gbit")
-	ip, err := lookSbin("ip")
+	ip, err := proc.LookSbin("ip")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	p, err := StartProcess(t.Context(), ProcessSpec{Path: ip, Args: []string{"-o", "link"}, Netns: l.Netns(), Stdout: &out})
+	p, err := proc.Start(t.Context(), proc.Spec{Path: ip, Args: []string{"-o", "link"}, Netns: l.Netns(), Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -346,7 +348,7 @@ func TestLinkProcessInNetns(t *testing.T) {
 
 	for _, cpus := range []string{"", "0"} {
 		var pidOut bytes.Buffer
-		p, err := StartProcess(t.Context(), ProcessSpec{Name: "sh", Path: "/bin/sh", Args: []string{"-c", "echo $$"}, Netns: l.Netns(), CPUs: cpus, Stdout: &pidOut})
+		p, err := proc.Start(t.Context(), proc.Spec{Name: "sh", Path: "/bin/sh", Args: []string{"-c", "echo $$"}, Netns: l.Netns(), CPUs: cpus, Stdout: &pidOut})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offload/prep"
@@ -22,7 +23,7 @@ import (
 // another (a peer engine over NVMe/TCP), and this process as the file
 // system's owner, mounted with the namespace as its Remote.
 type offloadEnv struct {
-	target     *Process
+	target     *proc.Process
 	engineAddr string
 	peerAddr   string
 	ctrl       *host.Controller
@@ -64,21 +65,21 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 	for _, a := range engineArgs {
 		args = append(args, strings.Replace(a, "--", "--offload-", 1))
 	}
-	if e.target, err = StartProcess(ctx, ProcessSpec{Name: "nearstore target", Path: exe, Args: args, CPUs: serverCPUs, Netns: netns}); err != nil {
+	if e.target, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: exe, Args: args, CPUs: serverCPUs, Netns: netns}); err != nil {
 		return nil, err
 	}
 	e.closers = append(e.closers, e.target.Stop)
-	if err := WaitListening(ctx, addr, e.target, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, addr, e.target, 10*time.Second); err != nil {
 		return nil, err
 	}
-	if err := WaitListening(ctx, e.engineAddr, e.target, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, e.engineAddr, e.target, 10*time.Second); err != nil {
 		return nil, err
 	}
 	if peer {
 		if e.peerAddr, err = freeAddr(loopbackIP); err != nil {
 			return nil, err
 		}
-		p, err := StartProcess(ctx, ProcessSpec{Name: "nearstore offload serve", Path: exe, Args: []string{
+		p, err := proc.Start(ctx, proc.Spec{Name: "nearstore offload serve", Path: exe, Args: []string{
 			"offload", "serve", "--log-level", "warn", "--listen", e.peerAddr, "--addr", addr, "--nqn", offloadNQN,
 			"--host-nqn", "nqn.2026-11.io.nearstore:offload:bench-peer",
 		}})
@@ -86,7 +87,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 			return nil, err
 		}
 		e.closers = append(e.closers, p.Stop)
-		if err := WaitListening(ctx, e.peerAddr, p, 10*time.Second); err != nil {
+		if err := proc.WaitListening(ctx, e.peerAddr, p, 10*time.Second); err != nil {
 			return nil, err
 		}
 	}
@@ -116,7 +117,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 
 // freeAddr returns ip with a port free on this side.
 func freeAddr(ip string) (string, error) {
-	port, err := FreePort()
+	port, err := proc.FreePort()
 	if err != nil {
 		return "", err
 	}

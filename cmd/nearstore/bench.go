@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
@@ -91,7 +92,7 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 			}
 			pinning := ""
 			if clientCPUs != "" {
-				if _, err := bench.PinProcess(clientCPUs); err != nil {
+				if _, err := proc.Pin(clientCPUs); err != nil {
 					return err
 				}
 				pinning = "client (this process, fio) on CPUs " + clientCPUs

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package bench
+package proc
 
 import (
 	"errors"
@@ -22,7 +22,7 @@ func signalGroup(p *os.Process, _ syscall.Signal) error {
 
 func killGroup(p *os.Process) error { return signalGroup(p, syscall.SIGKILL) }
 
-// PinProcess is not supported here.
-func PinProcess(string) (int, error) {
+// Pin is not supported here.
+func Pin(string) (int, error) {
 	return 0, errors.New("bench: pinning is only supported on Linux")
 }

@@ -1,6 +1,6 @@
 //go:build unix && !linux
 
-package bench
+package proc
 
 import (
 	"errors"
@@ -11,7 +11,7 @@ import (
 // group takes its children too.
 func childAttr() *syscall.SysProcAttr { return &syscall.SysProcAttr{Setpgid: true} }
 
-// PinProcess is not supported here.
-func PinProcess(string) (int, error) {
+// Pin is not supported here.
+func Pin(string) (int, error) {
 	return 0, errors.New("bench: pinning is only supported on Linux")
 }

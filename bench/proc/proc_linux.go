@@ -1,4 +1,4 @@
-package bench
+package proc
 
 import (
 	"fmt"
@@ -15,12 +15,12 @@ func childAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
 
-// PinProcess restricts every thread of this process to the CPUs in list
+// Pin restricts every thread of this process to the CPUs in list
 // (taskset syntax: "0", "0-1", "0,2"). Threads created later inherit the
 // mask from the thread that creates them, so the whole process stays
 // pinned. It does not change GOMAXPROCS; it returns how many CPUs the
 // list names, for a caller that wants to.
-func PinProcess(list string) (int, error) {
+func Pin(list string) (int, error) {
 	cpus, err := parseCPUList(list)
 	if err != nil {
 		return 0, err

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/link"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
@@ -53,7 +54,7 @@ type lambdaEnvConfig struct {
 
 // lambdaEnv is a running setup.
 type lambdaEnv struct {
-	link   *Link
+	link   *link.Link
 	where  string // "own process" or "this process"
 	ctrl   *host.Controller
 	fsys   *offloadfs.FS
@@ -118,7 +119,7 @@ func startLambdaEnv(ctx context.Context, cfg lambdaEnvConfig) (_ *lambdaEnv, err
 			e.Close()
 		}
 	}()
-	if e.link, err = OpenLink(ctx, cfg.link, cfg.logger); err != nil {
+	if e.link, err = link.Open(ctx, cfg.link, cfg.logger); err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	e.closers = append(e.closers, e.link.Close)

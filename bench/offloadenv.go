@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/link"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/offload"
@@ -37,9 +38,9 @@ const offloadNQN = "nqn.2026-11.io.nearstore:offload-bench"
 
 // startOffloadEnv starts the processes: the target with a memory volume
 // of size and its engine flags (engineArgs, without the --offload-
-// prefix), behind link (nil: loopback), and a peer engine if peer (on
+// prefix), behind lk (nil: loopback), and a peer engine if peer (on
 // this side of the link, as another host would be).
-func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []string, peer bool, serverCPUs string, link *Link, log *slog.Logger) (_ *offloadEnv, err error) {
+func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []string, peer bool, serverCPUs string, lk *link.Link, log *slog.Logger) (_ *offloadEnv, err error) {
 	if exe == "" {
 		return nil, errors.New("bench: the offload benchmarks run the target as its own process (the nearstore binary)")
 	}
@@ -49,9 +50,9 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 			e.Close()
 		}
 	}()
-	ip, netns := loopbackIP, ""
-	if link != nil {
-		ip, netns = link.TargetIP(), link.Netns()
+	ip, netns := link.LoopbackIP, ""
+	if lk != nil {
+		ip, netns = lk.TargetIP(), lk.Netns()
 	}
 	addr, err := freeAddr(ip)
 	if err != nil {
@@ -76,7 +77,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 		return nil, err
 	}
 	if peer {
-		if e.peerAddr, err = freeAddr(loopbackIP); err != nil {
+		if e.peerAddr, err = freeAddr(link.LoopbackIP); err != nil {
 			return nil, err
 		}
 		p, err := proc.Start(ctx, proc.Spec{Name: "nearstore offload serve", Path: exe, Args: []string{

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/link"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -113,7 +114,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 	}
 	peer := slices.Contains(cfg.Modes, "peer")
 	size := int64(cfg.Images)*256<<10 + 256<<20
-	link, err := OpenLink(ctx, cfg.Link, cfg.Logger)
+	link, err := link.Open(ctx, cfg.Link, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package bench
+package link
 
 import (
 	"bytes"
@@ -71,20 +71,20 @@ func TestParseRate(t *testing.T) {
 
 func TestLinkLoopback(t *testing.T) {
 	for _, rate := range []string{"", "loopback", "Loopback"} {
-		l, err := OpenLink(t.Context(), rate, nil)
+		l, err := Open(t.Context(), rate, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if l.Shaped() || l.Fallback() != "" || l.Rate() != "" || l.Netns() != "" || l.TargetIP() != "127.0.0.1" || l.String() != "loopback" {
-			t.Errorf("OpenLink(%q) = %v shaped %v fallback %q rate %q netns %q target %q", rate, l, l.Shaped(), l.Fallback(), l.Rate(), l.Netns(), l.TargetIP())
+			t.Errorf("Open(%q) = %v shaped %v fallback %q rate %q netns %q target %q", rate, l, l.Shaped(), l.Fallback(), l.Rate(), l.Netns(), l.TargetIP())
 		}
 		exchange(t, l, 1<<20)
 		if err := l.Close(); err != nil {
 			t.Error(err)
 		}
 	}
-	if _, err := OpenLink(t.Context(), "10gb", nil); err == nil {
-		t.Error("OpenLink accepted a malformed rate")
+	if _, err := Open(t.Context(), "10gb", nil); err == nil {
+		t.Error("Open accepted a malformed rate")
 	}
 }
 
@@ -94,13 +94,13 @@ func openShaped(t *testing.T, rate string) *Link {
 	t.Helper()
 	var logBuf bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logBuf}, nil))
-	l, err := OpenLink(t.Context(), rate, log)
+	l, err := Open(t.Context(), rate, log)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !l.Shaped() {
 		if l.Fallback() == "" {
-			t.Fatalf("OpenLink(%q) fell back to loopback without saying why", rate)
+			t.Fatalf("Open(%q) fell back to loopback without saying why", rate)
 		}
 		if !strings.Contains(logBuf.String(), "level=WARN") || !strings.Contains(logBuf.String(), l.Fallback()) {
 			t.Errorf("fallback not logged at warn level: %s", logBuf.String())
@@ -287,10 +287,10 @@ func TestLinkShaped(t *testing.T) {
 	}
 
 	// Measurements cross the shaped pair too, both ways.
-	for _, dir := range []LinkDirection{HostToTarget, TargetToHost} {
+	for _, dir := range []Direction{HostToTarget, TargetToHost} {
 		_, before := qdiscShow(t, "", l.HostDev())
 		_, beforePeer := qdiscShow(t, l.Netns(), "veth0")
-		r, err := MeasureLink(t.Context(), l, dir, 200*time.Millisecond, 2)
+		r, err := Measure(t.Context(), l, dir, 200*time.Millisecond, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -372,7 +372,7 @@ func TestLinkTwoAtOnce(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for i := range links {
-		wg.Go(func() { links[i], errs[i] = OpenLink(t.Context(), "2gbit", nil) })
+		wg.Go(func() { links[i], errs[i] = Open(t.Context(), "2gbit", nil) })
 	}
 	wg.Wait()
 	for i, l := range links {
@@ -399,12 +399,12 @@ func TestLinkTwoAtOnce(t *testing.T) {
 }
 
 func TestMeasureLinkLoopback(t *testing.T) {
-	l, err := OpenLink(t.Context(), "", nil)
+	l, err := Open(t.Context(), "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, dir := range []LinkDirection{HostToTarget, TargetToHost} {
-		r, err := MeasureLink(t.Context(), l, dir, 100*time.Millisecond, 1)
+	for _, dir := range []Direction{HostToTarget, TargetToHost} {
+		r, err := Measure(t.Context(), l, dir, 100*time.Millisecond, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -412,7 +412,7 @@ func TestMeasureLinkLoopback(t *testing.T) {
 			t.Errorf("%s: %+v", dir, r)
 		}
 	}
-	if _, err := MeasureLink(t.Context(), l, HostToTarget, 0, 1); err == nil {
-		t.Error("MeasureLink accepted a zero duration")
+	if _, err := Measure(t.Context(), l, HostToTarget, 0, 1); err == nil {
+		t.Error("Measure accepted a zero duration")
 	}
 }

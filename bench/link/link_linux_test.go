@@ -1,4 +1,4 @@
-package bench
+package link
 
 import (
 	"bytes"
@@ -76,7 +76,7 @@ func TestLinkFallbackUnprivileged(t *testing.T) {
 
 func checkUnprivilegedFallback(t *testing.T) {
 	var logBuf bytes.Buffer
-	l, err := OpenLink(t.Context(), "10gbit", slog.New(slog.NewTextHandler(&logBuf, nil)))
+	l, err := Open(t.Context(), "10gbit", slog.New(slog.NewTextHandler(&logBuf, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func checkUnprivilegedFallback(t *testing.T) {
 }
 
 // TestLinkCleansStale leaves a namespace and veth pair as a process that
-// died with its link open would, and checks the next OpenLink removes
+// died with its link open would, and checks the next Open removes
 // them.
 func TestLinkCleansStale(t *testing.T) {
 	probe := openShaped(t, "1gbit")

@@ -1,4 +1,8 @@
-package bench
+// Package link emulates the network between a benchmark's host side and
+// its target: plain loopback, or a rate-limited link where the target runs
+// in its own network namespace behind a veth pair shaped with tc's token
+// bucket filter. It also measures a link's throughput.
+package link
 
 import (
 	"context"
@@ -38,10 +42,10 @@ type Link struct {
 	closeErr  error
 }
 
-// loopbackIP is where a target listens when the link is loopback.
-const loopbackIP = "127.0.0.1"
+// LoopbackIP is where a target listens when the link is loopback.
+const LoopbackIP = "127.0.0.1"
 
-// OpenLink prepares the network path between this process and a benchmark's
+// Open prepares the network path between this process and a benchmark's
 // target. rate "" (or "loopback") gives loopback. Otherwise (a rate as tc
 // writes it: "10gbit", "25gbit", "1gbit", "500mbit", "100mbps" — bytes per
 // second —, ...) it makes a fresh network namespace with a veth pair, each
@@ -49,7 +53,7 @@ const loopbackIP = "127.0.0.1"
 // cannot be done (not root, no ip or tc, no network namespaces) it falls
 // back to loopback, logs why at warn level, and Shaped is false and
 // Fallback says why; the error is only for a malformed rate.
-func OpenLink(ctx context.Context, rate string, log *slog.Logger) (*Link, error) {
+func Open(ctx context.Context, rate string, log *slog.Logger) (*Link, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -97,7 +101,7 @@ func (l *Link) Fallback() string { return l.fallback }
 // namespace end of the veth pair, or 127.0.0.1 on loopback.
 func (l *Link) TargetIP() string {
 	if !l.Shaped() {
-		return loopbackIP
+		return LoopbackIP
 	}
 	return l.targetIP
 }
@@ -105,7 +109,7 @@ func (l *Link) TargetIP() string {
 // HostIP returns this side's address on the link (127.0.0.1 on loopback).
 func (l *Link) HostIP() string {
 	if !l.Shaped() {
-		return loopbackIP
+		return LoopbackIP
 	}
 	return l.hostIP
 }
@@ -224,25 +228,25 @@ func formatRate(bits uint64) string {
 	return strconv.FormatUint(bits, 10) + "bit"
 }
 
-// LinkDirection is which way a throughput measurement sends data.
-type LinkDirection int
+// Direction is which way a throughput measurement sends data.
+type Direction int
 
-// The directions MeasureLink measures.
+// The directions Measure measures.
 const (
-	HostToTarget LinkDirection = iota // this process sends, the target's side receives
-	TargetToHost                      // the target's side sends, this process receives
+	HostToTarget Direction = iota // this process sends, the target's side receives
+	TargetToHost                  // the target's side sends, this process receives
 )
 
 // String returns "host→target" or "target→host", as reports print it.
-func (d LinkDirection) String() string {
+func (d Direction) String() string {
 	if d == TargetToHost {
 		return "target→host"
 	}
 	return "host→target"
 }
 
-// LinkThroughput is one throughput measurement over a Link.
-type LinkThroughput struct {
+// Throughput is one throughput measurement over a Link.
+type Throughput struct {
 	Direction string  `json:"direction"`
 	Streams   int     `json:"streams"`
 	Bytes     int64   `json:"bytes"`   // received
@@ -253,24 +257,24 @@ type LinkThroughput struct {
 // linkChunk is the size of each write and read of a measurement.
 const linkChunk = 256 << 10
 
-// MeasureLink measures TCP throughput over l in one direction: a listener
+// Measure measures TCP throughput over l in one direction: a listener
 // from l.Listen (inside the target's namespace on a shaped link) and
 // streams connections dialed to it from this process; the sending side
 // writes for d, then closes. Throughput is what the receiving side counted,
 // from its first byte to the end of the last stream, so start-up and
 // queued data are included honestly rather than assumed away.
-func MeasureLink(ctx context.Context, l *Link, dir LinkDirection, d time.Duration, streams int) (LinkThroughput, error) {
+func Measure(ctx context.Context, l *Link, dir Direction, d time.Duration, streams int) (Throughput, error) {
 	if streams < 1 {
 		streams = 1
 	}
 	if d <= 0 {
-		return LinkThroughput{}, errors.New("bench: link measurement needs a positive duration")
+		return Throughput{}, errors.New("bench: link measurement needs a positive duration")
 	}
 	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
 	defer cancel()
 	ln, err := l.Listen(ctx, 0)
 	if err != nil {
-		return LinkThroughput{}, err
+		return Throughput{}, err
 	}
 	defer ln.Close()
 	// Closing the listener and the connections is what unblocks the
@@ -336,12 +340,12 @@ func MeasureLink(ctx context.Context, l *Link, dir LinkDirection, d time.Duratio
 			// listener and the connections); results is large enough
 			// that nothing blocks sending to it.
 			cancel()
-			return LinkThroughput{}, fmt.Errorf("bench: link dial %s: %w", addr, err)
+			return Throughput{}, fmt.Errorf("bench: link dial %s: %w", addr, err)
 		}
 		track(c)
 		go run(c, dir == HostToTarget)
 	}
-	out := LinkThroughput{Direction: dir.String(), Streams: streams}
+	out := Throughput{Direction: dir.String(), Streams: streams}
 	var first, last time.Time
 	var errs []error
 	for range 2 * streams {

@@ -1,4 +1,4 @@
-package bench
+package link
 
 import (
 	"bufio"
@@ -26,7 +26,7 @@ import (
 // /proc/PID/ns/net), which Listen opens to enter one.
 const netnsDir = "/var/run/netns"
 
-// netnsPrefix starts the name of every namespace OpenLink makes; the
+// netnsPrefix starts the name of every namespace Open makes; the
 // creating process's pid follows, so stale ones can be recognized.
 const netnsPrefix = "nearstore-"
 
@@ -179,7 +179,7 @@ func removeLink(ctx context.Context, ipPath, netns, hostDev string) error {
 }
 
 // cleanStale removes namespaces (and their veth pairs) left by processes
-// that made them with OpenLink and died without closing them. It only
+// that made them with Open and died without closing them. It only
 // looks at names it would make itself and only at dead pids; failures
 // are logged, not returned: they do not stop this link.
 func (l *Link) cleanStale(ctx context.Context) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/nearstore/nearstore/bench/proc"
+	"github.com/nearstore/nearstore/bench/report"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
@@ -228,16 +229,16 @@ func deviceSpec(device string, size int64) (string, error) {
 
 // BTreeReport is what RunBTree measured.
 type BTreeReport struct {
-	Machine Machine     `json:"machine"`
-	Tree    btree.Info  `json:"tree"`
-	Device  string      `json:"device"`
-	Volume  string      `json:"volume"`
-	Runtime string      `json:"runtime"`
-	Queues  int         `json:"queues"`
-	Repeat  int         `json:"repeat"`
-	RunSecs float64     `json:"run_seconds"`
-	Load    BTreeLoad   `json:"load"`
-	Target  BTreeTarget `json:"target"`
+	Machine report.Machine `json:"machine"`
+	Tree    btree.Info     `json:"tree"`
+	Device  string         `json:"device"`
+	Volume  string         `json:"volume"`
+	Runtime string         `json:"runtime"`
+	Queues  int            `json:"queues"`
+	Repeat  int            `json:"repeat"`
+	RunSecs float64        `json:"run_seconds"`
+	Load    BTreeLoad      `json:"load"`
+	Target  BTreeTarget    `json:"target"`
 	// Points has every (mode, threads) measured, in sweep order.
 	Points []BTreePoint `json:"points"`
 	// Saturated has, per mode, the point of highest median throughput.
@@ -792,7 +793,7 @@ func RunBTree(ctx context.Context, cfg BTreeConfig) (*BTreeReport, error) {
 		return nil, err
 	}
 	rep := &BTreeReport{
-		Machine: DescribeMachine(), Tree: e.store.Info(), Device: cfg.Device, Volume: e.spec,
+		Machine: report.DescribeMachine(), Tree: e.store.Info(), Device: cfg.Device, Volume: e.spec,
 		Runtime: cfg.Runtime.String(), Queues: cfg.Queues, Repeat: cfg.Repeat, RunSecs: cfg.Duration.Seconds(),
 		Load: ld, Target: BTreeTarget{Process: cfg.TargetExe != "", CPUs: cfg.ServerCPUs},
 	}

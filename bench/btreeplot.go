@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -43,7 +44,7 @@ func PlotBTree(r *BTreeReport) (*plot.Plot, error) {
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.X.Min = 0
-	p.X.Tick.Marker = kiloTicks{}
+	p.X.Tick.Marker = report.KiloTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Legend.XOffs = vg.Points(8)
@@ -147,5 +148,5 @@ func WriteBTreePlot(w io.Writer, r *BTreeReport, format string) error {
 // SaveBTreePlot renders r's chart to path, in the format its extension
 // names.
 func SaveBTreePlot(path string, r *BTreeReport) error {
-	return saveByExtension(path, func(w io.Writer, format string) error { return WriteBTreePlot(w, r, format) })
+	return report.SaveByExtension(path, func(w io.Writer, format string) error { return WriteBTreePlot(w, r, format) })
 }

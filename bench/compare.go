@@ -8,15 +8,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/proc"
+	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -269,7 +268,7 @@ type CompareConfig struct {
 
 // Comparison is the outcome of Compare.
 type Comparison struct {
-	Machine  Machine         `json:"machine"`
+	Machine  report.Machine  `json:"machine"`
 	Systems  []string        `json:"systems"`
 	Versions []string        `json:"versions"`
 	Repeat   int             `json:"repeat"`
@@ -301,7 +300,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Comparison, error) {
 	if cfg.Duration <= 0 {
 		return nil, errors.New("bench: duration must be positive")
 	}
-	c := &Comparison{Machine: DescribeMachine(), Repeat: cfg.Repeat, Duration: cfg.Duration.Seconds()}
+	c := &Comparison{Machine: report.DescribeMachine(), Repeat: cfg.Repeat, Duration: cfg.Duration.Seconds()}
 	for _, s := range cfg.Systems {
 		c.Systems = append(c.Systems, s.Name())
 		c.Versions = append(c.Versions, s.Version(ctx))
@@ -366,21 +365,6 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Comparison, error) {
 	return c, errors.Join(errs...)
 }
 
-// median returns the median of xs (the mean of the middle two for an even
-// count), or 0 for none.
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	m := len(s) / 2
-	if len(s)%2 == 1 {
-		return s[m]
-	}
-	return (s[m-1] + s[m]) / 2
-}
-
 // MedianResult summarizes repeated runs of one configuration: IOPS, MB/s
 // and each latency percentile are the medians of the runs' values (taken
 // separately); Seconds, Ops and Errors are totals.
@@ -393,7 +377,7 @@ func MedianResult(rs []BlockIOResult) BlockIOResult {
 		for i, r := range rs {
 			xs[i] = f(r)
 		}
-		return median(xs)
+		return report.Median(xs)
 	}
 	m := rs[0]
 	m.Seconds, m.Ops, m.Errors = 0, 0, 0
@@ -407,34 +391,6 @@ func MedianResult(rs []BlockIOResult) BlockIOResult {
 	m.P50us = pick(func(r BlockIOResult) float64 { return r.P50us })
 	m.P99us = pick(func(r BlockIOResult) float64 { return r.P99us })
 	m.P999us = pick(func(r BlockIOResult) float64 { return r.P999us })
-	return m
-}
-
-// Machine describes where a comparison ran.
-type Machine struct {
-	CPUs       int    `json:"cpus"`
-	GOMAXPROCS int    `json:"gomaxprocs"`
-	CPUModel   string `json:"cpu_model"`
-	Kernel     string `json:"kernel"`
-	Go         string `json:"go"`
-	// Pinning says how processes were pinned to CPUs, if at all.
-	Pinning string `json:"pinning,omitempty"`
-}
-
-// DescribeMachine reads the CPU count and model, and the kernel release.
-func DescribeMachine() Machine {
-	m := Machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), Go: runtime.Version()}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for line := range strings.Lines(string(b)) {
-			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
-				m.CPUModel = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
 	return m
 }
 

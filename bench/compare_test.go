@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
@@ -83,7 +84,7 @@ func TestMedian(t *testing.T) {
 		{[]float64{5, 5, 1, 9, 100}, 5},
 	} {
 		in := append([]float64(nil), tc.in...)
-		if got := median(tc.in); got != tc.want {
+		if got := report.Median(tc.in); got != tc.want {
 			t.Errorf("median(%v) = %v, want %v", tc.in, got, tc.want)
 		}
 		for i := range in {

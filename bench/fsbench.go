@@ -19,6 +19,7 @@ import (
 
 	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/nearstore/nearstore/bench/proc"
+	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -188,13 +189,13 @@ func (c *FSConfig) progress(format string, args ...any) {
 
 // FSReport is what RunFS measured.
 type FSReport struct {
-	Machine  Machine `json:"machine"`
-	Target   string  `json:"target"` // "own process" or "this process"
-	FileSize int64   `json:"file_size"`
-	Extents  int     `json:"file_extents"`
-	Queues   int     `json:"queues"`
-	Repeat   int     `json:"repeat"`
-	RunSecs  float64 `json:"run_seconds"`
+	Machine  report.Machine `json:"machine"`
+	Target   string         `json:"target"` // "own process" or "this process"
+	FileSize int64          `json:"file_size"`
+	Extents  int            `json:"file_extents"`
+	Queues   int            `json:"queues"`
+	Repeat   int            `json:"repeat"`
+	RunSecs  float64        `json:"run_seconds"`
 	// Data has one point per case, in order.
 	Data []FSPoint `json:"data"`
 	// Meta has the metadata operations' rates.
@@ -281,7 +282,7 @@ func RunFS(ctx context.Context, cfg FSConfig) (*FSReport, error) {
 	}
 	defer e.Close()
 	rep := &FSReport{
-		Machine: DescribeMachine(), Target: "this process", FileSize: cfg.FileSize, Extents: e.extents,
+		Machine: report.DescribeMachine(), Target: "this process", FileSize: cfg.FileSize, Extents: e.extents,
 		Queues: cfg.Queues, Repeat: cfg.Repeat, RunSecs: cfg.Duration.Seconds(),
 		Bar: FSBarResult{Want: FSBar, Worst: -1},
 	}
@@ -310,7 +311,7 @@ func RunFS(ctx context.Context, cfg FSConfig) (*FSReport, error) {
 				ratios[i] = pt.File.Runs[i].MBps / raw
 			}
 		}
-		pt.Ratio = median(ratios)
+		pt.Ratio = report.Median(ratios)
 		if rep.Bar.Worst < 0 || pt.Ratio < rep.Bar.Worst {
 			rep.Bar.Worst, rep.Bar.Case = pt.Ratio, c.Label()
 		}
@@ -331,7 +332,7 @@ func (s *FSSide) summarize() {
 		for i, r := range s.Runs {
 			vs[i] = f(r)
 		}
-		return median(vs)
+		return report.Median(vs)
 	}
 	s.MBps = med(func(r FSRun) float64 { return r.MBps })
 	s.IOPS = med(func(r FSRun) float64 { return r.IOPS })
@@ -716,7 +717,7 @@ func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *FSConfig) ([]FSMeta
 	}
 	out := make([]FSMeta, 0, len(fsMetaOps))
 	for _, op := range fsMetaOps {
-		out = append(out, FSMeta{Op: op, Runs: rates[op], OpsPerSec: median(rates[op])})
+		out = append(out, FSMeta{Op: op, Runs: rates[op], OpsPerSec: report.Median(rates[op])})
 	}
 	return out, nil
 }
@@ -829,7 +830,7 @@ func PlotFS(r *FSReport) (*plot.Plot, error) {
 // SaveFSPlot renders PlotFS to path, in the format its extension names,
 // 9 by 5 inches.
 func SaveFSPlot(path string, r *FSReport) error {
-	return saveByExtension(path, func(w io.Writer, format string) error {
+	return report.SaveByExtension(path, func(w io.Writer, format string) error {
 		p, err := PlotFS(r)
 		if err != nil {
 			return err

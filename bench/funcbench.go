@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/report"
 	"github.com/prometheus/client_golang/prometheus"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -149,8 +150,8 @@ func (c *FuncConfig) progress(format string, args ...any) {
 
 // FuncReport is what RunFunc measured.
 type FuncReport struct {
-	Machine  Machine `json:"machine"`
-	Function string  `json:"function"`
+	Machine  report.Machine `json:"machine"`
+	Function string         `json:"function"`
 	// InputBytes is the input's length; OutputBytes the (checked) output's.
 	InputBytes  int     `json:"input_bytes"`
 	OutputBytes int     `json:"output_bytes"`
@@ -455,7 +456,7 @@ func RunFunc(ctx context.Context, cfg FuncConfig) (*FuncReport, error) {
 	}
 	want = want[:n]
 	rep := &FuncReport{
-		Machine: DescribeMachine(), Function: cfg.Function, InputBytes: len(in), OutputBytes: n,
+		Machine: report.DescribeMachine(), Function: cfg.Function, InputBytes: len(in), OutputBytes: n,
 		Repeat: cfg.Repeat, Iterations: cfg.Iterations,
 	}
 	if cfg.Iterations == 0 {
@@ -574,7 +575,7 @@ func medianOf[T any](xs []T, f func(T) float64) float64 {
 	for i, x := range xs {
 		vs[i] = f(x)
 	}
-	return median(vs)
+	return report.Median(vs)
 }
 
 type computeCaller struct {
@@ -1175,10 +1176,10 @@ func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts ma
 		}
 	}
 	for i, w := range walkers {
-		ns := median(perLookup[i])
+		ns := report.Median(perLookup[i])
 		row := StepRow{Runtime: w.name, NsPerLookup: ns, NsPerStep: ns / float64(cfg.ChainReads)}
 		if len(cpuPerLookup[i]) == cfg.Repeat {
-			row.CPUNsPerStep = median(cpuPerLookup[i]) / float64(cfg.ChainReads)
+			row.CPUNsPerStep = report.Median(cpuPerLookup[i]) / float64(cfg.ChainReads)
 		}
 		if len(rep.Steps) > 0 {
 			row.OverheadNs = row.NsPerStep - rep.Steps[0].NsPerStep
@@ -1379,5 +1380,5 @@ func WriteFuncPlot(w io.Writer, r *FuncReport, format string) error {
 // SaveFuncPlot renders r's charts to path, in the format its extension
 // names.
 func SaveFuncPlot(path string, r *FuncReport) error {
-	return saveByExtension(path, func(w io.Writer, format string) error { return WriteFuncPlot(w, r, format) })
+	return report.SaveByExtension(path, func(w io.Writer, format string) error { return WriteFuncPlot(w, r, format) })
 }

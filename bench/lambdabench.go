@@ -15,6 +15,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/lambda"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
@@ -151,7 +152,7 @@ func (c *LambdaConfig) progress(format string, args ...any) {
 
 // LambdaReport is what RunLambda (or RunTPCH) measured.
 type LambdaReport struct {
-	Machine Machine `json:"machine"`
+	Machine report.Machine `json:"machine"`
 	// App is the application ("stats64", ...; "tpch_q6" for TPC-H) and
 	// Function the λ function it calls.
 	App      string `json:"app"`
@@ -355,7 +356,7 @@ func newLambdaReport(e *lambdaEnv, kind sandbox.Kind, repeat, depth int, warm fl
 	}
 	every, first := e.disp.ProfileSchedule()
 	return &LambdaReport{
-		Machine: DescribeMachine(), Runtime: kind.String(), Target: e.where,
+		Machine: report.DescribeMachine(), Runtime: kind.String(), Target: e.where,
 		Link: e.link.String(), LinkShaped: e.link.Shaped(), LinkRate: e.link.Rate(),
 		Depth: depth, Warm: warm, WarmOrder: order, Repeat: repeat,
 		ProfileEvery: every, ProfileFirst: first,
@@ -630,7 +631,7 @@ func summarizeLambdaMode(m *LambdaModeResult, bytes int64) {
 	for i, r := range m.Runs {
 		secs[i] = r.Seconds
 	}
-	m.Seconds = median(secs)
+	m.Seconds = report.Median(secs)
 	m.MBps = float64(bytes) / m.Seconds / 1e6
 	mid := m.Runs[idx[(len(idx)-1)/2]]
 	m.Ran, m.Profiled = mid.Ran, mid.Profiled

@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"io"
 
+	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -100,7 +101,7 @@ func PlotLambda(r *LambdaReport) (*plot.Plot, error) {
 // SaveLambdaPlot renders PlotLambda to path, in the format its extension
 // names, 7 by 4.5 inches.
 func SaveLambdaPlot(path string, r *LambdaReport) error {
-	return saveByExtension(path, func(w io.Writer, format string) error {
+	return report.SaveByExtension(path, func(w io.Writer, format string) error {
 		p, err := PlotLambda(r)
 		if err != nil {
 			return err

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -69,12 +70,12 @@ type OffloadPolicy struct {
 
 // OffloadReport is the benchmark's result.
 type OffloadReport struct {
-	Machine  Machine         `json:"machine"`
+	Machine  report.Machine  `json:"machine"`
 	Clients  int             `json:"clients"`
 	Seconds  float64         `json:"seconds"`
 	Tokens   int             `json:"tokens"`
 	Policies []OffloadPolicy `json:"policies"`
-	Bars     []Bar           `json:"bars"`
+	Bars     []report.Bar    `json:"bars"`
 }
 
 // RunOffload runs Clients clients offloading OffloadPrep batches at once
@@ -105,7 +106,7 @@ func RunOffload(ctx context.Context, cfg OffloadConfig) (*OffloadReport, error) 
 	if cfg.Batch <= 0 {
 		cfg.Batch = 4
 	}
-	rep := &OffloadReport{Machine: DescribeMachine(), Clients: cfg.Clients, Seconds: cfg.Duration.Seconds(), Tokens: cfg.Tokens}
+	rep := &OffloadReport{Machine: report.DescribeMachine(), Clients: cfg.Clients, Seconds: cfg.Duration.Seconds(), Tokens: cfg.Tokens}
 	for _, pol := range cfg.Policies {
 		if _, err := offload.ParsePolicy(pol); err != nil {
 			return nil, err
@@ -120,12 +121,12 @@ func RunOffload(ctx context.Context, cfg OffloadConfig) (*OffloadReport, error) 
 		rep.Policies = append(rep.Policies, *r)
 		switch pol {
 		case "tokens":
-			rep.Bars = append(rep.Bars, Bar{
+			rep.Bars = append(rep.Bars, report.Bar{
 				What: fmt.Sprintf("tokens: Jain's index over %d clients' tasks on the engine", cfg.Clients),
 				Want: fmt.Sprintf(">= %.2f", OffloadJainBar), Got: r.Jain, Met: r.Jain >= OffloadJainBar && r.AllCompleted,
 			})
 		case "cpu":
-			rep.Bars = append(rep.Bars, Bar{
+			rep.Bars = append(rep.Bars, report.Bar{
 				What: "cpu: the target's median CPU share while every task completes (rejected ones on their clients)",
 				Want: fmt.Sprintf("<= %.2f", cfg.CPUThreshold), Got: r.TargetCPU[0], Met: r.TargetCPU[0] <= cfg.CPUThreshold && r.AllCompleted,
 			})
@@ -230,7 +231,7 @@ func runOffloadPolicy(ctx context.Context, cfg OffloadConfig, pol string) (*Offl
 	}
 	res.Jain = offload.Jain(xs)
 	res.TasksPerSec = float64(total) / cfg.Duration.Seconds()
-	res.TargetCPU = [3]float64{median(samples), percentile(samples, 0.9), percentile(samples, 1)}
+	res.TargetCPU = [3]float64{report.Median(samples), percentile(samples, 0.9), percentile(samples, 1)}
 	return res, nil
 }
 
@@ -282,7 +283,7 @@ func WriteOffloadTable(w io.Writer, r *OffloadReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writeBars(w, r.Bars)
+	return report.WriteBars(w, r.Bars)
 }
 
 // SaveOffloadPlot draws each client's tasks on the engine and locally,
@@ -291,7 +292,7 @@ func SaveOffloadPlot(path string, r *OffloadReport) error {
 	if r == nil || len(r.Policies) == 0 {
 		return errors.New("bench: nothing to plot")
 	}
-	return saveByExtension(path, func(w io.Writer, format string) error {
+	return report.SaveByExtension(path, func(w io.Writer, format string) error {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("offload admission: tasks per client in %.0fs (engine, then local)\nlabels: Jain's index (engine), target CPU median", r.Seconds)
 		p.Y.Label.Text = "tasks"

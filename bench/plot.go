@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"image/color"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -32,7 +32,7 @@ func PlotComparison(c *Comparison) (*plot.Plot, error) {
 	}
 	p.Y.Label.Text = "IOPS"
 	p.Y.Min = 0
-	p.Y.Tick.Marker = kiloTicks{}
+	p.Y.Tick.Marker = report.KiloTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.Legend.XOffs = vg.Points(8)
@@ -101,24 +101,6 @@ func plotterXYLabels(c *Comparison, top float64) plotter.XYLabels {
 	return xy
 }
 
-// kiloTicks labels the IOPS axis in thousands ("40k").
-type kiloTicks struct{}
-
-// Ticks implements plot.Ticker.
-func (kiloTicks) Ticks(lo, hi float64) []plot.Tick {
-	ts := plot.DefaultTicks{}.Ticks(lo, hi)
-	for i := range ts {
-		switch {
-		case ts[i].Label == "":
-		case ts[i].Value == 0:
-			ts[i].Label = "0"
-		default:
-			ts[i].Label = fmt.Sprintf("%gk", ts[i].Value/1000)
-		}
-	}
-	return ts
-}
-
 // WritePlot renders c's chart (see PlotComparison) to w in format ("png",
 // "svg", "pdf"), 10 by 5 inches.
 func WritePlot(w io.Writer, c *Comparison, format string) error {
@@ -144,24 +126,4 @@ func SavePlot(path string, c *Comparison) error {
 		return fmt.Errorf("bench: plot %s: %w", filepath.Base(path), err)
 	}
 	return nil
-}
-
-// saveByExtension creates path and has write render into it in the format
-// the path's extension names ("png", "svg", "pdf"). A failed render
-// leaves no partial file behind.
-func saveByExtension(path string, write func(w io.Writer, format string) error) error {
-	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(path), "."))
-	if format == "" {
-		return fmt.Errorf("bench: plot %s: no extension to tell the format", path)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := write(f, format); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	return f.Close()
 }

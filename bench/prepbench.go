@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/bench/link"
+	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -62,26 +63,18 @@ type PrepMode struct {
 	Speedup       float64 `json:"speedup_over_host"`
 }
 
-// Bar is one of an issue's bars, as a report states it.
-type Bar struct {
-	What string  `json:"what"`
-	Want string  `json:"want"`
-	Got  float64 `json:"got"`
-	Met  bool    `json:"met"`
-}
-
 // PrepReport is the benchmark's result.
 type PrepReport struct {
-	Machine   Machine    `json:"machine"`
-	Link      string     `json:"link"`
-	HostProcs int        `json:"host_procs"`
-	Images    int        `json:"images"`
-	Size      int        `json:"size"`
-	Batch     int        `json:"batch"`
-	Repeat    int        `json:"repeat"`
-	Runs      []PrepRun  `json:"runs"`
-	Modes     []PrepMode `json:"modes"`
-	Bars      []Bar      `json:"bars"`
+	Machine   report.Machine `json:"machine"`
+	Link      string         `json:"link"`
+	HostProcs int            `json:"host_procs"`
+	Images    int            `json:"images"`
+	Size      int            `json:"size"`
+	Batch     int            `json:"batch"`
+	Repeat    int            `json:"repeat"`
+	Runs      []PrepRun      `json:"runs"`
+	Modes     []PrepMode     `json:"modes"`
+	Bars      []report.Bar   `json:"bars"`
 }
 
 // RunPrep runs the OffloadPrep benchmark: a synthetic set in an offloadfs
@@ -154,7 +147,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 	prev := runtime.GOMAXPROCS(cfg.HostProcs)
 	defer runtime.GOMAXPROCS(prev)
 	rep := &PrepReport{
-		Machine: DescribeMachine(), Link: link.String(), HostProcs: cfg.HostProcs, Images: len(names),
+		Machine: report.DescribeMachine(), Link: link.String(), HostProcs: cfg.HostProcs, Images: len(names),
 		Size: cfg.Size, Batch: cfg.Batch, Repeat: cfg.Repeat,
 	}
 	r := &prep.Runner{FS: env.fsys, Options: prep.Options{Size: cfg.Size}, Seed: 1, Batch: cfg.Batch}
@@ -187,7 +180,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 				cpus = append(cpus, run.HostCPUPerImg)
 			}
 		}
-		pm := PrepMode{Mode: m, ImagesPerSec: median(rates), HostCPUPerImg: median(cpus)}
+		pm := PrepMode{Mode: m, ImagesPerSec: report.Median(rates), HostCPUPerImg: report.Median(cpus)}
 		if m == "host" {
 			hostRate = pm.ImagesPerSec
 		}
@@ -203,7 +196,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 		}
 	}
 	if hostRate > 0 && best > 0 {
-		rep.Bars = append(rep.Bars, Bar{
+		rep.Bars = append(rep.Bars, report.Bar{
 			What: fmt.Sprintf("images/s offloaded to the storage node (best of target, split) ÷ host-only, host on %d core", cfg.HostProcs),
 			Want: fmt.Sprintf(">= %.1f", PrepBar), Got: best, Met: best >= PrepBar,
 		})
@@ -223,21 +216,7 @@ func WritePrepTable(w io.Writer, r *PrepReport) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	return writeBars(w, r.Bars)
-}
-
-func writeBars(w io.Writer, bars []Bar) error {
-	for _, b := range bars {
-		verdict := "met"
-		if !b.Met {
-			verdict = "MISSED"
-		}
-		if _, err := fmt.Fprintf(w, "\nbar: %s: want %s, got %.3f: %s", b.What, b.Want, b.Got, verdict); err != nil {
-			return err
-		}
-	}
-	_, err := fmt.Fprintln(w)
-	return err
+	return report.WriteBars(w, r.Bars)
 }
 
 // SavePrepPlot draws images/s per mode as bars, with host CPU per image
@@ -246,7 +225,7 @@ func SavePrepPlot(path string, r *PrepReport) error {
 	if r == nil || len(r.Modes) == 0 {
 		return errors.New("bench: nothing to plot")
 	}
-	return saveByExtension(path, func(w io.Writer, format string) error {
+	return report.SaveByExtension(path, func(w io.Writer, format string) error {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("OffloadPrep: images/s by placement (host on %d core, %s, medians of %d)\nlabels: images/s, host CPU ms per image", r.HostProcs, r.Link, r.Repeat)
 		p.Y.Label.Text = "images per second"

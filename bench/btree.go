@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/prometheus/client_golang/prometheus"
@@ -400,7 +401,7 @@ func startBTreeEnv(ctx context.Context, cfg *BTreeConfig, threads int) (_ *btree
 		return nil, err
 	}
 	depth := min(MaxBTreeThreads-1, max(threads, 32))
-	e.ctrl, err = host.Connect(ctx, addr, btreeNQN, benchHost(host.Options{IOQueues: cfg.Queues, QueueDepth: depth, Logger: cfg.Logger}))
+	e.ctrl, err = host.Connect(ctx, addr, btreeNQN, harness.HostOptions(host.Options{IOQueues: cfg.Queues, QueueDepth: depth, Logger: cfg.Logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -521,7 +522,7 @@ func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *BTreeConfig) (strin
 	if err != nil {
 		return "", err
 	}
-	e.closers = append(e.closers, serveInProcess(srv, ln))
+	e.closers = append(e.closers, harness.ServeInProcess(srv, ln))
 	e.probe = &inProcessProbe{counter: commandCounter{reg: reg, nsid: "1"}}
 	return ln.Addr().String(), nil
 }

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/host"
@@ -106,7 +107,7 @@ func (n *Nearstore) Start(ctx context.Context) error {
 }
 
 func (n *Nearstore) connect(ctx context.Context, queues, depth int) (*host.Controller, *host.Namespace, error) {
-	ctrl, err := host.Connect(ctx, n.addr, nearstoreNQN, benchHost(host.Options{IOQueues: queues, QueueDepth: depth, Logger: n.Logger}))
+	ctrl, err := host.Connect(ctx, n.addr, nearstoreNQN, harness.HostOptions(host.Options{IOQueues: queues, QueueDepth: depth, Logger: n.Logger}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: nearstore: %w", err)
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
@@ -362,7 +363,7 @@ func startFSEnv(ctx context.Context, cfg *FSConfig) (_ *fsEnv, err error) {
 		return nil, err
 	}
 	cfg.progress("connecting with %d queues", cfg.Queues)
-	e.ctrl, err = host.Connect(ctx, addr, fsNQN, benchHost(host.Options{IOQueues: cfg.Queues, QueueDepth: 64, Logger: cfg.Logger}))
+	e.ctrl, err = host.Connect(ctx, addr, fsNQN, harness.HostOptions(host.Options{IOQueues: cfg.Queues, QueueDepth: 64, Logger: cfg.Logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -429,7 +430,7 @@ func (e *fsEnv) startTargetHere(cfg *FSConfig, size int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	e.closers = append(e.closers, serveInProcess(srv, ln))
+	e.closers = append(e.closers, harness.ServeInProcess(srv, ln))
 	return ln.Addr().String(), nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/prometheus/client_golang/prometheus"
 	"gonum.org/v1/plot"
@@ -659,9 +660,9 @@ func computeSubject(ctx context.Context, rt sandbox.Runtime, fn string, in []byt
 func timeFuncCallsCPU(ctx context.Context, d time.Duration, iters int, call func() error) (int64, time.Duration, time.Duration, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	c0, ok0 := threadCPU()
+	c0, ok0 := harness.ThreadCPU()
 	n, el, err := timeFuncCalls(ctx, d, iters, call)
-	c1, ok1 := threadCPU()
+	c1, ok1 := harness.ThreadCPU()
 	var cpu time.Duration
 	if ok0 && ok1 && c1 > c0 {
 		cpu = c1 - c0
@@ -890,9 +891,9 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 	if err != nil {
 		return rep, err
 	}
-	stop := serveInProcess(srv, ln)
+	stop := harness.ServeInProcess(srv, ln)
 	defer func() { _ = stop() }()
-	ctrl, err := host.Connect(ctx, ln.Addr().String(), chainNQN, benchHost(host.Options{IOQueues: 1, QueueDepth: 4, Logger: discard}))
+	ctrl, err := host.Connect(ctx, ln.Addr().String(), chainNQN, harness.HostOptions(host.Options{IOQueues: 1, QueueDepth: 4, Logger: discard}))
 	if err != nil {
 		return rep, err
 	}
@@ -1161,11 +1162,11 @@ func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts ma
 	for r := 1; r <= cfg.Repeat; r++ {
 		for i, w := range walkers {
 			cfg.progress("btree_lookup in process: %s, run %d of %d", w.name, r, cfg.Repeat)
-			c0, ok0 := processCPU()
+			c0, ok0 := harness.ProcessCPU()
 			calls, el, err := timeFuncCalls(ctx, d, cfg.Iterations, func() error {
 				return w.walk(tree.keys[rng.IntN(len(tree.keys))])
 			})
-			c1, ok1 := processCPU()
+			c1, ok1 := harness.ProcessCPU()
 			if err != nil {
 				return fmt.Errorf("bench: btree_lookup in process (%s): %w", w.name, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/link"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/functions"
@@ -134,7 +135,7 @@ func startLambdaEnv(ctx context.Context, cfg lambdaEnvConfig) (_ *lambdaEnv, err
 	if err != nil {
 		return nil, err
 	}
-	e.ctrl, err = host.Connect(ctx, addr, lambdaNQN, benchHost(host.Options{IOQueues: 2, QueueDepth: 64, Logger: cfg.logger}))
+	e.ctrl, err = host.Connect(ctx, addr, lambdaNQN, harness.HostOptions(host.Options{IOQueues: 2, QueueDepth: 64, Logger: cfg.logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -215,7 +216,7 @@ func (e *lambdaEnv) startTargetHere(ctx context.Context, cfg lambdaEnvConfig) (s
 	if err != nil {
 		return "", fmt.Errorf("bench: %w", err)
 	}
-	e.closers = append(e.closers, serveInProcess(srv, ln))
+	e.closers = append(e.closers, harness.ServeInProcess(srv, ln))
 	return ln.Addr().String(), nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/link"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/host"
@@ -94,7 +95,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if e.ctrl, err = host.Connect(cctx, addr, offloadNQN, benchHost(host.Options{IOQueues: 2, Logger: log})); err != nil {
+	if e.ctrl, err = host.Connect(cctx, addr, offloadNQN, harness.HostOptions(host.Options{IOQueues: 2, Logger: log})); err != nil {
 		return nil, err
 	}
 	if e.ns, err = e.ctrl.Namespace(1); err != nil {

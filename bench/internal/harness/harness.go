@@ -1,4 +1,7 @@
-package bench
+// Package harness holds what the experiments use to stand up the system
+// under test and time it: serving a target inside this process, the
+// reconnect bounds of a benchmark's host, and CPU-time readings.
+package harness
 
 import (
 	"context"
@@ -9,10 +12,10 @@ import (
 	"github.com/nearstore/nearstore/target"
 )
 
-// serveInProcess serves srv on ln from this process, for a benchmark run
+// ServeInProcess serves srv on ln from this process, for a benchmark run
 // with --in-process, and returns what stops it: a graceful shutdown of at
 // most 5 s, then waiting for Serve to return.
-func serveInProcess(srv *target.Server, ln net.Listener) (stop func() error) {
+func ServeInProcess(srv *target.Server, ln net.Listener) (stop func() error) {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	return func() error {
@@ -34,8 +37,8 @@ const (
 	benchControllerLossTimeout = 15 * time.Second
 )
 
-// benchHost sets a benchmark host's reconnect bounds in o.
-func benchHost(o host.Options) host.Options {
+// HostOptions sets a benchmark host's reconnect bounds in o.
+func HostOptions(o host.Options) host.Options {
 	o.MaxReconnectWait, o.ControllerLossTimeout = benchMaxReconnectWait, benchControllerLossTimeout
 	return o
 }

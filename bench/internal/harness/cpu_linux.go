@@ -1,4 +1,4 @@
-package bench
+package harness
 
 import (
 	"time"
@@ -6,9 +6,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// threadCPU returns the CPU time (user + system) the calling OS thread has
+// ThreadCPU returns the CPU time (user + system) the calling OS thread has
 // used. The caller must have locked its goroutine to the thread.
-func threadCPU() (time.Duration, bool) {
+func ThreadCPU() (time.Duration, bool) {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
 		return 0, false
@@ -16,9 +16,9 @@ func threadCPU() (time.Duration, bool) {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), true
 }
 
-// processCPU returns the CPU time (user + system) the whole process has
+// ProcessCPU returns the CPU time (user + system) the whole process has
 // used: all its threads, the Go runtime's included.
-func processCPU() (time.Duration, bool) {
+func ProcessCPU() (time.Duration, bool) {
 	var ru unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
 		return 0, false

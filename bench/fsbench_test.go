@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nearstore/nearstore/bench/internal/plottest"
 )
 
 // TestRunFS runs the file-system benchmark briefly with the target in
@@ -78,7 +80,7 @@ func TestRunFS(t *testing.T) {
 	if err := SaveFSPlot(path, rep); err != nil {
 		t.Fatal(err)
 	}
-	decodePNG(t, path)
+	plottest.DecodePNG(t, path)
 }
 
 // TestParseFSCase: the command line's RW:BS:THREADS.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nearstore/nearstore/bench/internal/plottest"
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/sandbox"
 )
@@ -116,7 +117,7 @@ func TestRunFunc(t *testing.T) {
 	if err := SaveFuncPlot(path, rep); err != nil {
 		t.Fatal(err)
 	}
-	img := decodePNG(t, path)
+	img := plottest.DecodePNG(t, path)
 	if b := img.Bounds(); b.Dx() < b.Dy() {
 		t.Errorf("two charts side by side in %v", b)
 	}

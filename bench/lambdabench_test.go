@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/plottest"
 	"github.com/nearstore/nearstore/lambda"
 	"github.com/nearstore/nearstore/sandbox"
 )
@@ -105,7 +106,7 @@ func TestRunLambda(t *testing.T) {
 				if err := SaveLambdaPlot(path, rep); err != nil {
 					t.Fatal(err)
 				}
-				decodePNG(t, path)
+				plottest.DecodePNG(t, path)
 			}
 		})
 	}

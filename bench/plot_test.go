@@ -2,11 +2,10 @@ package bench
 
 import (
 	"bytes"
-	"image"
-	"image/png"
-	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/nearstore/nearstore/bench/internal/plottest"
 )
 
 func testComparison() *Comparison {
@@ -29,7 +28,7 @@ func TestSavePlot(t *testing.T) {
 	if err := SavePlot(path, testComparison()); err != nil {
 		t.Fatal(err)
 	}
-	img := decodePNG(t, path)
+	img := plottest.DecodePNG(t, path)
 	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 250 {
 		t.Errorf("image is %v", b)
 	}
@@ -48,19 +47,4 @@ func TestWritePlot(t *testing.T) {
 	if err := WritePlot(&buf, &Comparison{}, "png"); err == nil {
 		t.Error("an empty comparison plotted")
 	}
-}
-
-// decodePNG reads the PNG file at path, failing the test if it is not one.
-func decodePNG(t *testing.T, path string) image.Image {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	img, err := png.Decode(f)
-	if err != nil {
-		t.Fatalf("%s is not a PNG: %v", path, err)
-	}
-	return img
 }

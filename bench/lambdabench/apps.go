@@ -1,4 +1,4 @@
-package bench
+package lambdabench
 
 import (
 	"bytes"
@@ -89,8 +89,8 @@ type lambdaCombiner interface {
 	result() string
 }
 
-// LambdaApps lists the applications `bench lambda` runs.
-func LambdaApps() []string { return []string{"stats64", "stats32", "knn", "grep", "bitmap"} }
+// Apps lists the applications `bench lambda` runs.
+func Apps() []string { return []string{"stats64", "stats32", "knn", "grep", "bitmap"} }
 
 // lookupLambdaApp returns the named application.
 func lookupLambdaApp(name string) (*lambdaApp, error) {
@@ -163,7 +163,7 @@ func lookupLambdaApp(name string) (*lambdaApp, error) {
 			generate: genBitmap,
 		}, nil
 	}
-	return nil, fmt.Errorf("bench: no λ application %q: want one of %s", name, strings.Join(LambdaApps(), ", "))
+	return nil, fmt.Errorf("bench: no λ application %q: want one of %s", name, strings.Join(Apps(), ", "))
 }
 
 // lambdaReq is one request: the file's bytes [off, off+n).

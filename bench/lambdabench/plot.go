@@ -1,4 +1,4 @@
-package bench
+package lambdabench
 
 import (
 	"errors"
@@ -15,10 +15,10 @@ import (
 	"github.com/nearstore/nearstore/volume"
 )
 
-// PlotLambda draws a run as λ-IO's Figure 4 does: one bar per mode, its
+// Plot draws a run as λ-IO's Figure 4 does: one bar per mode, its
 // median throughput normalized to B's (to the first mode's without B),
 // labelled with the absolute MB/s.
-func PlotLambda(r *LambdaReport) (*plot.Plot, error) {
+func Plot(r *Report) (*plot.Plot, error) {
 	if r == nil || len(r.Modes) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
@@ -98,11 +98,11 @@ func PlotLambda(r *LambdaReport) (*plot.Plot, error) {
 	return p, nil
 }
 
-// SaveLambdaPlot renders PlotLambda to path, in the format its extension
+// SavePlot renders Plot to path, in the format its extension
 // names, 7 by 4.5 inches.
-func SaveLambdaPlot(path string, r *LambdaReport) error {
+func SavePlot(path string, r *Report) error {
 	return report.SaveByExtension(path, func(w io.Writer, format string) error {
-		p, err := PlotLambda(r)
+		p, err := Plot(r)
 		if err != nil {
 			return err
 		}

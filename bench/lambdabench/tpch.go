@@ -1,4 +1,4 @@
-package bench
+package lambdabench
 
 import (
 	"context"
@@ -42,7 +42,7 @@ type TPCHConfig struct {
 	RequestSize int
 	// Warm, WarmRandom, Modes, Repeat, Depth, Interleave, Runtime,
 	// ProfileEvery, ProfileFirst, Link, TargetExe, ServerCPUs, Logger and
-	// Progress are as LambdaConfig's.
+	// Progress are as Config's.
 	Warm                       float64
 	WarmRandom                 bool
 	Modes                      []lambda.Mode
@@ -61,15 +61,15 @@ type TPCHConfig struct {
 }
 
 // RunTPCH runs the benchmark.
-func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *LambdaReport, err error) {
+func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 	if cfg.SF == 0 {
 		cfg.SF = DefaultTPCHSF
 	}
 	if cfg.Query == 0 {
 		cfg.Query = DefaultTPCHQuery
 	}
-	// The settings LambdaConfig shares get its defaults and checks.
-	lc := LambdaConfig{
+	// The settings Config shares get its defaults and checks.
+	lc := Config{
 		App: "tpch", Size: 1, RequestSize: cfg.RequestSize, Warm: cfg.Warm, WarmRandom: cfg.WarmRandom,
 		Modes: cfg.Modes, Repeat: cfg.Repeat, Depth: cfg.Depth, Interleave: cfg.Interleave, Runtime: cfg.Runtime,
 		ProfileEvery: cfg.ProfileEvery, ProfileFirst: cfg.ProfileFirst, Seed: cfg.Seed, Logger: cfg.Logger, Progress: cfg.Progress,

@@ -1,4 +1,4 @@
-package bench
+package lambdabench
 
 import (
 	"cmp"
@@ -51,7 +51,7 @@ func TestRunLambda(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			rep, err := RunLambda(ctx, LambdaConfig{
+			rep, err := Run(ctx, Config{
 				App: tc.app, Size: size, RequestSize: req, Repeat: 1, Depth: tc.depth,
 				Warm: tc.warm, WarmRandom: tc.random, Runtime: tc.runtime, Interleave: tc.interleave,
 			})
@@ -93,7 +93,7 @@ func TestRunLambda(t *testing.T) {
 				t.Errorf("report: interleave %d, want %d; models %q, want λ's file's one", rep.Interleave, tc.interleave, rep.Models)
 			}
 			var out strings.Builder
-			if err := WriteLambdaTable(&out, rep); err != nil {
+			if err := WriteTable(&out, rep); err != nil {
 				t.Fatal(err)
 			}
 			for _, want := range []string{"λ time ÷ min(K, T) time", "λ speedup over B", rep.Answer} {
@@ -103,7 +103,7 @@ func TestRunLambda(t *testing.T) {
 			}
 			if tc.app == "stats64" && tc.runtime == 0 {
 				path := filepath.Join(t.TempDir(), "lambda.png")
-				if err := SaveLambdaPlot(path, rep); err != nil {
+				if err := SavePlot(path, rep); err != nil {
 					t.Fatal(err)
 				}
 				plottest.DecodePNG(t, path)
@@ -182,7 +182,7 @@ func TestLambdaProfileSchedule(t *testing.T) {
 		t.Run(fmt.Sprintf("%d-of-%d", tc.first, tc.every), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			rep, err := RunLambda(ctx, LambdaConfig{
+			rep, err := Run(ctx, Config{
 				App: "stats64", Size: size, RequestSize: req, Repeat: 2,
 				ProfileEvery: tc.every, ProfileFirst: tc.first,
 			})
@@ -206,7 +206,7 @@ func TestLambdaProfileSchedule(t *testing.T) {
 				t.Errorf("λ profiled %d calls, want %d to %d", profiled, tc.min, tc.max)
 			}
 			var out strings.Builder
-			if err := WriteLambdaTable(&out, rep); err != nil {
+			if err := WriteTable(&out, rep); err != nil {
 				t.Fatal(err)
 			}
 			if want := fmt.Sprintf("the first %d of every %d requests profiled", first, every); !strings.Contains(out.String(), want) {
@@ -214,17 +214,17 @@ func TestLambdaProfileSchedule(t *testing.T) {
 			}
 		})
 	}
-	if _, err := RunLambda(context.Background(), LambdaConfig{App: "stats64", ProfileEvery: -1}); err == nil {
+	if _, err := Run(context.Background(), Config{App: "stats64", ProfileEvery: -1}); err == nil {
 		t.Error("a negative profile schedule was taken")
 	}
 }
 
 func TestLambdaBars(t *testing.T) {
-	mk := func(app string, warm float64, shaped bool, rate string, secs map[string]float64) *LambdaReport {
-		r := &LambdaReport{App: app, Warm: warm, LinkShaped: shaped, LinkRate: rate}
+	mk := func(app string, warm float64, shaped bool, rate string, secs map[string]float64) *Report {
+		r := &Report{App: app, Warm: warm, LinkShaped: shaped, LinkRate: rate}
 		for _, m := range []string{"B", "K", "T", "lambda"} {
 			if s, ok := secs[m]; ok {
-				r.Modes = append(r.Modes, LambdaModeResult{Mode: m, Seconds: s})
+				r.Modes = append(r.Modes, ModeResult{Mode: m, Seconds: s})
 			}
 		}
 		return r
@@ -232,7 +232,7 @@ func TestLambdaBars(t *testing.T) {
 	all := map[string]float64{"B": 4, "K": 3, "T": 1, "lambda": 1.04}
 	for _, tc := range []struct {
 		name    string
-		rep     *LambdaReport
+		rep     *Report
 		n       int
 		best    float64
 		bestMet bool

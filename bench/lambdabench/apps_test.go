@@ -1,4 +1,4 @@
-package bench
+package lambdabench
 
 import (
 	"bytes"
@@ -102,7 +102,7 @@ func TestLambdaAppsCombineToReference(t *testing.T) {
 }
 
 func TestLambdaAppDeterministic(t *testing.T) {
-	for _, name := range LambdaApps() {
+	for _, name := range Apps() {
 		app, err := lookupLambdaApp(name)
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,9 @@
-package bench
+// Package lambdabench is the λ experiment (bench lambda, and bench tpch,
+// which runs TPC-H queries in the same environment): it runs an
+// application's requests against a target in each mode the λ dispatcher
+// chooses between and through the dispatcher itself, over loopback or an
+// emulated link, and checks the dispatcher's bars.
+package lambdabench
 
 import (
 	"context"
@@ -31,7 +36,7 @@ import (
 // slows them alike, and every run's combined answer checked against the
 // native reference over the whole file.
 
-// Defaults and limits of a LambdaConfig.
+// Defaults and limits of a Config.
 const (
 	DefaultLambdaSize        = 64 << 20
 	DefaultLambdaRequestSize = 1 << 20
@@ -51,9 +56,9 @@ const (
 	LambdaBarVsB = 2.0
 )
 
-// LambdaConfig configures RunLambda.
-type LambdaConfig struct {
-	// App is the application (LambdaApps).
+// Config configures Run.
+type Config struct {
+	// App is the application (Apps).
 	App string
 	// Size is the dataset's size in bytes (default 64 MiB), a multiple
 	// of 4 KiB; for bitmap, the size of the bitmap the λ writes produce.
@@ -104,7 +109,7 @@ type LambdaConfig struct {
 	Progress func(stage string)
 }
 
-func (c *LambdaConfig) setDefaults() error {
+func (c *Config) setDefaults() error {
 	if c.Size == 0 {
 		c.Size = DefaultLambdaSize
 	}
@@ -144,14 +149,14 @@ func (c *LambdaConfig) setDefaults() error {
 	return nil
 }
 
-func (c *LambdaConfig) progress(format string, args ...any) {
+func (c *Config) progress(format string, args ...any) {
 	if c.Progress != nil {
 		c.Progress(fmt.Sprintf(format, args...))
 	}
 }
 
-// LambdaReport is what RunLambda (or RunTPCH) measured.
-type LambdaReport struct {
+// Report is what Run (or RunTPCH) measured.
+type Report struct {
 	Machine report.Machine `json:"machine"`
 	// App is the application ("stats64", ...; "tpch_q6" for TPC-H) and
 	// Function the λ function it calls.
@@ -178,7 +183,7 @@ type LambdaReport struct {
 	Warm        float64 `json:"warm"`
 	WarmOrder   string  `json:"warm_order"`
 	Repeat      int     `json:"repeat"`
-	// Interleave is LambdaConfig.Interleave (0: whole runs in turn).
+	// Interleave is Config.Interleave (0: whole runs in turn).
 	Interleave int `json:"interleave,omitempty"`
 	// ProfileEvery and ProfileFirst are the dispatcher's schedule in
 	// mode λ, after defaults: the first ProfileFirst of every
@@ -188,15 +193,15 @@ type LambdaReport struct {
 	// Answer is the native reference every run's combined answer equalled.
 	Answer string `json:"answer"`
 	// Modes has one entry per mode, in the order asked for.
-	Modes []LambdaModeResult `json:"modes"`
+	Modes []ModeResult `json:"modes"`
 	// Bars are the issue's two checks, computed from the medians.
 	Bars []LambdaBar `json:"bars"`
 	// Models are the dispatcher's fitted models at the end.
 	Models []string `json:"models,omitempty"`
 }
 
-// LambdaModeResult is one mode's runs and medians.
-type LambdaModeResult struct {
+// ModeResult is one mode's runs and medians.
+type ModeResult struct {
 	Mode string      `json:"mode"`
 	Runs []LambdaRun `json:"runs"`
 	// Seconds is the median run's time, MBps the file's bytes over it.
@@ -290,11 +295,11 @@ type runOpts struct {
 	warmRandom bool
 	seed       uint64
 	progress   func(format string, args ...any)
-	interleave int // requests per block (LambdaConfig.Interleave)
+	interleave int // requests per block (Config.Interleave)
 }
 
-// RunLambda runs the benchmark.
-func RunLambda(ctx context.Context, cfg LambdaConfig) (_ *LambdaReport, err error) {
+// Run runs the benchmark.
+func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -349,13 +354,13 @@ func linkLabel(rate string) string {
 	return rate
 }
 
-func newLambdaReport(e *lambdaEnv, kind sandbox.Kind, repeat, depth int, warm float64, random bool) *LambdaReport {
+func newLambdaReport(e *lambdaEnv, kind sandbox.Kind, repeat, depth int, warm float64, random bool) *Report {
 	order := "sequential"
 	if random {
 		order = "random"
 	}
 	every, first := e.disp.ProfileSchedule()
-	return &LambdaReport{
+	return &Report{
 		Machine: report.DescribeMachine(), Runtime: kind.String(), Target: e.where,
 		Link: e.link.String(), LinkShaped: e.link.Shaped(), LinkRate: e.link.Rate(),
 		Depth: depth, Warm: warm, WarmOrder: order, Repeat: repeat,
@@ -472,8 +477,8 @@ func scrubFile(f *offloadfs.File, size int64) error {
 // alternating between runs (ABCD DCBA …), or, with opts.interleave, in
 // rounds of interleaved blocks (runRound), and fills in the report's
 // medians and bars.
-func (e *lambdaEnv) runModes(ctx context.Context, rep *LambdaReport, w *lambdaWork, opts runOpts) error {
-	res := make([]LambdaModeResult, len(opts.modes))
+func (e *lambdaEnv) runModes(ctx context.Context, rep *Report, w *lambdaWork, opts runOpts) error {
+	res := make([]ModeResult, len(opts.modes))
 	for i, m := range opts.modes {
 		res[i].Mode = m.String()
 	}
@@ -532,7 +537,7 @@ func (e *lambdaEnv) runModes(ctx context.Context, rep *LambdaReport, w *lambdaWo
 	for i := range res {
 		summarizeLambdaMode(&res[i], w.bytes)
 	}
-	if b := slices.IndexFunc(res, func(x LambdaModeResult) bool { return x.Mode == lambda.Buffered.String() }); b >= 0 {
+	if b := slices.IndexFunc(res, func(x ModeResult) bool { return x.Mode == lambda.Buffered.String() }); b >= 0 {
 		for i := range res {
 			res[i].VsB = res[b].Seconds / res[i].Seconds
 		}
@@ -610,7 +615,7 @@ func formatModel(m lambda.Model) string {
 
 // summarizeLambdaMode sets the medians, and Ran and Profiled from the
 // median run.
-func summarizeLambdaMode(m *LambdaModeResult, bytes int64) {
+func summarizeLambdaMode(m *ModeResult, bytes int64) {
 	if len(m.Runs) == 0 {
 		return
 	}
@@ -638,11 +643,11 @@ func summarizeLambdaMode(m *LambdaModeResult, bytes int64) {
 }
 
 // lambdaBars computes the issue's two checks from the medians.
-func lambdaBars(rep *LambdaReport) []LambdaBar {
-	get := func(mode lambda.Mode) (LambdaModeResult, bool) {
-		i := slices.IndexFunc(rep.Modes, func(x LambdaModeResult) bool { return x.Mode == mode.String() })
+func lambdaBars(rep *Report) []LambdaBar {
+	get := func(mode lambda.Mode) (ModeResult, bool) {
+		i := slices.IndexFunc(rep.Modes, func(x ModeResult) bool { return x.Mode == mode.String() })
 		if i < 0 {
-			return LambdaModeResult{}, false
+			return ModeResult{}, false
 		}
 		return rep.Modes[i], true
 	}
@@ -879,9 +884,9 @@ feed:
 	return ctx.Err()
 }
 
-// WriteLambdaTable prints the report: the setup, a table of the modes'
+// WriteTable prints the report: the setup, a table of the modes'
 // medians, where λ's calls ran, and the bars.
-func WriteLambdaTable(w io.Writer, r *LambdaReport) error {
+func WriteTable(w io.Writer, r *Report) error {
 	what := r.App
 	if r.Query != "" {
 		what = fmt.Sprintf("TPC-H %s at SF %g (%d LINEITEM rows)", r.Query, r.SF, r.Rows)

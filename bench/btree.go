@@ -587,7 +587,7 @@ func (p *processProbe) commands(ctx context.Context) (map[string]uint64, error) 
 }
 
 func (p *processProbe) cpu() (time.Duration, bool, error) {
-	d, err := procCPU(strconv.Itoa(p.pid))
+	d, err := harness.ProcCPU(strconv.Itoa(p.pid))
 	return d, true, err
 }
 
@@ -659,41 +659,6 @@ func parseLabels(s string) map[string]string {
 	return m
 }
 
-// clockTick is USER_HZ, the unit of /proc/PID/stat's CPU times: 100 on
-// every Linux architecture Go supports.
-const clockTick = 10 * time.Millisecond
-
-// procCPU returns a process's user + system CPU time from
-// /proc/PID/stat ("self" for this process).
-func procCPU(pid string) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0, fmt.Errorf("bench: CPU time: %w", err)
-	}
-	return parseProcStatCPU(b)
-}
-
-// parseProcStatCPU reads utime and stime, fields 14 and 15, counting
-// after the command name (field 2, which may hold spaces and parens).
-func parseProcStatCPU(b []byte) (time.Duration, error) {
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("bench: /proc stat %q", s)
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state): utime is f[11], stime f[12].
-	if len(f) < 13 {
-		return 0, fmt.Errorf("bench: /proc stat has %d fields", len(f)+2)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("bench: /proc stat: %w", err)
-	}
-	return time.Duration(ut+st) * clockTick, nil
-}
-
 // procIO returns the bytes a process has passed to read and write system
 // calls (rchar, wchar), sockets included.
 func procIO(pid string) (r, w uint64, err error) {
@@ -758,7 +723,7 @@ func (e *btreeEnv) sample(ctx context.Context, start bool) (btreeSample, error) 
 	if s.targetCPU, _, err = e.probe.cpu(); err != nil {
 		return s, err
 	}
-	if s.hostCPU, err = procCPU("self"); err != nil {
+	if s.hostCPU, err = harness.ProcCPU("self"); err != nil {
 		return s, err
 	}
 	s.store = e.store.Stats()

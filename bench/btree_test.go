@@ -178,18 +178,7 @@ nearstore_target_bytes_total{direction="read",nsid="1",subsystem="x"} 99999
 	}
 }
 
-func TestParseProc(t *testing.T) {
-	stat := "4242 (name with) spaces) S 1 4242 4242 0 -1 4194560 1000 0 0 0 250 130 0 0 20 0 9 0 100 0 0"
-	d, err := parseProcStatCPU([]byte(stat))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d != 380*clockTick {
-		t.Errorf("CPU %v, want %v", d, 380*clockTick)
-	}
-	if _, err := parseProcStatCPU([]byte("1 (x) S 1 2")); err == nil {
-		t.Error("short stat parsed")
-	}
+func TestParseProcIO(t *testing.T) {
 	r, w, err := parseProcIO([]byte("rchar: 6976\nwchar: 12\nsyscr: 10\nsyscw: 0\n"))
 	if err != nil || r != 6976 || w != 12 {
 		t.Errorf("io: %d, %d, %v", r, w, err)

@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -171,7 +172,7 @@ func runOffloadPolicy(ctx context.Context, cfg OffloadConfig, pol string) (*Offl
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if cpu, err := procCPU(pid); err == nil {
+			if cpu, err := harness.ProcCPU(pid); err == nil {
 				now := time.Now()
 				if !at.IsZero() {
 					samples = append(samples, float64(cpu-last)/float64(now.Sub(at)*time.Duration(runtime.NumCPU())))

@@ -1,4 +1,9 @@
-package bench
+// Package offloadbench holds the offload experiments: bench offload (how
+// the target admits many clients' offloaded batches, and how fairly) and
+// bench prep (image preparation on the host or offloaded to the target,
+// over loopback or an emulated link). Both run the target and an optional
+// peer engine as child processes.
+package offloadbench
 
 import (
 	"context"
@@ -29,8 +34,8 @@ import (
 // two equal clients within 10% of each other.
 const OffloadJainBar = 0.99
 
-// OffloadConfig configures the admission benchmark.
-type OffloadConfig struct {
+// Config configures the admission benchmark.
+type Config struct {
 	TargetExe  string
 	ServerCPUs string
 	// Clients offload at once, for Duration, under each of Policies
@@ -69,8 +74,8 @@ type OffloadPolicy struct {
 	AllCompleted bool       `json:"all_completed"`
 }
 
-// OffloadReport is the benchmark's result.
-type OffloadReport struct {
+// Report is the benchmark's result.
+type Report struct {
 	Machine  report.Machine  `json:"machine"`
 	Clients  int             `json:"clients"`
 	Seconds  float64         `json:"seconds"`
@@ -79,10 +84,10 @@ type OffloadReport struct {
 	Bars     []report.Bar    `json:"bars"`
 }
 
-// RunOffload runs Clients clients offloading OffloadPrep batches at once
+// Run runs Clients clients offloading OffloadPrep batches at once
 // to the storage node's engine (target serve --offload, its own process)
 // under each policy; a task the engine turns away runs on its client.
-func RunOffload(ctx context.Context, cfg OffloadConfig) (*OffloadReport, error) {
+func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Clients <= 0 {
 		cfg.Clients = 2
 	}
@@ -107,7 +112,7 @@ func RunOffload(ctx context.Context, cfg OffloadConfig) (*OffloadReport, error) 
 	if cfg.Batch <= 0 {
 		cfg.Batch = 4
 	}
-	rep := &OffloadReport{Machine: report.DescribeMachine(), Clients: cfg.Clients, Seconds: cfg.Duration.Seconds(), Tokens: cfg.Tokens}
+	rep := &Report{Machine: report.DescribeMachine(), Clients: cfg.Clients, Seconds: cfg.Duration.Seconds(), Tokens: cfg.Tokens}
 	for _, pol := range cfg.Policies {
 		if _, err := offload.ParsePolicy(pol); err != nil {
 			return nil, err
@@ -136,7 +141,7 @@ func RunOffload(ctx context.Context, cfg OffloadConfig) (*OffloadReport, error) 
 	return rep, nil
 }
 
-func runOffloadPolicy(ctx context.Context, cfg OffloadConfig, pol string) (*OffloadPolicy, error) {
+func runOffloadPolicy(ctx context.Context, cfg Config, pol string) (*OffloadPolicy, error) {
 	args := []string{"--policy=" + pol, "--cpu-of=process", "--token-ttl=2s",
 		"--cpu-threshold=" + strconv.FormatFloat(cfg.CPUThreshold, 'f', -1, 64), "--tokens=" + strconv.Itoa(cfg.Tokens)}
 	env, err := startOffloadEnv(ctx, cfg.TargetExe, int64(cfg.Images)*256<<10+256<<20, args, false, cfg.ServerCPUs, nil, cfg.Logger)
@@ -265,8 +270,8 @@ func percentile(xs []float64, q float64) float64 {
 	return s[min(max(i, 0), len(s)-1)]
 }
 
-// WriteOffloadTable prints each policy's counts and the bars.
-func WriteOffloadTable(w io.Writer, r *OffloadReport) error {
+// WriteTable prints each policy's counts and the bars.
+func WriteTable(w io.Writer, r *Report) error {
 	fmt.Fprintf(w, "offload admission: %d clients offloading OffloadPrep batches at once for %.0fs per policy (%d tokens)\n\n", r.Clients, r.Seconds, r.Tokens)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tclient\ton engine\tlocal\tJain (engine)\ttarget CPU median/p90/max\ttasks/s\t")
@@ -287,9 +292,9 @@ func WriteOffloadTable(w io.Writer, r *OffloadReport) error {
 	return report.WriteBars(w, r.Bars)
 }
 
-// SaveOffloadPlot draws each client's tasks on the engine and locally,
+// SavePlot draws each client's tasks on the engine and locally,
 // per policy, as stacked bars.
-func SaveOffloadPlot(path string, r *OffloadReport) error {
+func SavePlot(path string, r *Report) error {
 	if r == nil || len(r.Policies) == 0 {
 		return errors.New("bench: nothing to plot")
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"maps"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -260,3 +261,5 @@ func TestChainTreeDepth(t *testing.T) {
 		}
 	}
 }
+
+func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(math.Abs(a), math.Abs(b), 1) }

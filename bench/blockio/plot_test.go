@@ -1,4 +1,4 @@
-package bench
+package blockio
 
 import (
 	"bytes"
@@ -11,12 +11,12 @@ import (
 func testComparison() *Comparison {
 	c := &Comparison{Systems: []string{"nearstore", "nbdkit"}, Repeat: 3, Duration: 5}
 	for i, p := range DefaultPoints() {
-		a := BlockIOResult{System: "nearstore", IOPS: float64(10000 * (i + 1))}
-		b := BlockIOResult{System: "nbdkit", IOPS: float64(9000 * (i + 1))}
+		a := Result{System: "nearstore", IOPS: float64(10000 * (i + 1))}
+		b := Result{System: "nbdkit", IOPS: float64(9000 * (i + 1))}
 		c.Rows = append(c.Rows, ComparisonRow{
 			Point:  p,
-			Runs:   map[string][]BlockIOResult{"nearstore": {a}, "nbdkit": {b}},
-			Median: map[string]BlockIOResult{"nearstore": a, "nbdkit": b},
+			Runs:   map[string][]Result{"nearstore": {a}, "nbdkit": {b}},
+			Median: map[string]Result{"nearstore": a, "nbdkit": b},
 			Ratio:  a.IOPS / b.IOPS,
 		})
 	}

@@ -1,4 +1,8 @@
-package bench
+// Package blockio is the block I/O experiment (bench blockio): queues of
+// random reads or writes against a namespace, and the comparison of
+// nearstore with nbdkit driven by fio, repeated and summarized by median,
+// as a table, Markdown or a chart.
+package blockio
 
 import (
 	"context"
@@ -13,8 +17,8 @@ import (
 	"github.com/nearstore/nearstore/host"
 )
 
-// BlockIOConfig describes a block I/O workload.
-type BlockIOConfig struct {
+// Config describes a block I/O workload.
+type Config struct {
 	// Pattern is randread, randwrite, read or write.
 	Pattern string
 	// BlockSize is the transfer size in bytes, a multiple of the device's
@@ -34,9 +38,9 @@ type BlockIOConfig struct {
 	Progress func(elapsed time.Duration, ops int64)
 }
 
-// BlockIOResult is what a block I/O run measured. Latencies are from
+// Result is what a block I/O run measured. Latencies are from
 // submission to completion, in microseconds.
-type BlockIOResult struct {
+type Result struct {
 	System     string  `json:"system"`
 	Pattern    string  `json:"rw"`
 	BlockSize  int     `json:"bs"`
@@ -52,7 +56,7 @@ type BlockIOResult struct {
 	Errors     int64   `json:"errors"`
 }
 
-func (c *BlockIOConfig) check(ns *host.Namespace) error {
+func (c *Config) check(ns *host.Namespace) error {
 	switch c.Pattern {
 	case "randread", "randwrite", "read", "write":
 	default:
@@ -77,13 +81,13 @@ func (c *BlockIOConfig) check(ns *host.Namespace) error {
 	return nil
 }
 
-// RunBlockIO drives ns with the workload and reports throughput and latency.
+// Run drives ns with the workload and reports throughput and latency.
 // Each queue gets one goroutine that keeps QueueDepth commands in flight
 // through the asynchronous API, as fio's libaio engine does with one job
 // per queue.
-func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (BlockIOResult, error) {
+func Run(ctx context.Context, ns *host.Namespace, cfg Config) (Result, error) {
 	if err := cfg.check(ns); err != nil {
-		return BlockIOResult{}, err
+		return Result{}, err
 	}
 	var cnt blockIOCounts
 	hists := make([]*hist.Histogram, cfg.Queues)
@@ -127,7 +131,7 @@ func RunBlockIO(ctx context.Context, ns *host.Namespace, cfg BlockIOConfig) (Blo
 		h.Merge(q)
 	}
 	n := cnt.ops.Load()
-	res := BlockIOResult{
+	res := Result{
 		System: "nearstore", Pattern: cfg.Pattern, BlockSize: cfg.BlockSize,
 		QueueDepth: cfg.QueueDepth, Queues: cfg.Queues,
 		Seconds: elapsed.Seconds(), Ops: n,
@@ -167,7 +171,7 @@ func (c *blockIOCounts) fail(err error) {
 // deadline count. It works as an event loop does: it takes every completion
 // that is ready, queues a replacement for each in a Batch, and submits them
 // all with one write to the connection.
-func runQueue(ctx context.Context, q *host.Namespace, cfg BlockIOConfig, idx int, deadline time.Time,
+func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadline time.Time,
 	h *hist.Histogram, cnt *blockIOCounts) {
 	bs := int64(cfg.BlockSize)
 	lbaShift := int64(q.BlockSize())

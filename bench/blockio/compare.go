@@ -1,4 +1,4 @@
-package bench
+package blockio
 
 import (
 	"context"
@@ -22,7 +22,7 @@ import (
 )
 
 // System is one side of a comparison: something that serves a block
-// device and can be driven with a BlockIOConfig.
+// device and can be driven with a Config.
 type System interface {
 	// Name labels the system in results ("nearstore", "nbdkit").
 	Name() string
@@ -33,14 +33,14 @@ type System interface {
 	Start(ctx context.Context) error
 	// Run runs one workload. cfg.Progress, if set, may be called with ops
 	// -1 when the system cannot report completed operations live.
-	Run(ctx context.Context, cfg BlockIOConfig) (BlockIOResult, error)
+	Run(ctx context.Context, cfg Config) (Result, error)
 	// Close stops the system and everything it started.
 	Close() error
 }
 
 // Nearstore is the subject of a comparison: `nearstore target serve` on a
 // memory volume as a separate process on a free loopback port, driven by
-// RunBlockIO through the host library in this process, one TCP connection
+// Run through the host library in this process, one TCP connection
 // per queue. Set the fields, then Start; Close stops the target.
 type Nearstore struct {
 	// Exe is the nearstore binary that runs the target (os.Executable()
@@ -143,17 +143,17 @@ func (n *Nearstore) fill(ctx context.Context) error {
 }
 
 // Run connects with cfg.Queues I/O queues of depth cfg.QueueDepth, runs
-// RunBlockIO, and disconnects.
-func (n *Nearstore) Run(ctx context.Context, cfg BlockIOConfig) (BlockIOResult, error) {
+// Run, and disconnects.
+func (n *Nearstore) Run(ctx context.Context, cfg Config) (Result, error) {
 	if n.proc == nil {
-		return BlockIOResult{}, errors.New("bench: nearstore target not started")
+		return Result{}, errors.New("bench: nearstore target not started")
 	}
 	ctrl, ns, err := n.connect(ctx, cfg.Queues, cfg.QueueDepth)
 	if err != nil {
-		return BlockIOResult{}, err
+		return Result{}, err
 	}
 	defer ctrl.Close()
-	res, err := RunBlockIO(ctx, ns, cfg)
+	res, err := Run(ctx, ns, cfg)
 	res.System = n.Name()
 	if err != nil {
 		select {
@@ -260,7 +260,7 @@ type CompareConfig struct {
 	// (default: all of it).
 	Region int64
 	// Progress, when set, is called before each run with its label and
-	// returns the run's live progress callback (see BlockIOConfig; ops may
+	// returns the run's live progress callback (see Config; ops may
 	// be -1) and a function called when the run ends. Either may be nil.
 	Progress func(label string, d time.Duration) (update func(time.Duration, int64), end func())
 	// Started, when set, is called once every system has started.
@@ -279,9 +279,9 @@ type Comparison struct {
 
 // ComparisonRow holds one point's runs and their medians, by system name.
 type ComparisonRow struct {
-	Point  Point                      `json:"config"`
-	Runs   map[string][]BlockIOResult `json:"runs"`
-	Median map[string]BlockIOResult   `json:"median"`
+	Point  Point               `json:"config"`
+	Runs   map[string][]Result `json:"runs"`
+	Median map[string]Result   `json:"median"`
 	// Ratio is the first system's median IOPS over the second's (0 with
 	// one system).
 	Ratio float64 `json:"ratio,omitempty"`
@@ -323,11 +323,11 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Comparison, error) {
 		cfg.Started()
 	}
 	for _, p := range cfg.Points {
-		row := ComparisonRow{Point: p, Runs: map[string][]BlockIOResult{}, Median: map[string]BlockIOResult{}}
+		row := ComparisonRow{Point: p, Runs: map[string][]Result{}, Median: map[string]Result{}}
 		c.Rows = append(c.Rows, row)
 		for rep := 1; rep <= cfg.Repeat; rep++ {
 			for _, s := range cfg.Systems {
-				bc := BlockIOConfig{
+				bc := Config{
 					Pattern: p.Pattern, BlockSize: p.BlockSize, QueueDepth: p.QueueDepth, Queues: p.Queues,
 					Duration: cfg.Duration, Region: cfg.Region,
 				}
@@ -369,11 +369,11 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Comparison, error) {
 // MedianResult summarizes repeated runs of one configuration: IOPS, MB/s
 // and each latency percentile are the medians of the runs' values (taken
 // separately); Seconds, Ops and Errors are totals.
-func MedianResult(rs []BlockIOResult) BlockIOResult {
+func MedianResult(rs []Result) Result {
 	if len(rs) == 0 {
-		return BlockIOResult{}
+		return Result{}
 	}
-	pick := func(f func(BlockIOResult) float64) float64 {
+	pick := func(f func(Result) float64) float64 {
 		xs := make([]float64, len(rs))
 		for i, r := range rs {
 			xs[i] = f(r)
@@ -387,11 +387,11 @@ func MedianResult(rs []BlockIOResult) BlockIOResult {
 		m.Ops += r.Ops
 		m.Errors += r.Errors
 	}
-	m.IOPS = pick(func(r BlockIOResult) float64 { return r.IOPS })
-	m.MBps = pick(func(r BlockIOResult) float64 { return r.MBps })
-	m.P50us = pick(func(r BlockIOResult) float64 { return r.P50us })
-	m.P99us = pick(func(r BlockIOResult) float64 { return r.P99us })
-	m.P999us = pick(func(r BlockIOResult) float64 { return r.P999us })
+	m.IOPS = pick(func(r Result) float64 { return r.IOPS })
+	m.MBps = pick(func(r Result) float64 { return r.MBps })
+	m.P50us = pick(func(r Result) float64 { return r.P50us })
+	m.P99us = pick(func(r Result) float64 { return r.P99us })
+	m.P999us = pick(func(r Result) float64 { return r.P999us })
 	return m
 }
 

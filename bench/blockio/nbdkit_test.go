@@ -1,4 +1,4 @@
-package bench
+package blockio
 
 import (
 	"context"
@@ -89,7 +89,7 @@ func TestParseFioJSONEdgeCases(t *testing.T) {
 }
 
 func TestFioArgs(t *testing.T) {
-	args := FioArgs("nbd://127.0.0.1:10809", BlockIOConfig{Pattern: "randread", BlockSize: 4096, QueueDepth: 32, Queues: 2, Duration: 1500 * time.Millisecond})
+	args := FioArgs("nbd://127.0.0.1:10809", Config{Pattern: "randread", BlockSize: 4096, QueueDepth: 32, Queues: 2, Duration: 1500 * time.Millisecond})
 	for _, want := range []string{"--ioengine=nbd", "--uri=nbd://127.0.0.1:10809", "--rw=randread", "--bs=4096", "--iodepth=32", "--numjobs=2", "--runtime=1500ms", "--time_based", "--group_reporting", "--output-format=json"} {
 		if !slices.Contains(args, want) {
 			t.Errorf("FioArgs lacks %s: %q", want, args)
@@ -113,7 +113,7 @@ func TestNbdkitBaseline(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nb.Close()
-	r, err := nb.Run(ctx, BlockIOConfig{Pattern: "randread", BlockSize: 4096, QueueDepth: 4, Queues: 2, Duration: 300 * time.Millisecond})
+	r, err := nb.Run(ctx, Config{Pattern: "randread", BlockSize: 4096, QueueDepth: 4, Queues: 2, Duration: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package bench
+package blockio
 
 import (
 	"bytes"
@@ -124,16 +124,16 @@ func (n *Nbdkit) fill(ctx context.Context) error {
 
 // Run runs one fio job group against nbdkit: the same pattern, block
 // size and queue depth as cfg, one fio job (one NBD connection) per queue.
-func (n *Nbdkit) Run(ctx context.Context, cfg BlockIOConfig) (BlockIOResult, error) {
+func (n *Nbdkit) Run(ctx context.Context, cfg Config) (Result, error) {
 	if n.proc == nil {
-		return BlockIOResult{}, errors.New("bench: nbdkit baseline not started")
+		return Result{}, errors.New("bench: nbdkit baseline not started")
 	}
 	out := filepath.Join(n.tmp, "run.json")
 	args := FioArgs(n.uri, cfg)
 	args = append(args, "--output="+out)
 	res, err := n.fio(ctx, args, cfg.Duration, cfg.Progress)
 	if err != nil {
-		return BlockIOResult{}, err
+		return Result{}, err
 	}
 	res.System = n.Name()
 	res.Pattern, res.BlockSize, res.QueueDepth, res.Queues = cfg.Pattern, cfg.BlockSize, cfg.QueueDepth, cfg.Queues
@@ -142,9 +142,9 @@ func (n *Nbdkit) Run(ctx context.Context, cfg BlockIOConfig) (BlockIOResult, err
 
 // FioArgs returns the fio command line (without --output) that runs cfg
 // through fio's nbd engine against uri: time based, random offsets drawn
-// with replacement (as RunBlockIO does), latency percentiles from
+// with replacement (as Run does), latency percentiles from
 // submission to completion.
-func FioArgs(uri string, cfg BlockIOConfig) []string {
+func FioArgs(uri string, cfg Config) []string {
 	args := []string{
 		"--name=nbd", "--ioengine=nbd", "--uri=" + uri,
 		"--rw=" + cfg.Pattern, "--bs=" + strconv.Itoa(cfg.BlockSize),
@@ -162,10 +162,10 @@ func FioArgs(uri string, cfg BlockIOConfig) []string {
 // fio runs fio with args (which must write JSON to an --output file) and
 // parses the report. progress, if set, hears the elapsed time (ops -1:
 // fio does not report them live) every 200 ms.
-func (n *Nbdkit) fio(ctx context.Context, args []string, d time.Duration, progress func(time.Duration, int64)) (BlockIOResult, error) {
+func (n *Nbdkit) fio(ctx context.Context, args []string, d time.Duration, progress func(time.Duration, int64)) (Result, error) {
 	_, fio, err := n.paths()
 	if err != nil {
-		return BlockIOResult{}, err
+		return Result{}, err
 	}
 	var outFile string
 	for _, a := range args {
@@ -174,12 +174,12 @@ func (n *Nbdkit) fio(ctx context.Context, args []string, d time.Duration, progre
 		}
 	}
 	if outFile == "" {
-		return BlockIOResult{}, errors.New("bench: fio needs an --output file")
+		return Result{}, errors.New("bench: fio needs an --output file")
 	}
 	_ = os.Remove(outFile)
 	p, err := proc.Start(ctx, proc.Spec{Name: "fio", Path: fio, Args: args, CPUs: n.ClientCPUs})
 	if err != nil {
-		return BlockIOResult{}, err
+		return Result{}, err
 	}
 	if progress != nil {
 		start := time.Now()
@@ -198,13 +198,13 @@ func (n *Nbdkit) fio(ctx context.Context, args []string, d time.Duration, progre
 	}
 	if err := p.Wait(); err != nil {
 		if ctx.Err() != nil {
-			return BlockIOResult{}, ctx.Err()
+			return Result{}, ctx.Err()
 		}
-		return BlockIOResult{}, err
+		return Result{}, err
 	}
 	data, err := os.ReadFile(outFile)
 	if err != nil {
-		return BlockIOResult{}, fmt.Errorf("bench: fio report: %w", err)
+		return Result{}, fmt.Errorf("bench: fio report: %w", err)
 	}
 	return ParseFioJSON(data)
 }
@@ -261,29 +261,29 @@ type fioLat struct {
 // NBD server" to stdout) is skipped. The result's System, Pattern,
 // BlockSize, QueueDepth and Queues come from the job's options as far as it
 // states them; the caller should set them.
-func ParseFioJSON(data []byte) (BlockIOResult, error) {
+func ParseFioJSON(data []byte) (Result, error) {
 	if i := bytes.IndexByte(data, '{'); i > 0 {
 		data = data[i:]
 	}
 	var rep fioReport
 	if err := json.Unmarshal(data, &rep); err != nil {
-		return BlockIOResult{}, fmt.Errorf("bench: parsing fio JSON: %w", err)
+		return Result{}, fmt.Errorf("bench: parsing fio JSON: %w", err)
 	}
 	if len(rep.Jobs) == 0 {
-		return BlockIOResult{}, errors.New("bench: fio report has no jobs")
+		return Result{}, errors.New("bench: fio report has no jobs")
 	}
 	if len(rep.Jobs) > 1 {
-		return BlockIOResult{}, fmt.Errorf("bench: fio report has %d jobs; run it with --group_reporting", len(rep.Jobs))
+		return Result{}, fmt.Errorf("bench: fio report has %d jobs; run it with --group_reporting", len(rep.Jobs))
 	}
 	j := rep.Jobs[0]
 	d := j.Read
 	switch {
 	case j.Read.TotalIOs > 0 && j.Write.TotalIOs > 0:
-		return BlockIOResult{}, errors.New("bench: fio report mixes reads and writes")
+		return Result{}, errors.New("bench: fio report mixes reads and writes")
 	case j.Write.TotalIOs > 0:
 		d = j.Write
 	}
-	res := BlockIOResult{
+	res := Result{
 		System:  "fio",
 		Pattern: j.Options["rw"],
 		Seconds: d.Runtime / 1e3,

@@ -1,4 +1,4 @@
-package bench
+package blockio
 
 import (
 	"bytes"
@@ -96,7 +96,7 @@ func TestMedian(t *testing.T) {
 }
 
 func TestMedianResult(t *testing.T) {
-	rs := []BlockIOResult{
+	rs := []Result{
 		{System: "x", Pattern: "randread", QueueDepth: 32, IOPS: 100, MBps: 1, P50us: 30, P99us: 90, P999us: 200, Ops: 10, Seconds: 1},
 		{System: "x", Pattern: "randread", QueueDepth: 32, IOPS: 300, MBps: 3, P50us: 10, P99us: 70, P999us: 100, Ops: 30, Seconds: 1},
 		{System: "x", Pattern: "randread", QueueDepth: 32, IOPS: 200, MBps: 2, P50us: 20, P99us: 80, P999us: 900, Ops: 20, Seconds: 1, Errors: 1},
@@ -108,7 +108,7 @@ func TestMedianResult(t *testing.T) {
 	if m.Ops != 60 || m.Seconds != 3 || m.Errors != 1 || m.System != "x" || m.QueueDepth != 32 {
 		t.Errorf("totals and labels %+v", m)
 	}
-	if (MedianResult(nil) != BlockIOResult{}) {
+	if (MedianResult(nil) != Result{}) {
 		t.Error("MedianResult(nil) is not zero")
 	}
 }
@@ -150,18 +150,18 @@ func (f *fakeSystem) Version(context.Context) string  { return f.name + " 1.0" }
 func (f *fakeSystem) Start(ctx context.Context) error { f.started = true; return nil }
 func (f *fakeSystem) Close() error                    { f.closed++; return nil }
 
-func (f *fakeSystem) Run(_ context.Context, cfg BlockIOConfig) (BlockIOResult, error) {
+func (f *fakeSystem) Run(_ context.Context, cfg Config) (Result, error) {
 	*f.runs = append(*f.runs, f.name)
 	n := len(*f.runs)
 	if f.failAt != 0 && n >= f.failAt {
-		return BlockIOResult{}, errors.New("boom")
+		return Result{}, errors.New("boom")
 	}
 	if cfg.Progress != nil {
 		cfg.Progress(cfg.Duration, -1)
 	}
 	v := f.iops[0]
 	f.iops = append(f.iops[1:], v)
-	return BlockIOResult{System: f.name, Pattern: cfg.Pattern, QueueDepth: cfg.QueueDepth, Queues: cfg.Queues, BlockSize: cfg.BlockSize,
+	return Result{System: f.name, Pattern: cfg.Pattern, QueueDepth: cfg.QueueDepth, Queues: cfg.Queues, BlockSize: cfg.BlockSize,
 		IOPS: v, Ops: int64(v), Seconds: 1, P50us: 1e6 / v, P99us: 2e6 / v}, nil
 }
 
@@ -271,7 +271,7 @@ func TestNearstoreSystem(t *testing.T) {
 	if bytes.Equal(blk, make([]byte, 4096)) {
 		t.Error("the volume was not filled")
 	}
-	r, err := n.Run(ctx, BlockIOConfig{Pattern: "randwrite", BlockSize: 4096, QueueDepth: 4, Queues: 2, Duration: 200 * time.Millisecond})
+	r, err := n.Run(ctx, Config{Pattern: "randwrite", BlockSize: 4096, QueueDepth: 4, Queues: 2, Duration: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -931,7 +931,7 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 	n := int64(h.Count())
 	return BTreeRun{
 		Lookups: n, Seconds: d.Seconds(), OpsPerSec: float64(n) / d.Seconds(),
-		P50us: micros(h.Quantile(0.5)), P99us: micros(h.Quantile(0.99)),
+		P50us: report.Micros(h.Quantile(0.5)), P99us: report.Micros(h.Quantile(0.99)),
 		Commands:  diffCounts(after.cmds, before.cmds),
 		HostCPU:   (after.hostCPU - before.hostCPU).Seconds(),
 		TargetCPU: (after.targetCPU - before.targetCPU).Seconds(),

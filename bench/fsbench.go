@@ -520,8 +520,8 @@ func (a *sliceAcc) run(c FSCase) FSRun {
 		Ops: a.ops, Seconds: a.secs,
 		IOPS:  float64(a.ops) / a.secs,
 		MBps:  float64(a.ops) * float64(c.BlockSize) / a.secs / 1e6,
-		P50us: micros(a.hist.Quantile(0.50)),
-		P99us: micros(a.hist.Quantile(0.99)),
+		P50us: report.Micros(a.hist.Quantile(0.50)),
+		P99us: report.Micros(a.hist.Quantile(0.99)),
 	}
 }
 

@@ -1014,7 +1014,7 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 			}
 			m.row.Runs = append(m.row.Runs, ChainRun{
 				Lookups: int64(h.Count()), Seconds: el.Seconds(),
-				P50us: micros(h.Quantile(0.5)), P99us: micros(h.Quantile(0.99)), MeanUs: micros(h.Mean()),
+				P50us: report.Micros(h.Quantile(0.5)), P99us: report.Micros(h.Quantile(0.99)), MeanUs: report.Micros(h.Mean()),
 				Commands: diffCounts(after, before), TargetReads: reads,
 			})
 		}
@@ -1047,8 +1047,6 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 	}
 	return rep, nil
 }
-
-func micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 // chainStepCost times whole lookups through btree_lookup in this process,
 // over the tree in memory and without I/O, as the target's executor

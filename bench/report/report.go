@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 )
@@ -58,6 +59,9 @@ func Median(xs []float64) float64 {
 	}
 	return (s[m-1] + s[m]) / 2
 }
+
+// Micros states d in microseconds, the unit reports give latencies in.
+func Micros(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
 
 // Bar is one of an issue's bars, as a report states it.
 type Bar struct {

@@ -1,4 +1,4 @@
-package bench
+package fsbench
 
 import (
 	"bytes"
@@ -12,17 +12,17 @@ import (
 	"github.com/nearstore/nearstore/bench/internal/plottest"
 )
 
-// TestRunFS runs the file-system benchmark briefly with the target in
+// TestRun runs the file-system benchmark briefly with the target in
 // this process: every case gets runs on both sides with operations
 // counted, the metadata operations all have rates, and the report prints,
 // encodes and plots. Nothing here is about timing.
-func TestRunFS(t *testing.T) {
+func TestRun(t *testing.T) {
 	cases := []FSCase{
 		{Pattern: "read", BlockSize: 1 << 20, Threads: 2},
 		{Pattern: "randwrite", BlockSize: 4 << 10, Threads: 4},
 	}
 	var stages []string
-	rep, err := RunFS(context.Background(), FSConfig{
+	rep, err := Run(context.Background(), Config{
 		FileSize: 8 << 20, Duration: 100 * time.Millisecond, Repeat: 2, Cases: cases,
 		MetaDuration: 50 * time.Millisecond,
 		Progress:     func(s string) { stages = append(stages, s) },
@@ -62,7 +62,7 @@ func TestRunFS(t *testing.T) {
 	}
 
 	var buf bytes.Buffer
-	if err := WriteFSTable(&buf, rep); err != nil {
+	if err := WriteTable(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"read 1m QD2", "randwrite 4k QD4", "create+sync", "goal: file data I/O at least 90%"} {
@@ -70,14 +70,14 @@ func TestRunFS(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, buf.String())
 		}
 	}
-	var back FSReport
+	var back Report
 	if b, err := json.Marshal(rep); err != nil {
 		t.Fatal(err)
 	} else if err := json.Unmarshal(b, &back); err != nil || len(back.Data) != len(rep.Data) || back.Data[0].Ratio != rep.Data[0].Ratio {
 		t.Fatalf("JSON round trip: %v", err)
 	}
 	path := filepath.Join(t.TempDir(), "fs.png")
-	if err := SaveFSPlot(path, rep); err != nil {
+	if err := SavePlot(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	plottest.DecodePNG(t, path)
@@ -85,7 +85,7 @@ func TestRunFS(t *testing.T) {
 
 // TestParseFSCase: the command line's RW:BS:THREADS.
 func TestParseFSCase(t *testing.T) {
-	c, err := ParseFSCase("randread:4k:32")
+	c, err := ParseCase("randread:4k:32")
 	if err != nil || c != (FSCase{Pattern: "randread", BlockSize: 4096, Threads: 32}) {
 		t.Fatalf("%+v, %v", c, err)
 	}
@@ -93,7 +93,7 @@ func TestParseFSCase(t *testing.T) {
 		t.Errorf("label %q", c.Label())
 	}
 	for _, bad := range []string{"", "read:1m", "peek:4k:1", "read:0:1", "read:4k:0", "read:4k:x", "read:4k:1:2"} {
-		if _, err := ParseFSCase(bad); err == nil {
+		if _, err := ParseCase(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}

@@ -1,4 +1,7 @@
-package bench
+// Package fsbench is the file system experiment (bench fs): file I/O
+// through offloadfs against raw namespace I/O of the same volume, case by
+// case, and its metadata operations, as a table or a chart.
+package fsbench
 
 import (
 	"context"
@@ -43,7 +46,7 @@ import (
 // alike); writes through the file overwrite it, so they measure the data
 // path, not allocation. Metadata operations are measured separately.
 
-// Defaults of an FSConfig.
+// Defaults of an Config.
 const (
 	DefaultFSFileSize = 256 << 20
 	// FSBar is the issue's bar: file data I/O at least this fraction of
@@ -76,8 +79,8 @@ func fsSizeLabel(n int) string {
 	return strconv.Itoa(n)
 }
 
-// ParseFSCase reads RW:BS:THREADS ("randread:4k:32", "read:1m:1").
-func ParseFSCase(s string) (FSCase, error) {
+// ParseCase reads RW:BS:THREADS ("randread:4k:32", "read:1m:1").
+func ParseCase(s string) (FSCase, error) {
 	parts := strings.Split(strings.TrimSpace(s), ":")
 	if len(parts) != 3 {
 		return FSCase{}, fmt.Errorf("bench: case %q: want RW:BS:THREADS", s)
@@ -114,8 +117,8 @@ func DefaultFSCases() []FSCase {
 	return out
 }
 
-// FSConfig configures RunFS.
-type FSConfig struct {
+// Config configures Run.
+type Config struct {
 	// TargetExe runs the target as `TargetExe target serve` in its own
 	// process (the nearstore binary); empty runs it in this process.
 	TargetExe  string
@@ -143,7 +146,7 @@ type FSConfig struct {
 	Progress func(stage string)
 }
 
-func (c *FSConfig) setDefaults() error {
+func (c *Config) setDefaults() error {
 	if c.FileSize == 0 {
 		c.FileSize = DefaultFSFileSize
 	}
@@ -182,14 +185,14 @@ func (c *FSConfig) setDefaults() error {
 	return nil
 }
 
-func (c *FSConfig) progress(format string, args ...any) {
+func (c *Config) progress(format string, args ...any) {
 	if c.Progress != nil {
 		c.Progress(fmt.Sprintf(format, args...))
 	}
 }
 
-// FSReport is what RunFS measured.
-type FSReport struct {
+// Report is what Run measured.
+type Report struct {
 	Machine  report.Machine `json:"machine"`
 	Target   string         `json:"target"` // "own process" or "this process"
 	FileSize int64          `json:"file_size"`
@@ -272,8 +275,8 @@ func (e *fsEnv) Close() error {
 	return errors.Join(errs...)
 }
 
-// RunFS runs the benchmark.
-func RunFS(ctx context.Context, cfg FSConfig) (*FSReport, error) {
+// Run runs the benchmark.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -282,7 +285,7 @@ func RunFS(ctx context.Context, cfg FSConfig) (*FSReport, error) {
 		return nil, err
 	}
 	defer e.Close()
-	rep := &FSReport{
+	rep := &Report{
 		Machine: report.DescribeMachine(), Target: "this process", FileSize: cfg.FileSize, Extents: e.extents,
 		Queues: cfg.Queues, Repeat: cfg.Repeat, RunSecs: cfg.Duration.Seconds(),
 		Bar: FSBarResult{Want: FSBar, Worst: -1},
@@ -343,7 +346,7 @@ func (s *FSSide) summarize() {
 
 // startFSEnv starts the target, connects, makes the file system and
 // writes the file and the raw region in full.
-func startFSEnv(ctx context.Context, cfg *FSConfig) (_ *fsEnv, err error) {
+func startFSEnv(ctx context.Context, cfg *Config) (_ *fsEnv, err error) {
 	e := &fsEnv{}
 	defer func() {
 		if err != nil {
@@ -412,7 +415,7 @@ func startFSEnv(ctx context.Context, cfg *FSConfig) (_ *fsEnv, err error) {
 }
 
 // startTargetHere serves two memory namespaces from this process.
-func (e *fsEnv) startTargetHere(cfg *FSConfig, size int64) (string, error) {
+func (e *fsEnv) startTargetHere(cfg *Config, size int64) (string, error) {
 	var nss []target.NamespaceConfig
 	for i := range 2 {
 		v, err := volume.Open("mem:" + strconv.FormatInt(size, 10))
@@ -436,7 +439,7 @@ func (e *fsEnv) startTargetHere(cfg *FSConfig, size int64) (string, error) {
 
 // startTargetProcess runs `nearstore target serve` with two memory
 // volumes.
-func (e *fsEnv) startTargetProcess(ctx context.Context, cfg *FSConfig, size int64) (string, error) {
+func (e *fsEnv) startTargetProcess(ctx context.Context, cfg *Config, size int64) (string, error) {
 	port, err := proc.FreePort()
 	if err != nil {
 		return "", err
@@ -467,7 +470,7 @@ type ioTarget interface {
 // in slices of cfg.Slice, in the order ABBA ABBA... (BAAB... with
 // rawFirst), so that whatever else the machine is doing falls on both
 // alike; each side's run adds up its slices.
-func runFSPair(ctx context.Context, file, raw ioTarget, c FSCase, cfg *FSConfig, rawFirst bool) (FSRun, FSRun, error) {
+func runFSPair(ctx context.Context, file, raw ioTarget, c FSCase, cfg *Config, rawFirst bool) (FSRun, FSRun, error) {
 	n := max(1, int(cfg.Duration/cfg.Slice))
 	slice := cfg.Duration / time.Duration(n)
 	// One buffer per thread for the whole run, random for writes: made
@@ -616,7 +619,7 @@ const (
 //   - rename: rename each file and back, in turn;
 //   - remove: remove the files, then Sync (so the rate includes the
 //     commit).
-func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *FSConfig) ([]FSMeta, error) {
+func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *Config) ([]FSMeta, error) {
 	rates := map[string][]float64{}
 	d := cfg.MetaDuration
 	for r := range cfg.Repeat {
@@ -723,8 +726,8 @@ func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *FSConfig) ([]FSMeta
 	return out, nil
 }
 
-// WriteFSTable prints the report as tables.
-func WriteFSTable(w io.Writer, r *FSReport) error {
+// WriteTable prints the report as tables.
+func WriteTable(w io.Writer, r *Report) error {
 	fmt.Fprintf(w, "offloadfs file I/O vs raw namespace I/O over NVMe/TCP (target: %s; %s file in %d extents; %d queues; medians of %d runs of %gs)\n\n",
 		r.Target, volume.FormatSize(r.FileSize), r.Extents, r.Queues, r.Repeat, r.RunSecs)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -759,9 +762,9 @@ func WriteFSTable(w io.Writer, r *FSReport) error {
 	return nil
 }
 
-// PlotFS draws each case's ratio of file to raw throughput as a bar,
+// Plot draws each case's ratio of file to raw throughput as a bar,
 // with the bar's 0.9 and parity marked and both sides' MB/s above.
-func PlotFS(r *FSReport) (*plot.Plot, error) {
+func Plot(r *Report) (*plot.Plot, error) {
 	if r == nil || len(r.Data) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
@@ -828,11 +831,11 @@ func PlotFS(r *FSReport) (*plot.Plot, error) {
 	return p, nil
 }
 
-// SaveFSPlot renders PlotFS to path, in the format its extension names,
+// SavePlot renders Plot to path, in the format its extension names,
 // 9 by 5 inches.
-func SaveFSPlot(path string, r *FSReport) error {
+func SavePlot(path string, r *Report) error {
 	return report.SaveByExtension(path, func(w io.Writer, format string) error {
-		p, err := PlotFS(r)
+		p, err := Plot(r)
 		if err != nil {
 			return err
 		}

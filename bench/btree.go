@@ -523,7 +523,7 @@ func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *BTreeConfig) (strin
 		return "", err
 	}
 	e.closers = append(e.closers, harness.ServeInProcess(srv, ln))
-	e.probe = &inProcessProbe{counter: commandCounter{reg: reg, nsid: "1"}}
+	e.probe = &inProcessProbe{counter: harness.CommandCounter{Reg: reg, NSID: "1"}}
 	return ln.Addr().String(), nil
 }
 
@@ -562,10 +562,10 @@ func (e *btreeEnv) startTargetProcess(ctx context.Context, cfg *BTreeConfig) (st
 // inProcessProbe reads a target in this process: its metrics registry;
 // network bytes are half of what this process read and wrote (each byte
 // is written by one side and read by the other, both here).
-type inProcessProbe struct{ counter commandCounter }
+type inProcessProbe struct{ counter harness.CommandCounter }
 
 func (p *inProcessProbe) commands(context.Context) (map[string]uint64, error) {
-	return p.counter.read()
+	return p.counter.Read()
 }
 func (p *inProcessProbe) cpu() (time.Duration, bool, error) { return 0, false, nil }
 func (p *inProcessProbe) netBytes() (uint64, error) {
@@ -932,7 +932,7 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 	return BTreeRun{
 		Lookups: n, Seconds: d.Seconds(), OpsPerSec: float64(n) / d.Seconds(),
 		P50us: report.Micros(h.Quantile(0.5)), P99us: report.Micros(h.Quantile(0.99)),
-		Commands:  diffCounts(after.cmds, before.cmds),
+		Commands:  harness.DiffCounts(after.cmds, before.cmds),
 		HostCPU:   (after.hostCPU - before.hostCPU).Seconds(),
 		TargetCPU: (after.targetCPU - before.targetCPU).Seconds(),
 		NetBytes:  after.net - before.net,
@@ -946,14 +946,14 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 // summarize fills a point's medians and per-lookup figures: counters over
 // all runs divided by all the lookups they cover.
 func summarize(p BTreePoint, ownProcess bool) BTreePoint {
-	p.OpsPerSec = medianOf(p.Runs, func(r BTreeRun) float64 { return r.OpsPerSec })
-	p.P50us = medianOf(p.Runs, func(r BTreeRun) float64 { return r.P50us })
-	p.P99us = medianOf(p.Runs, func(r BTreeRun) float64 { return r.P99us })
+	p.OpsPerSec = report.MedianOf(p.Runs, func(r BTreeRun) float64 { return r.OpsPerSec })
+	p.P50us = report.MedianOf(p.Runs, func(r BTreeRun) float64 { return r.P50us })
+	p.P99us = report.MedianOf(p.Runs, func(r BTreeRun) float64 { return r.P99us })
 	var ops, cmds, net uint64
 	var hcpu, tcpu float64
 	for _, r := range p.Runs {
 		ops += r.Gets
-		cmds += sumCounts(r.Commands)
+		cmds += harness.SumCounts(r.Commands)
 		net += r.NetBytes
 		hcpu += r.HostCPU
 		tcpu += r.TargetCPU
@@ -1034,11 +1034,11 @@ func btreeRatios(rep *BTreeReport) (*BTreeRatios, []BTreeBar) {
 // WriteBTreeTable prints r: the sweep, the saturated points and the
 // ratios.
 func WriteBTreeTable(w io.Writer, r *BTreeReport) error {
-	ew := &funcTableWriter{w: w}
+	ew := &report.TableWriter{W: w}
 	m := r.Machine
-	ew.printf("machine: %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Go, m.GOMAXPROCS)
+	ew.Printf("machine: %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Go, m.GOMAXPROCS)
 	if m.Pinning != "" {
-		ew.printf("pinning: %s\n", m.Pinning)
+		ew.Printf("pinning: %s\n", m.Pinning)
 	}
 	where := "in this process (CPU columns: the whole process under host)"
 	if r.Target.Process {
@@ -1048,12 +1048,12 @@ func WriteBTreeTable(w io.Writer, r *BTreeReport) error {
 		}
 	}
 	t := r.Tree
-	ew.printf("tree: %d keys, %d levels of fanout %d, %d-byte values; %d levels cached on the host (%s)\n",
+	ew.Printf("tree: %d keys, %d levels of fanout %d, %d-byte values; %d levels cached on the host (%s)\n",
 		t.Keys, t.Depth, t.Fanout, t.ValueSize, t.CacheLevels, volume.FormatSize(t.CacheBytes))
-	ew.printf("target: %s, %s; btree_lookup in %s; loaded in %.1fs (%.0f MB/s)\n", r.Volume, where, r.Runtime, r.Load.Seconds, r.Load.MBps)
-	ew.printf("medians of %d runs of %gs per point; every value checked\n\n", r.Repeat, r.RunSecs)
+	ew.Printf("target: %s, %s; btree_lookup in %s; loaded in %.1fs (%.0f MB/s)\n", r.Volume, where, r.Runtime, r.Load.Seconds, r.Load.MBps)
+	ew.Printf("medians of %d runs of %gs per point; every value checked\n\n", r.Repeat, r.RunSecs)
 	header := func() {
-		ew.printf("%-9s %7s %10s %9s %9s %11s %9s %9s %9s %10s\n",
+		ew.Printf("%-9s %7s %10s %9s %9s %11s %9s %9s %9s %10s\n",
 			"mode", "threads", "lookups/s", "p50 µs", "p99 µs", "round trips", "host µs", "target µs", "total µs", "net B/op")
 	}
 	row := func(p BTreePoint) {
@@ -1061,29 +1061,29 @@ func WriteBTreeTable(w io.Writer, r *BTreeReport) error {
 		if r.Target.Process {
 			tcpu = fmt.Sprintf("%.1f", p.TargetCPUus)
 		}
-		ew.printf("%-9s %7d %10.0f %9.1f %9.1f %11.2f %9.1f %9s %9.1f %10.0f\n",
+		ew.Printf("%-9s %7d %10.0f %9.1f %9.1f %11.2f %9.1f %9s %9.1f %10.0f\n",
 			p.Mode, p.Threads, p.OpsPerSec, p.P50us, p.P99us, p.RoundTrips, p.HostCPUus, tcpu, p.TotalCPUus, p.NetBytes)
 	}
 	header()
 	for _, p := range r.Points {
 		row(p)
 	}
-	ew.printf("\nsaturated (highest throughput of the sweep):\n")
+	ew.Printf("\nsaturated (highest throughput of the sweep):\n")
 	header()
 	for _, p := range r.Saturated {
 		row(p)
 	}
 	if x := r.Ratios; x != nil {
-		ew.printf("\npushdown vs plain: %.2f× throughput, %.2f× fewer round trips, %.2f× less CPU per lookup (host %.2f×",
+		ew.Printf("\npushdown vs plain: %.2f× throughput, %.2f× fewer round trips, %.2f× less CPU per lookup (host %.2f×",
 			x.Throughput, x.RoundTrips, x.TotalCPU, x.HostCPU)
 		if r.Target.Process {
-			ew.printf(", target %.2f×", x.TargetCPU)
+			ew.Printf(", target %.2f×", x.TargetCPU)
 		}
-		ew.printf("), %.2f× fewer bytes", x.NetBytes)
+		ew.Printf("), %.2f× fewer bytes", x.NetBytes)
 		if x.LatencyThreads > 0 {
-			ew.printf("; at %d threads p50 %.2f× and p99 %.2f× lower", x.LatencyThreads, x.P50, x.P99)
+			ew.Printf("; at %d threads p50 %.2f× and p99 %.2f× lower", x.LatencyThreads, x.P50, x.P99)
 		}
-		ew.printf("\n")
+		ew.Printf("\n")
 	}
 	for _, b := range r.Bars {
 		verdict := "met"
@@ -1094,9 +1094,9 @@ func WriteBTreeTable(w io.Writer, r *BTreeReport) error {
 		if b.Want < 1.01 {
 			want = "> 1×"
 		}
-		ew.printf("goal: %s %s: %.2f× — %s\n", b.What, want, b.Got, verdict)
+		ew.Printf("goal: %s %s: %.2f× — %s\n", b.What, want, b.Got, verdict)
 	}
-	return ew.err
+	return ew.Err
 }
 
 // BTreeInfo returns the key count, fanout and depth RunBTree would use for

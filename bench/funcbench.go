@@ -546,9 +546,9 @@ func RunFunc(ctx context.Context, cfg FuncConfig) (*FuncReport, error) {
 	var nativeRow *FuncRow
 	for i := range rep.Compute {
 		row := &rep.Compute[i]
-		row.MBps = medianOf(row.Runs, func(r FuncRun) float64 { return r.MBps })
-		row.NsPerCall = medianOf(row.Runs, func(r FuncRun) float64 { return r.NsPerCall })
-		row.MBpsCPU = medianOf(row.Runs, func(r FuncRun) float64 { return r.MBpsCPU })
+		row.MBps = report.MedianOf(row.Runs, func(r FuncRun) float64 { return r.MBps })
+		row.NsPerCall = report.MedianOf(row.Runs, func(r FuncRun) float64 { return r.NsPerCall })
+		row.MBpsCPU = report.MedianOf(row.Runs, func(r FuncRun) float64 { return r.MBpsCPU })
 		if row.Runtime == RuntimeNative {
 			nativeRow = row
 		}
@@ -568,15 +568,6 @@ func RunFunc(ctx context.Context, cfg FuncConfig) (*FuncReport, error) {
 	}
 	rep.Chain, err = runChain(ctx, &cfg, rts)
 	return rep, err
-}
-
-// medianOf is the median of f over xs.
-func medianOf[T any](xs []T, f func(T) float64) float64 {
-	vs := make([]float64, len(xs))
-	for i, x := range xs {
-		vs[i] = f(x)
-	}
-	return report.Median(vs)
 }
 
 type computeCaller struct {
@@ -789,58 +780,6 @@ func (t *chainTree) checkLookup(scratch []byte, key uint64) error {
 	return nil
 }
 
-// commandCounter reads the target's command counters for one namespace.
-type commandCounter struct {
-	reg  *prometheus.Registry
-	nsid string
-}
-
-func (c commandCounter) read() (map[string]uint64, error) {
-	mfs, err := c.reg.Gather()
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]uint64{}
-	for _, mf := range mfs {
-		if mf.GetName() != "nearstore_target_commands_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var nsid, op string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "nsid":
-					nsid = l.GetValue()
-				case "op":
-					op = l.GetValue()
-				}
-			}
-			if nsid == c.nsid {
-				out[op] += uint64(m.GetCounter().GetValue())
-			}
-		}
-	}
-	return out, nil
-}
-
-func diffCounts(after, before map[string]uint64) map[string]uint64 {
-	d := map[string]uint64{}
-	for k, v := range after {
-		if v > before[k] {
-			d[k] = v - before[k]
-		}
-	}
-	return d
-}
-
-func sumCounts(m map[string]uint64) uint64 {
-	var s uint64
-	for _, v := range m {
-		s += v
-	}
-	return s
-}
-
 // runChain is the chain part: a target in this process serving a memory
 // volume on loopback, the tree written to it through the host library,
 // btree_lookup loaded over the wire into each sandbox runtime, and
@@ -921,7 +860,7 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 			return rep, err
 		}
 	}
-	counter := commandCounter{reg: reg, nsid: fmt.Sprint(ns.ID())}
+	counter := harness.CommandCounter{Reg: reg, NSID: fmt.Sprint(ns.ID())}
 
 	type method struct {
 		row    ChainRow
@@ -984,7 +923,7 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 		for i := range methods {
 			m := &methods[i]
 			cfg.progress("chain of %d reads: %s (%s), run %d of %d", cfg.ChainReads, m.row.Method, m.row.Runtime, r, cfg.Repeat)
-			before, err := counter.read()
+			before, err := counter.Read()
 			if err != nil {
 				return rep, err
 			}
@@ -1008,14 +947,14 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 				reads += uint64(tr)
 			}
 			el := time.Since(start)
-			after, err := counter.read()
+			after, err := counter.Read()
 			if err != nil {
 				return rep, err
 			}
 			m.row.Runs = append(m.row.Runs, ChainRun{
 				Lookups: int64(h.Count()), Seconds: el.Seconds(),
 				P50us: report.Micros(h.Quantile(0.5)), P99us: report.Micros(h.Quantile(0.99)), MeanUs: report.Micros(h.Mean()),
-				Commands: diffCounts(after, before), TargetReads: reads,
+				Commands: harness.DiffCounts(after, before), TargetReads: reads,
 			})
 		}
 	}
@@ -1024,12 +963,12 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 		var lookups, cmds, reads uint64
 		for _, r := range row.Runs {
 			lookups += uint64(r.Lookups)
-			cmds += sumCounts(r.Commands)
+			cmds += harness.SumCounts(r.Commands)
 			reads += r.TargetReads
 		}
-		row.P50us = medianOf(row.Runs, func(r ChainRun) float64 { return r.P50us })
-		row.P99us = medianOf(row.Runs, func(r ChainRun) float64 { return r.P99us })
-		row.MeanUs = medianOf(row.Runs, func(r ChainRun) float64 { return r.MeanUs })
+		row.P50us = report.MedianOf(row.Runs, func(r ChainRun) float64 { return r.P50us })
+		row.P99us = report.MedianOf(row.Runs, func(r ChainRun) float64 { return r.P99us })
+		row.MeanUs = report.MedianOf(row.Runs, func(r ChainRun) float64 { return r.MeanUs })
 		if lookups > 0 {
 			row.CommandsPerLookup = float64(cmds) / float64(lookups)
 			if row.Method == ChainPushdown {
@@ -1194,9 +1133,9 @@ func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts ma
 // WriteFuncTable prints r as tables: the compute throughput per runtime,
 // then the chain part.
 func WriteFuncTable(w io.Writer, r *FuncReport) error {
-	ew := &funcTableWriter{w: w}
+	ew := &report.TableWriter{W: w}
 	m := r.Machine
-	ew.printf("machine: %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Go, m.GOMAXPROCS)
+	ew.Printf("machine: %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Go, m.GOMAXPROCS)
 	runs := fmt.Sprintf("%gs", r.Duration)
 	if r.Iterations > 0 {
 		runs = fmt.Sprintf("%d calls", r.Iterations)
@@ -1206,9 +1145,9 @@ func WriteFuncTable(w io.Writer, r *FuncReport) error {
 	} else {
 		runs = fmt.Sprintf("medians of %d runs of %s", r.Repeat, runs)
 	}
-	ew.printf("%s on %s of random input (%s out); %s; every output checked against native Go\n\n",
+	ew.Printf("%s on %s of random input (%s out); %s; every output checked against native Go\n\n",
 		r.Function, volume.FormatSize(int64(r.InputBytes)), volume.FormatSize(int64(r.OutputBytes)), runs)
-	ew.printf("%-8s %9s %10s %12s %10s\n", "runtime", "MB/s", "µs/call", "MB/CPU-s", "vs native")
+	ew.Printf("%-8s %9s %10s %12s %10s\n", "runtime", "MB/s", "µs/call", "MB/CPU-s", "vs native")
 	for _, row := range r.Compute {
 		ratio, cpu := "-", "-"
 		if row.Ratio > 0 {
@@ -1217,20 +1156,20 @@ func WriteFuncTable(w io.Writer, r *FuncReport) error {
 		if row.MBpsCPU > 0 {
 			cpu = fmt.Sprintf("%.0f", row.MBpsCPU)
 		}
-		ew.printf("%-8s %9.0f %10.1f %12s %10s\n", row.Runtime, row.MBps, row.NsPerCall/1e3, cpu, ratio)
+		ew.Printf("%-8s %9.0f %10.1f %12s %10s\n", row.Runtime, row.MBps, row.NsPerCall/1e3, cpu, ratio)
 	}
 	if len(r.Compute) > 0 && r.Compute[0].MBpsCPU > 0 {
-		ew.printf("(vs native: throughput per CPU second of the calling thread, which a busy machine does not distort)\n")
+		ew.Printf("(vs native: throughput per CPU second of the calling thread, which a busy machine does not distort)\n")
 	}
 	c := r.Chain
 	if c == nil {
-		return ew.err
+		return ew.Err
 	}
-	ew.printf("\npushdown chain: B+-tree point lookups of %d dependent reads (%d levels of %d-byte nodes, then the value)\n"+
+	ew.Printf("\npushdown chain: B+-tree point lookups of %d dependent reads (%d levels of %d-byte nodes, then the value)\n"+
 		"in %d keys, one at a time, against a target in this process over NVMe/TCP on loopback;\n"+
 		"commands are the target's counters for the namespace\n\n",
 		c.Reads, c.Levels, functions.NodeSize, c.Keys)
-	ew.printf("%-14s %-8s %8s %8s %8s %16s %20s %8s\n", "method", "runtime", "p50 µs", "p99 µs", "mean µs", "commands/lookup", "target reads/lookup", "speedup")
+	ew.Printf("%-14s %-8s %8s %8s %8s %16s %20s %8s\n", "method", "runtime", "p50 µs", "p99 µs", "mean µs", "commands/lookup", "target reads/lookup", "speedup")
 	for _, row := range c.Rows {
 		speed, treads := "-", "-"
 		if row.Speedup > 0 {
@@ -1243,28 +1182,15 @@ func WriteFuncTable(w io.Writer, r *FuncReport) error {
 		if row.Method == ChainHostReads {
 			name = fmt.Sprintf("host: %d reads", c.Reads)
 		}
-		ew.printf("%-14s %-8s %8.1f %8.1f %8.1f %16.2f %20s %8s\n", name, row.Runtime, row.P50us, row.P99us, row.MeanUs, row.CommandsPerLookup, treads, speed)
+		ew.Printf("%-14s %-8s %8.1f %8.1f %8.1f %16.2f %20s %8s\n", name, row.Runtime, row.P50us, row.P99us, row.MeanUs, row.CommandsPerLookup, treads, speed)
 	}
-	ew.printf("\nbtree_lookup in this process, no I/O (%d steps a lookup, as the target's executor drives them):\n\n", c.Reads)
-	ew.printf("%-8s %10s %8s %17s %12s %21s\n", "runtime", "ns/lookup", "ns/step", "overhead ns/step", "CPU ns/step", "CPU overhead ns/step")
+	ew.Printf("\nbtree_lookup in this process, no I/O (%d steps a lookup, as the target's executor drives them):\n\n", c.Reads)
+	ew.Printf("%-8s %10s %8s %17s %12s %21s\n", "runtime", "ns/lookup", "ns/step", "overhead ns/step", "CPU ns/step", "CPU overhead ns/step")
 	for _, st := range c.Steps {
-		ew.printf("%-8s %10.0f %8.0f %17s %12.0f %21s\n", st.Runtime, st.NsPerLookup, st.NsPerStep, fmt.Sprintf("%+.0f", st.OverheadNs),
+		ew.Printf("%-8s %10.0f %8.0f %17s %12.0f %21s\n", st.Runtime, st.NsPerLookup, st.NsPerStep, fmt.Sprintf("%+.0f", st.OverheadNs),
 			st.CPUNsPerStep, fmt.Sprintf("%+.0f", st.CPUOverheadNs))
 	}
-	return ew.err
-}
-
-// funcTableWriter keeps the first write error, so a table can be printed
-// without checking every line.
-type funcTableWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *funcTableWriter) printf(format string, args ...any) {
-	if e.err == nil {
-		_, e.err = fmt.Fprintf(e.w, format, args...)
-	}
+	return ew.Err
 }
 
 // funcPlots draws r: the compute throughput per runtime (median MB/s,

@@ -1,7 +1,7 @@
 // Package report holds what every experiment's report shares: the
 // description of the machine it ran on, the bars an issue sets and how a
-// report states them, medians of repeated runs, and saving a chart in the
-// format a file name asks for.
+// report states them, medians of repeated runs, latencies in µs, printing
+// a table, and saving a chart in the format a file name asks for.
 package report
 
 import (
@@ -123,4 +123,27 @@ func SaveByExtension(path string, write func(w io.Writer, format string) error) 
 		return err
 	}
 	return f.Close()
+}
+
+// MedianOf is the median of f over xs.
+func MedianOf[T any](xs []T, f func(T) float64) float64 {
+	vs := make([]float64, len(xs))
+	for i, x := range xs {
+		vs[i] = f(x)
+	}
+	return Median(vs)
+}
+
+// TableWriter keeps the first write error, so a table can be printed
+// without checking every line.
+type TableWriter struct {
+	W   io.Writer
+	Err error // the first write error
+}
+
+// Printf prints to W unless a write has failed.
+func (e *TableWriter) Printf(format string, args ...any) {
+	if e.Err == nil {
+		_, e.Err = fmt.Fprintf(e.W, format, args...)
+	}
 }

@@ -1,6 +1,7 @@
 // Package harness holds what the experiments use to stand up the system
 // under test and time it: serving a target inside this process, the
-// reconnect bounds of a benchmark's host, and CPU-time readings.
+// reconnect bounds of a benchmark's host, CPU-time readings, and the
+// target's command counters.
 package harness
 
 import (

@@ -1,4 +1,8 @@
-package bench
+// Package funcbench is the function experiment (bench func): the compute
+// throughput of a function in each runtime (native, eBPF, Wasm), and a
+// chain of dependent lookups pushed down to the target against the host
+// reading each step itself.
+package funcbench
 
 import (
 	"context"
@@ -35,7 +39,7 @@ import (
 	"github.com/nearstore/nearstore/volume"
 )
 
-// Runtime names a FuncConfig and a FuncReport use. Native is the function's
+// Runtime names a Config and a Report use. Native is the function's
 // Go implementation (functions.Native), the reference every runtime's
 // output is checked against.
 const (
@@ -47,20 +51,20 @@ const (
 // FuncRuntimes are the runtimes `bench func` measures, in report order.
 var FuncRuntimes = []string{RuntimeNative, RuntimeWasm, RuntimeEBPF}
 
-// Defaults and bounds of a FuncConfig.
+// Defaults and bounds of a Config.
 const (
 	DefaultFuncSize   = 1 << 20
 	MaxFuncSize       = 256 << 20
 	DefaultChainReads = 7
-	// MinChainReads and MaxChainReads bound FuncConfig.ChainReads: a
+	// MinChainReads and MaxChainReads bound Config.ChainReads: a
 	// lookup reads at least one index node and the value, and the
 	// executor's default step cap (64) is far above the top.
 	MinChainReads = 2
 	MaxChainReads = 16
 )
 
-// FuncConfig configures RunFunc.
-type FuncConfig struct {
+// Config configures Run.
+type Config struct {
 	// Function is a standard compute function (functions.Names; default
 	// "stats64").
 	Function string
@@ -91,7 +95,7 @@ type FuncConfig struct {
 	Progress func(stage string)
 }
 
-func (c *FuncConfig) setDefaults() error {
+func (c *Config) setDefaults() error {
 	if c.Function == "" {
 		c.Function = "stats64"
 	}
@@ -143,14 +147,14 @@ func (c *FuncConfig) setDefaults() error {
 	return nil
 }
 
-func (c *FuncConfig) progress(format string, args ...any) {
+func (c *Config) progress(format string, args ...any) {
 	if c.Progress != nil {
 		c.Progress(fmt.Sprintf(format, args...))
 	}
 }
 
-// FuncReport is what RunFunc measured.
-type FuncReport struct {
+// Report is what Run measured.
+type Report struct {
 	Machine  report.Machine `json:"machine"`
 	Function string         `json:"function"`
 	// InputBytes is the input's length; OutputBytes the (checked) output's.
@@ -436,12 +440,12 @@ func funcKind(name string) sandbox.Kind {
 	return 0
 }
 
-// RunFunc measures a standard compute function in native Go, wasm and
+// Run measures a standard compute function in native Go, wasm and
 // eBPF on the same random input, checking every runtime's output against
 // native Go's (a difference is an error), and then, unless
 // cfg.SkipChain, the pushdown chain part (see ChainReport). On error it
 // returns what it measured so far along with the error.
-func RunFunc(ctx context.Context, cfg FuncConfig) (*FuncReport, error) {
+func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -456,7 +460,7 @@ func RunFunc(ctx context.Context, cfg FuncConfig) (*FuncReport, error) {
 		return nil, fmt.Errorf("bench: %s in native Go on the generated input: %w", cfg.Function, err)
 	}
 	want = want[:n]
-	rep := &FuncReport{
+	rep := &Report{
 		Machine: report.DescribeMachine(), Function: cfg.Function, InputBytes: len(in), OutputBytes: n,
 		Repeat: cfg.Repeat, Iterations: cfg.Iterations,
 	}
@@ -786,7 +790,7 @@ func (t *chainTree) checkLookup(scratch []byte, key uint64) error {
 // lookups timed one at a time (a dependent chain has no parallelism to
 // offer), first by the host with one ordinary read per level, then as one
 // pushdown each.
-func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox.Runtime) (*ChainReport, error) {
+func runChain(ctx context.Context, cfg *Config, rts map[sandbox.Kind]sandbox.Runtime) (*ChainReport, error) {
 	const bs = 512
 	tree, err := buildChainTree(cfg.ChainReads, cfg.Seed, bs)
 	if err != nil {
@@ -992,7 +996,7 @@ func runChain(ctx context.Context, cfg *FuncConfig, rts map[sandbox.Kind]sandbox
 // drives it: acquire an instance, then per step copy the block into the
 // sandbox and call it (through DriveSteps where the instance has it, as
 // the executor does). Native Go runs functions.BTreeStep the same way.
-func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts map[sandbox.Kind]sandbox.Runtime, kinds []sandbox.Kind, rep *ChainReport) error {
+func chainStepCost(ctx context.Context, cfg *Config, tree *chainTree, rts map[sandbox.Kind]sandbox.Runtime, kinds []sandbox.Kind, rep *ChainReport) error {
 	files := [][]byte{tree.index, tree.values}
 	rng := rand.New(rand.NewPCG(cfg.Seed, 13))
 	type walker struct {
@@ -1130,9 +1134,9 @@ func chainStepCost(ctx context.Context, cfg *FuncConfig, tree *chainTree, rts ma
 	return nil
 }
 
-// WriteFuncTable prints r as tables: the compute throughput per runtime,
+// WriteTable prints r as tables: the compute throughput per runtime,
 // then the chain part.
-func WriteFuncTable(w io.Writer, r *FuncReport) error {
+func WriteTable(w io.Writer, r *Report) error {
 	ew := &report.TableWriter{W: w}
 	m := r.Machine
 	ew.Printf("machine: %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Go, m.GOMAXPROCS)
@@ -1197,7 +1201,7 @@ func WriteFuncTable(w io.Writer, r *FuncReport) error {
 // labelled with the ratio to native) and, with the chain part, the median
 // p50 latency of a lookup per method (labelled with the commands it cost
 // and its speedup over the host's reads).
-func funcPlots(r *FuncReport) ([]*plot.Plot, error) {
+func funcPlots(r *Report) ([]*plot.Plot, error) {
 	if r == nil || len(r.Compute) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
@@ -1281,9 +1285,9 @@ func funcPlots(r *FuncReport) ([]*plot.Plot, error) {
 	return plots, nil
 }
 
-// WriteFuncPlot renders r's charts side by side (see funcPlots) to w in
+// WritePlot renders r's charts side by side (see funcPlots) to w in
 // format ("png", "svg", "pdf"), 6 by 5 inches each.
-func WriteFuncPlot(w io.Writer, r *FuncReport, format string) error {
+func WritePlot(w io.Writer, r *Report, format string) error {
 	plots, err := funcPlots(r)
 	if err != nil {
 		return err
@@ -1302,8 +1306,8 @@ func WriteFuncPlot(w io.Writer, r *FuncReport, format string) error {
 	return err
 }
 
-// SaveFuncPlot renders r's charts to path, in the format its extension
+// SavePlot renders r's charts to path, in the format its extension
 // names.
-func SaveFuncPlot(path string, r *FuncReport) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error { return WriteFuncPlot(w, r, format) })
+func SavePlot(path string, r *Report) error {
+	return report.SaveByExtension(path, func(w io.Writer, format string) error { return WritePlot(w, r, format) })
 }

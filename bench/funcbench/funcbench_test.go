@@ -1,4 +1,4 @@
-package bench
+package funcbench
 
 import (
 	"bytes"
@@ -16,14 +16,14 @@ import (
 )
 
 // TestRunFunc runs the whole benchmark briefly: every runtime's answer is
-// checked against native Go inside RunFunc (an error fails the test), and
+// checked against native Go inside Run (an error fails the test), and
 // the target's counters must show the host's walk costing one command per
 // read and a pushdown exactly one command per lookup. Nothing here is
 // about timing.
 func TestRunFunc(t *testing.T) {
 	const lookups = 5
 	var stages []string
-	rep, err := RunFunc(context.Background(), FuncConfig{
+	rep, err := Run(context.Background(), Config{
 		Function: "stats64", Size: 64 << 10, Iterations: lookups, Repeat: 2,
 		Progress: func(s string) { stages = append(stages, s) },
 	})
@@ -98,7 +98,7 @@ func TestRunFunc(t *testing.T) {
 
 	// The report's three forms.
 	var buf bytes.Buffer
-	if err := WriteFuncTable(&buf, rep); err != nil {
+	if err := WriteTable(&buf, rep); err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"stats64 on 64 KiB", "native", "wasm", "ebpf", "host: 7 reads", "pushdown", "overhead ns/step"} {
@@ -110,12 +110,12 @@ func TestRunFunc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var back FuncReport
+	var back Report
 	if err := json.Unmarshal(b, &back); err != nil || back.Chain == nil || back.Chain.Rows[1].CommandsPerLookup != 1 {
 		t.Errorf("JSON round trip: %v, %+v", err, back.Chain)
 	}
 	path := filepath.Join(t.TempDir(), "func.png")
-	if err := SaveFuncPlot(path, rep); err != nil {
+	if err := SavePlot(path, rep); err != nil {
 		t.Fatal(err)
 	}
 	img := plottest.DecodePNG(t, path)
@@ -125,7 +125,7 @@ func TestRunFunc(t *testing.T) {
 }
 
 // TestRunFuncEveryFunction runs each compute function in every runtime
-// on a small input; RunFunc fails if any output differs from native Go's.
+// on a small input; Run fails if any output differs from native Go's.
 func TestRunFuncEveryFunction(t *testing.T) {
 	names := computeNames()
 	if len(names) < 5 {
@@ -133,7 +133,7 @@ func TestRunFuncEveryFunction(t *testing.T) {
 	}
 	for _, fn := range names {
 		t.Run(fn, func(t *testing.T) {
-			rep, err := RunFunc(context.Background(), FuncConfig{Function: fn, Size: 20000, Iterations: 2, Repeat: 1, SkipChain: true})
+			rep, err := Run(context.Background(), Config{Function: fn, Size: 20000, Iterations: 2, Repeat: 1, SkipChain: true})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -147,7 +147,7 @@ func TestRunFuncEveryFunction(t *testing.T) {
 // TestRunFuncSubset: a subset of runtimes comes back in report order, and
 // without native there is no ratio.
 func TestRunFuncSubset(t *testing.T) {
-	rep, err := RunFunc(context.Background(), FuncConfig{
+	rep, err := Run(context.Background(), Config{
 		Function: "stats32", Size: 4096, Runtimes: []string{RuntimeEBPF, RuntimeWasm, RuntimeEBPF}, Iterations: 1, Repeat: 1, ChainReads: 3,
 	})
 	if err != nil {
@@ -208,20 +208,20 @@ func TestComputeSubjectWrongAnswer(t *testing.T) {
 func TestFuncConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		cfg  FuncConfig
+		cfg  Config
 		want string
 	}{
-		{"pushdown function", FuncConfig{Function: "btree_lookup"}, "not a compute function"},
-		{"unknown function", FuncConfig{Function: "nope"}, "want one of the compute functions"},
-		{"bad runtime", FuncConfig{Runtimes: []string{"jvm"}}, `runtime "jvm"`},
-		{"too small", FuncConfig{Function: "knn", Size: 16}, "needs at least"},
-		{"too big", FuncConfig{Size: MaxFuncSize + 1}, "input size"},
-		{"short chain", FuncConfig{ChainReads: 1}, "chain reads"},
-		{"long chain", FuncConfig{ChainReads: MaxChainReads + 1}, "chain reads"},
-		{"repeat", FuncConfig{Repeat: -1}, "repeat"},
+		{"pushdown function", Config{Function: "btree_lookup"}, "not a compute function"},
+		{"unknown function", Config{Function: "nope"}, "want one of the compute functions"},
+		{"bad runtime", Config{Runtimes: []string{"jvm"}}, `runtime "jvm"`},
+		{"too small", Config{Function: "knn", Size: 16}, "needs at least"},
+		{"too big", Config{Size: MaxFuncSize + 1}, "input size"},
+		{"short chain", Config{ChainReads: 1}, "chain reads"},
+		{"long chain", Config{ChainReads: MaxChainReads + 1}, "chain reads"},
+		{"repeat", Config{Repeat: -1}, "repeat"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := RunFunc(context.Background(), tc.cfg)
+			_, err := Run(context.Background(), tc.cfg)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error with %q", err, tc.want)
 			}

@@ -1,4 +1,4 @@
-package bench
+package btreebench
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 		t.Skip("starts a target and loads a tree")
 	}
 	for _, cache := range []int{0, 3} {
-		rep, err := RunBTree(context.Background(), BTreeConfig{
+		rep, err := Run(context.Background(), Config{
 			Keys: 2000, Fanout: 4, CacheLevels: cache, Device: DeviceMem,
 			Threads: []int{1, 4}, Duration: 150 * time.Millisecond, Repeat: 1,
 		})
@@ -66,7 +66,7 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 			t.Errorf("cache %d: bars %+v, want %d", cache, rep.Bars, wantBars)
 		}
 		var table, png bytes.Buffer
-		if err := WriteBTreeTable(&table, rep); err != nil {
+		if err := WriteTable(&table, rep); err != nil {
 			t.Fatal(err)
 		}
 		for _, want := range []string{"plain", "pushdown", "saturated", "round trips"} {
@@ -74,7 +74,7 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 				t.Errorf("table lacks %q:\n%s", want, table.String())
 			}
 		}
-		if err := WriteBTreePlot(&png, rep, "png"); err != nil {
+		if err := WritePlot(&png, rep, "png"); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.HasPrefix(png.Bytes(), []byte("\x89PNG")) {
@@ -91,7 +91,7 @@ func TestRunBTreeAutoSweep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a target and loads a tree")
 	}
-	rep, err := RunBTree(context.Background(), BTreeConfig{
+	rep, err := Run(context.Background(), Config{
 		Keys: 500, Fanout: 8, Device: DeviceMem, Modes: []btree.Mode{btree.Pushdown}, Runtime: 0,
 		AutoSweep: true, MaxThreads: 4, Duration: 80 * time.Millisecond, Repeat: 1,
 	})
@@ -116,10 +116,10 @@ func TestRunBTreeAutoSweep(t *testing.T) {
 }
 
 func TestBTreeConfigErrors(t *testing.T) {
-	for _, cfg := range []BTreeConfig{
+	for _, cfg := range []Config{
 		{Keys: -1}, {Device: "floppy"}, {Threads: []int{0}}, {Threads: []int{MaxBTreeThreads + 1}}, {CacheLevels: -1},
 	} {
-		if _, err := RunBTree(context.Background(), cfg); err == nil {
+		if _, err := Run(context.Background(), cfg); err == nil {
 			t.Errorf("%+v accepted", cfg)
 		}
 	}

@@ -1,4 +1,4 @@
-package bench
+package btreebench
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ import (
 // throughput, one curve per mode through the points of the thread sweep
 // (each labelled with its thread count), the saturated point of each
 // mode ringed.
-func PlotBTree(r *BTreeReport) (*plot.Plot, error) {
+func PlotBTree(r *Report) (*plot.Plot, error) {
 	if r == nil || len(r.Points) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
@@ -130,9 +130,9 @@ func countLabel(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// WriteBTreePlot renders r's chart (see PlotBTree) to w in format ("png",
+// WritePlot renders r's chart (see PlotBTree) to w in format ("png",
 // "svg", "pdf"), 8 by 6 inches.
-func WriteBTreePlot(w io.Writer, r *BTreeReport, format string) error {
+func WritePlot(w io.Writer, r *Report, format string) error {
 	p, err := PlotBTree(r)
 	if err != nil {
 		return err
@@ -145,8 +145,8 @@ func WriteBTreePlot(w io.Writer, r *BTreeReport, format string) error {
 	return err
 }
 
-// SaveBTreePlot renders r's chart to path, in the format its extension
+// SavePlot renders r's chart to path, in the format its extension
 // names.
-func SaveBTreePlot(path string, r *BTreeReport) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error { return WriteBTreePlot(w, r, format) })
+func SavePlot(path string, r *Report) error {
+	return report.SaveByExtension(path, func(w io.Writer, format string) error { return WritePlot(w, r, format) })
 }

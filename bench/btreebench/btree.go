@@ -1,4 +1,7 @@
-package bench
+// Package btreebench is the B-tree experiment (bench btree): lookups in a
+// nearstore B-tree read by the host or pushed down to the target, swept
+// over tree depths and threads, with the commands and bytes each cost.
+package btreebench
 
 import (
 	"bufio"
@@ -44,7 +47,7 @@ const (
 	DeviceOptane = "optane"
 )
 
-// Defaults of a BTreeConfig.
+// Defaults of a Config.
 const (
 	DefaultBTreeKeys      = 1 << 20
 	DefaultBTreeMinLevels = 6
@@ -54,8 +57,8 @@ const (
 	MaxBTreeThreads = 1024
 )
 
-// BTreeConfig configures RunBTree.
-type BTreeConfig struct {
+// Config configures Run.
+type Config struct {
 	// Keys is the number of keys loaded (default 1 Mi). Key i is
 	// BTreeKey(i); its value is functions.BTreeValue(key, ValueSize), so
 	// every lookup's result is checked.
@@ -117,7 +120,7 @@ type BTreeConfig struct {
 	RunBar func(label string, d time.Duration) (update func(time.Duration, int64), end func())
 }
 
-func (c *BTreeConfig) setDefaults() error {
+func (c *Config) setDefaults() error {
 	if c.Keys == 0 {
 		c.Keys = DefaultBTreeKeys
 	}
@@ -184,7 +187,7 @@ func (c *BTreeConfig) setDefaults() error {
 	return nil
 }
 
-func (c *BTreeConfig) progress(format string, args ...any) {
+func (c *Config) progress(format string, args ...any) {
 	if c.Progress != nil {
 		c.Progress(fmt.Sprintf(format, args...))
 	}
@@ -228,8 +231,8 @@ func deviceSpec(device string, size int64) (string, error) {
 	return "", fmt.Errorf("bench: device %q: want %s, %s or %s", device, DeviceMem, DeviceNAND, DeviceOptane)
 }
 
-// BTreeReport is what RunBTree measured.
-type BTreeReport struct {
+// Report is what Run measured.
+type Report struct {
 	Machine report.Machine `json:"machine"`
 	Tree    btree.Info     `json:"tree"`
 	Device  string         `json:"device"`
@@ -378,7 +381,7 @@ type targetProbe interface {
 
 // startBTreeEnv starts the target (in this process, or as its own
 // process), connects, makes the file system and loads the tree.
-func startBTreeEnv(ctx context.Context, cfg *BTreeConfig, threads int) (_ *btreeEnv, err error) {
+func startBTreeEnv(ctx context.Context, cfg *Config, threads int) (_ *btreeEnv, err error) {
 	e := &btreeEnv{}
 	defer func() {
 		if err != nil {
@@ -437,7 +440,7 @@ func btreeSizes(keys int64, fanout, valueSize int) (index, values int64) {
 }
 
 // load bulk-loads the tree and opens it with the configured cache.
-func (e *btreeEnv) load(ctx context.Context, cfg *BTreeConfig) (BTreeLoad, error) {
+func (e *btreeEnv) load(ctx context.Context, cfg *Config) (BTreeLoad, error) {
 	src := func(i int64, v []byte) (uint64, error) {
 		k := BTreeKey(i)
 		PutBTreeValue(v, k)
@@ -494,7 +497,7 @@ func checkBTreeValue(v []byte, key uint64, size int) bool {
 }
 
 // startTargetHere runs the target in this process with both runtimes.
-func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *BTreeConfig) (string, error) {
+func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *Config) (string, error) {
 	vol, err := volume.Open(e.spec)
 	if err != nil {
 		return "", err
@@ -529,7 +532,7 @@ func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *BTreeConfig) (strin
 
 // startTargetProcess runs `nearstore target serve` with metrics on a
 // second port.
-func (e *btreeEnv) startTargetProcess(ctx context.Context, cfg *BTreeConfig) (string, error) {
+func (e *btreeEnv) startTargetProcess(ctx context.Context, cfg *Config) (string, error) {
 	port, err := proc.FreePort()
 	if err != nil {
 		return "", err
@@ -735,11 +738,11 @@ func (e *btreeEnv) sample(ctx context.Context, start bool) (btreeSample, error) 
 	return s, nil
 }
 
-// RunBTree measures BPF-KV point lookups of random keys on a store loaded
+// Run measures BPF-KV point lookups of random keys on a store loaded
 // into an offloadfs on a target, in each mode: one goroutine per thread,
 // each looking up one key at a time and checking every value, for each
-// point of the thread sweep. See BTreeReport for what it records.
-func RunBTree(ctx context.Context, cfg BTreeConfig) (*BTreeReport, error) {
+// point of the thread sweep. See Report for what it records.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
@@ -758,7 +761,7 @@ func RunBTree(ctx context.Context, cfg BTreeConfig) (*BTreeReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &BTreeReport{
+	rep := &Report{
 		Machine: report.DescribeMachine(), Tree: e.store.Info(), Device: cfg.Device, Volume: e.spec,
 		Runtime: cfg.Runtime.String(), Queues: cfg.Queues, Repeat: cfg.Repeat, RunSecs: cfg.Duration.Seconds(),
 		Load: ld, Target: BTreeTarget{Process: cfg.TargetExe != "", CPUs: cfg.ServerCPUs},
@@ -822,7 +825,7 @@ func RunBTree(ctx context.Context, cfg BTreeConfig) (*BTreeReport, error) {
 }
 
 // finish picks each mode's saturated point and compares them.
-func (rep *BTreeReport) finish(modes []btree.Mode) {
+func (rep *Report) finish(modes []btree.Mode) {
 	rep.Saturated = nil
 	for _, m := range modes {
 		var sat *BTreePoint
@@ -841,7 +844,7 @@ func (rep *BTreeReport) finish(modes []btree.Mode) {
 
 // btreeBench runs timed lookups.
 type btreeBench struct {
-	cfg  *BTreeConfig
+	cfg  *Config
 	env  *btreeEnv
 	runs uint64
 }
@@ -975,7 +978,7 @@ func summarize(p BTreePoint, ownProcess bool) BTreePoint {
 
 // btreeRatios compares the modes' saturated points and checks the bars
 // that apply.
-func btreeRatios(rep *BTreeReport) (*BTreeRatios, []BTreeBar) {
+func btreeRatios(rep *Report) (*BTreeRatios, []BTreeBar) {
 	var plain, push *BTreePoint
 	for i := range rep.Saturated {
 		switch rep.Saturated[i].Mode {
@@ -1031,9 +1034,9 @@ func btreeRatios(rep *BTreeReport) (*BTreeRatios, []BTreeBar) {
 	return r, bars
 }
 
-// WriteBTreeTable prints r: the sweep, the saturated points and the
+// WriteTable prints r: the sweep, the saturated points and the
 // ratios.
-func WriteBTreeTable(w io.Writer, r *BTreeReport) error {
+func WriteTable(w io.Writer, r *Report) error {
 	ew := &report.TableWriter{W: w}
 	m := r.Machine
 	ew.Printf("machine: %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Go, m.GOMAXPROCS)
@@ -1099,9 +1102,9 @@ func WriteBTreeTable(w io.Writer, r *BTreeReport) error {
 	return ew.Err
 }
 
-// BTreeInfo returns the key count, fanout and depth RunBTree would use for
+// BTreeInfo returns the key count, fanout and depth Run would use for
 // cfg, without running anything.
-func BTreeInfo(cfg BTreeConfig) (keys int64, fanout, depth int, err error) {
+func BTreeInfo(cfg Config) (keys int64, fanout, depth int, err error) {
 	if err := cfg.setDefaults(); err != nil {
 		return 0, 0, 0, err
 	}

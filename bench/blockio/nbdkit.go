@@ -129,7 +129,7 @@ func (n *Nbdkit) Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, errors.New("bench: nbdkit baseline not started")
 	}
 	out := filepath.Join(n.tmp, "run.json")
-	args := FioArgs(n.uri, cfg)
+	args := fioArgs(n.uri, cfg)
 	args = append(args, "--output="+out)
 	res, err := n.fio(ctx, args, cfg.Duration, cfg.Progress)
 	if err != nil {
@@ -140,11 +140,11 @@ func (n *Nbdkit) Run(ctx context.Context, cfg Config) (Result, error) {
 	return res, nil
 }
 
-// FioArgs returns the fio command line (without --output) that runs cfg
+// fioArgs returns the fio command line (without --output) that runs cfg
 // through fio's nbd engine against uri: time based, random offsets drawn
 // with replacement (as Run does), latency percentiles from
 // submission to completion.
-func FioArgs(uri string, cfg Config) []string {
+func fioArgs(uri string, cfg Config) []string {
 	args := []string{
 		"--name=nbd", "--ioengine=nbd", "--uri=" + uri,
 		"--rw=" + cfg.Pattern, "--bs=" + strconv.Itoa(cfg.BlockSize),

@@ -13,7 +13,7 @@ import (
 func near(a, b float64) bool { return math.Abs(a-b) <= 1e-6*max(math.Abs(a), math.Abs(b), 1) }
 
 // The testdata reports are real fio 3.33 output (nbd engine against nbdkit
-// 1.32's memory plugin), captured with FioArgs' options.
+// 1.32's memory plugin), captured with fioArgs' options.
 func TestParseFioJSON(t *testing.T) {
 	for _, tc := range []struct {
 		file           string
@@ -89,10 +89,10 @@ func TestParseFioJSONEdgeCases(t *testing.T) {
 }
 
 func TestFioArgs(t *testing.T) {
-	args := FioArgs("nbd://127.0.0.1:10809", Config{Pattern: "randread", BlockSize: 4096, QueueDepth: 32, Queues: 2, Duration: 1500 * time.Millisecond})
+	args := fioArgs("nbd://127.0.0.1:10809", Config{Pattern: "randread", BlockSize: 4096, QueueDepth: 32, Queues: 2, Duration: 1500 * time.Millisecond})
 	for _, want := range []string{"--ioengine=nbd", "--uri=nbd://127.0.0.1:10809", "--rw=randread", "--bs=4096", "--iodepth=32", "--numjobs=2", "--runtime=1500ms", "--time_based", "--group_reporting", "--output-format=json"} {
 		if !slices.Contains(args, want) {
-			t.Errorf("FioArgs lacks %s: %q", want, args)
+			t.Errorf("fioArgs lacks %s: %q", want, args)
 		}
 	}
 }

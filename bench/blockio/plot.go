@@ -15,10 +15,10 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// PlotComparison draws c as a grouped bar chart: one group per point, one
+// plotComparison draws c as a grouped bar chart: one group per point, one
 // bar per system (its median IOPS), and the ratio of the first system to
 // the second above each group.
-func PlotComparison(c *Comparison) (*plot.Plot, error) {
+func plotComparison(c *Comparison) (*plot.Plot, error) {
 	if c == nil || len(c.Rows) == 0 || len(c.Systems) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
@@ -101,10 +101,10 @@ func plotterXYLabels(c *Comparison, top float64) plotter.XYLabels {
 	return xy
 }
 
-// WritePlot renders c's chart (see PlotComparison) to w in format ("png",
+// writePlot renders c's chart (see plotComparison) to w in format ("png",
 // "svg", "pdf"), 10 by 5 inches.
-func WritePlot(w io.Writer, c *Comparison, format string) error {
-	p, err := PlotComparison(c)
+func writePlot(w io.Writer, c *Comparison, format string) error {
+	p, err := plotComparison(c)
 	if err != nil {
 		return err
 	}
@@ -118,7 +118,7 @@ func WritePlot(w io.Writer, c *Comparison, format string) error {
 
 // SavePlot renders c's chart to path, in the format its extension names.
 func SavePlot(path string, c *Comparison) error {
-	p, err := PlotComparison(c)
+	p, err := plotComparison(c)
 	if err != nil {
 		return err
 	}

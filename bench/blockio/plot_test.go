@@ -38,13 +38,13 @@ func TestWritePlot(t *testing.T) {
 	var buf bytes.Buffer
 	c := testComparison()
 	c.Systems = c.Systems[:1] // one system: no ratio labels
-	if err := WritePlot(&buf, c, "svg"); err != nil {
+	if err := writePlot(&buf, c, "svg"); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Contains(buf.Bytes(), []byte("<svg")) {
 		t.Error("no SVG written")
 	}
-	if err := WritePlot(&buf, &Comparison{}, "png"); err == nil {
+	if err := writePlot(&buf, &Comparison{}, "png"); err == nil {
 		t.Error("an empty comparison plotted")
 	}
 }

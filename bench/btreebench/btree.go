@@ -134,7 +134,7 @@ func (c *Config) setDefaults() error {
 		c.ValueSize = btree.DefaultValueSize
 	}
 	if c.Fanout == 0 {
-		c.Fanout = FanoutForLevels(c.Keys, c.MinLevels)
+		c.Fanout = fanoutForLevels(c.Keys, c.MinLevels)
 	}
 	if c.CacheLevels < 0 {
 		return fmt.Errorf("bench: %d cache levels", c.CacheLevels)
@@ -197,9 +197,9 @@ func (c *Config) progress(format string, args ...any) {
 // ones between are missing.
 func BTreeKey(i int64) uint64 { return uint64(i+1) * 2 }
 
-// FanoutForLevels returns the largest fanout (at most 31) whose tree of
+// fanoutForLevels returns the largest fanout (at most 31) whose tree of
 // keys has at least levels levels, or 2 if none has.
-func FanoutForLevels(keys int64, levels int) int {
+func fanoutForLevels(keys int64, levels int) int {
 	for f := btree.MaxFanout; f > btree.MinFanout; f-- {
 		if treeDepth(keys, f) >= levels {
 			return f

@@ -74,7 +74,7 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 				t.Errorf("table lacks %q:\n%s", want, table.String())
 			}
 		}
-		if err := WritePlot(&png, rep, "png"); err != nil {
+		if err := writePlot(&png, rep, "png"); err != nil {
 			t.Fatal(err)
 		}
 		if !bytes.HasPrefix(png.Bytes(), []byte("\x89PNG")) {
@@ -132,7 +132,7 @@ func TestFanoutForLevels(t *testing.T) {
 	}{
 		{1_000_000, 6, 15}, {1 << 20, 6, 15}, {1 << 20, 5, 31}, {1_000_000, 5, 31}, {30_000_000, 6, 31}, {2000, 6, 4}, {10, 6, 2},
 	} {
-		f := FanoutForLevels(tc.keys, tc.levels)
+		f := fanoutForLevels(tc.keys, tc.levels)
 		if f != tc.fanout {
 			t.Errorf("%d keys, %d levels: fanout %d, want %d", tc.keys, tc.levels, f, tc.fanout)
 		}

@@ -15,11 +15,11 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 )
 
-// PlotBTree draws r as BPF-oF draws BPF-KV: p99 latency against
+// plotBTree draws r as BPF-oF draws BPF-KV: p99 latency against
 // throughput, one curve per mode through the points of the thread sweep
 // (each labelled with its thread count), the saturated point of each
 // mode ringed.
-func PlotBTree(r *Report) (*plot.Plot, error) {
+func plotBTree(r *Report) (*plot.Plot, error) {
 	if r == nil || len(r.Points) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
@@ -130,10 +130,10 @@ func countLabel(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// WritePlot renders r's chart (see PlotBTree) to w in format ("png",
+// writePlot renders r's chart (see plotBTree) to w in format ("png",
 // "svg", "pdf"), 8 by 6 inches.
-func WritePlot(w io.Writer, r *Report, format string) error {
-	p, err := PlotBTree(r)
+func writePlot(w io.Writer, r *Report, format string) error {
+	p, err := plotBTree(r)
 	if err != nil {
 		return err
 	}
@@ -148,5 +148,5 @@ func WritePlot(w io.Writer, r *Report, format string) error {
 // SavePlot renders r's chart to path, in the format its extension
 // names.
 func SavePlot(path string, r *Report) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error { return WritePlot(w, r, format) })
+	return report.SaveByExtension(path, func(w io.Writer, format string) error { return writePlot(w, r, format) })
 }

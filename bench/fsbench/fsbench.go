@@ -762,9 +762,9 @@ func WriteTable(w io.Writer, r *Report) error {
 	return nil
 }
 
-// Plot draws each case's ratio of file to raw throughput as a bar,
+// plotFS draws each case's ratio of file to raw throughput as a bar,
 // with the bar's 0.9 and parity marked and both sides' MB/s above.
-func Plot(r *Report) (*plot.Plot, error) {
+func plotFS(r *Report) (*plot.Plot, error) {
 	if r == nil || len(r.Data) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
@@ -831,11 +831,11 @@ func Plot(r *Report) (*plot.Plot, error) {
 	return p, nil
 }
 
-// SavePlot renders Plot to path, in the format its extension names,
+// SavePlot renders plotFS to path, in the format its extension names,
 // 9 by 5 inches.
 func SavePlot(path string, r *Report) error {
 	return report.SaveByExtension(path, func(w io.Writer, format string) error {
-		p, err := Plot(r)
+		p, err := plotFS(r)
 		if err != nil {
 			return err
 		}

@@ -1285,9 +1285,9 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 	return plots, nil
 }
 
-// WritePlot renders r's charts side by side (see funcPlots) to w in
+// writePlot renders r's charts side by side (see funcPlots) to w in
 // format ("png", "svg", "pdf"), 6 by 5 inches each.
-func WritePlot(w io.Writer, r *Report, format string) error {
+func writePlot(w io.Writer, r *Report, format string) error {
 	plots, err := funcPlots(r)
 	if err != nil {
 		return err
@@ -1309,5 +1309,5 @@ func WritePlot(w io.Writer, r *Report, format string) error {
 // SavePlot renders r's charts to path, in the format its extension
 // names.
 func SavePlot(path string, r *Report) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error { return WritePlot(w, r, format) })
+	return report.SaveByExtension(path, func(w io.Writer, format string) error { return writePlot(w, r, format) })
 }

@@ -15,10 +15,10 @@ import (
 	"github.com/nearstore/nearstore/volume"
 )
 
-// Plot draws a run as λ-IO's Figure 4 does: one bar per mode, its
+// plotLambda draws a run as λ-IO's Figure 4 does: one bar per mode, its
 // median throughput normalized to B's (to the first mode's without B),
 // labelled with the absolute MB/s.
-func Plot(r *Report) (*plot.Plot, error) {
+func plotLambda(r *Report) (*plot.Plot, error) {
 	if r == nil || len(r.Modes) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
@@ -98,11 +98,11 @@ func Plot(r *Report) (*plot.Plot, error) {
 	return p, nil
 }
 
-// SavePlot renders Plot to path, in the format its extension
+// SavePlot renders plotLambda to path, in the format its extension
 // names, 7 by 4.5 inches.
 func SavePlot(path string, r *Report) error {
 	return report.SaveByExtension(path, func(w io.Writer, format string) error {
-		p, err := Plot(r)
+		p, err := plotLambda(r)
 		if err != nil {
 			return err
 		}

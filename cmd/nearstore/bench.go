@@ -8,11 +8,12 @@ import (
 	"os"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/blockio"
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -64,9 +65,9 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 			if err != nil {
 				return err
 			}
-			var points []bench.Point
+			var points []blockio.Point
 			for _, s := range configs {
-				p, err := bench.ParsePoint(s)
+				p, err := blockio.ParsePoint(s)
 				if err != nil {
 					return err
 				}
@@ -77,10 +78,10 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 				return fmt.Errorf("finding the nearstore binary to run the target: %w", err)
 			}
 			log := benchLogger(cmd, g)
-			systems := []bench.System{&bench.Nearstore{Exe: exe, Size: n, ServerCPUs: serverCPUs, Logger: log}}
+			systems := []blockio.System{&blockio.Nearstore{Exe: exe, Size: n, ServerCPUs: serverCPUs, Logger: log}}
 			switch baseline {
 			case "nbdkit":
-				nb := &bench.Nbdkit{Size: n, Threads: nbdThreads, ServerCPUs: serverCPUs, ClientCPUs: clientCPUs}
+				nb := &blockio.Nbdkit{Size: n, Threads: nbdThreads, ServerCPUs: serverCPUs, ClientCPUs: clientCPUs}
 				if err := nb.Available(); err != nil {
 					return err
 				}
@@ -91,7 +92,7 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 			}
 			pinning := ""
 			if clientCPUs != "" {
-				if _, err := bench.PinProcess(clientCPUs); err != nil {
+				if _, err := proc.Pin(clientCPUs); err != nil {
 					return err
 				}
 				pinning = "client (this process, fio) on CPUs " + clientCPUs
@@ -107,12 +108,12 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 				return err
 			}
 			defer stopProfile()
-			cfg := bench.CompareConfig{Systems: systems, Points: points, Repeat: repeat, Duration: dur}
+			cfg := blockio.CompareConfig{Systems: systems, Points: points, Repeat: repeat, Duration: dur}
 			if !quiet {
 				fmt.Fprintf(cmd.ErrOrStderr(), "starting %d system(s) and filling %s on each…\n", len(systems), volume.FormatSize(n))
 				cfg.Progress = runBar
 			}
-			res, err := bench.Compare(ctx, cfg)
+			res, err := blockio.Compare(ctx, cfg)
 			if res != nil {
 				res.Machine.Pinning = pinning
 			}
@@ -123,7 +124,7 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 				return errors.Join(err, perr)
 			}
 			if plotFile != "" && err == nil {
-				if err := bench.SavePlot(plotFile, res); err != nil {
+				if err := blockio.SavePlot(plotFile, res); err != nil {
 					return err
 				}
 				if !asJSON {
@@ -152,13 +153,13 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 
 func defaultConfigs() []string {
 	var s []string
-	for _, p := range bench.DefaultPoints() {
+	for _, p := range blockio.DefaultPoints() {
 		s = append(s, p.String())
 	}
 	return s
 }
 
-func printComparison(w io.Writer, c *bench.Comparison, asJSON, asMarkdown bool) error {
+func printComparison(w io.Writer, c *blockio.Comparison, asJSON, asMarkdown bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
@@ -176,9 +177,9 @@ func printComparison(w io.Writer, c *bench.Comparison, asJSON, asMarkdown bool) 
 	}
 	fmt.Fprintf(w, "medians of %d runs of %gs each\n\n", c.Repeat, c.Duration)
 	if asMarkdown {
-		return bench.WriteMarkdown(w, c)
+		return blockio.WriteMarkdown(w, c)
 	}
-	return bench.WriteTable(w, c)
+	return blockio.WriteTable(w, c)
 }
 
 // runBar shows one run's progress on stderr: elapsed time against the

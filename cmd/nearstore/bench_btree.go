@@ -9,11 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/btreebench"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/kv/btree"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/volume"
@@ -68,7 +68,7 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 			if err != nil {
 				return fmt.Errorf("--keys: %w", err)
 			}
-			cfg := bench.BTreeConfig{
+			cfg := btreebench.Config{
 				Keys: n, Fanout: fanout, MinLevels: levels, ValueSize: valueSize, CacheLevels: cache,
 				Threads: threads, Duration: dur, Repeat: repeat, Device: device, Queues: queues,
 			}
@@ -124,7 +124,7 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 				}
 				cfg.RunBar = lookupBar
 			}
-			rep, err := bench.RunBTree(ctx, cfg)
+			rep, err := btreebench.Run(ctx, cfg)
 			if rep == nil || len(rep.Points) == 0 {
 				return err
 			}
@@ -136,14 +136,14 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 				if perr := enc.Encode(rep); perr != nil {
 					return errors.Join(err, perr)
 				}
-			} else if perr := bench.WriteBTreeTable(out, rep); perr != nil {
+			} else if perr := btreebench.WriteTable(out, rep); perr != nil {
 				return errors.Join(err, perr)
 			}
 			if err != nil {
 				return err
 			}
 			if plotFile != "" {
-				if err := bench.SaveBTreePlot(plotFile, rep); err != nil {
+				if err := btreebench.SavePlot(plotFile, rep); err != nil {
 					return err
 				}
 				if !asJSON {
@@ -156,15 +156,15 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 	f := cmd.Flags()
 	f.StringVar(&keys, "keys", "1M", "keys to load (1000000, 1MB = 10^6, 1M = 2^20, 64k, ...)")
 	f.IntVar(&fanout, "fanout", 0, "most keys per node, 2 to 31 (0: the largest that gives --levels levels)")
-	f.IntVar(&levels, "levels", bench.DefaultBTreeMinLevels, "tree depth --fanout 0 aims for")
+	f.IntVar(&levels, "levels", btreebench.DefaultBTreeMinLevels, "tree depth --fanout 0 aims for")
 	f.IntVar(&valueSize, "value-size", btree.DefaultValueSize, "value size in bytes")
 	f.IntVar(&cache, "cache-levels", 0, "top levels cached on the host (0: none)")
 	f.StringVar(&mode, "mode", "both", "plain, pushdown or both")
-	f.IntSliceVar(&threads, "threads", []int{bench.DefaultBTreeThreads}, "lookups in flight (goroutines); a list measures each")
+	f.IntSliceVar(&threads, "threads", []int{btreebench.DefaultBTreeThreads}, "lookups in flight (goroutines); a list measures each")
 	f.StringVar(&sweep, "sweep", "", `thread counts to sweep ("1,4,16,64") or "auto"; overrides --threads`)
 	f.DurationVar(&dur, "duration", 3*time.Second, "length of each run")
 	f.IntVar(&repeat, "repeat", 3, "runs per mode and thread count (medians are reported)")
-	f.StringVar(&device, "device", bench.DeviceNAND, "target device: mem, nand or optane (simulated SSDs)")
+	f.StringVar(&device, "device", btreebench.DeviceNAND, "target device: mem, nand or optane (simulated SSDs)")
 	f.StringVar(&rt, "runtime", "ebpf", "btree_lookup's runtime at the target: ebpf or wasm")
 	f.IntVar(&queues, "queues", 1, "host I/O queues (TCP connections)")
 	proc.add(f, "run the target in this process (CPU per side is then not separable)")

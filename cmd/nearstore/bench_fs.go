@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/fsbench"
 	"github.com/spf13/cobra"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -52,13 +52,13 @@ randwrite} 4k, each at 1 and 32 threads.`,
 			if err != nil {
 				return fmt.Errorf("--file-size: %w", err)
 			}
-			cfg := bench.FSConfig{
+			cfg := fsbench.Config{
 				FileSize: n, Queues: queues, Duration: dur, Repeat: repeat, Slice: slice,
 				MetaDuration: metaDur, SkipMeta: noMeta,
 			}
 			if strings.TrimSpace(configs) != "" {
 				for part := range strings.SplitSeq(configs, ",") {
-					c, err := bench.ParseFSCase(part)
+					c, err := fsbench.ParseCase(part)
 					if err != nil {
 						return err
 					}
@@ -80,7 +80,7 @@ randwrite} 4k, each at 1 and 32 threads.`,
 				stderr := cmd.ErrOrStderr()
 				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
 			}
-			rep, err := bench.RunFS(ctx, cfg)
+			rep, err := fsbench.Run(ctx, cfg)
 			if rep != nil {
 				rep.Machine.Pinning = pinning
 			}
@@ -93,11 +93,11 @@ randwrite} 4k, each at 1 and 32 threads.`,
 				if err := enc.Encode(rep); err != nil {
 					return err
 				}
-			} else if err := bench.WriteFSTable(out, rep); err != nil {
+			} else if err := fsbench.WriteTable(out, rep); err != nil {
 				return err
 			}
 			if plotFile != "" {
-				if err := bench.SaveFSPlot(plotFile, rep); err != nil {
+				if err := fsbench.SavePlot(plotFile, rep); err != nil {
 					return err
 				}
 				if !asJSON {

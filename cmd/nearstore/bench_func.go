@@ -6,9 +6,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/funcbench"
 	"github.com/spf13/cobra"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -54,8 +54,8 @@ shows what each runtime adds to a step.`,
 			if err != nil {
 				return err
 			}
-			if n <= 0 || n > bench.MaxFuncSize {
-				return fmt.Errorf("--size %s: want 1 byte to %s", size, volume.FormatSize(bench.MaxFuncSize))
+			if n <= 0 || n > funcbench.MaxFuncSize {
+				return fmt.Errorf("--size %s: want 1 byte to %s", size, volume.FormatSize(funcbench.MaxFuncSize))
 			}
 			rts, err := parseFuncRuntimes(runtimes)
 			if err != nil {
@@ -64,14 +64,14 @@ shows what each runtime adds to a step.`,
 			if dur <= 0 && iterations <= 0 {
 				return fmt.Errorf("--duration %v: want a positive length, or --iterations", dur)
 			}
-			cfg := bench.FuncConfig{
+			cfg := funcbench.Config{
 				Function: fn, Size: int(n), Runtimes: rts, Duration: dur, Iterations: iterations,
 				Repeat: repeat, SkipChain: noChain, ChainReads: chain,
 			}
 			if !quiet {
 				cfg.Progress = func(stage string) { fmt.Fprintf(cmd.ErrOrStderr(), "… %s\n", stage) }
 			}
-			rep, err := bench.RunFunc(cmd.Context(), cfg)
+			rep, err := funcbench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -82,11 +82,11 @@ shows what each runtime adds to a step.`,
 				if err := enc.Encode(rep); err != nil {
 					return err
 				}
-			} else if err := bench.WriteFuncTable(out, rep); err != nil {
+			} else if err := funcbench.WriteTable(out, rep); err != nil {
 				return err
 			}
 			if plotFile != "" {
-				if err := bench.SaveFuncPlot(plotFile, rep); err != nil {
+				if err := funcbench.SavePlot(plotFile, rep); err != nil {
 					return err
 				}
 				if !asJSON {
@@ -103,7 +103,7 @@ shows what each runtime adds to a step.`,
 	f.DurationVar(&dur, "duration", time.Second, "length of each run")
 	f.IntVar(&iterations, "iterations", 0, "calls (compute) or lookups (chain) per run instead of --duration")
 	f.IntVar(&repeat, "repeat", 3, "runs per runtime (medians are reported)")
-	f.IntVar(&chain, "chain", bench.DefaultChainReads, fmt.Sprintf("dependent reads per lookup in the pushdown chain (%d to %d)", bench.MinChainReads, bench.MaxChainReads))
+	f.IntVar(&chain, "chain", funcbench.DefaultChainReads, fmt.Sprintf("dependent reads per lookup in the pushdown chain (%d to %d)", funcbench.MinChainReads, funcbench.MaxChainReads))
 	f.BoolVar(&noChain, "no-chain", false, "skip the pushdown chain part")
 	f.StringVar(&plotFile, "plot", "", "write bar charts of the medians to this file (.png, .svg or .pdf)")
 	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
@@ -115,7 +115,7 @@ shows what each runtime adds to a step.`,
 // comma-separated list.
 func parseFuncRuntimes(s string) ([]string, error) {
 	if strings.TrimSpace(s) == "all" {
-		return bench.FuncRuntimes, nil
+		return funcbench.FuncRuntimes, nil
 	}
 	var rts []string
 	for _, r := range strings.Split(s, ",") {
@@ -123,8 +123,8 @@ func parseFuncRuntimes(s string) ([]string, error) {
 		if r == "" {
 			continue
 		}
-		if r != bench.RuntimeNative && r != bench.RuntimeWasm && r != bench.RuntimeEBPF {
-			return nil, fmt.Errorf("--runtime %q: want all, or a comma-separated list of %s", r, strings.Join(bench.FuncRuntimes, ", "))
+		if r != funcbench.RuntimeNative && r != funcbench.RuntimeWasm && r != funcbench.RuntimeEBPF {
+			return nil, fmt.Errorf("--runtime %q: want all, or a comma-separated list of %s", r, strings.Join(funcbench.FuncRuntimes, ", "))
 		}
 		rts = append(rts, r)
 	}

@@ -6,10 +6,10 @@ import (
 	"io"
 	"strings"
 
+	"github.com/nearstore/nearstore/bench/lambdabench"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/lambda"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/volume"
@@ -93,18 +93,18 @@ func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
 }
 
 // report prints rep as a table or JSON, and writes its plot if asked.
-func (l *lambdaRunFlags) report(out io.Writer, rep *bench.LambdaReport) error {
+func (l *lambdaRunFlags) report(out io.Writer, rep *lambdabench.Report) error {
 	if l.asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
-	} else if err := bench.WriteLambdaTable(out, rep); err != nil {
+	} else if err := lambdabench.WriteTable(out, rep); err != nil {
 		return err
 	}
 	if l.plotFile != "" {
-		if err := bench.SaveLambdaPlot(l.plotFile, rep); err != nil {
+		if err := lambdabench.SavePlot(l.plotFile, rep); err != nil {
 			return err
 		}
 		if !l.asJSON {
@@ -161,7 +161,7 @@ ran, and the goals: λ within 5% of the better of K and T, and, on a
 			if err != nil {
 				return fmt.Errorf("--size: %w", err)
 			}
-			cfg := bench.LambdaConfig{
+			cfg := lambdabench.Config{
 				App: app, Size: n, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
 				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Interleave: lf.interleave, Runtime: s.runtime, Seed: lf.seed,
 				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst,
@@ -176,7 +176,7 @@ ran, and the goals: λ within 5% of the better of K and T, and, on a
 				return err
 			}
 			defer stopProfile()
-			rep, err := bench.RunLambda(cmd.Context(), cfg)
+			rep, err := lambdabench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -185,7 +185,7 @@ ran, and the goals: λ within 5% of the better of K and T, and, on a
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&app, "app", "stats64", "the application: "+strings.Join(bench.LambdaApps(), ", "))
+	f.StringVar(&app, "app", "stats64", "the application: "+strings.Join(lambdabench.Apps(), ", "))
 	f.StringVar(&size, "size", "64MiB", "the dataset's size (bitmap: the bitmap's), a multiple of 4 KiB")
 	lf.add(f)
 	return cmd

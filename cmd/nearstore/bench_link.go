@@ -12,9 +12,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/link"
 	"github.com/spf13/cobra"
-
-	"github.com/nearstore/nearstore/bench"
 )
 
 // linkReport is what "bench link" measured: every run and, per path and
@@ -36,11 +35,11 @@ type linkReport struct {
 }
 
 type linkSummary struct {
-	Path      string                 `json:"path"` // "shaped" or "loopback"
-	Direction string                 `json:"direction"`
-	Gbps      float64                `json:"gbps"`            // median of the runs
-	Ratio     float64                `json:"ratio,omitempty"` // Gbps / asked; shaped path only
-	Runs      []bench.LinkThroughput `json:"runs"`
+	Path      string            `json:"path"` // "shaped" or "loopback"
+	Direction string            `json:"direction"`
+	Gbps      float64           `json:"gbps"`            // median of the runs
+	Ratio     float64           `json:"ratio,omitempty"` // Gbps / asked; shaped path only
+	Runs      []link.Throughput `json:"runs"`
 }
 
 func newBenchLinkCmd(g *globals) *cobra.Command {
@@ -74,7 +73,7 @@ report says why. Needs root for the namespace.`,
 			if dur <= 0 {
 				return fmt.Errorf("--duration %v: want a positive duration", dur)
 			}
-			bits, norm, err := bench.ParseRate(rate)
+			bits, norm, err := link.ParseRate(rate)
 			if err != nil {
 				return fmt.Errorf("--rate: %w", err)
 			}
@@ -116,12 +115,12 @@ type benchLinkConfig struct {
 // runBenchLink measures the shaped link and loopback, both directions,
 // alternating paths so that drift in the machine's load hits both alike.
 func runBenchLink(ctx context.Context, cfg benchLinkConfig) (*linkReport, error) {
-	shaped, err := bench.OpenLink(ctx, cfg.rate, cfg.log)
+	shaped, err := link.Open(ctx, cfg.rate, cfg.log)
 	if err != nil {
 		return nil, err
 	}
 	defer shaped.Close()
-	loop, err := bench.OpenLink(ctx, "loopback", cfg.log)
+	loop, err := link.Open(ctx, "loopback", cfg.log)
 	if err != nil {
 		return nil, err
 	}
@@ -133,17 +132,17 @@ func runBenchLink(ctx context.Context, cfg benchLinkConfig) (*linkReport, error)
 	rep.Load[0] = loadAvg()
 	paths := []struct {
 		name string
-		l    *bench.Link
+		l    *link.Link
 	}{{"shaped", shaped}, {"loopback", loop}}
-	dirs := []bench.LinkDirection{bench.HostToTarget, bench.TargetToHost}
-	runs := make(map[string][]bench.LinkThroughput)
+	dirs := []link.Direction{link.HostToTarget, link.TargetToHost}
+	runs := make(map[string][]link.Throughput)
 	for i := range cfg.repeat {
 		for _, p := range paths {
 			for _, d := range dirs {
 				if cfg.progress != nil {
 					fmt.Fprintf(cfg.progress, "… %s %s, run %d of %d\n", p.name, d, i+1, cfg.repeat)
 				}
-				t, err := bench.MeasureLink(ctx, p.l, d, cfg.dur, cfg.streams)
+				t, err := link.Measure(ctx, p.l, d, cfg.dur, cfg.streams)
 				if err != nil {
 					return nil, fmt.Errorf("%s link, %s: %w", p.name, d, err)
 				}
@@ -180,7 +179,7 @@ func loadAvg() string {
 	return strings.Join(f[:3], " ")
 }
 
-func medianGbps(rs []bench.LinkThroughput) float64 {
+func medianGbps(rs []link.Throughput) float64 {
 	v := make([]float64, len(rs))
 	for i, r := range rs {
 		v[i] = r.Gbps

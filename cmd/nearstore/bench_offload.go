@@ -6,14 +6,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/offloadbench"
 	"github.com/spf13/cobra"
-
-	"github.com/nearstore/nearstore/bench"
 )
 
 func newBenchPrepCmd(g *globals) *cobra.Command {
 	var (
-		cfg      bench.PrepConfig
+		cfg      offloadbench.PrepConfig
 		modes    string
 		proc     procFlags
 		plotFile string
@@ -54,13 +53,13 @@ and the report says so).`,
 				stderr := cmd.ErrOrStderr()
 				cfg.Progress = func(s string) { fmt.Fprintf(stderr, "… %s\n", s) }
 			}
-			rep, err := bench.RunPrep(cmd.Context(), cfg)
+			rep, err := offloadbench.RunPrep(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			rep.Machine.Pinning = pinning
-			return benchOutput(cmd, asJSON, plotFile, rep, func() error { return bench.WritePrepTable(cmd.OutOrStdout(), rep) },
-				func() error { return bench.SavePrepPlot(plotFile, rep) })
+			return benchOutput(cmd, asJSON, plotFile, rep, func() error { return offloadbench.WritePrepTable(cmd.OutOrStdout(), rep) },
+				func() error { return offloadbench.SavePrepPlot(plotFile, rep) })
 		},
 	}
 	f := cmd.Flags()
@@ -80,7 +79,7 @@ and the report says so).`,
 
 func newBenchOffloadCmd(g *globals) *cobra.Command {
 	var (
-		cfg      bench.OffloadConfig
+		cfg      offloadbench.Config
 		policies string
 		proc     procFlags
 		plotFile string
@@ -119,13 +118,13 @@ the target's median CPU under its threshold with every task completed.`,
 				stderr := cmd.ErrOrStderr()
 				cfg.Progress = func(s string) { fmt.Fprintf(stderr, "… %s\n", s) }
 			}
-			rep, err := bench.RunOffload(cmd.Context(), cfg)
+			rep, err := offloadbench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			rep.Machine.Pinning = pinning
-			return benchOutput(cmd, asJSON, plotFile, rep, func() error { return bench.WriteOffloadTable(cmd.OutOrStdout(), rep) },
-				func() error { return bench.SaveOffloadPlot(plotFile, rep) })
+			return benchOutput(cmd, asJSON, plotFile, rep, func() error { return offloadbench.WriteTable(cmd.OutOrStdout(), rep) },
+				func() error { return offloadbench.SavePlot(plotFile, rep) })
 		},
 	}
 	f := cmd.Flags()

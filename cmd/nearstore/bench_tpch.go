@@ -6,11 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/lambdabench"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
-
-	"github.com/nearstore/nearstore/bench"
 )
 
 // newBenchTPCHCmd runs a TPC-H query's filter and projection as λ reads
@@ -41,7 +40,7 @@ validation parameters.`,
 			if err != nil {
 				return err
 			}
-			cfg := bench.TPCHConfig{
+			cfg := lambdabench.TPCHConfig{
 				SF: sf, Query: query, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
 				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Interleave: lf.interleave, Runtime: s.runtime, Seed: lf.seed,
 				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst,
@@ -59,7 +58,7 @@ validation parameters.`,
 				return err
 			}
 			defer stopProfile()
-			rep, err := bench.RunTPCH(cmd.Context(), cfg)
+			rep, err := lambdabench.RunTPCH(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
@@ -68,8 +67,8 @@ validation parameters.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Float64Var(&sf, "sf", bench.DefaultTPCHSF, "scale factor (LINEITEM has about 6 million rows per 1)")
-	f.IntVar(&query, "query", bench.DefaultTPCHQuery, "the query: 1, 6, 12 or 14")
+	f.Float64Var(&sf, "sf", lambdabench.DefaultTPCHSF, "scale factor (LINEITEM has about 6 million rows per 1)")
+	f.IntVar(&query, "query", lambdabench.DefaultTPCHQuery, "the query: 1, 6, 12 or 14")
 	lf.add(f)
 	return cmd
 }

@@ -9,10 +9,9 @@ import (
 	"runtime/pprof"
 	"strings"
 
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-
-	"github.com/nearstore/nearstore/bench"
 )
 
 // benchLogger is the logger of a benchmark or the demo: warnings only,
@@ -85,7 +84,7 @@ func pinHost(list string) (string, error) {
 	if list == "" {
 		return "", nil
 	}
-	n, err := bench.PinProcess(list)
+	n, err := proc.Pin(list)
 	if err != nil {
 		return "", err
 	}

@@ -9,11 +9,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/btreebench"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
 )
@@ -55,7 +55,7 @@ thread sweep and a plot.`,
 			}
 			log := benchLogger(cmd, g)
 			start := time.Now()
-			cfg := bench.BTreeConfig{
+			cfg := btreebench.Config{
 				Keys: n, CacheLevels: cache, Device: device, Threads: threads, Duration: dur, Repeat: 1, Logger: log,
 				Progress: func(stage string) { fmt.Fprintf(out, "· %s\n", stage) },
 				RunBar:   lookupBar,
@@ -80,7 +80,7 @@ thread sweep and a plot.`,
 					p = nil
 				}
 			}
-			rep, err := bench.RunBTree(ctx, cfg)
+			rep, err := btreebench.Run(ctx, cfg)
 			if err != nil {
 				if errors.Is(err, context.Canceled) {
 					return nil
@@ -97,7 +97,7 @@ thread sweep and a plot.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&keys, "keys", "1M", "keys to load")
-	f.StringVar(&device, "device", bench.DeviceNAND, "the target's device: nand, optane (simulated SSDs) or mem")
+	f.StringVar(&device, "device", btreebench.DeviceNAND, "the target's device: nand, optane (simulated SSDs) or mem")
 	f.IntVar(&cache, "cache-levels", 0, "top levels of the tree cached on the host")
 	f.IntSliceVar(&threads, "threads", []int{16, 32, 64}, "lookups in flight; each mode's best is reported")
 	f.DurationVar(&dur, "duration", time.Second, "length of each run")
@@ -120,7 +120,7 @@ func demoVerify(ctx context.Context, out io.Writer, ns *host.Namespace) error {
 }
 
 // printDemo prints each mode's best point and what the difference means.
-func printDemo(w io.Writer, r *bench.BTreeReport) error {
+func printDemo(w io.Writer, r *btreebench.Report) error {
 	t := r.Tree
 	fmt.Fprintf(w, "\nBPF-KV: %d keys, %d levels of %d-byte nodes (fanout %d), %d-byte values, %s; target on %s\n",
 		t.Keys, t.Depth, 512, t.Fanout, t.ValueSize, cacheLabel(t.CacheLevels), r.Volume)
@@ -131,7 +131,7 @@ func printDemo(w io.Writer, r *bench.BTreeReport) error {
 		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.0f\t%.0f\t%.2f\t%.1f\t%.0f\t\n", p.Mode, p.Threads, p.OpsPerSec, p.P50us, p.P99us, p.RoundTrips, p.TotalCPUus, p.NetBytes)
 	}
 	x := r.Ratios
-	var plain, push bench.BTreePoint
+	var plain, push btreebench.BTreePoint
 	for _, p := range r.Saturated {
 		switch p.Mode {
 		case "plain":

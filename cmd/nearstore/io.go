@@ -12,11 +12,11 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/blockio"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
 	"github.com/nearstore/nearstore/nvme"
@@ -254,7 +254,7 @@ func printVerify(w io.Writer, rep iocheck.Report, asJSON bool) error {
 
 func newBenchIOCmd(g *globals) *cobra.Command {
 	var c conn
-	var cfg bench.BlockIOConfig
+	var cfg blockio.Config
 	var bs, region string
 	var asJSON, quiet, force bool
 	cmd := &cobra.Command{
@@ -291,14 +291,14 @@ func newBenchIOCmd(g *globals) *cobra.Command {
 			if !quiet {
 				p, cfg.Progress = progressBar(cfg.Duration, fmt.Sprintf("%s %s qd%d×%d", cfg.Pattern, bs, cfg.QueueDepth, cfg.Queues))
 			}
-			res, err := bench.RunBlockIO(cmd.Context(), ns, cfg)
+			res, err := blockio.Run(cmd.Context(), ns, cfg)
 			if p != nil {
 				p.Wait()
 			}
 			if errors.Is(err, context.Canceled) && res.Ops > 0 {
 				// Interrupted: what it measured so far is still worth
 				// printing; main turns the error into exit 130.
-				if perr := printBlockIO(cmd.OutOrStdout(), []bench.BlockIOResult{res}, asJSON); perr != nil {
+				if perr := printBlockIO(cmd.OutOrStdout(), []blockio.Result{res}, asJSON); perr != nil {
 					return perr
 				}
 				return err
@@ -306,7 +306,7 @@ func newBenchIOCmd(g *globals) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printBlockIO(cmd.OutOrStdout(), []bench.BlockIOResult{res}, asJSON)
+			return printBlockIO(cmd.OutOrStdout(), []blockio.Result{res}, asJSON)
 		},
 	}
 	c.flags(cmd)
@@ -373,7 +373,7 @@ func progressBar(d time.Duration, name string) (*mpb.Progress, func(time.Duratio
 	}
 }
 
-func printBlockIO(w io.Writer, rs []bench.BlockIOResult, asJSON bool) error {
+func printBlockIO(w io.Writer, rs []blockio.Result, asJSON bool) error {
 	if asJSON {
 		enc := json.NewEncoder(w)
 		if len(rs) == 1 {

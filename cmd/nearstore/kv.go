@@ -10,11 +10,11 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/btreebench"
 	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/kv/btree"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -171,8 +171,8 @@ func newKVLoadCmd(g *globals) *cobra.Command {
 				mpb.AppendDecorators(decor.Percentage(), decor.Name(" "), decor.EwmaETA(decor.ET_STYLE_GO, 30)))
 			start := time.Now()
 			s, err := btree.Create(ctx, fsys, k.dir, n, func(i int64, v []byte) (uint64, error) {
-				key := bench.BTreeKey(i)
-				bench.PutBTreeValue(v, key)
+				key := btreebench.BTreeKey(i)
+				btreebench.PutBTreeValue(v, key)
 				return key, nil
 			}, btree.Options{
 				Fanout: fanout, ValueSize: valueSize, Pusher: btree.RawPusher{NS: ns}, Loader: ctrl, Runtime: rt, Logger: g.logger(),
@@ -192,7 +192,7 @@ func newKVLoadCmd(g *globals) *cobra.Command {
 			}()
 			info := s.Info()
 			fmt.Fprintf(cmd.OutOrStdout(), "loaded %d keys into %s in %.1fs: %d levels of fanout %d, %d-byte values (index %d bytes, values %d bytes); keys are 2, 4, …, %d\n",
-				info.Keys, k.dir, time.Since(start).Seconds(), info.Depth, info.Fanout, info.ValueSize, info.IndexBytes, info.ValueBytes, bench.BTreeKey(n-1))
+				info.Keys, k.dir, time.Since(start).Seconds(), info.Depth, info.Fanout, info.ValueSize, info.IndexBytes, info.ValueBytes, btreebench.BTreeKey(n-1))
 			return nil
 		},
 	}

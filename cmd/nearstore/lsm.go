@@ -27,13 +27,13 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/spf13/cobra"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/nearstore/nearstore/bench"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/vfs"
@@ -455,13 +455,13 @@ func procWchar() (uint64, error) {
 
 // runLSMPhase runs ops operations over threads goroutines; op(i, rng)
 // does operation i.
-func runLSMPhase(ctx context.Context, threads int, ops uint64, op func(i uint64, r *rand.Rand) error) (*bench.Histogram, time.Duration, error) {
+func runLSMPhase(ctx context.Context, threads int, ops uint64, op func(i uint64, r *rand.Rand) error) (*hist.Histogram, time.Duration, error) {
 	return runLSMPhaseProgress(ctx, threads, ops, op, nil)
 }
 
 // runLSMPhaseProgress is runLSMPhase that also calls progress with the
 // operations started, every 2 seconds, if progress is set.
-func runLSMPhaseProgress(ctx context.Context, threads int, ops uint64, op func(i uint64, r *rand.Rand) error, progress func(done uint64)) (*bench.Histogram, time.Duration, error) {
+func runLSMPhaseProgress(ctx context.Context, threads int, ops uint64, op func(i uint64, r *rand.Rand) error, progress func(done uint64)) (*hist.Histogram, time.Duration, error) {
 	var next atomic.Uint64
 	if progress != nil {
 		stop := make(chan struct{})
@@ -479,12 +479,12 @@ func runLSMPhaseProgress(ctx context.Context, threads int, ops uint64, op func(i
 			}
 		}()
 	}
-	hists := make([]*bench.Histogram, threads)
+	hists := make([]*hist.Histogram, threads)
 	errs := make([]error, threads)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for t := 0; t < threads; t++ {
-		hists[t] = bench.NewHistogram()
+		hists[t] = hist.New()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -505,7 +505,7 @@ func runLSMPhaseProgress(ctx context.Context, threads int, ops uint64, op func(i
 	}
 	wg.Wait()
 	el := time.Since(start)
-	h := bench.NewHistogram()
+	h := hist.New()
 	for _, x := range hists {
 		h.Merge(x)
 	}
@@ -721,7 +721,7 @@ func (p pebbleLog) Errorf(format string, args ...any) {
 }
 func (p pebbleLog) Fatalf(format string, args ...any) { panic(fmt.Sprintf("pebble: "+format, args...)) }
 
-func phaseOf(engine, wl string, ops uint64, h *bench.Histogram, el time.Duration, wamp float64) lsmPhase {
+func phaseOf(engine, wl string, ops uint64, h *hist.Histogram, el time.Duration, wamp float64) lsmPhase {
 	return lsmPhase{
 		Engine: engine, Workload: wl, Ops: ops, Seconds: el.Seconds(),
 		OpsPerSec: float64(ops) / el.Seconds(),

@@ -1,0 +1,250 @@
+// Package blockio is the block I/O experiment (bench blockio): queues of
+// random reads or writes against a namespace, and the comparison of
+// nearstore with nbdkit driven by fio, repeated and summarized by median,
+// as a table, Markdown or a chart.
+package blockio
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	mrand "math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/host"
+)
+
+// Config describes a block I/O workload.
+type Config struct {
+	// Pattern is randread, randwrite, read or write.
+	Pattern string
+	// BlockSize is the transfer size in bytes, a multiple of the device's
+	// block size.
+	BlockSize int
+	// QueueDepth is the number of commands kept in flight on each queue.
+	QueueDepth int
+	// Queues is the number of I/O queues driven, one goroutine each.
+	Queues int
+	// Duration is how long to run.
+	Duration time.Duration
+	// Region bounds the bytes touched from the start of the device
+	// (default: all of it).
+	Region int64
+	// Progress, when set, is called about five times a second with the
+	// time elapsed and the operations completed so far.
+	Progress func(elapsed time.Duration, ops int64)
+}
+
+// Result is what a block I/O run measured. Latencies are from
+// submission to completion, in microseconds.
+type Result struct {
+	System     string  `json:"system"`
+	Pattern    string  `json:"rw"`
+	BlockSize  int     `json:"bs"`
+	QueueDepth int     `json:"qd"`
+	Queues     int     `json:"queues"`
+	Seconds    float64 `json:"seconds"`
+	Ops        int64   `json:"ops"`
+	IOPS       float64 `json:"iops"`
+	MBps       float64 `json:"mb_per_s"`
+	P50us      float64 `json:"p50_us"`
+	P99us      float64 `json:"p99_us"`
+	P999us     float64 `json:"p999_us"`
+	Errors     int64   `json:"errors"`
+}
+
+func (c *Config) check(ns *host.Namespace) error {
+	switch c.Pattern {
+	case "randread", "randwrite", "read", "write":
+	default:
+		return fmt.Errorf("bench: pattern %q: want randread, randwrite, read or write", c.Pattern)
+	}
+	bs := ns.BlockSize()
+	if c.BlockSize <= 0 || c.BlockSize%bs != 0 {
+		return fmt.Errorf("bench: block size %d is not a multiple of the device's %d", c.BlockSize, bs)
+	}
+	if max := ns.MaxTransfer(); c.BlockSize > max {
+		return fmt.Errorf("bench: block size %d is more than the target's largest transfer (MDTS) of %d bytes", c.BlockSize, max)
+	}
+	if c.QueueDepth <= 0 || c.Queues <= 0 || c.Duration <= 0 {
+		return fmt.Errorf("bench: queue depth, queues and duration must be positive")
+	}
+	if c.Region <= 0 || c.Region > ns.Size() {
+		c.Region = ns.Size()
+	}
+	if c.Region < int64(c.BlockSize) {
+		return fmt.Errorf("bench: region of %d bytes is smaller than a transfer", c.Region)
+	}
+	return nil
+}
+
+// Run drives ns with the workload and reports throughput and latency.
+// Each queue gets one goroutine that keeps QueueDepth commands in flight
+// through the asynchronous API, as fio's libaio engine does with one job
+// per queue.
+func Run(ctx context.Context, ns *host.Namespace, cfg Config) (Result, error) {
+	if err := cfg.check(ns); err != nil {
+		return Result{}, err
+	}
+	var cnt blockIOCounts
+	hists := make([]*hist.Histogram, cfg.Queues)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	deadline := time.Now().Add(cfg.Duration)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := 0; i < cfg.Queues; i++ {
+		hists[i] = hist.New()
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			runQueue(runCtx, ns.Queue(i), cfg, i, deadline, hists[i], &cnt)
+		}(i)
+	}
+	if cfg.Progress != nil {
+		t := time.NewTicker(200 * time.Millisecond)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+	loop:
+		for {
+			select {
+			case <-t.C:
+				cfg.Progress(time.Since(start), cnt.ops.Load())
+			case <-done:
+				break loop
+			}
+		}
+		t.Stop()
+		cfg.Progress(time.Since(start), cnt.ops.Load())
+	} else {
+		wg.Wait()
+	}
+	elapsed := min(time.Since(start), cfg.Duration)
+	if ctx.Err() != nil {
+		elapsed = time.Since(start)
+	}
+	h := hist.New()
+	for _, q := range hists {
+		h.Merge(q)
+	}
+	n := cnt.ops.Load()
+	res := Result{
+		System: "nearstore", Pattern: cfg.Pattern, BlockSize: cfg.BlockSize,
+		QueueDepth: cfg.QueueDepth, Queues: cfg.Queues,
+		Seconds: elapsed.Seconds(), Ops: n,
+		IOPS:   float64(n) / elapsed.Seconds(),
+		MBps:   float64(n) * float64(cfg.BlockSize) / elapsed.Seconds() / 1e6,
+		P50us:  us(h.Quantile(0.50)),
+		P99us:  us(h.Quantile(0.99)),
+		P999us: us(h.Quantile(0.999)),
+		Errors: cnt.errs.Load(),
+	}
+	if err := ctx.Err(); err != nil {
+		// Interrupted: what completed is still a measurement, and
+		// commands cut off by the interrupt are not failures.
+		return res, err
+	}
+	if res.Errors > 0 {
+		return res, fmt.Errorf("bench: %d commands failed (the first: %v)", res.Errors, *cnt.first.Load())
+	}
+	return res, nil
+}
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// blockIOCounts are the queues' shared counters.
+type blockIOCounts struct {
+	ops, errs atomic.Int64
+	first     atomic.Pointer[error] // the first failure, to name a cause
+}
+
+func (c *blockIOCounts) fail(err error) {
+	c.errs.Add(1)
+	c.first.CompareAndSwap(nil, &err)
+}
+
+// runQueue keeps cfg.QueueDepth commands in flight on one queue until the
+// deadline, then waits for the stragglers. Only commands completed by the
+// deadline count. It works as an event loop does: it takes every completion
+// that is ready, queues a replacement for each in a Batch, and submits them
+// all with one write to the connection.
+func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadline time.Time,
+	h *hist.Histogram, cnt *blockIOCounts) {
+	bs := int64(cfg.BlockSize)
+	lbaShift := int64(q.BlockSize())
+	slots := cfg.Region / bs
+	rng := mrand.New(mrand.NewPCG(uint64(idx)+1, uint64(time.Now().UnixNano())))
+	// Sequential patterns give each queue its own stripe of the region.
+	next := slots * int64(idx) / int64(cfg.Queues)
+	write := cfg.Pattern == "write" || cfg.Pattern == "randwrite"
+	random := cfg.Pattern[0] == 'r' && cfg.Pattern != "read"
+
+	done := make(chan *host.Call, cfg.QueueDepth)
+	started := make(map[*host.Call]time.Time, cfg.QueueDepth)
+	batch := q.NewBatch()
+	inflight := 0
+	add := func(buf []byte) {
+		var slot int64
+		if random {
+			slot = rng.Int64N(slots)
+		} else {
+			slot = next
+			next = (next + 1) % slots
+		}
+		lba := uint64(slot * bs / lbaShift)
+		var c *host.Call
+		t := time.Now()
+		if write {
+			c = batch.WriteBlocks(buf, lba, done)
+		} else {
+			c = batch.ReadBlocks(buf, lba, done)
+		}
+		started[c] = t
+		inflight++
+	}
+	for i := 0; i < cfg.QueueDepth; i++ {
+		b := make([]byte, bs)
+		if write {
+			_, _ = rand.Read(b)
+		}
+		add(b)
+	}
+	// reap accounts for one completion and queues its replacement.
+	reap := func(c *host.Call) {
+		now := time.Now()
+		t0 := started[c]
+		delete(started, c)
+		inflight--
+		if c.Err != nil {
+			if ctx.Err() == nil {
+				cnt.fail(c.Err)
+			}
+		} else if now.Before(deadline) {
+			cnt.ops.Add(1)
+			h.Record(now.Sub(t0))
+		}
+		if now.Before(deadline) && ctx.Err() == nil {
+			buf := c.In
+			if write {
+				buf = c.Out
+			}
+			add(buf)
+		}
+	}
+	for inflight > 0 {
+		batch.Submit(ctx)
+		reap(<-done)
+	drain:
+		for {
+			select {
+			case c := <-done:
+				reap(c)
+			default:
+				break drain
+			}
+		}
+	}
+}

@@ -1,0 +1,50 @@
+package blockio
+
+import (
+	"bytes"
+	"path/filepath"
+	"testing"
+
+	"github.com/nearstore/nearstore/bench/internal/plottest"
+)
+
+func testComparison() *Comparison {
+	c := &Comparison{Systems: []string{"nearstore", "nbdkit"}, Repeat: 3, Duration: 5}
+	for i, p := range DefaultPoints() {
+		a := Result{System: "nearstore", IOPS: float64(10000 * (i + 1))}
+		b := Result{System: "nbdkit", IOPS: float64(9000 * (i + 1))}
+		c.Rows = append(c.Rows, ComparisonRow{
+			Point:  p,
+			Runs:   map[string][]Result{"nearstore": {a}, "nbdkit": {b}},
+			Median: map[string]Result{"nearstore": a, "nbdkit": b},
+			Ratio:  a.IOPS / b.IOPS,
+		})
+	}
+	return c
+}
+
+func TestSavePlot(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "blockio.png")
+	if err := SavePlot(path, testComparison()); err != nil {
+		t.Fatal(err)
+	}
+	img := plottest.DecodePNG(t, path)
+	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 250 {
+		t.Errorf("image is %v", b)
+	}
+}
+
+func TestWritePlot(t *testing.T) {
+	var buf bytes.Buffer
+	c := testComparison()
+	c.Systems = c.Systems[:1] // one system: no ratio labels
+	if err := writePlot(&buf, c, "svg"); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(buf.Bytes(), []byte("<svg")) {
+		t.Error("no SVG written")
+	}
+	if err := writePlot(&buf, &Comparison{}, "png"); err == nil {
+		t.Error("an empty comparison plotted")
+	}
+}

@@ -1,0 +1,45 @@
+// Package harness holds what the experiments use to stand up the system
+// under test and time it: serving a target inside this process, the
+// reconnect bounds of a benchmark's host, CPU-time readings, and the
+// target's command counters.
+package harness
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/target"
+)
+
+// ServeInProcess serves srv on ln from this process, for a benchmark run
+// with --in-process, and returns what stops it: a graceful shutdown of at
+// most 5 s, then waiting for Serve to return.
+func ServeInProcess(srv *target.Server, ln net.Listener) (stop func() error) {
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	return func() error {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err := srv.Shutdown(sctx)
+		<-served
+		return err
+	}
+}
+
+// Reconnect bounds of a benchmark's host: its target is its own child
+// process or in this one, so a target gone for long is a run already
+// lost, and the benchmark must fail and exit rather than wait the
+// defaults (30 s per submission, 10 minutes of reconnecting), or, with the
+// port free again, reconnect to some later benchmark's target.
+const (
+	benchMaxReconnectWait      = 5 * time.Second
+	benchControllerLossTimeout = 15 * time.Second
+)
+
+// HostOptions sets a benchmark host's reconnect bounds in o.
+func HostOptions(o host.Options) host.Options {
+	o.MaxReconnectWait, o.ControllerLossTimeout = benchMaxReconnectWait, benchControllerLossTimeout
+	return o
+}

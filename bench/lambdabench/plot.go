@@ -1,0 +1,116 @@
+package lambdabench
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+
+	"github.com/nearstore/nearstore/bench/report"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/nearstore/nearstore/volume"
+)
+
+// plotLambda draws a run as λ-IO's Figure 4 does: one bar per mode, its
+// median throughput normalized to B's (to the first mode's without B),
+// labelled with the absolute MB/s.
+func plotLambda(r *Report) (*plot.Plot, error) {
+	if r == nil || len(r.Modes) == 0 {
+		return nil, errors.New("bench: nothing to plot")
+	}
+	base, baseName := r.Modes[0].MBps, r.Modes[0].Mode
+	for _, m := range r.Modes {
+		if m.Mode == "B" {
+			base, baseName = m.MBps, "B"
+		}
+	}
+	if base <= 0 {
+		return nil, errors.New("bench: plot: no throughput to normalize to")
+	}
+	p := plot.New()
+	what := r.App
+	if r.Query != "" {
+		what = fmt.Sprintf("TPC-H %s, SF %g", r.Query, r.SF)
+	}
+	cache := "cold cache"
+	if r.Warm > 0 {
+		cache = fmt.Sprintf("%.0f%% warm (%s)", 100*r.Warm, r.WarmOrder)
+	}
+	link := "loopback"
+	switch {
+	case r.LinkShaped:
+		link = r.LinkRate + " link (tc tbf)"
+	case r.Link != "loopback":
+		link = "loopback (shaping unavailable)"
+	}
+	runs := fmt.Sprintf("medians of %d runs", r.Repeat)
+	if r.Interleave > 0 {
+		runs += fmt.Sprintf(", interleaved every %d", r.Interleave)
+	}
+	p.Title.Text = fmt.Sprintf("%s (%s, %s), %s\n%s; %s requests, %d in flight; %s",
+		what, r.Runtime, volume.FormatSize(r.Size), cache, link, volume.FormatSize(int64(r.RequestSize)), r.Depth, runs)
+	p.Y.Label.Text = fmt.Sprintf("throughput normalized to %s", baseName)
+	p.Y.Min = 0
+	p.Add(plotter.NewGrid())
+	vs := make(plotter.Values, len(r.Modes))
+	labels := make([]string, len(r.Modes))
+	xy := plotter.XYLabels{}
+	var top float64
+	for i, m := range r.Modes {
+		vs[i] = m.MBps / base
+		top = max(top, vs[i])
+		labels[i] = m.Mode
+		if m.Mode == "lambda" {
+			labels[i] = "λ"
+		}
+		xy.XYs = append(xy.XYs, plotter.XY{X: float64(i), Y: vs[i]})
+		label := fmt.Sprintf("%.2f×\n%.0f MB/s", vs[i], m.MBps)
+		if m.Mode == "lambda" {
+			// Where the dispatcher sent the median run's calls.
+			label = formatRan(m.Ran, 0) + "\n" + label
+		}
+		xy.Labels = append(xy.Labels, label)
+	}
+	bars, err := plotter.NewBarChart(vs, vg.Points(36))
+	if err != nil {
+		return nil, fmt.Errorf("bench: plot: %w", err)
+	}
+	bars.Color = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	bars.LineStyle.Width = 0
+	p.Add(bars)
+	l, err := plotter.NewLabels(xy)
+	if err != nil {
+		return nil, fmt.Errorf("bench: plot: %w", err)
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].Font.Size = vg.Points(8)
+		l.TextStyle[i].XAlign = draw.XCenter
+	}
+	l.Offset = vg.Point{Y: vg.Points(4)}
+	p.Add(l)
+	p.NominalX(labels...)
+	p.X.Min, p.X.Max = -0.6, float64(len(r.Modes))-0.4
+	p.Y.Max = max(top, 1) * 1.3
+	return p, nil
+}
+
+// SavePlot renders plotLambda to path, in the format its extension
+// names, 7 by 4.5 inches.
+func SavePlot(path string, r *Report) error {
+	return report.SaveByExtension(path, func(w io.Writer, format string) error {
+		p, err := plotLambda(r)
+		if err != nil {
+			return err
+		}
+		wt, err := p.WriterTo(7*vg.Inch, 4.5*vg.Inch, format)
+		if err != nil {
+			return fmt.Errorf("bench: plot: %w", err)
+		}
+		_, err = wt.WriteTo(w)
+		return err
+	})
+}

@@ -1,0 +1,164 @@
+package offloadbench
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nearstore/nearstore/bench/internal/harness"
+	"github.com/nearstore/nearstore/bench/link"
+	"github.com/nearstore/nearstore/bench/proc"
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/offload"
+	"github.com/nearstore/nearstore/offload/prep"
+	"github.com/nearstore/nearstore/offloadfs"
+)
+
+// offloadEnv is what the offload benchmarks run on: `nearstore target
+// serve --offload` as its own process (an engine on the storage node,
+// reading the volume directly), optionally `nearstore offload serve` as
+// another (a peer engine over NVMe/TCP), and this process as the file
+// system's owner, mounted with the namespace as its Remote.
+type offloadEnv struct {
+	target     *proc.Process
+	engineAddr string
+	peerAddr   string
+	ctrl       *host.Controller
+	ns         *host.Namespace
+	fsys       *offloadfs.FS
+	local      *offload.Engine // runs what engines turn away
+	closers    []func() error
+}
+
+const offloadNQN = "nqn.2026-11.io.nearstore:offload-bench"
+
+// startOffloadEnv starts the processes: the target with a memory volume
+// of size and its engine flags (engineArgs, without the --offload-
+// prefix), behind lk (nil: loopback), and a peer engine if peer (on
+// this side of the link, as another host would be).
+func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []string, peer bool, serverCPUs string, lk *link.Link, log *slog.Logger) (_ *offloadEnv, err error) {
+	if exe == "" {
+		return nil, errors.New("bench: the offload benchmarks run the target as its own process (the nearstore binary)")
+	}
+	e := &offloadEnv{}
+	defer func() {
+		if err != nil {
+			e.Close()
+		}
+	}()
+	ip, netns := link.LoopbackIP, ""
+	if lk != nil {
+		ip, netns = lk.TargetIP(), lk.Netns()
+	}
+	addr, err := freeAddr(ip)
+	if err != nil {
+		return nil, err
+	}
+	if e.engineAddr, err = freeAddr(ip); err != nil {
+		return nil, err
+	}
+	args := []string{"target", "serve", "--log-level", "warn", "--listen", addr, "--nqn", offloadNQN,
+		"--volume", "mem:" + strconv.FormatInt(size, 10), "--offload", e.engineAddr}
+	for _, a := range engineArgs {
+		args = append(args, strings.Replace(a, "--", "--offload-", 1))
+	}
+	if e.target, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: exe, Args: args, CPUs: serverCPUs, Netns: netns}); err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, e.target.Stop)
+	if err := proc.WaitListening(ctx, addr, e.target, 10*time.Second); err != nil {
+		return nil, err
+	}
+	if err := proc.WaitListening(ctx, e.engineAddr, e.target, 10*time.Second); err != nil {
+		return nil, err
+	}
+	if peer {
+		if e.peerAddr, err = freeAddr(link.LoopbackIP); err != nil {
+			return nil, err
+		}
+		p, err := proc.Start(ctx, proc.Spec{Name: "nearstore offload serve", Path: exe, Args: []string{
+			"offload", "serve", "--log-level", "warn", "--listen", e.peerAddr, "--addr", addr, "--nqn", offloadNQN,
+			"--host-nqn", "nqn.2026-11.io.nearstore:offload:bench-peer",
+		}})
+		if err != nil {
+			return nil, err
+		}
+		e.closers = append(e.closers, p.Stop)
+		if err := proc.WaitListening(ctx, e.peerAddr, p, 10*time.Second); err != nil {
+			return nil, err
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if e.ctrl, err = host.Connect(cctx, addr, offloadNQN, harness.HostOptions(host.Options{IOQueues: 2, Logger: log})); err != nil {
+		return nil, err
+	}
+	if e.ns, err = e.ctrl.Namespace(1); err != nil {
+		return nil, err
+	}
+	if err := offloadfs.Mkfs(ctx, e.ns, offloadfs.MkfsOptions{}); err != nil {
+		return nil, err
+	}
+	if e.fsys, err = offloadfs.Mount(ctx, e.ns, offloadfs.Options{Logger: log, Remote: e.ns}); err != nil {
+		return nil, err
+	}
+	tasks := offload.StandardTasks()
+	if err := prep.Register(tasks); err != nil {
+		return nil, err
+	}
+	if e.local, err = offload.NewEngine(offload.Config{HostNQN: "local", Device: e.ns, Tasks: tasks, Logger: log}); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// freeAddr returns ip with a port free on this side.
+func freeAddr(ip string) (string, error) {
+	port, err := proc.FreePort()
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(ip, strconv.Itoa(port)), nil
+}
+
+// client dials an engine as a named client that runs rejected tasks here.
+func (e *offloadEnv) client(addr, name string, m *offload.Metrics) (*offload.Client, error) {
+	c, err := offload.Dial(addr, offload.ClientOptions{Name: name, Local: e.local, Metrics: m})
+	if err != nil {
+		return nil, err
+	}
+	e.closers = append(e.closers, c.Close)
+	return c, nil
+}
+
+// Close unmounts and stops the processes.
+func (e *offloadEnv) Close() error {
+	var errs []error
+	if e.local != nil {
+		e.local.Close()
+	}
+	if e.fsys != nil {
+		errs = append(errs, e.fsys.Close())
+	}
+	if e.ctrl != nil {
+		errs = append(errs, e.ctrl.Close())
+	}
+	for i := len(e.closers) - 1; i >= 0; i-- {
+		errs = append(errs, e.closers[i]())
+	}
+	return errors.Join(errs...)
+}
+
+// selfCPU returns this process's CPU time.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -8,22 +8,20 @@ import (
 	iofs "io/fs"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"slices"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/btree"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/ebpf"
 	"github.com/nearstore/nearstore/sandbox/wasm"
-	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -58,27 +56,14 @@ func newEnvWith(t *testing.T, size string, opts func(*env, *offloadfs.Options, [
 	}
 	t.Cleanup(func() { wrt.Close(context.Background()) })
 	rts := []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: quiet})}
-	srv, err := target.New(target.Config{
-		Subsystems: []target.SubsystemConfig{{NQN: testNQN, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: vol.String()}}}},
-		Logger:     quiet,
-		Runtimes:   rts,
+	srv := testtarget.Start(t, testtarget.Config{NQN: testNQN, Name: vol.String(), Volume: vol,
+		Runtimes: func() ([]sandbox.Runtime, error) {
+			w, err := wasm.NewRuntime(context.Background(), wasm.Options{})
+			return []sandbox.Runtime{w, ebpf.NewRuntime(ebpf.Options{Logger: quiet})}, err
+		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-		<-served
-	})
-	ctrl, err := host.Connect(ctx, ln.Addr().String(), testNQN, host.Options{IOQueues: 1, QueueDepth: 64, Logger: quiet})
+	t.Cleanup(srv.Stop)
+	ctrl, err := host.Connect(ctx, srv.Addr(), testNQN, host.Options{IOQueues: 1, QueueDepth: 64, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,8 @@ type Config struct {
 	Runtimes func() ([]sandbox.Runtime, error)
 	// Limits bound the target's function calls.
 	Limits sandbox.Limits
+	// Now is the target's clock for grant leases (default time.Now).
+	Now func() time.Time
 }
 
 // Target is a running target.
@@ -76,6 +78,7 @@ func Start(t testing.TB, cfg Config) *Target {
 		Metrics:        target.NewMetrics(s.reg),
 		Runtimes:       s.rts,
 		FunctionLimits: cfg.Limits,
+		Now:            cfg.Now,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -133,6 +136,9 @@ func (s *Target) Restart() *Target {
 	cfg.Addr = s.addr
 	return Start(s.t, cfg)
 }
+
+// Registry is the target's own metrics registry.
+func (s *Target) Registry() *prometheus.Registry { return s.reg }
 
 // Metric sums the target metric name's samples whose labels include want.
 func (s *Target) Metric(name string, want map[string]string) float64 {

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,6 +29,7 @@ import (
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/ebpf"
@@ -137,47 +137,26 @@ type envConfig struct {
 
 func newEnv(t testing.TB, cfg envConfig) *env {
 	t.Helper()
-	ctx := context.Background()
-	e := &env{t: t, reg: prometheus.NewRegistry()}
-	var nss []target.NamespaceConfig
-	for i := range 2 {
+	e := &env{t: t}
+	for range 2 {
 		v, err := volume.Open(fmt.Sprintf("mem:%d", nsSize))
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { v.Close() })
-		tv := &tapVolume{Volume: v}
-		e.vols = append(e.vols, tv)
-		nss = append(nss, target.NamespaceConfig{Backend: tv, Name: fmt.Sprintf("e2e-%d", i)})
+		e.vols = append(e.vols, &tapVolume{Volume: v})
 	}
-	wrt, err := wasm.NewRuntime(ctx, wasm.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	discard := slog.New(slog.DiscardHandler)
-	srv, err := target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: testNQN, Namespaces: nss}},
-		Logger:         discard,
-		Metrics:        target.NewMetrics(e.reg),
-		Runtimes:       []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: discard})},
-		FunctionLimits: cfg.limits,
-		Now:            cfg.now,
+	tt := testtarget.Start(t, testtarget.Config{
+		NQN: testNQN, Name: "e2e-0", Volume: e.vols[0], More: []volume.Volume{e.vols[1]},
+		Runtimes: func() ([]sandbox.Runtime, error) {
+			wrt, err := wasm.NewRuntime(context.Background(), wasm.Options{})
+			return []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: slog.New(slog.DiscardHandler)})}, err
+		},
+		Limits: cfg.limits,
+		Now:    cfg.now,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		srv.Close()
-		<-served
-		wrt.Close(context.Background())
-	})
-	e.srv, e.addr = srv, ln.Addr().String()
+	t.Cleanup(tt.Stop)
+	e.srv, e.addr, e.reg = tt.Server(), tt.Addr(), tt.Registry()
 	e.ctrl, e.ns = e.connect(1, cfg.ioQueues)
 	var err2 error
 	if e.ns2, err2 = e.ctrl.Namespace(2); err2 != nil {

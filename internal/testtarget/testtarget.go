@@ -40,6 +40,9 @@ type Config struct {
 	Limits sandbox.Limits
 	// Now is the target's clock for grant leases (default time.Now).
 	Now func() time.Time
+	// Listen, if set, wraps the listener the target serves on: a test
+	// that records what crosses its connections.
+	Listen func(net.Listener) net.Listener
 }
 
 // Target is a running target.
@@ -95,6 +98,9 @@ func Start(t testing.TB, cfg Config) *Target {
 		t.Fatal(err)
 	}
 	s.addr = ln.Addr().String()
+	if cfg.Listen != nil {
+		ln = cfg.Listen(ln)
+	}
 	go func() { s.served <- s.srv.Serve(ln) }()
 	return s
 }

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/iocheck"
 	"github.com/nearstore/nearstore/nvme"
-	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/tests/interop"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -33,27 +33,14 @@ func TestLinuxHostToOurTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vol.Close()
-	srv, err := target.New(target.Config{
-		Subsystems: []target.SubsystemConfig{{NQN: nqn, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: "interop"}}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := &interop.ICRespRecorder{Listener: tcpLn}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	var ln *interop.ICRespRecorder
+	srv := testtarget.Start(t, testtarget.Config{NQN: nqn, Name: "interop", Volume: vol,
+		Listen: func(l net.Listener) net.Listener { ln = &interop.ICRespRecorder{Listener: l}; return ln }})
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := srv.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; !errors.Is(err, target.ErrServerClosed) {
-			t.Errorf("serve: %v", err)
 		}
 	}()
 	port := ln.Addr().(*net.TCPAddr).Port

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/auth"
 	"github.com/nearstore/nearstore/nvme/tcp"
@@ -322,5 +325,58 @@ func TestAuthRequired(t *testing.T) {
 	io.authenticate(secret)
 	if st := read(); !st.OK() {
 		t.Fatalf("read after authenticating: %v", st)
+	}
+}
+
+// TestAuthCLI: auth gen-key prints secrets of nvme gen-dhchap-key's form
+// and lengths, refuses a key length its transformation does not make,
+// and target serve refuses secrets it cannot use before it listens: for a
+// host that may not connect, malformed, or a controller secret alone. The
+// host commands take their secret from the environment or a file too.
+func TestAuthCLI(t *testing.T) {
+	clitest.Binary(t) // built before any Run's timeout starts
+	for _, tc := range []struct {
+		args []string
+		tr   auth.Hash
+		n    int
+	}{{nil, 0, 32}, {[]string{"--key-length", "64"}, 0, 64}, {[]string{"--hmac", "2", "--nqn", authHost}, auth.SHA384, 48},
+		{[]string{"--hmac", "3", "--nqn", authHost}, auth.SHA512, 64}} {
+		r := clitest.Run(t, time.Minute, nil, nil, append([]string{"auth", "gen-key"}, tc.args...)...)
+		s, err := auth.ParseSecret(strings.TrimSpace(r.Stdout))
+		if r.Code != 0 || err != nil || s.Transform != tc.tr || len(s.Key) != tc.n {
+			t.Fatalf("gen-key %v: exit %d, %q: %+v, %v", tc.args, r.Code, r.Stdout, s, err)
+		}
+	}
+	if r := clitest.Run(t, time.Minute, nil, nil, "auth", "gen-key", "--hmac", "1", "--key-length", "64", "--nqn", authHost); r.Code == 0 {
+		t.Fatalf("gen-key --hmac 1 --key-length 64 succeeded: %s", r.Stdout)
+	}
+	secret := genSecret(t, 0, 32)
+	for _, args := range [][]string{
+		{"--allow-host", "nqn.other", "--dhchap-secret", authHost + "=" + secret},
+		{"--dhchap-secret", authHost + "=DHHC-1:00:bm90IGEga2V5:"},
+		{"--dhchap-secret", secret},
+		{"--dhchap-ctrl-secret", authHost + "=" + secret},
+		{"--dhchap-dhgroup", "ffdhe1024"},
+	} {
+		r := clitest.Run(t, time.Minute, nil, nil, append([]string{"target", "serve", "--listen", "127.0.0.1:0", "--volume", "mem:1MiB"}, args...)...)
+		if r.Code == 0 || !strings.Contains(r.Stderr, "dhchap") {
+			t.Fatalf("target serve %v: exit %d\n%s", args, r.Code, r.Stderr)
+		}
+	}
+
+	// A secret file for the target, the environment for the host.
+	file := t.TempDir() + "/secret"
+	if err := os.WriteFile(file, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := serve(t, "--dhchap-secret", authHost+"=@"+file)
+	verify := func(env []string) clitest.Result {
+		return clitest.Run(t, 2*time.Minute, nil, env, "io", "verify", "-a", addr, "-n", subNQN, "--size", "1MiB", "--hostnqn", authHost)
+	}
+	if r := verify([]string{"NEARSTORE_DHCHAP_SECRET=" + secret}); r.Code != 0 {
+		t.Fatalf("io verify with the secret in the environment: exit %d\n%s", r.Code, r.Stderr)
+	}
+	if r := verify([]string{"NEARSTORE_DHCHAP_SECRET=" + genSecret(t, 0, 32)}); r.Code == 0 || !strings.Contains(r.Stderr, "authentication failed") {
+		t.Fatalf("io verify with a wrong secret: exit %d\n%s", r.Code, r.Stderr)
 	}
 }

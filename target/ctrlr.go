@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/auth"
@@ -152,6 +153,10 @@ type session struct {
 	// authenticate.
 	auth        *auth.Controller
 	authRefused bool
+	// authOK mirrors auth.Authenticated() for commands running off the
+	// reader: only the reader runs the transaction (its commands are not
+	// blocking), so it alone writes auth and authOK.
+	authOK atomic.Bool
 }
 
 // touch counts a command as keep-alive traffic.

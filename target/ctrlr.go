@@ -159,9 +159,12 @@ type session struct {
 	authOK atomic.Bool
 }
 
-// touch counts a command as keep-alive traffic.
+// touch counts a command as keep-alive traffic. Commands of a queue that
+// has yet to authenticate do not count: an association that never
+// authenticates ends when its keep-alive timeout (or MaxIdle) runs out,
+// whatever it sends.
 func (s *session) touch() {
-	if s.ctrl != nil {
+	if s.ctrl != nil && (s.auth == nil || s.authOK.Load()) {
 		s.ctrl.touch()
 	}
 }

@@ -208,8 +208,12 @@ func (q *rawQueue) do(cmd *nvme.Command, out []byte, inLen int) (nvme.Completion
 }
 
 func (q *rawQueue) connect(qid, cntlid uint16) nvme.Completion {
+	return q.connectKATO(qid, cntlid, 0)
+}
+
+func (q *rawQueue) connectKATO(qid, cntlid uint16, kato uint32) nvme.Completion {
 	var cmd nvme.Command
-	(&nvme.ConnectCommand{QID: qid, SQSize: 31}).ToCommand(&cmd)
+	(&nvme.ConnectCommand{QID: qid, SQSize: 31, KATO: kato}).ToCommand(&cmd)
 	data := (&nvme.ConnectData{CNTLID: cntlid, SubNQN: subNQN, HostNQN: authHost, HostID: [16]byte{1}}).Marshal()
 	c, _ := q.do(&cmd, data, 0)
 	if !c.Status.OK() {
@@ -325,6 +329,37 @@ func TestAuthRequired(t *testing.T) {
 	io.authenticate(secret)
 	if st := read(); !st.OK() {
 		t.Fatalf("read after authenticating: %v", st)
+	}
+}
+
+// TestAuthUnauthenticatedExpires: an admin queue that never
+// authenticates is closed when its keep-alive timeout runs out, however
+// many (refused) commands it sends meanwhile.
+func TestAuthUnauthenticatedExpires(t *testing.T) {
+	addr, _ := serve(t, "--dhchap-secret", authHost+"="+genSecret(t, 0, 32))
+	q := dialRaw(t, addr)
+	q.connectKATO(0, 0xFFFF, 1000)
+	var cmd nvme.Command
+	(&nvme.PropertyCommand{Offset: nvme.PropCAP, Size8: true}).ToCommand(&cmd, false)
+	cmd.Flags |= nvme.PSDTSGL
+	for i := 0; ; i++ {
+		q.cid++
+		cmd.CID = q.cid
+		if err := q.f.WriteCapsuleCmd(&cmd, nil); err == nil {
+			err = q.f.Flush()
+		}
+		h, err := q.f.ReadHeader()
+		if err != nil {
+			t.Logf("closed after %d refused commands: %v", i, err)
+			return
+		}
+		if h.Type != tcp.TypeCapsuleResp || h.Completion().Status != nvme.StatusAuthRequired|nvme.DNR {
+			t.Fatalf("PDU %#x: %v", h.Type, h.Completion().Status)
+		}
+		if i == 300 {
+			t.Fatal("still open after 300 refused commands, 30 s at a 1 s KATO: they count as keep-alive traffic")
+		}
+		time.Sleep(100 * time.Millisecond) // well inside the 1 s KATO
 	}
 }
 

@@ -135,6 +135,11 @@ func connect(_ context.Context, s *session, r *request) completion {
 		return status(nvme.StatusInternal | nvme.DNR)
 	}
 	if cc.QID == 0 {
+		if authReq != 0 {
+			ctrl.mu.Lock()
+			ctrl.authPending = true
+			ctrl.mu.Unlock()
+		}
 		ctrl.startKeepAlive()
 		s.log.Info("host connected", "host", cd.HostNQN, "kato", ctrl.kato, "authenticate", authReq != 0)
 	}

@@ -260,6 +260,9 @@ type controller struct {
 	queues   map[uint16]qpair
 	vwc      bool
 	dead     bool
+	// authPending: the admin queue must authenticate and has not yet;
+	// until it has, the keep-alive timeout is at least MaxIdle (auth.go).
+	authPending bool
 
 	aenEnabled  uint32
 	aers        []pendingAER
@@ -392,12 +395,25 @@ func (c *controller) armKeepAliveLocked() {
 }
 
 // timeoutLocked is the keep-alive timeout in force: KATO, or MaxIdle if
-// the host asked for none.
+// the host asked for none or its admin queue has yet to authenticate (a
+// host may send nothing for seconds while it computes a large DH group's
+// values; nvmet gives a transaction KATO or 120 s).
 func (c *controller) timeoutLocked() time.Duration {
-	if c.kato > 0 {
+	if c.kato > 0 && (!c.authPending || c.kato >= c.ss.srv.cfg.MaxIdle) {
 		return c.kato
 	}
 	return c.ss.srv.cfg.MaxIdle
+}
+
+// authenticated notes that the admin queue has authenticated: KATO
+// applies from now on.
+func (c *controller) authenticated() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.authPending {
+		c.authPending = false
+		c.armKeepAliveLocked()
+	}
 }
 
 func (c *controller) touch() {

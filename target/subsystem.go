@@ -260,9 +260,9 @@ type controller struct {
 	queues   map[uint16]qpair
 	vwc      bool
 	dead     bool
-	// authPending: the admin queue must authenticate and has not yet;
-	// until it has, the keep-alive timeout is at least MaxIdle (auth.go).
-	authPending bool
+	// authWait holds the queues that must authenticate and have not yet;
+	// while any does, the keep-alive timeout is at least MaxIdle (auth.go).
+	authWait map[uint16]struct{}
 
 	aenEnabled  uint32
 	aers        []pendingAER
@@ -343,6 +343,7 @@ func (c *controller) detach(qid uint16, qp qpair) {
 	c.mu.Lock()
 	if c.queues[qid] == qp {
 		delete(c.queues, qid)
+		delete(c.authWait, qid)
 	}
 	var rest []qpair
 	if qid == 0 {
@@ -399,20 +400,36 @@ func (c *controller) armKeepAliveLocked() {
 // host may send nothing for seconds while it computes a large DH group's
 // values; nvmet gives a transaction KATO or 120 s).
 func (c *controller) timeoutLocked() time.Duration {
-	if c.kato > 0 && (!c.authPending || c.kato >= c.ss.srv.cfg.MaxIdle) {
+	if c.kato > 0 && (len(c.authWait) == 0 || c.kato >= c.ss.srv.cfg.MaxIdle) {
 		return c.kato
 	}
 	return c.ss.srv.cfg.MaxIdle
 }
 
-// authenticated notes that the admin queue has authenticated: KATO
-// applies from now on.
-func (c *controller) authenticated() {
+// awaitAuth notes that queue qid must authenticate: until it has (or is
+// gone), the keep-alive timeout is at least MaxIdle: a host may send
+// nothing on any queue for seconds while it computes a queue's DH values.
+func (c *controller) awaitAuth(qid uint16) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.authPending {
-		c.authPending = false
+	if c.authWait == nil {
+		c.authWait = make(map[uint16]struct{})
+	}
+	c.authWait[qid] = struct{}{}
+	if c.kaTimer != nil {
 		c.armKeepAliveLocked()
+	}
+}
+
+// authenticated notes that queue qid has authenticated.
+func (c *controller) authenticated(qid uint16) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.authWait[qid]; ok {
+		delete(c.authWait, qid)
+		if c.kaTimer != nil {
+			c.armKeepAliveLocked()
+		}
 	}
 }
 

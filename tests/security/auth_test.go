@@ -294,6 +294,16 @@ func TestAuthRequired(t *testing.T) {
 		t.Fatalf("enabling before authenticating: %v", c.Status)
 	}
 
+	// No I/O queue joins a controller whose admin queue has not
+	// authenticated (it cannot have been enabled).
+	early := dialRaw(t, addr)
+	var ioc nvme.Command
+	(&nvme.ConnectCommand{QID: 1, SQSize: 31}).ToCommand(&ioc)
+	iod := (&nvme.ConnectData{CNTLID: cntlid, SubNQN: subNQN, HostNQN: authHost, HostID: [16]byte{1}}).Marshal()
+	if c, _ := early.do(&ioc, iod, 0); c.Status.OK() {
+		t.Fatal("an I/O queue joined a controller whose admin queue has not authenticated")
+	}
+
 	// Authenticated, the admin queue works and enables the controller.
 	admin.authenticate(secret)
 	if c, _ := admin.do(&en, nil, 0); !c.Status.OK() {

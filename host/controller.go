@@ -24,6 +24,7 @@ type Controller struct {
 	discovery    bool
 	st           stats
 	rr           atomic.Uint32 // round-robin I/O queue choice
+	authTID      atomic.Uint32 // the last DH-HMAC-CHAP transaction ID
 	id           atomic.Pointer[nvme.IdentifyController]
 
 	mu     sync.Mutex
@@ -279,6 +280,9 @@ func (a *association) connect(ctx context.Context, q *queue, sqsize int, kato ui
 		return 0, err
 	}
 	q.connected.Store(true)
+	if err := a.authenticate(ctx, q, cqe.DW0); err != nil {
+		return 0, err
+	}
 	return uint16(cqe.DW0), nil
 }
 

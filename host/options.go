@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"time"
+
+	"github.com/nearstore/nearstore/nvme/auth"
 )
 
 // ErrConnectionLost is wrapped by the error of every command that was in
@@ -24,6 +26,15 @@ var ErrConnectionLost = errors.New("host: connection to controller lost")
 // was opened on, so they are refused (Linux drops such a namespace too).
 // Controller.Namespace returns a handle to the new namespace.
 var ErrNamespaceChanged = errors.New("host: namespace changed identity")
+
+// ErrAuthentication is wrapped by the error of a Connect (or reconnect)
+// whose DH-HMAC-CHAP authentication failed: the controller refused this
+// host's response (a wrong or missing DHCHAPSecret), the controller's own
+// response did not match DHCHAPCtrlSecret, or the controller requires
+// authentication and the host has no secret. The *auth.Error it also
+// wraps, if any, carries the reason code. Retrying with the same secrets
+// fails the same way.
+var ErrAuthentication = errors.New("host: authentication failed")
 
 // ErrClosed is returned by every operation on a Controller after Close, and
 // wrapped by the error of commands still in flight when Close ran.
@@ -90,6 +101,24 @@ type Options struct {
 	// and only Close is left to do. Default 10 minutes; negative: never
 	// give up.
 	ControllerLossTimeout time.Duration
+	// DHCHAPSecret is this host's DH-HMAC-CHAP secret in the DHHC-1 form
+	// of `nvme gen-dhchap-key` ("DHHC-1:00:<base64>:"). With it the host
+	// authenticates every queue (admin and I/O) the controller asks to
+	// authenticate (Connect's AUTHREQ), as the Linux host does. Empty: a
+	// controller that requires authentication refuses the host
+	// (ErrAuthentication).
+	DHCHAPSecret string
+	// DHCHAPCtrlSecret, with DHCHAPSecret, asks for bidirectional
+	// authentication: the controller must prove it holds this secret too,
+	// and the host authenticates every queue even if the controller did
+	// not ask to. Empty: the controller is not authenticated.
+	DHCHAPCtrlSecret string
+	// DHCHAPHashes and DHCHAPGroups restrict what the host offers in
+	// AUTH_Negotiate, in order of preference; the controller picks. Empty:
+	// every hash (SHA-256, SHA-384, SHA-512) and every group (null,
+	// ffdhe2048 … ffdhe8192), in the Linux host's order.
+	DHCHAPHashes []auth.Hash
+	DHCHAPGroups []auth.DHGroup
 	// Logger receives connection and reconnection events. Default: discard.
 	Logger *slog.Logger
 }
@@ -140,6 +169,17 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.DHCHAPCtrlSecret != "" && o.DHCHAPSecret == "" {
+		return o, errors.New("host: DHCHAPCtrlSecret needs DHCHAPSecret: bidirectional authentication authenticates the host too")
+	}
+	for _, s := range []string{o.DHCHAPSecret, o.DHCHAPCtrlSecret} {
+		if s == "" {
+			continue
+		}
+		if _, err := auth.ParseSecret(s); err != nil {
+			return o, fmt.Errorf("host: %w", err)
+		}
 	}
 	return o, nil
 }

@@ -56,6 +56,9 @@ const (
 	StatusConnectControllerBusy     Status = SCTCommandSpecific<<8 | 0x81
 	StatusConnectInvalidParameters  Status = SCTCommandSpecific<<8 | 0x82
 	StatusConnectInvalidHost        Status = SCTCommandSpecific<<8 | 0x84
+	// StatusAuthRequired: the queue must authenticate (DH-HMAC-CHAP)
+	// before this command.
+	StatusAuthRequired Status = SCTCommandSpecific<<8 | 0x91
 	// nearstore's vendor-specific statuses (SCT 7), for its function
 	// commands; docs/PROTOCOL.md defines them.
 	StatusFunctionRejected   Status = SCTVendor<<8 | 0x01
@@ -187,6 +190,8 @@ func (s Status) name() string {
 		return "connect: invalid parameters"
 	case StatusConnectInvalidHost:
 		return "connect: invalid host"
+	case StatusAuthRequired:
+		return "authentication required"
 	case StatusMediaWriteFault:
 		return "write fault"
 	case StatusMediaReadError:

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/nvme/auth"
 )
 
 // targetVersion is the NVMe version nearstore reports (VS, Identify VER):
@@ -22,13 +23,16 @@ func connectInvalid(inData bool, offset uint16) uint32 {
 	return v
 }
 
-// The Fabrics command set: Connect, Property Get and Property Set, on any
-// queue. Keyed by Fabrics command type.
+// The Fabrics command set: Connect, Property Get and Property Set, and
+// Authentication Send and Receive (auth.go), on any queue. Keyed by
+// Fabrics command type.
 func fabricsCommands() map[uint8]*cmdSpec {
 	return map[uint8]*cmdSpec{
 		nvme.FabricsConnect:     {dir: dirIn, check: checkConnect, exec: connect},
 		nvme.FabricsPropertyGet: {dir: dirNone, exec: propertyGet},
 		nvme.FabricsPropertySet: {dir: dirNone, exec: propertySet},
+		auth.FabricsAuthSend:    {label: "auth_send", dir: dirIn, check: checkAuthSend, exec: authSend},
+		auth.FabricsAuthReceive: {label: "auth_receive", dir: dirOut, exec: authReceive},
 	}
 }
 
@@ -125,11 +129,16 @@ func connect(_ context.Context, s *session, r *request) completion {
 	s.noSQFlow = cc.CAttr&(1<<2) != 0
 	s.maxXfer = 4096 << srv.cfg.MDTS
 	s.log = s.log.With("subsystem", ss.nqn, "cntlid", ctrl.id, "qid", cc.QID)
+	authReq, err := s.startAuth(cd.HostNQN)
+	if err != nil {
+		s.log.Error("cannot set up authentication", "err", err)
+		return status(nvme.StatusInternal | nvme.DNR)
+	}
 	if cc.QID == 0 {
 		ctrl.startKeepAlive()
-		s.log.Info("host connected", "host", cd.HostNQN, "kato", ctrl.kato)
+		s.log.Info("host connected", "host", cd.HostNQN, "kato", ctrl.kato, "authenticate", authReq != 0)
 	}
-	return completion{dw0: uint32(ctrl.id)}
+	return completion{dw0: uint32(ctrl.id) | authReq}
 }
 
 // propertyGet reads a controller property; an 8-byte one fills both

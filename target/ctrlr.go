@@ -7,6 +7,7 @@ import (
 	"net"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/nvme/auth"
 )
 
 // The controller layer: it executes a command, session.exec(ctx, r) →
@@ -16,6 +17,8 @@ import (
 // here, once, rather than by each handler:
 //
 //   - before Connect, only Connect runs (Command Sequence Error);
+//   - on a queue that must authenticate, only Authentication Send and
+//     Receive run until it has (Authentication Required; auth.go);
 //   - admin commands need CSTS.RDY, and the discovery controller runs only
 //     the few its table entries allow;
 //   - NVM commands are checked against their namespace's reservation and,
@@ -143,6 +146,12 @@ type session struct {
 	// control disabled (CATTR bit 2).
 	depth    int
 	noSQFlow bool
+	// auth is the queue's DH-HMAC-CHAP authentication, set by Connect for
+	// a host with secrets (auth.go); until it succeeds, only the commands
+	// that carry it run. authRefused: a host without secrets tried to
+	// authenticate.
+	auth        *auth.Controller
+	authRefused bool
 }
 
 // touch counts a command as keep-alive traffic.
@@ -219,6 +228,9 @@ func (s *session) exec(ctx context.Context, r *request) completion {
 	fabrics := sqe.Opcode == nvme.AdminFabrics
 	if s.ctrl == nil && !(fabrics && sqe.FabricsType() == nvme.FabricsConnect) {
 		return status(nvme.StatusCommandSequence | nvme.DNR)
+	}
+	if st := s.authAllowed(r); st != 0 {
+		return status(st)
 	}
 	var refs grantRefs
 	switch {

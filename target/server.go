@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/nvme/auth"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 )
@@ -62,6 +63,16 @@ type SubsystemConfig struct {
 	// addresses alone: Serve refuses any other listener.
 	AllowedHosts []string
 	AllowAnyHost bool
+	// DHCHAP holds, by host NQN, the DH-HMAC-CHAP secrets of the hosts
+	// that must authenticate (target/auth.go); a host without an entry
+	// connects unauthenticated, as in nvmet.
+	DHCHAP map[string]DHCHAPKeys
+	// DHCHAPHashes and DHCHAPGroups are the hash functions and DH groups
+	// the controller accepts, in its order of preference: the first one
+	// the host also offers is used. Empty: SHA-256, SHA-384, SHA-512 and
+	// null, ffdhe2048 … ffdhe8192 (nvmet's defaults are SHA-256 and null).
+	DHCHAPHashes []auth.Hash
+	DHCHAPGroups []auth.DHGroup
 }
 
 // Config configures a Server. Zero values take the defaults noted.
@@ -379,6 +390,9 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("target: subsystem %s configured twice", sc.NQN)
 		}
 		ss := newSubsystem(s, sc)
+		if err := ss.setAuth(sc); err != nil {
+			return nil, err
+		}
 		for _, nc := range sc.Namespaces {
 			if _, err := ss.addNamespace(nc); err != nil {
 				return nil, err

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/nvme/auth"
 )
 
 // namespace is one exported volume.
@@ -37,6 +38,12 @@ type subsystem struct {
 	// not change after New.
 	allowed  map[string]struct{}
 	allowAny bool
+	// keys are the DH-HMAC-CHAP secrets by host NQN, authHashes and
+	// authGroups what the controller accepts (auth.go); set by New,
+	// never changed.
+	keys       map[string]hostKeys
+	authHashes []auth.Hash
+	authGroups []auth.DHGroup
 
 	mu          sync.RWMutex
 	namespaces  map[uint32]*namespace
@@ -401,10 +408,9 @@ func (c *controller) touch() {
 	c.mu.Unlock()
 }
 
-func (c *controller) keepAliveExpired() {
-	c.ss.srv.log.Warn("keep alive timeout: tearing down controller",
-		"subsystem", c.ss.nqn, "cntlid", c.id, "host", c.hostNQN, "kato", c.kato, "max_idle", c.ss.srv.cfg.MaxIdle)
-	c.ss.srv.metrics.error("keep_alive_timeout")
+// fail ends the controller at once, as Linux nvmet's fatal error: every
+// queue closes and its ID is freed.
+func (c *controller) fail() {
 	c.mu.Lock()
 	qs := c.teardownLocked()
 	c.mu.Unlock()
@@ -412,6 +418,13 @@ func (c *controller) keepAliveExpired() {
 		q.close()
 	}
 	c.ss.removeController(c)
+}
+
+func (c *controller) keepAliveExpired() {
+	c.ss.srv.log.Warn("keep alive timeout: tearing down controller",
+		"subsystem", c.ss.nqn, "cntlid", c.id, "host", c.hostNQN, "kato", c.kato, "max_idle", c.ss.srv.cfg.MaxIdle)
+	c.ss.srv.metrics.error("keep_alive_timeout")
+	c.fail()
 }
 
 func (c *controller) noteNamespaceChanged(nsid uint32) {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nearstore/nearstore/bench/blockio"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
@@ -34,6 +35,9 @@ type conn struct {
 	hostNQN, hostID string
 	// host is the host NQN open connected with ("" for a random one).
 	host string
+	// dhchapSecret and dhchapCtrlSecret are the DH-HMAC-CHAP secrets (or
+	// @FILE) the host authenticates with.
+	dhchapSecret, dhchapCtrlSecret string
 }
 
 // defaultNQN is the subsystem NQN target serve exports and the host
@@ -57,12 +61,32 @@ func (c *conn) flags(cmd *cobra.Command) {
 	f.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C)")
 	f.StringVar(&c.hostNQN, "hostnqn", "", "this host's NQN (default: "+host.HostNQNFile+", else derived from /etc/machine-id)")
 	f.StringVar(&c.hostID, "hostid", "", "this host's ID, a UUID (default: "+host.HostIDFile+", else derived with the NQN)")
+	c.authFlags(f)
+}
+
+// authFlags are the DH-HMAC-CHAP flags of every command that connects.
+func (c *conn) authFlags(f *pflag.FlagSet) {
+	f.StringVar(&c.dhchapSecret, "dhchap-secret", os.Getenv("NEARSTORE_DHCHAP_SECRET"), "this host's DH-HMAC-CHAP secret, DHHC-1:... or @FILE (default $NEARSTORE_DHCHAP_SECRET)")
+	f.StringVar(&c.dhchapCtrlSecret, "dhchap-ctrl-secret", os.Getenv("NEARSTORE_DHCHAP_CTRL_SECRET"), "the controller's secret, for bidirectional authentication, DHHC-1:... or @FILE (default $NEARSTORE_DHCHAP_CTRL_SECRET)")
 }
 
 // identity fills opts' host identity: the flags', else this machine's.
 // Every run of the CLI on a machine is then the same host to a target,
 // so a host that crashed holding a file system takes it back by itself.
 func (c *conn) identity(g *globals, opts *host.Options) error {
+	for _, sf := range []struct {
+		flag, v string
+		dst     *string
+	}{{"--dhchap-secret", c.dhchapSecret, &opts.DHCHAPSecret}, {"--dhchap-ctrl-secret", c.dhchapCtrlSecret, &opts.DHCHAPCtrlSecret}} {
+		if sf.v == "" {
+			continue
+		}
+		s, err := readSecret(sf.flag, sf.v)
+		if err != nil {
+			return err
+		}
+		*sf.dst = s
+	}
 	if c.hostID != "" {
 		id, err := host.ParseHostID(c.hostID)
 		if err != nil {

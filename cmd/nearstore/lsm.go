@@ -72,6 +72,7 @@ get, scan and stats print text, or JSON with --json.`,
 	pf.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C), with --fs-dir")
 	pf.StringVar(&c.hostNQN, "hostnqn", "", "this host's NQN, with --fs-dir (default: "+host.HostNQNFile+", else derived from /etc/machine-id)")
 	pf.StringVar(&c.hostID, "hostid", "", "this host's ID, a UUID, with --fs-dir (default: "+host.HostIDFile+", else derived with the NQN)")
+	c.authFlags(pf)
 	// open opens the store; done closes it and, on offloadfs, unmounts.
 	open := func(cmd *cobra.Command, rw bool) (d *lsm.DB, done func() error, err error) {
 		opts := lsm.Options{Logger: g.logger()}

@@ -157,6 +157,7 @@ func newRoot(g *globals) *cobra.Command {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.AddCommand(newAuthCmd(g))
 	root.AddCommand(newTargetCmd(g), newDiscoverCmd(g), newIOCmd(g), newBenchCmd(g), newFuncCmd(g), newKVCmd(g), newFSCmd(g), newDemoCmd(g),
 		newLSMCmd(g), newOffloadCmd(g), newPrepCmd(g), newVersionCmd())
 	usageConventions(root)

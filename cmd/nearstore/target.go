@@ -31,6 +31,10 @@ func newTargetCmd(g *globals) *cobra.Command {
 		lim                  target.Config // the limits hosts are held to
 		allowHosts           []string
 		allowAny             bool
+		dhchapSecrets        []string // HOSTNQN=SECRET
+		dhchapCtrlSecrets    []string
+		dhchapHashes         []string
+		dhchapGroups         []string
 	)
 	serve := &cobra.Command{
 		Use:   "serve",
@@ -43,6 +47,18 @@ func newTargetCmd(g *globals) *cobra.Command {
 			g.sig.set(signalsStop)
 			if len(specs) == 0 {
 				return errors.New("at least one --volume is needed")
+			}
+			keys, err := targetSecrets(dhchapSecrets, dhchapCtrlSecrets, allowHosts, allowAny)
+			if err != nil {
+				return err
+			}
+			hashes, err := parseHashes(dhchapHashes)
+			if err != nil {
+				return err
+			}
+			groups, err := parseGroups(dhchapGroups)
+			if err != nil {
+				return err
 			}
 			var nss []target.NamespaceConfig
 			var vols []volume.Volume
@@ -66,6 +82,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 				Subsystems: []target.SubsystemConfig{{
 					NQN: nqn, Namespaces: nss,
 					AllowedHosts: allowHosts, AllowAnyHost: allowAny,
+					DHCHAP: keys, DHCHAPHashes: hashes, DHCHAPGroups: groups,
 				}},
 				MaxIOQueues:              queues,
 				QueueDepth:               depth,
@@ -153,6 +170,10 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.IntVar(&depth, "queue-depth", 1024, "maximum queue depth")
 	f.StringArrayVar(&allowHosts, "allow-host", nil, "host NQN that may connect (repeatable); without it or --allow-any-host, only a loopback --listen is allowed")
 	f.BoolVar(&allowAny, "allow-any-host", false, "let any host connect, on any listen address")
+	f.StringArrayVar(&dhchapSecrets, "dhchap-secret", nil, "HOSTNQN=DHHC-1:...: that host must authenticate with this DH-HMAC-CHAP secret (repeatable; HOSTNQN=@FILE reads it from a file; see nearstore auth gen-key)")
+	f.StringArrayVar(&dhchapCtrlSecrets, "dhchap-ctrl-secret", nil, "HOSTNQN=DHHC-1:...: the controller secret for that host's bidirectional authentication (repeatable; HOSTNQN=@FILE)")
+	f.StringSliceVar(&dhchapHashes, "dhchap-hash", nil, "DH-HMAC-CHAP hashes accepted, preferred first (default sha256,sha384,sha512)")
+	f.StringSliceVar(&dhchapGroups, "dhchap-dhgroup", nil, "DH-HMAC-CHAP DH groups accepted, preferred first (default null,ffdhe2048,ffdhe3072,ffdhe4096,ffdhe6144,ffdhe8192)")
 	f.IntVar(&lim.MaxConnections, "max-connections", 4096, "open connections (queues) of all hosts; more are closed at once")
 	f.IntVar(&lim.MaxConnectionsPerAddr, "max-connections-per-addr", 512, "open connections from one source IP address")
 	f.DurationVar(&lim.MaxIdle, "max-idle", 2*time.Minute, "keep-alive timeout of a host that asks for none (KATO 0)")

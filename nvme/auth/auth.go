@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash"
 	"hash/crc32"
+	"io"
 	"strings"
 )
 
@@ -126,7 +127,42 @@ func ParseSecret(s string) (Secret, error) {
 	if binary.LittleEndian.Uint32(raw[n:]) != crc32.ChecksumIEEE(key) {
 		return Secret{}, fmt.Errorf("%w: CRC mismatch", ErrSecret)
 	}
+	// A transformed key is the transformation's HMAC output, and Linux
+	// keys the response HMAC with as many bytes of it as the secret had:
+	// the lengths must agree (nvme gen-dhchap-key enforces the same).
+	if t != 0 && n != t.Size() {
+		return Secret{}, fmt.Errorf("%w: a %d-byte key with transformation %s (wants %d bytes)", ErrSecret, n, t, t.Size())
+	}
 	return Secret{Key: bytes.Clone(key), Transform: t}, nil
+}
+
+// GenerateSecret makes a secret as `nvme gen-dhchap-key` does: keyLen
+// (32, 48 or 64) random bytes from rand, which with a transformation are
+// first put through it for nqn (HMAC(transform, random, nqn ||
+// "NVMe-over-Fabrics")), so keyLen must then be the transformation's size.
+func GenerateSecret(rand io.Reader, transform Hash, keyLen int, nqn string) (Secret, error) {
+	if keyLen != 32 && keyLen != 48 && keyLen != 64 {
+		return Secret{}, fmt.Errorf("%w: key length %d (32, 48 or 64)", ErrSecret, keyLen)
+	}
+	if transform != 0 && transform.Size() != keyLen {
+		if transform.Size() == 0 {
+			return Secret{}, fmt.Errorf("%w: unknown transformation %d", ErrSecret, transform)
+		}
+		return Secret{}, fmt.Errorf("%w: key length %d with %s (wants %d)", ErrSecret, keyLen, transform, transform.Size())
+	}
+	raw := make([]byte, keyLen)
+	if _, err := io.ReadFull(rand, raw); err != nil {
+		return Secret{}, fmt.Errorf("auth: random key: %w", err)
+	}
+	s := Secret{Key: raw, Transform: transform}
+	if transform != 0 {
+		k, err := s.TransformedKey(nqn)
+		if err != nil {
+			return Secret{}, err
+		}
+		s.Key = k
+	}
+	return s, nil
 }
 
 // String is the DHHC-1 representation ParseSecret reads.
@@ -193,6 +229,21 @@ func (e Exchange) response(key, c []byte, seq uint32, role, first, second string
 	m.Write([]byte(first))
 	m.Write([]byte{0})
 	m.Write([]byte(second))
+	return m.Sum(nil), nil
+}
+
+// Augment is the augmented challenge of a DH exchange:
+// HMAC(h, H(sessionKey), c), the challenge a response is computed over
+// when the group is not null.
+func Augment(h Hash, sessionKey, c []byte) ([]byte, error) {
+	nh := h.New()
+	if nh == nil {
+		return nil, fmt.Errorf("auth: unknown hash %d", h)
+	}
+	d := nh()
+	d.Write(sessionKey)
+	m := hmac.New(nh, d.Sum(nil))
+	m.Write(c)
 	return m.Sum(nil), nil
 }
 

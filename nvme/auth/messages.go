@@ -25,7 +25,11 @@ const (
 const (
 	ProtocolDHCHAP = 0x01
 	descriptorSize = 64
-	maxIDList      = 60
+	// The descriptor's ID list holds up to 30 hash IDs from its byte 0
+	// and up to 30 DH group IDs from its byte 30.
+	maxIDs     = 30
+	groupsAt   = 30
+	idListSize = 60
 )
 
 // Failure reason code (1: authentication failure) explanations.
@@ -36,9 +40,30 @@ const (
 	ReasonHashUnusable       = 0x04
 	ReasonDHGroupUnusable    = 0x05
 	ReasonIncorrectPayload   = 0x06
-	ReasonIncorrectProtocol  = 0x07
+	ReasonIncorrectProtocol  = 0x07 // "incorrect protocol message" (Linux: INCORRECT_MESSAGE)
 	ReasonCodeAuthentication = 0x01
 )
+
+// ReasonText names a reason code explanation.
+func ReasonText(r uint8) string {
+	switch r {
+	case ReasonFailed:
+		return "authentication failed"
+	case ReasonNotUsable:
+		return "authentication protocol not usable"
+	case ReasonConcatMismatch:
+		return "secure channel concatenation mismatch"
+	case ReasonHashUnusable:
+		return "hash function not usable"
+	case ReasonDHGroupUnusable:
+		return "DH group not usable"
+	case ReasonIncorrectPayload:
+		return "incorrect payload"
+	case ReasonIncorrectProtocol:
+		return "incorrect protocol message"
+	}
+	return fmt.Sprintf("reason %#x", r)
+}
 
 // Header is what every message starts with.
 type Header struct {
@@ -86,17 +111,17 @@ type Negotiate struct {
 
 // Marshal encodes n.
 func (n *Negotiate) Marshal() ([]byte, error) {
-	if len(n.Hashes)+len(n.Groups) > maxIDList || len(n.Hashes) > 255 || len(n.Groups) > 255 {
+	if len(n.Hashes) > maxIDs || len(n.Groups) > maxIDs {
 		return nil, fmt.Errorf("%w: %d hashes and %d groups do not fit a descriptor", ErrMessage, len(n.Hashes), len(n.Groups))
 	}
 	b := Header{TypeCommon, IDNegotiate, n.TID}.append(make([]byte, 0, headerSize+2+descriptorSize))
 	b = append(b, n.SCC, 1, ProtocolDHCHAP, 0, uint8(len(n.Hashes)), uint8(len(n.Groups)))
-	var ids [maxIDList]byte
+	var ids [idListSize]byte
 	for i, h := range n.Hashes {
 		ids[i] = byte(h)
 	}
 	for i, g := range n.Groups {
-		ids[len(n.Hashes)+i] = byte(g)
+		ids[groupsAt+i] = byte(g)
 	}
 	return append(b, ids[:]...), nil
 }
@@ -124,13 +149,13 @@ func UnmarshalNegotiate(b []byte) (Negotiate, error) {
 		}
 		found = true
 		hl, dl := int(d[2]), int(d[3])
-		if hl+dl > maxIDList {
-			return Negotiate{}, fmt.Errorf("%w: %d hash and %d group IDs in a list of %d", ErrMessage, hl, dl, maxIDList)
+		if hl > maxIDs || dl > maxIDs {
+			return Negotiate{}, fmt.Errorf("%w: %d hash and %d group IDs, at most %d each", ErrMessage, hl, dl, maxIDs)
 		}
 		for _, id := range d[4 : 4+hl] {
 			n.Hashes = append(n.Hashes, Hash(id))
 		}
-		for _, id := range d[4+hl : 4+hl+dl] {
+		for _, id := range d[4+groupsAt : 4+groupsAt+dl] {
 			n.Groups = append(n.Groups, DHGroup(id))
 		}
 	}
@@ -280,8 +305,9 @@ func UnmarshalSuccess2(b []byte) (uint16, error) {
 	return h.TID, err
 }
 
-// Failure is DH-HMAC-CHAP_Failure1 (controller to host) or Failure2
-// (host to controller).
+// Failure is AUTH_Failure1 (controller to host) or AUTH_Failure2 (host
+// to controller). Both are common messages (auth_type 00h), as Linux
+// sends and expects them.
 type Failure struct {
 	ID           uint8 // IDFailure1 or IDFailure2
 	TID          uint16
@@ -290,7 +316,7 @@ type Failure struct {
 
 // Marshal encodes f.
 func (f *Failure) Marshal() []byte {
-	return append(Header{TypeDHCHAP, f.ID, f.TID}.append(nil), f.Code, f.Reason)
+	return append(Header{TypeCommon, f.ID, f.TID}.append(nil), f.Code, f.Reason)
 }
 
 // UnmarshalFailure decodes either failure message.
@@ -299,7 +325,7 @@ func UnmarshalFailure(b []byte) (Failure, error) {
 	if err != nil {
 		return Failure{}, err
 	}
-	if h.Type != TypeDHCHAP || (h.ID != IDFailure1 && h.ID != IDFailure2) || len(b) < 8 {
+	if h.Type != TypeCommon || (h.ID != IDFailure1 && h.ID != IDFailure2) || len(b) < 8 {
 		return Failure{}, fmt.Errorf("%w: not a failure message (%02x/%02x, %d bytes)", ErrMessage, h.Type, h.ID, len(b))
 	}
 	return Failure{ID: h.ID, TID: h.TID, Code: b[6], Reason: b[7]}, nil

@@ -43,6 +43,10 @@ type Config struct {
 	// Listen, if set, wraps the listener the target serves on: a test
 	// that records what crosses its connections.
 	Listen func(net.Listener) net.Listener
+	// Subsystem, if set, completes the subsystem's configuration before
+	// every start: access control (AllowedHosts, AllowAnyHost) and
+	// DH-HMAC-CHAP (DHCHAP, DHCHAPHashes, DHCHAPGroups).
+	Subsystem func(*target.SubsystemConfig)
 }
 
 // Target is a running target.
@@ -74,9 +78,13 @@ func Start(t testing.TB, cfg Config) *Target {
 	for _, v := range cfg.More {
 		nss = append(nss, target.NamespaceConfig{Backend: v, Name: v.String()})
 	}
+	sub := target.SubsystemConfig{NQN: cfg.NQN, Namespaces: nss}
+	if cfg.Subsystem != nil {
+		cfg.Subsystem(&sub)
+	}
 	var err error
 	s.srv, err = target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{{NQN: cfg.NQN, Namespaces: nss}},
+		Subsystems:     []target.SubsystemConfig{sub},
 		Logger:         slog.New(slog.DiscardHandler),
 		Metrics:        target.NewMetrics(s.reg),
 		Runtimes:       s.rts,

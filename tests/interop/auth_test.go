@@ -9,18 +9,28 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/nvme/auth"
 	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/tests/interop"
 	"github.com/nearstore/nearstore/volume"
 )
+
+// TestMain removes the nearstore binary clitest built, if a test did.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	clitest.Cleanup()
+	os.Exit(code)
+}
 
 // authCmdline is the kernel command line every auth scenario adds: a
 // refused authentication can leave the host's AUTH_Receive unanswered
@@ -155,23 +165,24 @@ func authHost() (id [16]byte, idStr, nqn string) {
 // trixie guest, authenticates to nearstore targets with nvme connect
 // --dhchap-secret (and --dhchap-ctrl-secret, bidirectional): one target
 // per hash/DH group pair, each admitting only the guest's host NQN with
-// its secrets. The right secrets connect and a MiB written through each
-// connection is on the target's volume; a wrong host secret and a wrong
-// controller secret are refused, and the kernel says authentication
-// failed.
+// its secrets, and one more run as a `nearstore target serve` process
+// configured by its flags (--allow-host, --dhchap-secret,
+// --dhchap-ctrl-secret, --dhchap-hash sha384, --dhchap-dhgroup ffdhe4096).
+// The right secrets connect and a MiB written through each connection is
+// on the target; a wrong host secret and a wrong controller secret are
+// refused, and the kernel says authentication failed.
 func TestLinuxHostToOurTargetAuth(t *testing.T) {
 	interop.RequireKernel(t, interop.KernelTrixie)
 	const nqn = "nqn.2026-11.io.nearstore:interop-auth"
-	_, hostID, hostNQN := authHost()
+	hostIDBytes, hostID, hostNQN := authHost()
 
 	type tgt struct {
-		choice authChoice
-		vol    volume.Volume
-		srv    *testtarget.Target
-		port   int
+		hash, group string
+		port        int
+		// readAt reads the target's namespace 1 after the guest is done.
+		readAt func(b []byte, off int64) error
 	}
 	var tgts []*tgt
-	var ports []string
 	for _, c := range authChoices {
 		vol, err := volume.Open("mem:16MiB")
 		if err != nil {
@@ -194,8 +205,38 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 		}()
 		_, p, _ := net.SplitHostPort(srv.Addr())
 		port, _ := strconv.Atoi(p)
-		tgts = append(tgts, &tgt{choice: c, vol: vol, srv: srv, port: port})
-		ports = append(ports, p)
+		tgts = append(tgts, &tgt{hash: c.hash, group: c.group, port: port,
+			readAt: func(b []byte, off int64) error { _, err := vol.ReadAt(b, off); return err }})
+	}
+
+	// The same through the command line, as its own process.
+	cliPort, err := interop.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(cliPort))
+	serveCLI(t, cliAddr, "target", "serve", "--listen", cliAddr, "--nqn", nqn, "--volume", "mem:16MiB",
+		"--allow-host", hostNQN,
+		"--dhchap-secret", hostNQN+"="+authHostSecret, "--dhchap-ctrl-secret", hostNQN+"="+authCtrlSecret,
+		"--dhchap-hash", "sha384", "--dhchap-dhgroup", "ffdhe4096")
+	tgts = append(tgts, &tgt{hash: "sha384", group: "ffdhe4096", port: cliPort,
+		readAt: func(b []byte, off int64) error {
+			// nearstore's host, authenticated too, reads what the kernel wrote.
+			ctrl, err := host.Connect(t.Context(), cliAddr, nqn, host.Options{HostID: hostIDBytes, HostNQN: hostNQN, DHCHAPSecret: authHostSecret})
+			if err != nil {
+				return err
+			}
+			defer ctrl.Close()
+			ns, err := ctrl.Namespace(1)
+			if err != nil {
+				return err
+			}
+			_, err = ns.ReadAt(b, off)
+			return err
+		}})
+	var ports []string
+	for _, tg := range tgts {
+		ports = append(ports, strconv.Itoa(tg.port))
 	}
 
 	ctx := t.Context()
@@ -219,12 +260,12 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 	t.Logf("guest passed in %s (log %s)", res.Duration.Round(time.Second), res.LogPath)
 
 	for i, tg := range tgts {
-		name := tg.choice.hash + "/" + tg.choice.group
+		name := tg.hash + "/" + tg.group
 		if got, want := res.Values[fmt.Sprintf("authhost_%d", tg.port)], "connected,bi-connected,refused,ctrl-refused"; got != want {
 			t.Errorf("%s: guest reports %q, want %q", name, got, want)
 		}
-		if l := dmesgLines(res, "authenticated with hash hmac("+tg.choice.hash+") dhgroup "+tg.choice.group); len(l) == 0 {
-			t.Errorf("%s: the kernel never said 'authenticated with hash hmac(%s) dhgroup %s'", name, tg.choice.hash, tg.choice.group)
+		if l := dmesgLines(res, "authenticated with hash hmac("+tg.hash+") dhgroup "+tg.group); len(l) == 0 {
+			t.Errorf("%s: the kernel never said 'authenticated with hash hmac(%s) dhgroup %s'", name, tg.hash, tg.group)
 		}
 		// What the kernel wrote through the authenticated connections is
 		// on this target's volume: 1 MiB unidirectional, 1 MiB bidirectional.
@@ -236,8 +277,8 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 			}
 			n++
 			b := make([]byte, r.Length)
-			if _, err := tg.vol.ReadAt(b, r.Offset); err != nil {
-				t.Fatal(err)
+			if err := tg.readAt(b, r.Offset); err != nil {
+				t.Fatalf("%s: reading the target: %v", name, err)
 			}
 			if sum := md5.Sum(b); hex.EncodeToString(sum[:]) != r.MD5 {
 				t.Errorf("%s: bytes [%d, +%d) on the target have md5 %x, the guest wrote %s", name, r.Offset, r.Length, sum, r.MD5)
@@ -386,5 +427,37 @@ func TestOurHostToLinuxTargetAuth(t *testing.T) {
 	}
 	if _, err := g.Wait(ctx); err != nil {
 		t.Fatalf("guest: %v", err)
+	}
+}
+
+// serveCLI runs `nearstore ARGS...` (a target) as its own process until
+// the test ends, and waits until it accepts connections on addr.
+func serveCLI(t *testing.T, addr string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(clitest.Binary(t), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	})
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-exited:
+			t.Fatalf("nearstore %s exited before listening:\n%s", strings.Join(args, " "), stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if i == 600 {
+			t.Fatalf("nearstore %s never listened", strings.Join(args, " "))
+		}
 	}
 }

@@ -21,6 +21,12 @@
 # Parameters: nqn= (required) ports= (required, comma-separated)
 #             target_addr= (default 10.0.2.2) host_key= (required)
 #             ctrl_key= (optional) hostnqn= (see /init: the NQN the targets admit)
+#             kato= (nvme connect --keep-alive-tmo, default 30; see below)
+#
+# The kernel host sends no command while it computes its DH values, and
+# under TCG that takes seconds (ffdhe4096: about 5 s, when the kernel's
+# default KATO is 5 s): a longer KATO keeps a target's keep-alive timer
+# from ending the association in the middle of an authentication.
 . /usr/lib/interop/lib.sh
 
 addr=$(param target_addr 10.0.2.2)
@@ -41,6 +47,7 @@ auth_dmesg_mark
 # prints nvme-cli's output, returns its status in $_rc.
 connect_auth() {
 	_out=$(timeout 120 nvme connect -t tcp -a "$addr" -s "$1" -n "$nqn" --ctrl-loss-tmo=5 \
+		--keep-alive-tmo="$(param kato 30)" \
 		--dhchap-secret="$2" ${3:+--dhchap-ctrl-secret="$3"} 2>&1)
 	_rc=$?
 	echo "$_out" | sed 's/^/nvme-cli: /'

@@ -19,6 +19,8 @@
 #
 # Parameters: nqn= ns_size_mb= (default 16) target_port= (default 4420)
 #             host_key= ctrl_key= (DHHC-1 secrets; default: nvme gen-dhchap-key)
+#             kato= (nvme connect --keep-alive-tmo, default 30: under TCG the
+#                    kernel's DH computations take seconds with no command sent)
 #             cases= (comma-separated HASH/DHGROUP/uni|bi; default
 #                     sha256/null/uni,sha256/null/bi,sha256/ffdhe2048/uni,sha512/ffdhe2048/bi)
 . /usr/lib/interop/lib.sh
@@ -52,6 +54,7 @@ auth_dmesg_mark
 # nvme-cli's output, returns its status.
 connect_auth() {
 	_out=$(timeout 120 nvme connect -t tcp -a 127.0.0.1 -s "$port" -n "$nqn" \
+		--keep-alive-tmo="$(param kato 30)" \
 		--dhchap-secret="$1" ${2:+--dhchap-ctrl-secret="$2"} 2>&1)
 	_rc=$?
 	echo "$_out" | sed 's/^/nvme-cli: /'

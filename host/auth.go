@@ -28,10 +28,10 @@ func (a *association) authenticate(ctx context.Context, q *queue, dw0 uint32) er
 		return nil
 	}
 	if dw0&connectASCR != 0 {
-		return fmt.Errorf("host: queue %d: %w: the controller requires secure channel concatenation (TLS), which is not supported", q.qid, ErrAuthentication)
+		return fmt.Errorf("%w: queue %d: the controller requires secure channel concatenation (TLS), which is not supported", ErrAuthentication, q.qid)
 	}
 	if o.DHCHAPSecret == "" {
-		return fmt.Errorf("host: queue %d: %w: the controller requires authentication and no DH-HMAC-CHAP secret is set", q.qid, ErrAuthentication)
+		return fmt.Errorf("%w: queue %d: the controller requires authentication and no DH-HMAC-CHAP secret is set", ErrAuthentication, q.qid)
 	}
 	// withDefaults checked both secrets.
 	sec, _ := auth.ParseSecret(o.DHCHAPSecret)
@@ -44,12 +44,12 @@ func (a *association) authenticate(ctx context.Context, q *queue, dw0 uint32) er
 		cs, _ := auth.ParseSecret(o.DHCHAPCtrlSecret)
 		cfg.CtrlSecret = &cs
 	}
+	fail := func(err error) error {
+		return fmt.Errorf("%w: queue %d: %w", ErrAuthentication, q.qid, err)
+	}
 	m, err := auth.NewHost(cfg)
 	if err != nil {
-		return fmt.Errorf("host: queue %d: %w: %w", q.qid, ErrAuthentication, err)
-	}
-	fail := func(err error) error {
-		return fmt.Errorf("host: queue %d: %w: %w", q.qid, ErrAuthentication, err)
+		return fail(err)
 	}
 	out, err := m.Start()
 	if err != nil {

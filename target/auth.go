@@ -104,7 +104,7 @@ func (s *session) startAuth(hostNQN string) (uint32, error) {
 // authAllowed refuses a command on a queue that has yet to authenticate,
 // unless it is one of those that authenticate it.
 func (s *session) authAllowed(r *request) nvme.Status {
-	if s.auth == nil || s.auth.Authenticated() {
+	if s.auth == nil || s.authOK.Load() {
 		return 0
 	}
 	if r.sqe.Opcode == nvme.AdminFabrics {
@@ -136,6 +136,7 @@ func authSend(_ context.Context, s *session, r *request) completion {
 		return completion{}
 	}
 	s.auth.Send(r.data)
+	s.noteAuth()
 	if e := s.auth.Failed(); e != nil {
 		// The host sent Failure2: acknowledge it, then end the association.
 		return s.completeThenFail(r, completion{}, e)
@@ -166,6 +167,7 @@ func authReceive(_ context.Context, s *session, r *request) completion {
 	} else {
 		msg = s.auth.Receive()
 		failed = s.auth.Failed()
+		s.noteAuth()
 	}
 	if len(msg) > n {
 		// The host's buffer is too small for the message: nothing to do
@@ -181,11 +183,18 @@ func authReceive(_ context.Context, s *session, r *request) completion {
 	if failed != nil {
 		return s.completeThenFail(r, c, failed)
 	}
-	if s.auth.Authenticated() {
+	return c
+}
+
+// noteAuth publishes the transaction's outcome to authAllowed, and logs a
+// queue's authentication once.
+func (s *session) noteAuth() {
+	now := s.auth.Authenticated()
+	if now && !s.authOK.Load() {
 		h, g := s.auth.Negotiated()
 		s.log.Info("queue authenticated", "hash", h, "dhgroup", g)
 	}
-	return c
+	s.authOK.Store(now)
 }
 
 // completeThenFail sends r's completion now and then ends the controller:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync/atomic"
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/auth"
@@ -152,11 +153,18 @@ type session struct {
 	// authenticate.
 	auth        *auth.Controller
 	authRefused bool
+	// authOK mirrors auth.Authenticated() for commands running off the
+	// reader: only the reader runs the transaction (its commands are not
+	// blocking), so it alone writes auth and authOK.
+	authOK atomic.Bool
 }
 
-// touch counts a command as keep-alive traffic.
+// touch counts a command as keep-alive traffic. Commands of a queue that
+// has yet to authenticate do not count: an association that never
+// authenticates ends when its keep-alive timeout (or MaxIdle) runs out,
+// whatever it sends.
 func (s *session) touch() {
-	if s.ctrl != nil {
+	if s.ctrl != nil && (s.auth == nil || s.authOK.Load()) {
 		s.ctrl.touch()
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/nvme/auth"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/target"
 	"github.com/nearstore/nearstore/volume"
@@ -40,13 +41,15 @@ type Config struct {
 	Limits sandbox.Limits
 	// Now is the target's clock for grant leases (default time.Now).
 	Now func() time.Time
+	// DHCHAP are the DH-HMAC-CHAP secrets of the hosts that must
+	// authenticate, by host NQN; DHCHAPHashes and DHCHAPGroups what the
+	// target accepts (target.SubsystemConfig).
+	DHCHAP       map[string]target.DHCHAPKeys
+	DHCHAPHashes []auth.Hash
+	DHCHAPGroups []auth.DHGroup
 	// Listen, if set, wraps the listener the target serves on: a test
 	// that records what crosses its connections.
 	Listen func(net.Listener) net.Listener
-	// Subsystem, if set, completes the subsystem's configuration before
-	// every start: access control (AllowedHosts, AllowAnyHost) and
-	// DH-HMAC-CHAP (DHCHAP, DHCHAPHashes, DHCHAPGroups).
-	Subsystem func(*target.SubsystemConfig)
 }
 
 // Target is a running target.
@@ -78,13 +81,10 @@ func Start(t testing.TB, cfg Config) *Target {
 	for _, v := range cfg.More {
 		nss = append(nss, target.NamespaceConfig{Backend: v, Name: v.String()})
 	}
-	sub := target.SubsystemConfig{NQN: cfg.NQN, Namespaces: nss}
-	if cfg.Subsystem != nil {
-		cfg.Subsystem(&sub)
-	}
 	var err error
 	s.srv, err = target.New(target.Config{
-		Subsystems:     []target.SubsystemConfig{sub},
+		Subsystems: []target.SubsystemConfig{{NQN: cfg.NQN, Namespaces: nss,
+			DHCHAP: cfg.DHCHAP, DHCHAPHashes: cfg.DHCHAPHashes, DHCHAPGroups: cfg.DHCHAPGroups}},
 		Logger:         slog.New(slog.DiscardHandler),
 		Metrics:        target.NewMetrics(s.reg),
 		Runtimes:       s.rts,

@@ -162,7 +162,7 @@ func (c *Controller) Receive() []byte {
 			c.done()
 		}
 		return b
-	case ctrlSendFailure1:
+	case ctrlSendFailure1, ctrlFailed:
 		c.state, c.authenticated = ctrlFailed, false
 		f := Failure{ID: IDFailure1, TID: c.tid, Code: ReasonCodeAuthentication, Reason: c.err.Reason}
 		return f.Marshal()

@@ -164,8 +164,8 @@ func authHost() (id [16]byte, idStr, nqn string) {
 // TestLinuxHostToOurTargetAuth: the Linux kernel's NVMe/TCP host, in the
 // trixie guest, authenticates to nearstore targets with nvme connect
 // --dhchap-secret (and --dhchap-ctrl-secret, bidirectional): one target
-// per hash/DH group pair, each admitting only the guest's host NQN with
-// its secrets, and one more run as a `nearstore target serve` process
+// per hash/DH group pair, each requiring the guest's host NQN to
+// authenticate with its secrets, and one more run as a `nearstore target serve` process
 // configured by its flags (--allow-host, --dhchap-secret,
 // --dhchap-ctrl-secret, --dhchap-hash sha384, --dhchap-dhgroup ffdhe4096).
 // The right secrets connect and a MiB written through each connection is
@@ -190,12 +190,10 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 		}
 		defer vol.Close()
 		srv := testtarget.Start(t, testtarget.Config{NQN: nqn, Name: "auth-" + c.group, Volume: vol,
-			Subsystem: func(sc *target.SubsystemConfig) {
-				sc.AllowedHosts = []string{hostNQN}
-				sc.DHCHAP = map[string]target.DHCHAPKeys{hostNQN: {Secret: authHostSecret, CtrlSecret: authCtrlSecret}}
-				sc.DHCHAPHashes = []auth.Hash{c.h}
-				sc.DHCHAPGroups = []auth.DHGroup{c.g}
-			}})
+			DHCHAP:       map[string]target.DHCHAPKeys{hostNQN: {Secret: authHostSecret, CtrlSecret: authCtrlSecret}},
+			DHCHAPHashes: []auth.Hash{c.h},
+			DHCHAPGroups: []auth.DHGroup{c.g},
+		})
 		defer func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()

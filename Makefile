@@ -50,6 +50,7 @@ fuzz:
 
 interop-deps:
 	bash tests/interop/setup.sh >/dev/null
+	bash tests/interop/setup.sh trixie >/dev/null
 
 bench-deps:
 	bash scripts/bench-deps.sh

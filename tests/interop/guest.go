@@ -22,8 +22,11 @@ import (
 // BootOptions says which scenario to boot and how.
 type BootOptions struct {
 	// Scenario names guest/scenarios/NAME.sh: "linux-selftest",
-	// "host-to-ours" or "ours-to-linux".
+	// "host-to-ours", "ours-to-linux", "auth-selftest" or "auth-host".
 	Scenario string
+	// Kernel is the guest kernel (default: KernelDefault). The auth-*
+	// scenarios need KernelTrixie.
+	Kernel Kernel
 	// Cmdline holds key=value kernel parameters the scenario reads, such as
 	// nqn, target_addr, target_port, ns_size_mb (see each scenario's header).
 	Cmdline map[string]string
@@ -115,7 +118,7 @@ func (r Result) MD5Of(off, length int64) (string, bool) {
 // the guest's console has started (or QEMU failed to start). The guest runs
 // until it powers off, Timeout elapses, ctx is done, or Stop is called.
 func Boot(ctx context.Context, opts BootOptions) (*Guest, error) {
-	env, err := Prepare()
+	env, err := PrepareKernel(opts.Kernel)
 	if err != nil {
 		return nil, err
 	}

@@ -79,3 +79,12 @@ func TestKernelCmdline(t *testing.T) {
 		t.Error("space in a value accepted")
 	}
 }
+
+func TestPrepareKernelUnknown(t *testing.T) {
+	if _, err := PrepareKernel("no-such-suite"); err == nil || !strings.Contains(err.Error(), "unknown kernel") {
+		t.Errorf("PrepareKernel(no-such-suite) = %v", err)
+	}
+	if KernelDefault.String() != "default" || KernelTrixie.String() != "trixie" {
+		t.Errorf("String: %q %q", KernelDefault, KernelTrixie)
+	}
+}

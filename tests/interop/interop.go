@@ -48,6 +48,28 @@ const (
 	GuestControlPort = 4421
 )
 
+// Kernel names a guest kernel setup.sh can prepare (its SUITE argument).
+type Kernel string
+
+const (
+	// KernelDefault is the linux-image-amd64 of the system's own apt
+	// sources: on Debian 12, 6.1, built without CONFIG_NVME_AUTH.
+	KernelDefault Kernel = ""
+	// KernelTrixie is Debian 13's linux-image-amd64 (6.12), fetched from
+	// suite trixie of the same archive. It has NVME_AUTH=m,
+	// NVME_HOST_AUTH=y and NVME_TARGET_AUTH=y, so its guests can run
+	// DH-HMAC-CHAP (the auth-* scenarios). The guest's userland is the same.
+	KernelTrixie Kernel = "trixie"
+)
+
+// String names the kernel for logs: "default" or the suite.
+func (k Kernel) String() string {
+	if k == KernelDefault {
+		return "default"
+	}
+	return string(k)
+}
+
 // Env is what setup.sh prepared.
 type Env struct {
 	KernelVersion string // e.g. 6.1.0-56-amd64
@@ -56,11 +78,19 @@ type Env struct {
 	QEMU          string // path of qemu-system-x86_64
 }
 
-var (
-	setupOnce sync.Once
-	setupEnv  Env
-	setupErr  error
-)
+// preparation is one kernel's setup.sh run, done at most once per process.
+type preparation struct {
+	once sync.Once
+	env  Env
+	err  error
+}
+
+// preparations has one entry per known Kernel; the map itself is never
+// written after initialization.
+var preparations = map[Kernel]*preparation{
+	KernelDefault: {},
+	KernelTrixie:  {},
+}
 
 // Dir is the directory holding setup.sh, the guest scripts and .cache/.
 // NEARSTORE_INTEROP_DIR overrides it; by default it is this source file's
@@ -76,23 +106,34 @@ func Dir() string {
 	return filepath.Dir(file)
 }
 
-// Prepare runs setup.sh once per process and returns its result. The first
-// call can take a minute (apt-get install, kernel download, initramfs build);
-// later runs of setup.sh take about a second.
-func Prepare() (Env, error) {
-	setupOnce.Do(func() { setupEnv, setupErr = runSetup() })
-	return setupEnv, setupErr
+// Prepare prepares the default kernel: PrepareKernel(KernelDefault).
+func Prepare() (Env, error) { return PrepareKernel(KernelDefault) }
+
+// PrepareKernel runs `setup.sh [SUITE]` for k once per process and returns
+// its result. The first call can take a minute (apt-get install, kernel
+// download, initramfs build); later runs of setup.sh take about a second.
+func PrepareKernel(k Kernel) (Env, error) {
+	p, ok := preparations[k]
+	if !ok {
+		return Env{}, fmt.Errorf("interop: unknown kernel %q", string(k))
+	}
+	p.once.Do(func() { p.env, p.err = runSetup(k) })
+	return p.env, p.err
 }
 
-// Available reports whether a guest can be booted: nil if QEMU, the kernel
-// and the initramfs are ready (running setup.sh once per process), else the
-// reason.
-func Available() error {
-	_, err := Prepare()
+// Available reports whether a guest of the default kernel can be booted:
+// AvailableKernel(KernelDefault).
+func Available() error { return AvailableKernel(KernelDefault) }
+
+// AvailableKernel reports whether a guest of kernel k can be booted: nil if
+// QEMU, the kernel and the initramfs are ready (running setup.sh once per
+// process), else the reason.
+func AvailableKernel(k Kernel) error {
+	_, err := PrepareKernel(k)
 	return err
 }
 
-func runSetup() (Env, error) {
+func runSetup(k Kernel) (Env, error) {
 	script := filepath.Join(Dir(), "setup.sh")
 	if _, err := os.Stat(script); err != nil {
 		return Env{}, fmt.Errorf("interop: %w", err)
@@ -102,13 +143,17 @@ func runSetup() (Env, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", script)
+	args := []string{script}
+	if k != KernelDefault {
+		args = append(args, string(k))
+	}
+	cmd := exec.CommandContext(ctx, "bash", args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
 	cmd.Stdin = nil
 	if err := cmd.Run(); err != nil {
-		return Env{}, fmt.Errorf("interop: setup.sh: %v\n%s", err, tail(stderr.String(), 30))
+		return Env{}, fmt.Errorf("interop: setup.sh %s: %v\n%s", k, err, tail(stderr.String(), 30))
 	}
 	var env Env
 	sc := bufio.NewScanner(&stdout)
@@ -146,18 +191,25 @@ func InCI() bool {
 	return v != "" && v != "0" && v != "false"
 }
 
-// Require skips t under -short, and when no guest can be prepared, except in
-// CI (CI=true), where that fails t.
+// Require skips t under -short, and when no guest of the default kernel
+// can be prepared, except in CI (CI=true), where that fails t.
 func Require(t testing.TB) {
+	t.Helper()
+	RequireKernel(t, KernelDefault)
+}
+
+// RequireKernel is Require for a guest of kernel k; boot it with
+// BootOptions.Kernel = k.
+func RequireKernel(t testing.TB, k Kernel) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("interop: QEMU guest tests are skipped with -short")
 	}
-	if err := Available(); err != nil {
+	if err := AvailableKernel(k); err != nil {
 		if InCI() {
-			t.Fatalf("interop: guest unavailable in CI: %v", err)
+			t.Fatalf("interop: %s guest unavailable in CI: %v", k, err)
 		}
-		t.Skipf("interop: guest unavailable: %v", err)
+		t.Skipf("interop: %s guest unavailable: %v", k, err)
 	}
 }
 

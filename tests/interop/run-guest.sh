@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # run-guest.sh — boot the interop guest once, by hand or from CI scripts.
 #
-#   run-guest.sh [-t TIMEOUT_S] [-l LOG] [-f HOSTPORT:GUESTPORT]... SCENARIO [key=value]...
+#   run-guest.sh [-t TIMEOUT_S] [-l LOG] [-k SUITE] [-f HOSTPORT:GUESTPORT]... SCENARIO [key=value]...
 #
 # Runs setup.sh (cached after the first time), boots the guest under QEMU TCG
 # with the console on stdout and in LOG, and exits 0 only if the console shows
 # "INTEROP-RESULT: PASS". key=value pairs go on the kernel command line for
 # the scenario (e.g. nqn=..., target_port=...). Each -f forwards
 # 127.0.0.1:HOSTPORT on this machine to the guest's GUESTPORT; from inside
-# the guest, 10.0.2.2 is this machine's 127.0.0.1.
+# the guest, 10.0.2.2 is this machine's 127.0.0.1. -k boots SUITE's kernel
+# (setup.sh SUITE), e.g. -k trixie for the auth-* scenarios.
 #
 # Examples:
 #   tests/interop/run-guest.sh linux-selftest
+#   tests/interop/run-guest.sh -k trixie auth-selftest
 #   tests/interop/run-guest.sh host-to-ours nqn=nqn.2024-01.io.nearstore:vol0 target_port=4420
 #   tests/interop/run-guest.sh -f 14420:4420 -f 14421:4421 ours-to-linux   # stop: echo stop | nc 127.0.0.1 14421
 #
@@ -23,9 +25,11 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 timeout_s=480
 logfile=
 fwds=()
-while getopts "t:l:f:h" opt; do
+suite=
+while getopts "t:l:f:k:h" opt; do
 	case $opt in
 	t) timeout_s=$OPTARG ;;
+	k) suite=$OPTARG ;;
 	l) logfile=$OPTARG ;;
 	f) fwds+=("$OPTARG") ;;
 	*) sed -n '2,20p' "$0" >&2; exit 2 ;;
@@ -36,11 +40,11 @@ shift $((OPTIND - 1))
 scenario=$1
 shift
 
-"$HERE/setup.sh" >/dev/null
+"$HERE/setup.sh" ${suite:+"$suite"} >/dev/null
 KERNEL='' INITRD='' QEMU='' KERNEL_VERSION=''
 while IFS='=' read -r k v; do
 	case $k in KERNEL | INITRD | QEMU | KERNEL_VERSION) printf -v "$k" '%s' "$v" ;; esac
-done <"${INTEROP_CACHE:-$HERE/.cache}/env"
+done <"${INTEROP_CACHE:-$HERE/.cache}/${suite:+$suite/}env"
 : "${logfile:=$HERE/.cache/logs/$scenario-$(date +%Y%m%d-%H%M%S).log}"
 mkdir -p "$(dirname "$logfile")"
 

@@ -79,9 +79,69 @@ nvmet_setup() {
 	log "nvmet: $_nqn ns 1 = $_file (${_size} MiB, buffered) on tcp $_addr:$_port"
 }
 
+# nvmet_auth_host NQN HOSTNQN: admit only HOSTNQN to subsystem NQN (turns
+# attr_allow_any_host off) and give it an empty DH-HMAC-CHAP configuration;
+# nvmet_auth_set fills it in.
+nvmet_auth_host() {
+	_nqn=$1 _host=$2
+	_cfs=/sys/kernel/config/nvmet
+	_h=$_cfs/hosts/$_host
+	[ -d "$_h" ] || must "mkdir host $_host" mkdir "$_h"
+	[ -e "$_h/dhchap_key" ] || fail "nvmet has no dhchap_key (kernel $(uname -r) built without NVME_TARGET_AUTH?)"
+	echo 0 >"$_cfs/subsystems/$_nqn/attr_allow_any_host" || fail "attr_allow_any_host=0"
+	[ -e "$_cfs/subsystems/$_nqn/allowed_hosts/$_host" ] ||
+		must "allow host $_host" ln -s "$_h" "$_cfs/subsystems/$_nqn/allowed_hosts/$_host"
+}
+
+# nvmet_auth_set HOSTNQN HASH DHGROUP KEY [CTRLKEY]: the DH-HMAC-CHAP
+# configuration nvmet uses for HOSTNQN's next connections: HASH as in
+# dhchap_hash (hmac(sha256), hmac(sha384), hmac(sha512)), DHGROUP as in
+# dhchap_dhgroup (null, ffdhe2048 ... ffdhe8192), the DHHC-1 host secret,
+# and the controller secret (empty: unidirectional).
+nvmet_auth_set() {
+	_h=/sys/kernel/config/nvmet/hosts/$1
+	printf '%s' "$2" >"$_h/dhchap_hash" || fail "dhchap_hash=$2"
+	printf '%s' "$3" >"$_h/dhchap_dhgroup" || fail "dhchap_dhgroup=$3"
+	printf '%s' "$4" >"$_h/dhchap_key" || fail "dhchap_key"
+	# An empty write clears the controller key (nvmet_auth_set_key).
+	printf '%s' "${5:-}" >"$_h/dhchap_ctrl_key" || fail "dhchap_ctrl_key"
+	log "nvmet: host $1: $2 $3 host key${5:+ + controller key}"
+}
+
+# auth_debug: put the kernel's NVMe authentication debug messages (selected
+# hash and DH group, each step of the exchange) into dmesg. They stay off the
+# console (printk level 4); auth_dmesg prints them.
+auth_debug() {
+	_c=/proc/dynamic_debug/control
+	[ -w $_c ] || { mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null; _c=/sys/kernel/debug/dynamic_debug/control; }
+	for _m in nvme_core nvme_auth nvmet nvme_fabrics; do
+		echo "module $_m +p" >$_c 2>/dev/null || log "no dynamic debug for $_m"
+	done
+}
+
+# auth_dmesg_mark / auth_dmesg: print (prefixed) the kernel messages about
+# NVMe since the last mark.
+auth_dmesg_mark() { _dmesg_lines=$(dmesg | wc -l); }
+auth_dmesg() {
+	dmesg | tail -n +$((_dmesg_lines + 1)) | grep -iE 'nvme|auth|dhchap' | sed 's/^/INTEROP-DMESG /'
+	auth_dmesg_mark
+}
+
+# auth_roundtrip DEV [OFFSET]: write 1 MiB of fresh random data with O_DIRECT
+# at OFFSET (default 1 MiB), read it back and compare; print its INTEROP-MD5.
+auth_roundtrip() {
+	_o=${2:-$MIB}
+	must "make pattern" dd if=/dev/urandom of=/tmp/pattern bs=$MIB count=1 status=none
+	raw_write "$1" "$_o" $MIB $MIB 0
+	raw_check "$1" "$_o" $MIB $MIB 0
+	echo "INTEROP-MD5 $_o $MIB $(md5_of /tmp/pattern 0 $MIB)"
+}
+
 nvmet_teardown() {
 	_nqn=$1
 	_cfs=/sys/kernel/config/nvmet
+	rm -f "$_cfs/subsystems/$_nqn/allowed_hosts/"* 2>/dev/null
+	for _h in "$_cfs/hosts/"*; do [ -d "$_h" ] && rmdir "$_h" 2>/dev/null; done
 	rm -f "$_cfs/ports/1/subsystems/$_nqn"
 	rmdir "$_cfs/ports/1" 2>/dev/null
 	echo 0 >"$_cfs/subsystems/$_nqn/namespaces/1/enable" 2>/dev/null

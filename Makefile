@@ -82,3 +82,7 @@ proto:
 	  --go_out=offload/offloadpb --go_opt=paths=source_relative \
 	  --go-grpc_out=offload/offloadpb --go-grpc_opt=paths=source_relative \
 	  offload/offloadpb/offload.proto
+	PATH=$(CURDIR)/bin:$$PATH protoc -I kv/chain/chainpb \
+	  --go_out=kv/chain/chainpb --go_opt=paths=source_relative \
+	  --go-grpc_out=kv/chain/chainpb --go-grpc_opt=paths=source_relative \
+	  kv/chain/chainpb/chain.proto

@@ -159,6 +159,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newTargetCmd(g), newDiscoverCmd(g), newIOCmd(g), newBenchCmd(g), newFuncCmd(g), newKVCmd(g), newFSCmd(g), newDemoCmd(g),
 		newLSMCmd(g), newOffloadCmd(g), newPrepCmd(g), newVersionCmd())
+	root.AddCommand(newClusterCmd(g))
 	usageConventions(root)
 	return root
 }

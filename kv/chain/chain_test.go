@@ -30,6 +30,7 @@ type runNode struct {
 	cancel context.CancelFunc
 	done   chan error
 	store  *lsmstore.Store
+	node   *chain.Node
 }
 
 func newRig(t *testing.T) *rig {
@@ -82,7 +83,7 @@ func (r *rig) start(id string) {
 	done := make(chan error, 1)
 	go func() { done <- n.Run(ctx, ln) }()
 	r.mu.Lock()
-	r.nodes[id] = &runNode{cancel: cancel, done: done, store: st}
+	r.nodes[id] = &runNode{cancel: cancel, done: done, store: st, node: n}
 	r.mu.Unlock()
 }
 
@@ -186,6 +187,20 @@ func TestChainReplicatesAndReconfigures(t *testing.T) {
 	if s := crrs.Stats(); s.Reads == 0 || s.ReadsAtTail == s.Reads {
 		t.Fatalf("CRRS client read only at the tail: %+v", s)
 	}
+	// Quiescent: every write is committed and acknowledged by every
+	// successor, so no node keeps any for re-shipping.
+	for _, id := range c0.Members {
+		r.mu.Lock()
+		nd := r.nodes[id].node
+		r.mu.Unlock()
+		deadline := time.Now().Add(10 * time.Second)
+		for chain.LogLen(nd) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s still logs %d writes", id, chain.LogLen(nd))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 
 	// Writes go on while the head, then the tail, stops and a node joins.
 	head, tl := c0.Head(), c0.Tail()
@@ -252,6 +267,47 @@ func TestRejoinDiscardsDivergentHistory(t *testing.T) {
 		v, found, err := cl.Get(ctx, fmt.Appendf(nil, "k%d", i))
 		if err != nil || !found || string(v) != "chain" {
 			t.Fatalf("k%d at the new tail: %q %v %v", i, v, found, err)
+		}
+	}
+}
+
+// A node whose lease is lost (revoked here, as when it pauses longer than
+// its TTL) is taken out, and comes back by itself through a COPY.
+func TestLeaseLossRejoins(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	if _, err := r.ctl.CreateChain(ctx, "g", []string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	r.start("a")
+	r.start("b")
+	before := r.waitChain(func(c cluster.Chain) bool { return len(c.Members) == 2 && c.Joining == "" })
+	cl, err := chain.NewClient(ctx, chain.ClientConfig{Control: r.ctl, Group: "g", Reads: chain.ReadTail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range 100 {
+		if err := cl.Put(ctx, fmt.Appendf(nil, "k%d", i), fmt.Appendf(nil, "v%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	victim := before.Head()
+	resp, err := r.ctl.Client.Get(ctx, r.ctl.NodeKey(victim))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("node key: %v %v", resp, err)
+	}
+	if _, err := r.ctl.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	after := r.waitChain(func(c cluster.Chain) bool {
+		return c.Epoch > before.Epoch+1 && len(c.Members) == 2 && c.Tail() == victim && c.Joining == ""
+	})
+	for i := range 100 {
+		v, found, err := cl.Get(ctx, fmt.Appendf(nil, "k%d", i))
+		if err != nil || !found || string(v) != fmt.Sprintf("v%d", i) {
+			t.Fatalf("k%d at %s (epoch %d): %q %v %v", i, after.Tail(), after.Epoch, v, found, err)
 		}
 	}
 }

@@ -72,7 +72,8 @@ type Node struct {
 	logBase     uint64
 	entries     []entry
 	dirty       map[string]uint64
-	succApplied uint64
+	succApplied uint64 // the successor's applied point (meaningful if hasSucc)
+	hasSucc     bool
 	copying     bool
 	copies      uint64 // COPYs received; each is acked even if applied did not move
 	// Join gating (this node is the tail and a node is joining): once the
@@ -126,11 +127,39 @@ func (n *Node) notifyLocked() {
 	n.changed = make(chan struct{})
 }
 
-// Run serves on ln until ctx ends or the node loses its lease. It first
-// takes the node out of its group's chain (what it holds may be behind
-// the chain after a restart; cluster.Remove keeps a last member), then
-// registers, follows the chain's configuration, and reconciles it.
+// errLeaseLost: the node's etcd lease expired while it ran (a long pause,
+// a partition from etcd); the cluster may have taken it out already.
+var errLeaseLost = errors.New("chain: lease lost")
+
+// Run serves on ln until ctx ends. Each incarnation of the node first
+// takes it out of its group's chain (what it holds may be behind the
+// chain, or hold writes the chain never committed; cluster.Remove keeps a
+// last member), then registers with a lease, follows the chain's
+// configuration, and reconciles it; it joins through a COPY from the tail.
+// A node that loses its lease stops serving and starts a new incarnation.
 func (n *Node) Run(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := grpc.NewServer()
+	chainpb.RegisterChainServer(srv, n)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	defer srv.Stop()
+	defer n.closeConns()
+	for {
+		err := n.incarnation(ctx, serveErr)
+		if !errors.Is(err, errLeaseLost) || ctx.Err() != nil {
+			return err
+		}
+		n.log.Warn("lease lost: leaving the chain and joining again")
+		n.mu.Lock()
+		n.chain = cluster.Chain{} // refuse everything until the next configuration
+		n.notifyLocked()
+		n.mu.Unlock()
+	}
+}
+
+func (n *Node) incarnation(ctx context.Context, serveErr <-chan error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ctl := n.cfg.Control
@@ -140,13 +169,6 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 	}); err != nil && !errors.Is(err, cluster.ErrNoChain) {
 		return err
 	}
-	srv := grpc.NewServer()
-	chainpb.RegisterChainServer(srv, n)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	defer srv.Stop()
-	defer n.closeConns()
-
 	reg, err := ctl.Register(ctx, cluster.Node{ID: n.cfg.ID, Addr: n.cfg.Addr, Groups: []string{n.cfg.Group}}, n.cfg.LeaseTTL)
 	if err != nil {
 		return err
@@ -166,7 +188,7 @@ func (n *Node) Run(ctx context.Context, ln net.Listener) error {
 		case err := <-serveErr:
 			return fmt.Errorf("chain: serve: %w", err)
 		case <-reg.Done():
-			return fmt.Errorf("chain: node %s lost its lease", n.cfg.ID)
+			return fmt.Errorf("%w: node %s", errLeaseLost, n.cfg.ID)
 		case c, ok := <-watch:
 			if !ok {
 				return ctx.Err()
@@ -188,7 +210,7 @@ func (n *Node) setChain(ctx context.Context, c cluster.Chain) {
 	if member && succ != "" && succ == c.Joining {
 		n.joiner = succ
 	}
-	n.succApplied = n.committed
+	n.succApplied, n.hasSucc = n.committed, member && succ != ""
 	n.advanceLocked()
 	n.log.Info("configuration", "epoch", c.Epoch, "members", c.Members, "joining", c.Joining, "successor", succ, "applied", n.applied, "committed", n.committed)
 	n.notifyLocked()
@@ -254,7 +276,10 @@ func (n *Node) setCommittedLocked(c uint64) {
 }
 
 func (n *Node) truncateLocked() {
-	upTo := min(n.committed, n.succApplied)
+	upTo := n.committed
+	if n.hasSucc {
+		upTo = min(upTo, n.succApplied)
+	}
 	if upTo <= n.logBase {
 		return
 	}
@@ -571,7 +596,8 @@ func (n *Node) promote(ctx context.Context, c cluster.Chain, id string) {
 		return next, err == nil, err
 	})
 	if err != nil || !ok {
-		n.log.Warn("promote", "joiner", id, "epoch", c.Epoch, "ok", ok, "err", err)
+		// A newer configuration (which cancels ctx) supersedes this join.
+		n.log.Info("promote not written", "joiner", id, "epoch", c.Epoch, "err", err)
 		return
 	}
 	n.log.Info("joined", "node", id, "epoch", c.Epoch+1)

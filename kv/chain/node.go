@@ -261,10 +261,8 @@ func (n *Node) setCommittedLocked(c uint64) {
 	if c <= n.committed {
 		return
 	}
-	for _, e := range n.entries {
-		if e.seq <= n.committed {
-			continue
-		}
+	// entries[i] is write logBase+1+i, and logBase <= committed.
+	for _, e := range n.entries[min(n.committed-n.logBase, uint64(len(n.entries))):] {
 		if e.seq > c {
 			break
 		}
@@ -285,7 +283,7 @@ func (n *Node) truncateLocked() {
 	}
 	drop := int(min(upTo, n.applied) - n.logBase)
 	drop = min(drop, len(n.entries))
-	n.entries = append(n.entries[:0:0], n.entries[drop:]...)
+	n.entries = n.entries[drop:]
 	n.logBase += uint64(drop)
 }
 

@@ -95,7 +95,7 @@ func newClusterNodeCmd(g *globals) *cobra.Command {
 		Long: `node serves one replica of --group: it opens a kv/lsm store in --data, takes
 itself out of the group's chain, registers in etcd with a lease of
 --lease-ttl seconds, and joins the chain through a COPY from the tail. It
-prints "node ID serving on ADDR" once registered. SIGINT or SIGTERM stop it
+prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 (its lease is revoked); kill -9 leaves the lease to expire.`,
 		Example: `  nearstore cluster node --etcd http://127.0.0.1:2379 --id n1 --data /var/lib/nearstore/n1 --listen 127.0.0.1:7001`,
 		Args:    cobra.NoArgs,

@@ -67,8 +67,9 @@ functions:
 functions-check:
 	bash scripts/build-functions.sh --check
 
-# The offload engine's gRPC code: offload/offloadpb/offload.proto to
-# offload.pb.go and offload_grpc.pb.go (committed). The plugins are pinned
+# The gRPC code of the offload engine (offload/offloadpb/offload.proto)
+# and of chain replication (kv/chain/chainpb/chain.proto), to *.pb.go and
+# *_grpc.pb.go beside them (committed). The plugins are pinned
 # here and built into bin/; protoc is Debian's (apt-get install
 # protobuf-compiler, 3.21.12 on bookworm), whose version the generated
 # files name.

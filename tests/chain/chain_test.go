@@ -129,16 +129,21 @@ func (c *testCluster) waitChain(ok func(cluster.Chain) bool) cluster.Chain {
 // load writes distinct keys from two goroutines and records the ones
 // the chain acknowledged.
 type load struct {
-	stop  atomic.Bool
-	wg    sync.WaitGroup
-	mu    sync.Mutex
-	acked map[string]string
-	n     atomic.Int64
-	fails atomic.Int64
+	// reader checks, right after every fifth acknowledged write, that
+	// the tail already returns it: a write is acknowledged only once it
+	// is on every replica.
+	reader *chain.Client
+	stale  atomic.Int64
+	stop   atomic.Bool
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	acked  map[string]string
+	n      atomic.Int64
+	fails  atomic.Int64
 }
 
-func startLoad(t *testing.T, cl *chain.Client) *load {
-	l := &load{acked: map[string]string{}}
+func startLoad(t *testing.T, cl, reader *chain.Client) *load {
+	l := &load{acked: map[string]string{}, reader: reader}
 	for w := range 2 {
 		l.wg.Add(1)
 		go func() {
@@ -156,6 +161,15 @@ func startLoad(t *testing.T, cl *chain.Client) *load {
 				l.acked[k] = v
 				l.mu.Unlock()
 				l.n.Add(1)
+				if i%5 == 0 {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					got, found, err := l.reader.Get(ctx, []byte(k))
+					cancel()
+					if err == nil && (!found || string(got) != v) {
+						l.stale.Add(1)
+						t.Errorf("acknowledged write %s not at the tail right after: %q found=%v", k, got, found)
+					}
+				}
 			}
 		}()
 	}
@@ -210,8 +224,13 @@ func TestKillNodeUnderLoad(t *testing.T) {
 			defer writer.Close()
 			before := c.waitChain(func(cluster.Chain) bool { return true })
 			victim := tt.pick(before)
+			tailReader, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group, Reads: chain.ReadTail})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tailReader.Close()
 
-			l := startLoad(t, writer)
+			l := startLoad(t, writer, tailReader)
 			l.waitAcked(t, 300)
 			c.kill(victim)
 			after := c.waitChain(func(ch cluster.Chain) bool {
@@ -227,11 +246,6 @@ func TestKillNodeUnderLoad(t *testing.T) {
 				tt.name, victim, len(acked), l.fails.Load(), after.Members, after.Epoch)
 
 			// Every acknowledged write is at the new tail.
-			tailReader, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group, Reads: chain.ReadTail})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tailReader.Close()
 			checkAll(t, tailReader, acked)
 
 			// The killed node restarts on its old directory and rejoins
@@ -240,7 +254,7 @@ func TestKillNodeUnderLoad(t *testing.T) {
 			joined := c.waitChain(func(ch cluster.Chain) bool {
 				return len(ch.Members) == 3 && ch.Tail() == victim && ch.Joining == ""
 			})
-			l2 := startLoad(t, writer)
+			l2 := startLoad(t, writer, tailReader)
 			l2.waitAcked(t, 100)
 			for k, v := range l2.finish() {
 				acked[k] = v

@@ -68,8 +68,9 @@ functions:
 functions-check:
 	bash scripts/build-functions.sh --check
 
-# The offload engine's gRPC code: offload/offloadpb/offload.proto to
-# offload.pb.go and offload_grpc.pb.go (committed). The plugins are pinned
+# The gRPC code of the offload engine (offload/offloadpb/offload.proto)
+# and of chain replication (kv/chain/chainpb/chain.proto), to *.pb.go and
+# *_grpc.pb.go beside them (committed). The plugins are pinned
 # here and built into bin/; protoc is Debian's (apt-get install
 # protobuf-compiler, 3.21.12 on bookworm), whose version the generated
 # files name.
@@ -83,3 +84,7 @@ proto:
 	  --go_out=offload/offloadpb --go_opt=paths=source_relative \
 	  --go-grpc_out=offload/offloadpb --go-grpc_opt=paths=source_relative \
 	  offload/offloadpb/offload.proto
+	PATH=$(CURDIR)/bin:$$PATH protoc -I kv/chain/chainpb \
+	  --go_out=kv/chain/chainpb --go_opt=paths=source_relative \
+	  --go-grpc_out=kv/chain/chainpb --go-grpc_opt=paths=source_relative \
+	  kv/chain/chainpb/chain.proto

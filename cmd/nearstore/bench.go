@@ -28,6 +28,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newBenchLinkCmd(g))
 	cmd.AddCommand(newBenchLSMCmd(g))
 	cmd.AddCommand(newBenchPrepCmd(g), newBenchOffloadCmd(g))
+	cmd.AddCommand(newBenchChainCmd())
 	return cmd
 }
 

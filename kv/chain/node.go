@@ -1,0 +1,750 @@
+package chain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/nearstore/nearstore/cluster"
+	"github.com/nearstore/nearstore/kv/chain/chainpb"
+)
+
+// NodeConfig configures a node.
+type NodeConfig struct {
+	ID, Group string
+	// Addr is the address clients and peers dial (host:port of the
+	// listener given to Run).
+	Addr    string
+	Store   Store
+	Control *cluster.Control
+	// LeaseTTL is the node's etcd lease in seconds (default 2): a node
+	// that stops renewing it is taken out of the chain this long after.
+	LeaseTTL int
+	// ReadIOPS, if > 0, models the node's device: store reads are
+	// admitted at most this many per second (as volume's simulated SSDs
+	// admit commands), so a benchmark can show a replica's read capacity
+	// as the bound it is on real hardware. 0: reads run unthrottled.
+	ReadIOPS float64
+	// CopyChunk is the number of KVs per COPY message (default 256).
+	CopyChunk int
+	Log       *slog.Logger
+}
+
+type entry struct {
+	seq uint64
+	op  Op
+}
+
+// Node is one replica of a group's chain: it serves Put at the head, Get
+// at every member, and ships the writes it applied to its successor.
+//
+// State, guarded by mu (the rules the code keeps):
+//   - applied == Store.Applied(); writes are applied in seq order.
+//   - committed <= applied: every write up to committed is on every
+//     member from this node to the tail; clients' Puts up to it are
+//     answered.
+//   - log holds every write with seq in (logBase, applied]; logBase <=
+//     min(committed, succApplied), so any write the successor may lack
+//     can be shipped again, and a new successor after a reconfiguration
+//     gets everything past the committed point.
+//   - dirty[k] is the highest seq of a write to k that is not committed;
+//     a key with no entry is clean, and a clean key's local value is the
+//     committed one, which is what lets a non-tail replica serve it.
+type Node struct {
+	cfg NodeConfig
+	log *slog.Logger
+
+	mu          sync.Mutex
+	changed     chan struct{} // closed and replaced on every change
+	chain       cluster.Chain
+	applied     uint64
+	committed   uint64
+	logBase     uint64
+	entries     []entry
+	dirty       map[string]uint64
+	succApplied uint64 // the successor's applied point (meaningful if hasSucc)
+	hasSucc     bool
+	copying     bool
+	copies      uint64 // COPYs received; each is acked even if applied did not move
+	// Join gating (this node is the tail and a node is joining): once the
+	// joiner has caught up with the COPY, commits wait for it too
+	// (gateFrom is the committed point when they started to), and when it
+	// holds everything up to gateFrom it is promoted.
+	joiner    string
+	joinerAck uint64
+	gating    bool
+	gateFrom  uint64
+	promoting bool
+
+	shipCancel context.CancelFunc
+	shipDone   chan struct{}
+
+	connMu sync.Mutex
+	conns  map[string]*grpc.ClientConn
+
+	readMu   sync.Mutex
+	nextRead time.Time
+
+	chainpb.UnimplementedChainServer
+}
+
+// NewNode returns a node over cfg.Store; Run starts it.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if cfg.ID == "" || cfg.Group == "" || cfg.Store == nil || cfg.Control == nil {
+		return nil, fmt.Errorf("chain: node needs an ID, a group, a store and a control plane")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 2
+	}
+	if cfg.CopyChunk <= 0 {
+		cfg.CopyChunk = 256
+	}
+	lg := cfg.Log
+	if lg == nil {
+		lg = slog.Default()
+	}
+	a := cfg.Store.Applied()
+	return &Node{
+		cfg: cfg, log: lg.With("node", cfg.ID, "group", cfg.Group),
+		changed: make(chan struct{}), applied: a, committed: a, logBase: a, succApplied: a,
+		dirty: map[string]uint64{}, conns: map[string]*grpc.ClientConn{},
+	}, nil
+}
+
+// notifyLocked wakes everyone waiting on a change.
+func (n *Node) notifyLocked() {
+	close(n.changed)
+	n.changed = make(chan struct{})
+}
+
+// errLeaseLost: the node's etcd lease expired while it ran (a long pause,
+// a partition from etcd); the cluster may have taken it out already.
+var errLeaseLost = errors.New("chain: lease lost")
+
+// Run serves on ln until ctx ends. Each incarnation of the node first
+// takes it out of its group's chain (what it holds may be behind the
+// chain, or hold writes the chain never committed; cluster.Remove keeps a
+// last member), then registers with a lease, follows the chain's
+// configuration, and reconciles it; it joins through a COPY from the tail.
+// A node that loses its lease stops serving and starts a new incarnation.
+func (n *Node) Run(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := grpc.NewServer()
+	chainpb.RegisterChainServer(srv, n)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	defer srv.Stop()
+	defer n.closeConns()
+	for {
+		err := n.incarnation(ctx, serveErr)
+		if !errors.Is(err, errLeaseLost) || ctx.Err() != nil {
+			return err
+		}
+		n.log.Warn("lease lost: leaving the chain and joining again")
+		n.mu.Lock()
+		n.chain = cluster.Chain{} // refuse everything until the next configuration
+		n.notifyLocked()
+		n.mu.Unlock()
+	}
+}
+
+func (n *Node) incarnation(ctx context.Context, serveErr <-chan error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctl := n.cfg.Control
+	if _, _, err := ctl.Update(ctx, n.cfg.Group, func(c cluster.Chain) (cluster.Chain, bool, error) {
+		next, ev := cluster.Remove(c, n.cfg.ID)
+		return next, len(ev) > 0, nil
+	}); err != nil && !errors.Is(err, cluster.ErrNoChain) {
+		return err
+	}
+	reg, err := ctl.Register(ctx, cluster.Node{ID: n.cfg.ID, Addr: n.cfg.Addr, Groups: []string{n.cfg.Group}}, n.cfg.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	defer reg.Close()
+	go func() {
+		if err := ctl.RunReconciler(ctx, n.cfg.Group, time.Second); err != nil && ctx.Err() == nil {
+			n.log.Error("reconciler", "err", err)
+		}
+	}()
+	watch := ctl.WatchChain(ctx, n.cfg.Group)
+	defer n.stopShipper()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-serveErr:
+			return fmt.Errorf("chain: serve: %w", err)
+		case <-reg.Done():
+			return fmt.Errorf("%w: node %s", errLeaseLost, n.cfg.ID)
+		case c, ok := <-watch:
+			if !ok {
+				return ctx.Err()
+			}
+			n.setChain(ctx, c)
+		}
+	}
+}
+
+// setChain installs a new configuration: the commit point is recomputed
+// for the node's new place, and the shipper restarts toward the (possibly
+// new) successor, which then gets every write past its applied point.
+func (n *Node) setChain(ctx context.Context, c cluster.Chain) {
+	n.stopShipper()
+	n.mu.Lock()
+	n.chain = c
+	_, succ, member := c.Neighbours(n.cfg.ID)
+	n.joiner, n.joinerAck, n.gating, n.promoting = "", 0, false, false
+	if member && succ != "" && succ == c.Joining {
+		n.joiner = succ
+	}
+	n.succApplied, n.hasSucc = n.committed, member && succ != ""
+	n.advanceLocked()
+	n.log.Info("configuration", "epoch", c.Epoch, "members", c.Members, "joining", c.Joining, "successor", succ, "applied", n.applied, "committed", n.committed)
+	n.notifyLocked()
+	n.mu.Unlock()
+	if member && succ != "" {
+		sctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		n.mu.Lock()
+		n.shipCancel, n.shipDone = cancel, done
+		n.mu.Unlock()
+		go func() {
+			defer close(done)
+			n.shipLoop(sctx, c, succ)
+		}()
+	}
+}
+
+func (n *Node) stopShipper() {
+	n.mu.Lock()
+	cancel, done := n.shipCancel, n.shipDone
+	n.shipCancel, n.shipDone = nil, nil
+	n.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// isTailLocked: the node is the chain's last member.
+func (n *Node) isTailLocked() bool { return n.chain.Tail() == n.cfg.ID }
+
+// advanceLocked moves committed as far as the node's place allows:
+// to applied at the tail (or to what the joiner holds while gating), and
+// cleans the keys and truncates the log up to it.
+func (n *Node) advanceLocked() {
+	if n.isTailLocked() {
+		c := n.applied
+		if n.gating && n.joinerAck < c {
+			c = max(n.joinerAck, n.committed)
+		}
+		n.setCommittedLocked(c)
+	}
+	n.truncateLocked()
+}
+
+func (n *Node) setCommittedLocked(c uint64) {
+	c = min(c, n.applied)
+	if c <= n.committed {
+		return
+	}
+	// entries[i] is write logBase+1+i, and logBase <= committed.
+	for _, e := range n.entries[min(n.committed-n.logBase, uint64(len(n.entries))):] {
+		if e.seq > c {
+			break
+		}
+		if k := string(e.op.Key); n.dirty[k] == e.seq {
+			delete(n.dirty, k)
+		}
+	}
+	n.committed = c
+}
+
+func (n *Node) truncateLocked() {
+	upTo := n.committed
+	if n.hasSucc {
+		upTo = min(upTo, n.succApplied)
+	}
+	if upTo <= n.logBase {
+		return
+	}
+	drop := int(min(upTo, n.applied) - n.logBase)
+	drop = min(drop, len(n.entries))
+	n.entries = n.entries[drop:]
+	n.logBase += uint64(drop)
+}
+
+// applyLocked applies the write seq (== applied+1) and logs it.
+func (n *Node) applyLocked(ctx context.Context, seq uint64, op Op) error {
+	if err := n.cfg.Store.Apply(ctx, seq, op); err != nil {
+		return err
+	}
+	n.applied = seq
+	n.entries = append(n.entries, entry{seq, op})
+	n.dirty[string(op.Key)] = seq
+	n.advanceLocked()
+	n.notifyLocked()
+	return nil
+}
+
+func epochErr(have, got uint64) error {
+	return status.Errorf(codes.FailedPrecondition, "chain: epoch %d, request has %d", have, got)
+}
+
+// Put implements the head's write: sequence, apply, ship, wait for the
+// commit point to pass it.
+func (n *Node) Put(ctx context.Context, req *chainpb.PutRequest) (*chainpb.PutResponse, error) {
+	n.mu.Lock()
+	if req.Group != n.cfg.Group {
+		n.mu.Unlock()
+		return nil, status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, req.Group)
+	}
+	if req.Epoch != n.chain.Epoch {
+		n.mu.Unlock()
+		return nil, epochErr(n.chain.Epoch, req.Epoch)
+	}
+	if n.chain.Head() != n.cfg.ID || n.copying {
+		n.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "chain: node %s is not the head of epoch %d", n.cfg.ID, n.chain.Epoch)
+	}
+	seq := n.applied + 1
+	if err := n.applyLocked(ctx, seq, Op{Key: req.Key, Value: req.Value, Delete: req.Delete}); err != nil {
+		n.mu.Unlock()
+		return nil, status.Errorf(codes.Internal, "chain: %v", err)
+	}
+	for n.committed < seq {
+		ch := n.changed
+		n.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		}
+		n.mu.Lock()
+	}
+	n.mu.Unlock()
+	return &chainpb.PutResponse{Seq: seq}, nil
+}
+
+// admitRead paces store reads at ReadIOPS.
+func (n *Node) admitRead(ctx context.Context) error {
+	if n.cfg.ReadIOPS <= 0 {
+		return nil
+	}
+	n.readMu.Lock()
+	now := time.Now()
+	at := n.nextRead
+	if at.Before(now) {
+		at = now
+	}
+	n.nextRead = at.Add(time.Duration(float64(time.Second) / n.cfg.ReadIOPS))
+	n.readMu.Unlock()
+	if d := time.Until(at); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Get reads at this replica. The dirty check runs after the store read:
+// a value read while its write was uncommitted is then reported dirty,
+// and a write committed meanwhile makes the value a committed one.
+func (n *Node) Get(ctx context.Context, req *chainpb.GetRequest) (*chainpb.GetResponse, error) {
+	n.mu.Lock()
+	if req.Group != n.cfg.Group {
+		n.mu.Unlock()
+		return nil, status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, req.Group)
+	}
+	if req.Epoch != n.chain.Epoch {
+		n.mu.Unlock()
+		return nil, epochErr(n.chain.Epoch, req.Epoch)
+	}
+	_, _, member := n.chain.Neighbours(n.cfg.ID)
+	if !member || n.copying {
+		n.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "chain: node %s is not a member of epoch %d", n.cfg.ID, n.chain.Epoch)
+	}
+	tail := n.isTailLocked()
+	n.mu.Unlock()
+	if err := n.admitRead(ctx); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	v, found, err := n.cfg.Store.Get(ctx, req.Key)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "chain: get: %v", err)
+	}
+	if !tail {
+		n.mu.Lock()
+		_, dirty := n.dirty[string(req.Key)]
+		n.mu.Unlock()
+		if dirty {
+			return &chainpb.GetResponse{Dirty: true}, nil
+		}
+	}
+	return &chainpb.GetResponse{Value: v, Found: found}, nil
+}
+
+func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
+	n.connMu.Lock()
+	defer n.connMu.Unlock()
+	if c, ok := n.conns[addr]; ok {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	n.conns[addr] = c
+	return c, nil
+}
+
+func (n *Node) closeConns() {
+	n.connMu.Lock()
+	defer n.connMu.Unlock()
+	for _, c := range n.conns {
+		c.Close()
+	}
+	n.conns = map[string]*grpc.ClientConn{}
+}
+
+// shipLoop keeps a Ship stream to succ open for configuration c,
+// reconnecting after errors, until ctx ends.
+func (n *Node) shipLoop(ctx context.Context, c cluster.Chain, succ string) {
+	for ctx.Err() == nil {
+		err := n.ship(ctx, c, succ)
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Debug("ship", "to", succ, "epoch", c.Epoch, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (n *Node) ship(ctx context.Context, c cluster.Chain, succ string) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nodes, err := n.cfg.Control.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	info, ok := nodes[succ]
+	if !ok {
+		return fmt.Errorf("successor %s is not registered", succ)
+	}
+	cc, err := n.conn(info.Addr)
+	if err != nil {
+		return err
+	}
+	st, err := chainpb.NewChainClient(cc).Ship(ctx)
+	if err != nil {
+		return err
+	}
+	hdr := func(m *chainpb.ShipMsg) *chainpb.ShipMsg {
+		m.Group, m.Epoch, m.From = n.cfg.Group, c.Epoch, n.cfg.ID
+		return m
+	}
+	if err := st.Send(hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Hello{Hello: &chainpb.Hello{}}})); err != nil {
+		return err
+	}
+	hello, err := st.Recv()
+	if err != nil {
+		return err
+	}
+	// Where the successor starts: from the log when it holds everything
+	// the log does not, else from a COPY of a snapshot taken now.
+	var snap Snapshot
+	n.mu.Lock()
+	cursor := hello.Applied + 1
+	// A joining node always gets a COPY: it left the chain when it
+	// started, and what it still holds may have writes the chain never
+	// committed under sequence numbers since given to others.
+	if succ == c.Joining || hello.Applied < n.logBase || hello.Applied > n.applied {
+		if snap, err = n.cfg.Store.Snapshot(); err != nil {
+			n.mu.Unlock()
+			return err
+		}
+		cursor = snap.Seq() + 1
+		n.succApplied = min(n.succApplied, snap.Seq())
+	}
+	n.mu.Unlock()
+	if snap != nil {
+		n.log.Info("COPY", "to", succ, "seq", snap.Seq(), "their_applied", hello.Applied)
+		err := n.sendCopy(ctx, st, hdr, snap)
+		snap.Close()
+		if err != nil {
+			return fmt.Errorf("COPY to %s: %w", succ, err)
+		}
+	}
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- n.recvAcks(ctx, st, c, succ) }()
+	for {
+		n.mu.Lock()
+		for cursor > n.applied {
+			ch := n.changed
+			n.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			case err := <-recvErr:
+				return err
+			}
+			n.mu.Lock()
+		}
+		if cursor <= n.logBase {
+			n.mu.Unlock()
+			return fmt.Errorf("write %d already dropped from the log (base %d)", cursor, n.logBase)
+		}
+		batch := append([]entry(nil), n.entries[cursor-n.logBase-1:]...)
+		n.mu.Unlock()
+		for _, e := range batch {
+			w := &chainpb.Write{Seq: e.seq, Key: e.op.Key, Value: e.op.Value, Delete: e.op.Delete}
+			if err := st.Send(hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Write{Write: w}})); err != nil {
+				return err
+			}
+		}
+		cursor += uint64(len(batch))
+	}
+}
+
+func (n *Node) sendCopy(ctx context.Context, st chainpb.Chain_ShipClient, hdr func(*chainpb.ShipMsg) *chainpb.ShipMsg, snap Snapshot) error {
+	var chunk []*chainpb.KV
+	flush := func() error {
+		m := hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Chunk{Chunk: &chainpb.CopyChunk{Kvs: chunk}}})
+		chunk = nil
+		return st.Send(m)
+	}
+	if err := snap.Range(ctx, func(k, v []byte) error {
+		chunk = append(chunk, &chainpb.KV{Key: append([]byte(nil), k...), Value: append([]byte(nil), v...)})
+		if len(chunk) >= n.cfg.CopyChunk {
+			return flush()
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := flush(); err != nil { // at least one chunk: it starts the COPY
+		return err
+	}
+	return st.Send(hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Done{Done: &chainpb.CopyDone{Seq: snap.Seq()}}}))
+}
+
+// recvAcks takes the successor's acks: its applied point bounds the log's
+// truncation, and its committed point is this node's (a joiner's applied
+// point, while gating, when this node is the tail).
+func (n *Node) recvAcks(ctx context.Context, st chainpb.Chain_ShipClient, c cluster.Chain, succ string) error {
+	for {
+		a, err := st.Recv()
+		if err != nil {
+			return err
+		}
+		n.mu.Lock()
+		if n.chain.Epoch != c.Epoch {
+			n.mu.Unlock()
+			return ctx.Err()
+		}
+		n.succApplied = max(n.succApplied, min(a.Applied, n.applied))
+		if succ == n.joiner {
+			n.joinerAck = a.Applied
+			if !n.gating {
+				n.gating, n.gateFrom = true, n.committed
+			}
+			if n.joinerAck >= n.gateFrom && !n.promoting {
+				n.promoting = true
+				go n.promote(ctx, c, succ)
+			}
+		} else {
+			n.setCommittedLocked(a.Committed)
+		}
+		n.advanceLocked()
+		n.notifyLocked()
+		n.mu.Unlock()
+	}
+}
+
+// promote makes the caught-up joiner the tail, by a compare-and-swap from
+// the configuration it joined in.
+func (n *Node) promote(ctx context.Context, c cluster.Chain, id string) {
+	_, ok, err := n.cfg.Control.Update(ctx, n.cfg.Group, func(cur cluster.Chain) (cluster.Chain, bool, error) {
+		if cur.Epoch != c.Epoch {
+			return cur, false, nil
+		}
+		next, _, err := cluster.Promote(cur, id)
+		return next, err == nil, err
+	})
+	if err != nil || !ok {
+		// A newer configuration (which cancels ctx) supersedes this join.
+		n.log.Info("promote not written", "joiner", id, "epoch", c.Epoch, "err", err)
+		return
+	}
+	n.log.Info("joined", "node", id, "epoch", c.Epoch+1)
+}
+
+// Ship receives a predecessor's stream (or, at a joining node, the
+// tail's).
+func (n *Node) Ship(st chainpb.Chain_ShipServer) error {
+	ctx := st.Context()
+	first, err := st.Recv()
+	if err != nil {
+		return err
+	}
+	if err := n.checkSender(first); err != nil {
+		return err
+	}
+	if first.GetHello() == nil {
+		return status.Error(codes.InvalidArgument, "chain: stream must start with hello")
+	}
+	n.mu.Lock()
+	a := &chainpb.ShipAck{Applied: n.applied, Committed: n.committed}
+	copies := n.copies
+	n.mu.Unlock()
+	if err := st.Send(a); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sendErr := make(chan error, 1)
+	go func() { sendErr <- n.sendAcks(ctx, st, a, copies) }()
+	copyStarted := false // a COPY on this stream has reset the store
+	for {
+		m, err := st.Recv()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		select {
+		case err := <-sendErr:
+			return err
+		default:
+		}
+		if err := n.checkSender(m); err != nil {
+			return err
+		}
+		if err := n.receive(ctx, m, &copyStarted); err != nil {
+			return err
+		}
+	}
+}
+
+// checkSender accepts messages only from this node's predecessor in the
+// current epoch (or the tail, at a joining node).
+func (n *Node) checkSender(m *chainpb.ShipMsg) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if m.Group != n.cfg.Group {
+		return status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, m.Group)
+	}
+	if m.Epoch != n.chain.Epoch {
+		return epochErr(n.chain.Epoch, m.Epoch)
+	}
+	pred, _, member := n.chain.Neighbours(n.cfg.ID)
+	if !member && n.chain.Joining == n.cfg.ID {
+		pred = n.chain.Tail()
+	}
+	if pred == "" || m.From != pred {
+		return status.Errorf(codes.FailedPrecondition, "chain: %s is not %s's predecessor in epoch %d", m.From, n.cfg.ID, n.chain.Epoch)
+	}
+	return nil
+}
+
+func (n *Node) receive(ctx context.Context, m *chainpb.ShipMsg, copyStarted *bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	switch b := m.Body.(type) {
+	case *chainpb.ShipMsg_Write:
+		w := b.Write
+		if n.copying {
+			return status.Error(codes.FailedPrecondition, "chain: write during COPY")
+		}
+		if w.Seq <= n.applied {
+			return nil // shipped again after a reconfiguration
+		}
+		if w.Seq != n.applied+1 {
+			return status.Errorf(codes.FailedPrecondition, "chain: write %d after %d: gap", w.Seq, n.applied)
+		}
+		if err := n.applyLocked(ctx, w.Seq, Op{Key: w.Key, Value: w.Value, Delete: w.Delete}); err != nil {
+			return status.Errorf(codes.Internal, "chain: %v", err)
+		}
+	case *chainpb.ShipMsg_Chunk:
+		if !*copyStarted { // a COPY broken off earlier starts over
+			*copyStarted = true
+			if err := n.cfg.Store.Reset(ctx); err != nil {
+				return status.Errorf(codes.Internal, "chain: %v", err)
+			}
+			n.copying = true
+			n.applied, n.committed, n.logBase, n.succApplied = 0, 0, 0, 0
+			n.entries, n.dirty = nil, map[string]uint64{}
+		}
+		kvs := make([]KV, len(b.Chunk.Kvs))
+		for i, kv := range b.Chunk.Kvs {
+			kvs[i] = KV{Key: kv.Key, Value: kv.Value}
+		}
+		if err := n.cfg.Store.Import(ctx, kvs); err != nil {
+			return status.Errorf(codes.Internal, "chain: %v", err)
+		}
+	case *chainpb.ShipMsg_Done:
+		if !*copyStarted {
+			return status.Error(codes.FailedPrecondition, "chain: COPY done without a COPY")
+		}
+		if err := n.cfg.Store.SetApplied(ctx, b.Done.Seq); err != nil {
+			return status.Errorf(codes.Internal, "chain: %v", err)
+		}
+		n.copying = false
+		n.copies++
+		s := b.Done.Seq
+		n.applied, n.committed, n.logBase, n.succApplied = s, s, s, s
+		n.log.Info("COPY received", "seq", s)
+		n.notifyLocked()
+	default:
+		return status.Error(codes.InvalidArgument, "chain: unexpected message")
+	}
+	return nil
+}
+
+// sendAcks reports this node's applied and committed points upstream
+// whenever they move (not during a COPY).
+func (n *Node) sendAcks(ctx context.Context, st chainpb.Chain_ShipServer, last *chainpb.ShipAck, copies uint64) error {
+	for {
+		n.mu.Lock()
+		for n.copying || (n.applied == last.Applied && n.committed == last.Committed && n.copies == copies) {
+			ch := n.changed
+			n.mu.Unlock()
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			n.mu.Lock()
+		}
+		a := &chainpb.ShipAck{Applied: n.applied, Committed: n.committed}
+		copies = n.copies
+		n.mu.Unlock()
+		if err := st.Send(a); err != nil {
+			return err
+		}
+		last = a
+	}
+}

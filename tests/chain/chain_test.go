@@ -1,0 +1,279 @@
+// Package chain_test runs a replicated cluster as a user would: a real
+// etcd, and each node a separate "nearstore cluster node" process on
+// loopback TCP with its own kv/lsm directory. It kills nodes with SIGKILL
+// under a load of checked writes and checks that every acknowledged write
+// survives and that a restarted node rejoins through COPY.
+package chain_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/nearstore/nearstore/cluster"
+	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/kv/chain"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	clitest.Cleanup()
+	os.Exit(code)
+}
+
+const group = "g0"
+
+type testCluster struct {
+	t        *testing.T
+	endpoint string
+	ctl      *cluster.Control
+	dir      string
+	mu       sync.Mutex
+	procs    map[string]*exec.Cmd
+}
+
+func newCluster(t *testing.T, ids ...string) *testCluster {
+	t.Helper()
+	e, err := cluster.StartEmbedded(context.Background(), cluster.EmbedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	c := &testCluster{t: t, endpoint: e.Endpoints()[0], ctl: &cluster.Control{Client: cli}, dir: t.TempDir(), procs: map[string]*exec.Cmd{}}
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, p := range c.procs {
+			p.Process.Kill()
+			p.Wait()
+		}
+	})
+	if _, err := c.ctl.CreateChain(context.Background(), group, ids); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		c.start(id)
+	}
+	c.waitChain(func(ch cluster.Chain) bool { return len(ch.Members) == len(ids) && ch.Joining == "" })
+	return c
+}
+
+// start runs node id as its own process (its store in a directory kept
+// across restarts) and waits for it to serve.
+func (c *testCluster) start(id string) {
+	c.t.Helper()
+	p := exec.Command(clitest.Binary(c.t), "cluster", "node", "--etcd", c.endpoint, "--group", group, "--id", id,
+		"--data", filepath.Join(c.dir, id), "--lease-ttl", "2", "--log-level", "warn")
+	p.Stderr = os.Stderr
+	out, err := p.StdoutPipe()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if err := p.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "node "+id+" serving on ") {
+		p.Process.Kill()
+		p.Wait()
+		c.t.Fatalf("node %s: %q %v", id, line, err)
+	}
+	c.mu.Lock()
+	c.procs[id] = p
+	c.mu.Unlock()
+}
+
+// kill sends SIGKILL to node id: no lease revocation, no flush.
+func (c *testCluster) kill(id string) {
+	c.t.Helper()
+	c.mu.Lock()
+	p := c.procs[id]
+	delete(c.procs, id)
+	c.mu.Unlock()
+	if err := p.Process.Kill(); err != nil {
+		c.t.Fatal(err)
+	}
+	p.Wait()
+}
+
+func (c *testCluster) waitChain(ok func(cluster.Chain) bool) cluster.Chain {
+	c.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		if ch, err := c.ctl.Chain(context.Background(), group); err == nil && ok(ch) {
+			return ch
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ch, err := c.ctl.Chain(context.Background(), group)
+	c.t.Fatalf("chain never reached the wanted state: %+v %v", ch, err)
+	return ch
+}
+
+// load writes distinct keys from two goroutines and records the ones
+// the chain acknowledged.
+type load struct {
+	// reader checks, right after every fifth acknowledged write, that
+	// the tail already returns it: a write is acknowledged only once it
+	// is on every replica.
+	reader *chain.Client
+	stale  atomic.Int64
+	stop   atomic.Bool
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	acked  map[string]string
+	n      atomic.Int64
+	fails  atomic.Int64
+}
+
+func startLoad(t *testing.T, cl, reader *chain.Client) *load {
+	l := &load{acked: map[string]string{}, reader: reader}
+	for w := range 2 {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := 0; !l.stop.Load(); i++ {
+				k, v := fmt.Sprintf("w%d-%06d", w, i), fmt.Sprintf("value-%d-%d", w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				err := cl.Put(ctx, []byte(k), []byte(v))
+				cancel()
+				if err != nil {
+					l.fails.Add(1)
+					continue
+				}
+				l.mu.Lock()
+				l.acked[k] = v
+				l.mu.Unlock()
+				l.n.Add(1)
+				if i%5 == 0 {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					got, found, err := l.reader.Get(ctx, []byte(k))
+					cancel()
+					if err == nil && (!found || string(got) != v) {
+						l.stale.Add(1)
+						t.Errorf("acknowledged write %s not at the tail right after: %q found=%v", k, got, found)
+					}
+				}
+			}
+		}()
+	}
+	return l
+}
+
+func (l *load) waitAcked(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for l.n.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d writes acknowledged, want %d", l.n.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (l *load) finish() map[string]string {
+	l.stop.Store(true)
+	l.wg.Wait()
+	return l.acked
+}
+
+func checkAll(t *testing.T, cl *chain.Client, want map[string]string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for k, v := range want {
+		got, found, err := cl.Get(ctx, []byte(k))
+		if err != nil || !found || string(got) != v {
+			t.Fatalf("acknowledged write %s: got %q found=%v err=%v, want %q", k, got, found, err, v)
+		}
+	}
+}
+
+func TestKillNodeUnderLoad(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		pick func(cluster.Chain) string
+	}{
+		{"head", cluster.Chain.Head},
+		{"middle", func(c cluster.Chain) string { return c.Members[1] }},
+		{"tail", cluster.Chain.Tail},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newCluster(t, "n1", "n2", "n3")
+			ctx := context.Background()
+			writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer writer.Close()
+			before := c.waitChain(func(cluster.Chain) bool { return true })
+			victim := tt.pick(before)
+			tailReader, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group, Reads: chain.ReadTail})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tailReader.Close()
+
+			l := startLoad(t, writer, tailReader)
+			l.waitAcked(t, 300)
+			c.kill(victim)
+			after := c.waitChain(func(ch cluster.Chain) bool {
+				return ch.Epoch > before.Epoch && !slices.Contains(ch.Members, victim) && len(ch.Members) == 2
+			})
+			want := slices.DeleteFunc(slices.Clone(before.Members), func(m string) bool { return m == victim })
+			if !slices.Equal(after.Members, want) {
+				t.Fatalf("after killing %s the chain is %v, want %v", victim, after.Members, want)
+			}
+			l.waitAcked(t, l.n.Load()+300)
+			acked := l.finish()
+			t.Logf("killed %s (%s): %d writes acknowledged, %d failed attempts; chain %v epoch %d",
+				tt.name, victim, len(acked), l.fails.Load(), after.Members, after.Epoch)
+
+			// Every acknowledged write is at the new tail.
+			checkAll(t, tailReader, acked)
+
+			// The killed node restarts on its old directory and rejoins
+			// as the tail through COPY; it then serves the same data.
+			c.start(victim)
+			joined := c.waitChain(func(ch cluster.Chain) bool {
+				return len(ch.Members) == 3 && ch.Tail() == victim && ch.Joining == ""
+			})
+			l2 := startLoad(t, writer, tailReader)
+			l2.waitAcked(t, 100)
+			for k, v := range l2.finish() {
+				acked[k] = v
+			}
+			if err := tailReader.Put(ctx, []byte("last"), []byte("x")); err != nil {
+				t.Fatal(err)
+			}
+			acked["last"] = "x"
+			checkAll(t, tailReader, acked) // the rejoined node is the tail
+			crrs, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer crrs.Close()
+			checkAll(t, crrs, acked)
+			if s := crrs.Stats(); s.ReadsAtTail == s.Reads {
+				t.Fatalf("CRRS reads all went to the tail: %+v", s)
+			}
+			t.Logf("rejoined: chain %v epoch %d", joined.Members, joined.Epoch)
+		})
+	}
+}

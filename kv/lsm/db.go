@@ -59,6 +59,7 @@ type DB struct {
 	log  *slog.Logger
 	bc   *blockCache
 	tc   *tableCache
+	pd   *pushState // nil: no pushdown
 
 	// visibleSeq is the highest seq readers may see.
 	visibleSeq atomic.Uint64
@@ -152,6 +153,12 @@ func Open(vfsys vfs.FS, dir string, opts Options) (*DB, error) {
 		d.bc = newBlockCache(opts.BlockCacheSize, 16)
 	}
 	d.tc = newTableCache(vfsys, dir, d.bc, opts.TableCacheSize)
+	if opts.Pusher != nil {
+		var err error
+		if d.pd, err = openPushdown(context.Background(), &opts); err != nil {
+			return nil, err
+		}
+	}
 	if err := vfsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
 	}
@@ -1180,6 +1187,9 @@ func (d *DB) Get(key []byte) ([]byte, error) { return d.getAt(key, d.visibleSeq.
 // newest (entries in earlier sources are newer); a range tombstone seen
 // in it or any earlier source with a higher seq deletes it.
 func (d *DB) getAt(key []byte, snap SeqNum) ([]byte, error) {
+	if d.pd != nil {
+		return d.getSplit(key, snap)
+	}
 	rs, err := d.loadReadState()
 	if err != nil {
 		return nil, err

@@ -57,7 +57,23 @@ type Options struct {
 	// Logger receives flush, compaction and error events (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// Pusher, if set, pushes the on-disk part of Gets down to the storage
+	// node holding the tables (pushdown.go); the store's files must be on
+	// the Pusher's file system. Nil: Gets read on the host.
+	Pusher Pusher
+	// PushdownModule is the lsm_get module to register with the Pusher
+	// (default: the standard wasm build, functions.Module).
+	PushdownModule []byte
+	// CacheSampleRate is the fraction of the Gets that would be pushed
+	// down that take the ordinary read path instead and fill the block
+	// cache, so that it does not go stale under pushdown (default
+	// DefaultCacheSampleRate; negative: none).
+	CacheSampleRate float64
 }
+
+// DefaultCacheSampleRate is Options.CacheSampleRate's default: 1% of
+// pushed-down Gets refresh the block cache.
+const DefaultCacheSampleRate = 0.01
 
 func (o *Options) setDefaults() {
 	if o.MemTableSize <= 0 {

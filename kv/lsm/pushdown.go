@@ -194,10 +194,38 @@ func (d *DB) runPushdown(ctx context.Context, plan []planTable, key []byte, snap
 // the status, the plan entry that settled it and the answer for lgSet and
 // lgDel.
 func (ps *pushState) push(ctx context.Context, plan []planTable, key []byte, snap SeqNum, fromIndex bool) (status uint32, at int, val func() ([]byte, error), err error) {
-	if len(key) == 0 || len(key) > lgMaxKey {
-		return 0, 0, nil, fmt.Errorf("%w: %d-byte key", errNotPushable, len(key))
-	}
 	files := make([]*offloadfs.File, len(plan))
+	for i, p := range plan {
+		f, ok := p.h.reader().f.(*offloadfs.File)
+		if !ok {
+			return 0, 0, nil, fmt.Errorf("%w: table %s is not an offloadfs file", errNotPushable, p.h.reader().name)
+		}
+		files[i] = f
+	}
+	scratch, start, err := ps.request(plan, key, snap, fromIndex)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	ps.pushed.Add(1)
+	res, err := ps.p.Pushdown(ctx, ps.fn, files, start, scratch)
+	if err != nil {
+		return 0, 0, nil, err
+	}
+	if res.TargetMicros == 0 {
+		ps.hostRuns.Add(1)
+	}
+	return ps.decode(res.Output, plan)
+}
+
+// request encodes lsm_get's scratch for plan (file i of the request is
+// plan table i) and returns it with the request's first read.
+func (ps *pushState) request(plan []planTable, key []byte, snap SeqNum, fromIndex bool) ([]byte, host.Start, error) {
+	if len(key) == 0 || len(key) > lgMaxKey {
+		return nil, host.Start{}, fmt.Errorf("%w: %d-byte key", errNotPushable, len(key))
+	}
+	if len(plan) == 0 || len(plan) > lgMaxTables {
+		return nil, host.Start{}, fmt.Errorf("%w: %d tables", errNotPushable, len(plan))
+	}
 	scratch := make([]byte, lgOffKey+len(key))
 	le := binary.LittleEndian
 	le.PutUint32(scratch[0:], lgMagic)
@@ -206,11 +234,6 @@ func (ps *pushState) push(ctx context.Context, plan []planTable, key []byte, sna
 	le.PutUint32(scratch[20:], uint32(len(plan)))
 	le.PutUint32(scratch[60:], ps.valueCap)
 	for i, p := range plan {
-		f, ok := p.h.reader().f.(*offloadfs.File)
-		if !ok {
-			return 0, 0, nil, fmt.Errorf("%w: table %s is not an offloadfs file", errNotPushable, p.h.reader().name)
-		}
-		files[i] = f
 		e := scratch[lgOffPlan+16*i:]
 		bh, kind := p.data, uint16(lgPlanData)
 		if fromIndex {
@@ -226,16 +249,7 @@ func (ps *pushState) push(ctx context.Context, plan []planTable, key []byte, sna
 	}
 	copy(scratch[lgOffKey:], key)
 	first := scratch[lgOffPlan:]
-	start := host.Start{File: 0, Offset: le.Uint64(first), Length: le.Uint32(first[8:])}
-	ps.pushed.Add(1)
-	res, err := ps.p.Pushdown(ctx, ps.fn, files, start, scratch)
-	if err != nil {
-		return 0, 0, nil, err
-	}
-	if res.TargetMicros == 0 {
-		ps.hostRuns.Add(1)
-	}
-	return ps.decode(res.Output, plan)
+	return scratch, host.Start{File: 0, Offset: le.Uint64(first), Length: le.Uint32(first[8:])}, nil
 }
 
 // decode reads lsm_get's final scratch.

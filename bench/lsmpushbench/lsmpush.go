@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -32,8 +33,9 @@ import (
 
 // Modes.
 const (
-	ModePlain    = "plain"
-	ModePushdown = "pushdown"
+	ModePlain    = "plain"    // kv/lsm, every block read by the host
+	ModePushdown = "pushdown" // kv/lsm, query splitting and lsm_get
+	ModePebble   = "pebble"   // Pebble v2 on the same offloadfs
 )
 
 // Config configures Run.
@@ -83,8 +85,8 @@ func (c *Config) setDefaults() error {
 		c.Modes = []string{ModePlain, ModePushdown}
 	}
 	for _, m := range c.Modes {
-		if m != ModePlain && m != ModePushdown {
-			return fmt.Errorf("bench: mode %q: want %s or %s", m, ModePlain, ModePushdown)
+		if m != ModePlain && m != ModePushdown && m != ModePebble {
+			return fmt.Errorf("bench: mode %q: want %s, %s or %s", m, ModePlain, ModePushdown, ModePebble)
 		}
 	}
 	if len(c.Workloads) == 0 {
@@ -194,7 +196,7 @@ type Point struct {
 	Workload   string  `json:"workload"`
 	Mode       string  `json:"mode"`
 	SampleRate float64 `json:"sample_rate"`
-	Runs       []Trial   `json:"runs"`
+	Runs       []Trial `json:"runs"`
 	OpsPerSec  float64 `json:"ops_per_sec"`
 	P50Micros  float64 `json:"p50_us"`
 	P99Micros  float64 `json:"p99_us"`
@@ -325,51 +327,51 @@ func (e *env) options(mode string, rate float64) lsm.Options {
 	return o
 }
 
-const dbDir = "db"
+// The stores' directories.
+const (
+	dbDir     = "db"
+	pebbleDir = "pebble"
+)
 
-// load writes the records and waits for compactions to settle.
+// load writes the records into kv/lsm (and Pebble, if measured) and waits
+// for compactions to settle.
 func (e *env) load(ctx context.Context) (Load, error) {
 	cfg := e.cfg
 	start := time.Now()
-	d, err := lsm.Open(e.fsys.VFS(), dbDir, e.options(ModePlain, 0))
-	if err != nil {
-		return Load{}, err
+	ld := Load{Records: cfg.Records, ValueSize: cfg.ValueSize, BlockCache: cfg.BlockCache}
+	modes := []string{ModePlain}
+	if slices.Contains(cfg.Modes, ModePebble) {
+		modes = append(modes, ModePebble)
 	}
 	v := make([]byte, cfg.ValueSize)
-	for i := range uint64(cfg.Records) {
-		Value(v, i, 0)
-		if err := d.Set(Key(i), v, nil); err != nil {
-			d.Close()
-			return Load{}, err
+	for _, mode := range modes {
+		cfg.progress("loading %d records of %d bytes into %s", cfg.Records, cfg.ValueSize, mode)
+		eng, err := e.openEngine(mode, 0)
+		if err != nil {
+			return ld, err
 		}
-	}
-	if err := d.Flush(ctx); err != nil {
-		d.Close()
-		return Load{}, err
-	}
-	for idle := 0; idle < 3; {
-		m := d.Metrics()
-		busy := m.Compact.InProgress > 0 || m.Flush.InProgress
-		for _, l := range m.Levels {
-			busy = busy || l.Score >= 1
+		for i := range uint64(cfg.Records) {
+			Value(v, i, 0)
+			if err := eng.Set(Key(i), v); err != nil {
+				eng.Close()
+				return ld, err
+			}
 		}
-		if busy {
-			idle = 0
-		} else {
-			idle++
+		if err := eng.settle(ctx); err != nil {
+			eng.Close()
+			return ld, err
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	m := d.Metrics()
-	ld := Load{Records: cfg.Records, ValueSize: cfg.ValueSize, BlockCache: cfg.BlockCache}
-	for _, l := range m.Levels {
-		ld.Levels = append(ld.Levels, l.Tables)
-		ld.TableBytes += l.Size
+		if l, ok := eng.(lsmEngine); ok {
+			for _, lm := range l.Metrics().Levels {
+				ld.Levels = append(ld.Levels, lm.Tables)
+				ld.TableBytes += lm.Size
+			}
+		}
+		if err := eng.Close(); err != nil {
+			return ld, err
+		}
 	}
 	ld.CacheRatio = float64(cfg.BlockCache) / float64(max(ld.TableBytes, 1))
-	if err := d.Close(); err != nil {
-		return ld, err
-	}
 	if err := e.fsys.SyncRemote(ctx); err != nil {
 		return ld, err
 	}
@@ -379,14 +381,14 @@ func (e *env) load(ctx context.Context) (Load, error) {
 
 // sample is the counters at one instant.
 type sample struct {
-	host      host.Stats
-	hostCPU   time.Duration
-	targetCPU time.Duration
-	m         lsm.Metrics
-	pd        lsm.PushdownStats
+	host       host.Stats
+	hostCPU    time.Duration
+	targetCPU  time.Duration
+	hits, miss int64
+	pd         lsm.PushdownStats
 }
 
-func (e *env) sample(d *lsm.DB) (sample, error) {
+func (e *env) sample(d engine) (sample, error) {
 	var s sample
 	var err error
 	if s.targetCPU, err = harness.ProcCPU(strconv.Itoa(e.pid)); err != nil {
@@ -396,8 +398,8 @@ func (e *env) sample(d *lsm.DB) (sample, error) {
 		return s, err
 	}
 	s.host = e.ctrl.Stats()
-	s.m = d.Metrics()
-	s.pd = d.PushdownStats()
+	s.hits, s.miss = d.cache()
+	s.pd = d.pushdown()
 	return s, nil
 }
 
@@ -405,7 +407,7 @@ func (e *env) sample(d *lsm.DB) (sample, error) {
 // cfg.Threads goroutines for cfg.Duration.
 func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint64) (Trial, error) {
 	cfg := e.cfg
-	d, err := lsm.Open(e.fsys.VFS(), dbDir, e.options(mode, rate))
+	d, err := e.openEngine(mode, rate)
 	if err != nil {
 		return Trial{}, err
 	}
@@ -413,7 +415,7 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 	if _, err := e.ops(ctx, d, wl, cfg.Duration/3, seed, nil); err != nil {
 		return Trial{}, err
 	}
-	if err := d.Flush(ctx); err != nil { // updates of the warm-up
+	if err := d.settle(ctx); err != nil { // updates of the warm-up
 		return Trial{}, err
 	}
 	if err := e.fsys.SyncRemote(ctx); err != nil {
@@ -439,8 +441,8 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 	r.NetBytes = after.host.BytesRead + after.host.BytesWritten - before.host.BytesRead - before.host.BytesWritten
 	r.HostCPU = (after.hostCPU - before.hostCPU).Seconds()
 	r.TargetCPU = (after.targetCPU - before.targetCPU).Seconds()
-	r.CacheHits = after.m.BlockCache.Hits - before.m.BlockCache.Hits
-	r.CacheMisses = after.m.BlockCache.Misses - before.m.BlockCache.Misses
+	r.CacheHits = after.hits - before.hits
+	r.CacheMisses = after.miss - before.miss
 	r.Pushdown = diffPushdown(after.pd, before.pd)
 	return r, nil
 }
@@ -456,7 +458,7 @@ func diffPushdown(a, b lsm.PushdownStats) lsm.PushdownStats {
 // ops runs workload wl on d with cfg.Threads goroutines for dur,
 // recording latencies into h if set. Every value read is checked; a wrong
 // one ends the run with an error.
-func (e *env) ops(ctx context.Context, d *lsm.DB, wl string, dur time.Duration, seed uint64, h *hist.Histogram) (Trial, error) {
+func (e *env) ops(ctx context.Context, d engine, wl string, dur time.Duration, seed uint64, h *hist.Histogram) (Trial, error) {
 	cfg := e.cfg
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -485,7 +487,7 @@ func (e *env) ops(ctx context.Context, d *lsm.DB, wl string, dur time.Duration, 
 				if wl == "B" && rng.IntN(20) == 0 {
 					ver := e.versions[i].Add(1)
 					Value(v, i, ver)
-					if err := d.Set(Key(i), v, nil); err != nil {
+					if err := d.Set(Key(i), v); err != nil {
 						fail(err)
 						return
 					}
@@ -531,7 +533,6 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer e.Close()
-	cfg.progress("loading %d records of %d bytes", cfg.Records, cfg.ValueSize)
 	ld, err := e.load(ctx)
 	if err != nil {
 		return nil, err

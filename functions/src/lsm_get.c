@@ -26,8 +26,15 @@
 #include "nearstore.h"
 #include "lsm.h"
 
-/* get_uv decodes a uvarint below 2^32 at d[*off], before end. */
-NS_INLINE int get_uv(const u8 *d, u32 end, u32 *off, u32 *v)
+/*
+ * wazero checks for a timeout at every loop back-edge (about 35 ns each,
+ * functions/README.md), so the hot paths avoid loops: varints of one byte
+ * (nearly all of them) take no loop, keys compare 8 bytes at a time with
+ * the tail masked, and copies are unrolled in wasm.
+ */
+
+/* get_uv_slow decodes a uvarint below 2^32 at d[*off], before end. */
+static int get_uv_slow(const u8 *d, u32 end, u32 *off, u32 *v)
 {
 	u32 x = 0, o = *off;
 	for (u32 s = 0; s < 35; s += 7) {
@@ -46,6 +53,58 @@ NS_INLINE int get_uv(const u8 *d, u32 end, u32 *off, u32 *v)
 	return 0;
 }
 
+NS_INLINE int get_uv(const u8 *d, u32 end, u32 *off, u32 *v)
+{
+	u32 o = *off;
+	if (o < end && d[o] < 0x80) {
+		*v = d[o];
+		*off = o + 1;
+		return 1;
+	}
+	return get_uv_slow(d, end, off, v);
+}
+
+/* copy copies n bytes, 8 at a time then byte by byte. */
+NS_INLINE void copy(u8 *d, const u8 *s, u32 n)
+{
+	u32 i = 0;
+#if defined(__wasm__)
+#pragma clang loop unroll_count(8)
+#endif
+	for (; i + 8 <= n; i += 8)
+		ns_store64(d + i, ns_load64(s + i));
+	for (; i < n; i++)
+		d[i] = s[i];
+}
+
+/* cmp_bytes compares a[0:n) with b[0:n) bytewise. Both may be read up to
+ * 7 bytes past n (the callers' keys are followed by their trailers, or lie
+ * in the scratch). */
+NS_INLINE int cmp_bytes(const u8 *a, const u8 *b, u32 n)
+{
+	u32 i = 0;
+	u64 x = 0, y = 0;
+	for (; i + 8 <= n; i += 8) {
+		x = ns_load64(a + i);
+		y = ns_load64(b + i);
+		if (x != y)
+			goto differ;
+	}
+	if (i == n)
+		return 0;
+	{
+		u64 mask = ((u64)1 << (8 * (n - i))) - 1;
+		x = ns_load64(a + i) & mask;
+		y = ns_load64(b + i) & mask;
+		if (x == y)
+			return 0;
+	}
+differ:
+	x = __builtin_bswap64(x);
+	y = __builtin_bswap64(y);
+	return x < y ? -1 : 1;
+}
+
 /* cmp_ikey compares the internal key e[0:el) with (k[0:kl), trailer t):
  * user keys bytewise, then trailers descending. -2: e is not an internal
  * key. */
@@ -54,10 +113,9 @@ NS_INLINE int cmp_ikey(const u8 *e, u32 el, const u8 *k, u32 kl, u64 t)
 	if (el < 8)
 		return -2;
 	u32 ul = el - 8;
-	u32 n = ul < kl ? ul : kl;
-	for (u32 i = 0; i < n; i++)
-		if (e[i] != k[i])
-			return e[i] < k[i] ? -1 : 1;
+	int c = cmp_bytes(e, k, ul < kl ? ul : kl);
+	if (c != 0)
+		return c;
 	if (ul != kl)
 		return ul < kl ? -1 : 1;
 	u64 et = ns_load64(e + ul);
@@ -113,7 +171,7 @@ NS_INLINE int seek(const u8 *d, u32 len, const u8 *k, u32 kl, u64 t, u8 *kb, str
 		u32 klen = shared + unshared;
 		if (klen > LSM_KEYBUF)
 			return LSM_E2BIG;
-		ns_copy(kb + shared, d + off, unshared);
+		copy(kb + shared, d + off, unshared);
 		off += unshared;
 		int c = cmp_ikey(kb, klen, k, kl, t);
 		if (c == -2)
@@ -189,9 +247,8 @@ NS_PUSHDOWN int pushdown(struct bpf_xrp *ctx)
 		return NS_EINVAL;
 	if (r == 0 || h.klen != q->key_len + 8)
 		return next_table(ctx, q);
-	for (u32 i = 0; i < q->key_len; i++)
-		if (kb[i] != key[i])
-			return next_table(ctx, q);
+	if (cmp_bytes(kb, key, q->key_len) != 0)
+		return next_table(ctx, q);
 	u64 tr = ns_load64(kb + q->key_len);
 	q->trailer = tr;
 	if ((tr & 0xff) == LSM_KIND_DEL) {
@@ -200,7 +257,7 @@ NS_PUSHDOWN int pushdown(struct bpf_xrp *ctx)
 		u32 cap = q->value_cap ? q->value_cap : LSM_VALUE_MAX;
 		q->value_len = h.vlen;
 		if (h.vlen <= cap) {
-			ns_copy(s + LSM_OFF_VALUE, d + h.voff, h.vlen);
+			copy(s + LSM_OFF_VALUE, d + h.voff, h.vlen);
 			q->status = LSM_SET;
 		} else {
 			q->block_off = ctx->cur_addr;

@@ -2,7 +2,6 @@ package lsmpushbench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -137,11 +136,6 @@ func (e *env) openEngine(mode string, rate float64) (engine, error) {
 		return nil, err
 	}
 	return lsmEngine{d}, nil
-}
-
-// isNotFound reports a missing key in either engine.
-func isNotFound(err error) bool {
-	return errors.Is(err, lsm.ErrNotFound) || errors.Is(err, pebble.ErrNotFound)
 }
 
 // pebbleLog drops Pebble's informational messages.

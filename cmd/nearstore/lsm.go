@@ -521,6 +521,7 @@ func newBenchLSMCmd(g *globals) *cobra.Command {
 		asJSON, keep        bool
 		repeat              int
 		pebbleCompression   string
+		push                lsmPushFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "lsm",
@@ -538,11 +539,18 @@ runs uses fresh stores, the engines alternating which goes first; the
 report gives each figure's median. Bars: kv/lsm at
 least 0.7x Pebble's throughput on Load, A and C, and at most 1.2x its
 write amplification on Load. --plot FILE draws the medians: throughput
-per workload for both engines, and write amplification on Load.`,
+per workload for both engines, and write amplification on Load.
+
+` + lsmPushHelp,
 		Example: `  nearstore bench lsm --records 200000 --ops 200000 --json
+  nearstore bench lsm --mode plain,pushdown,pebble --workload C,B --plot lsm-pushdown.png
   nearstore bench lsm --records 200000 --ops 200000 --plot lsm.png`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if push.mode != "" {
+				return push.run(cmd, g, lsmPushArgs{records: records, valueSize: valueSize, threads: threads,
+					repeat: repeat, cache: cache, asJSON: asJSON, plotFile: plotFile})
+			}
 			ctx := cmd.Context()
 			log := benchLogger(cmd, g)
 			base := dir
@@ -707,6 +715,7 @@ per workload for both engines, and write amplification on Load.`,
 	f.StringVar(&pebbleCompression, "pebble-compression", "none",
 		"Pebble's block compression: none (as kv/lsm's tables) or snappy (Pebble's default)")
 	f.IntVar(&repeat, "repeat", 3, "runs; engines alternate going first, and the report gives medians")
+	push.add(f)
 	return cmd
 }
 

@@ -1,0 +1,431 @@
+// Package lsmbench is the LSM experiment (bench lsm): kv/lsm against
+// Pebble v2 on the same local file system, with the same memtable size,
+// block cache and client threads, loading YCSB records and running YCSB
+// workloads, each engine in its own directory and the engines taking
+// turns going first over repeated runs.
+package lsmbench
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+
+	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/report"
+	"github.com/nearstore/nearstore/bench/ycsb"
+	"github.com/nearstore/nearstore/kv/lsm"
+	"github.com/nearstore/nearstore/vfs"
+)
+
+// Defaults of a Config.
+const (
+	DefaultRecords   = 200000
+	DefaultOps       = 200000
+	DefaultThreads   = 4
+	DefaultValueSize = 1024
+	DefaultMemTable  = 64 << 20
+	DefaultCache     = 64 << 20
+	DefaultRepeat    = 3
+)
+
+// Config configures Run. Zero fields take the defaults above.
+type Config struct {
+	// Dir holds both engines' stores, one directory per run (default: a
+	// temporary directory). Unless Keep, each run's stores are removed
+	// after it, and a temporary Dir at the end.
+	Dir  string
+	Keep bool
+	// Records are loaded; Ops operations are run per workload.
+	Records, Ops uint64
+	// Threads is the client goroutines; ValueSize the value bytes.
+	Threads, ValueSize int
+	// MemTable and Cache are both engines' memtable size and block cache
+	// bytes.
+	MemTable, Cache int64
+	// Distribution is the key choice of the workloads: "zipfian"
+	// (default, θ 0.99, scrambled) or "uniform".
+	Distribution string
+	// PebbleCompression is Pebble's block compression: "none" (default,
+	// as kv/lsm's tables) or "snappy" (Pebble's own default).
+	PebbleCompression string
+	// Repeat is the number of runs, medians reported.
+	Repeat int
+	// Logger receives the engines' logs (default: discarded).
+	Logger *slog.Logger
+	// Progress, if set, receives a line every 2 s of a load and one per
+	// finished load.
+	Progress io.Writer
+}
+
+func (c *Config) setDefaults() error {
+	def := func(v *uint64, d uint64) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	def(&c.Records, DefaultRecords)
+	def(&c.Ops, DefaultOps)
+	if c.Threads <= 0 {
+		c.Threads = DefaultThreads
+	}
+	if c.ValueSize <= 0 {
+		c.ValueSize = DefaultValueSize
+	}
+	if c.MemTable <= 0 {
+		c.MemTable = DefaultMemTable
+	}
+	if c.Cache <= 0 {
+		c.Cache = DefaultCache
+	}
+	if c.Repeat <= 0 {
+		c.Repeat = DefaultRepeat
+	}
+	if c.Distribution == "" {
+		c.Distribution = string(ycsb.DistZipfian)
+	}
+	switch ycsb.Distribution(c.Distribution) {
+	case ycsb.DistZipfian, ycsb.DistUniform:
+	default:
+		return fmt.Errorf("distribution %q: want zipfian or uniform", c.Distribution)
+	}
+	if c.PebbleCompression == "" {
+		c.PebbleCompression = "none"
+	}
+	if c.PebbleCompression != "none" && c.PebbleCompression != "snappy" {
+		return fmt.Errorf("pebble compression %q: want none or snappy", c.PebbleCompression)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+func (c *Config) progress(format string, args ...any) {
+	if c.Progress != nil {
+		fmt.Fprintf(c.Progress, format+"\n", args...)
+	}
+}
+
+// Phase is one workload's result on one engine.
+type Phase struct {
+	Engine    string  `json:"engine"`
+	Workload  string  `json:"workload"`
+	Ops       uint64  `json:"ops"`
+	OpsPerSec float64 `json:"ops_per_sec"`
+	P50us     float64 `json:"p50_us"`
+	P99us     float64 `json:"p99_us"`
+	// WriteAmp (Load only): bytes this process passed to write calls
+	// while loading and settling, over the key and value bytes loaded.
+	WriteAmp float64 `json:"write_amp,omitempty"`
+	Seconds  float64 `json:"seconds"`
+}
+
+// Report is a run's result: the configuration, each run's phases, their
+// medians and the issue's bars.
+type Report struct {
+	Records   uint64 `json:"records"`
+	Ops       uint64 `json:"ops"`
+	Threads   int    `json:"threads"`
+	ValueSize int    `json:"value_size"`
+	Dist      string `json:"distribution"`
+	// Phases are the medians over Runs of each figure, taken apart.
+	Phases  []Phase        `json:"phases"`
+	Runs    [][]Phase      `json:"runs"`
+	Bars    []report.Bar   `json:"bars"`
+	Machine report.Machine `json:"machine"`
+}
+
+// Bars of issue 19: kv/lsm's throughput at least MinThroughputRatio of
+// Pebble's on Load, A and C, and its write amplification on Load at most
+// MaxWriteAmpRatio of Pebble's.
+const (
+	MinThroughputRatio = 0.7
+	MaxWriteAmpRatio   = 1.2
+)
+
+// medianPhases returns, per engine and workload in first-seen order
+// (engines grouped, kv/lsm's first as first seen), the median of each
+// figure over the runs.
+func medianPhases(runs [][]Phase) []Phase {
+	var keys []string
+	groups := map[string][]Phase{}
+	for _, run := range runs {
+		for _, p := range run {
+			k := p.Engine + "/" + p.Workload
+			if _, ok := groups[k]; !ok {
+				keys = append(keys, k)
+			}
+			groups[k] = append(groups[k], p)
+		}
+	}
+	slices.SortStableFunc(keys, func(a, b string) int { return strings.Compare(strings.Split(a, "/")[0], strings.Split(b, "/")[0]) })
+	var out []Phase
+	for _, k := range keys {
+		ps := groups[k]
+		out = append(out, Phase{
+			Engine: ps[0].Engine, Workload: ps[0].Workload, Ops: ps[0].Ops,
+			OpsPerSec: report.MedianOf(ps, func(p Phase) float64 { return p.OpsPerSec }),
+			P50us:     report.MedianOf(ps, func(p Phase) float64 { return p.P50us }),
+			P99us:     report.MedianOf(ps, func(p Phase) float64 { return p.P99us }),
+			WriteAmp:  report.MedianOf(ps, func(p Phase) float64 { return p.WriteAmp }),
+			Seconds:   report.MedianOf(ps, func(p Phase) float64 { return p.Seconds }),
+		})
+	}
+	return out
+}
+
+// procWchar is the bytes this process has passed to write system calls.
+func procWchar() (uint64, error) {
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, errors.New("no wchar in /proc/self/io")
+}
+
+// runPhase runs ops operations over threads goroutines; op(i, rng) does
+// operation i. If progress is set it is called with the operations
+// started every 2 seconds.
+func runPhase(ctx context.Context, threads int, ops uint64, op func(i uint64, r *rand.Rand) error, progress func(done uint64)) (*hist.Histogram, time.Duration, error) {
+	var next atomic.Uint64
+	if progress != nil {
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			t := time.NewTicker(2 * time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-t.C:
+					progress(min(next.Load(), ops))
+				}
+			}
+		}()
+	}
+	hists := make([]*hist.Histogram, threads)
+	errs := make([]error, threads)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for t := 0; t < threads; t++ {
+		hists[t] = hist.New()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(t), 42))
+			for {
+				i := next.Add(1) - 1
+				if i >= ops || ctx.Err() != nil {
+					return
+				}
+				s := time.Now()
+				if err := op(i, r); err != nil {
+					errs[t] = err
+					return
+				}
+				hists[t].Record(time.Since(s))
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	h := hist.New()
+	for _, x := range hists {
+		h.Merge(x)
+	}
+	return h, el, errors.Join(append(errs, ctx.Err())...)
+}
+
+func phaseOf(engine, wl string, ops uint64, h *hist.Histogram, el time.Duration, wamp float64) Phase {
+	return Phase{
+		Engine: engine, Workload: wl, Ops: ops, Seconds: el.Seconds(),
+		OpsPerSec: float64(ops) / el.Seconds(),
+		P50us:     report.Micros(h.Quantile(0.5)),
+		P99us:     report.Micros(h.Quantile(0.99)),
+		WriteAmp:  wamp,
+	}
+}
+
+// randomValue returns n random bytes.
+func randomValue(r *rand.Rand, n int) []byte {
+	v := make([]byte, n)
+	for i := 0; i+8 <= len(v); i += 8 {
+		binary.LittleEndian.PutUint64(v[i:], r.Uint64())
+	}
+	return v
+}
+
+// Run runs the benchmark: Repeat runs, each loading fresh stores of both
+// engines in turn (the engines alternating which goes first) and running
+// YCSB A and C on each, and reports the medians and the bars.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	base := cfg.Dir
+	if base == "" {
+		d, err := os.MkdirTemp("", "nearstore-bench-lsm-")
+		if err != nil {
+			return nil, err
+		}
+		base = d
+		if !cfg.Keep {
+			defer os.RemoveAll(base)
+		}
+	}
+	var chooser ycsb.Chooser = ycsb.Uniform{N: cfg.Records}
+	if ycsb.Distribution(cfg.Distribution) == ycsb.DistZipfian {
+		chooser = ycsb.Scrambled{Z: ycsb.NewZipfian(cfg.Records, ycsb.Theta)}
+	}
+	rep := &Report{Records: cfg.Records, Ops: cfg.Ops, Threads: cfg.Threads, ValueSize: cfg.ValueSize,
+		Dist: cfg.Distribution, Machine: report.DescribeMachine()}
+	var runDir string
+	opens := []func() (engine, error){
+		func() (engine, error) {
+			d, err := lsm.Open(vfs.OS(""), filepath.Join(runDir, "kvlsm"), lsm.Options{
+				MemTableSize: int(cfg.MemTable), BlockCacheSize: cfg.Cache, Logger: cfg.Logger,
+			})
+			return ourEngine{d}, err
+		},
+		func() (engine, error) {
+			c := pebble.NewCache(cfg.Cache)
+			po := &pebble.Options{Cache: c, MemTableSize: uint64(cfg.MemTable), Logger: pebbleLog{cfg.Logger}}
+			if cfg.PebbleCompression == "none" {
+				for i := range po.Levels {
+					po.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+				}
+			}
+			d, err := pebble.Open(filepath.Join(runDir, "pebble"), po)
+			if err != nil {
+				c.Unref()
+				return nil, err
+			}
+			return pebbleEngine{d: d, cache: c}, nil
+		},
+	}
+	userBytes := float64(cfg.Records) * float64(ycsb.KeyLen+cfg.ValueSize)
+	for run := 0; run < cfg.Repeat; run++ {
+		runDir = filepath.Join(base, fmt.Sprintf("run%d", run))
+		order := opens
+		if run%2 == 1 {
+			// Alternate which engine goes first.
+			order = []func() (engine, error){opens[1], opens[0]}
+		}
+		var phases []Phase
+		for _, open := range order {
+			e, err := open()
+			if err != nil {
+				return nil, err
+			}
+			ps, err := runEngine(ctx, &cfg, e, chooser, userBytes)
+			if cerr := e.close(); err == nil && cerr != nil {
+				err = fmt.Errorf("%s close: %w", e.name(), cerr)
+			}
+			if err != nil {
+				return nil, err
+			}
+			phases = append(phases, ps...)
+		}
+		rep.Runs = append(rep.Runs, phases)
+		if !cfg.Keep {
+			os.RemoveAll(runDir)
+		}
+	}
+	rep.Phases = medianPhases(rep.Runs)
+	rep.Bars = bars(rep.Phases)
+	return rep, nil
+}
+
+// runEngine loads e and runs the workloads on it.
+func runEngine(ctx context.Context, cfg *Config, e engine, chooser ycsb.Chooser, userBytes float64) ([]Phase, error) {
+	var phases []Phase
+	w0, err := procWchar()
+	if err != nil {
+		return nil, err
+	}
+	h, el, err := runPhase(ctx, cfg.Threads, cfg.Records, func(i uint64, r *rand.Rand) error {
+		return e.set(ycsb.Key(i), randomValue(r, cfg.ValueSize))
+	}, func(done uint64) {
+		cfg.progress("%s: loading, %d of %d records (%.0f%%)", e.name(), done, cfg.Records, 100*float64(done)/float64(cfg.Records))
+	})
+	settleStart := time.Now()
+	if err == nil {
+		err = e.settle(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s load: %w", e.name(), err)
+	}
+	w1, err := procWchar()
+	if err != nil {
+		return nil, err
+	}
+	phases = append(phases, phaseOf(e.name(), "load", cfg.Records, h, el, float64(w1-w0)/userBytes))
+	cfg.progress("%s: load %d records in %s, settled in %s", e.name(), cfg.Records, el.Round(time.Millisecond), time.Since(settleStart).Round(time.Millisecond))
+	for _, wl := range []ycsb.Workload{ycsb.A, ycsb.C} {
+		var missing atomic.Uint64
+		h, el, err := runPhase(ctx, cfg.Threads, cfg.Ops, func(i uint64, r *rand.Rand) error {
+			k := ycsb.Key(chooser.Next(r))
+			if wl.Choose(r) == ycsb.Read {
+				ok, err := e.get(k)
+				if !ok {
+					missing.Add(1)
+				}
+				return err
+			}
+			return e.set(k, randomValue(r, cfg.ValueSize))
+		}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s %s: %w", e.name(), wl.Name, err)
+		}
+		if missing.Load() > 0 {
+			return nil, fmt.Errorf("%s %s: %d reads missed loaded keys", e.name(), wl.Name, missing.Load())
+		}
+		phases = append(phases, phaseOf(e.name(), wl.Name, cfg.Ops, h, el, 0))
+	}
+	return phases, nil
+}
+
+// bars states the issue's bars from the medians.
+func bars(phases []Phase) []report.Bar {
+	byKey := map[string]Phase{}
+	for _, p := range phases {
+		byKey[p.Engine+"/"+p.Workload] = p
+	}
+	var out []report.Bar
+	for _, wl := range []string{"load", "A", "C"} {
+		ours, theirs := byKey["kv/lsm/"+wl], byKey["pebble/"+wl]
+		if theirs.OpsPerSec <= 0 {
+			continue
+		}
+		got := ours.OpsPerSec / theirs.OpsPerSec
+		out = append(out, report.Bar{What: "kv/lsm throughput ÷ pebble's, " + wl, Want: fmt.Sprintf("≥ %.2f", MinThroughputRatio),
+			Got: got, Met: got >= MinThroughputRatio})
+	}
+	if theirs := byKey["pebble/load"].WriteAmp; theirs > 0 {
+		wa := byKey["kv/lsm/load"].WriteAmp / theirs
+		out = append(out, report.Bar{What: "kv/lsm write amp ÷ pebble's, load", Want: fmt.Sprintf("≤ %.2f", MaxWriteAmpRatio),
+			Got: wa, Met: wa <= MaxWriteAmpRatio})
+	}
+	return out
+}

@@ -237,7 +237,7 @@ least 0.7x Pebble's throughput on Load, A and C, and at most 1.2x its
 write amplification on Load. --plot FILE draws the medians: throughput
 per workload for both engines, and write amplification on Load.
 
-`+lsmPushHelp,
+` + lsmPushHelp,
 		Example: `  nearstore bench lsm --records 200000 --ops 200000 --json
   nearstore bench lsm --records 200000 --ops 200000 --plot lsm.png
   nearstore bench lsm --mode plain,pushdown,pebble --workload C,B --plot lsm-pushdown.png`,

@@ -1,7 +1,7 @@
 // Package lsmpushbench measures kv/lsm's Gets over NVMe/TCP, plain and
 // pushed down (BPF-oF's query splitting with one lsm_get request per Get),
 // on an offloadfs served by a target in its own process from a simulated
-// NAND SSD: YCSB C (and B) with uniform keys, and a sweep of the cache
+// NAND SSD: YCSB C and B with uniform keys, D with the latest records, and a sweep of the cache
 // sampling rate.
 package lsmpushbench
 
@@ -10,7 +10,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -24,6 +23,7 @@ import (
 	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
+	"github.com/nearstore/nearstore/bench/ycsb"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -47,7 +47,8 @@ type Config struct {
 	// Modes to measure (default plain and pushdown).
 	Modes []string
 	// Workloads are YCSB workloads: "C" (100% reads, default) and "B"
-	// (95% reads, 5% updates), uniform keys.
+	// (95% reads, 5% updates), uniform keys; "D" (95% reads of the latest
+	// records, zipfian in their age, 5% inserts).
 	Workloads []string
 	// SampleRates is the cache-sampling sweep of pushdown mode on each
 	// workload (default {lsm.DefaultCacheSampleRate}); a rate of 0 means
@@ -93,8 +94,8 @@ func (c *Config) setDefaults() error {
 		c.Workloads = []string{"C"}
 	}
 	for _, w := range c.Workloads {
-		if w != "C" && w != "B" {
-			return fmt.Errorf("bench: workload %q: want C or B", w)
+		if w != "C" && w != "B" && w != "D" {
+			return fmt.Errorf("bench: workload %q: want C, B or D", w)
 		}
 	}
 	if len(c.SampleRates) == 0 {
@@ -127,15 +128,9 @@ func (c *Config) progress(format string, args ...any) {
 	}
 }
 
-// Key returns the key of record i: YCSB's, "user" and a scrambled number,
-// so loading in record order writes keys in random order.
-func Key(i uint64) []byte {
-	h := fnv.New64a()
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], i)
-	h.Write(b[:])
-	return fmt.Appendf(nil, "user%020d", h.Sum64())
-}
+// Key is record i's key, YCSB's (bench/ycsb): "user" and a scrambled
+// number, so loading in record order writes keys in random order.
+func Key(i uint64) []byte { return ycsb.Key(i) }
 
 // Value returns version ver of record i's value: the record number, the
 // version, then bytes derived from both, so that a read can check it is
@@ -236,8 +231,35 @@ type env struct {
 	hrt     sandbox.Runtime
 	pid     int
 	closers []func() error
-	// versions are the records' current value versions (workload B).
+	// versions are the loaded records' current value versions (workload
+	// B); inserted are the records workload D inserted, per store
+	// directory.
 	versions []atomic.Uint32
+	inserted map[string]*inserts
+	latest   *ycsb.Zipfian
+}
+
+// inserts tracks a store's records inserted after the load: next is the
+// next record number to insert; count the records [0, count) that all
+// exist (inserts finish out of order, so done holds those above it).
+type inserts struct {
+	next  atomic.Uint64
+	count atomic.Uint64
+	mu    sync.Mutex
+	done  map[uint64]bool
+}
+
+// insert allocates a record number; finish marks it written.
+func (in *inserts) insert() uint64 { return in.next.Add(1) - 1 }
+
+func (in *inserts) finish(i uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.done[i] = true
+	for c := in.count.Load(); in.done[c]; c++ {
+		delete(in.done, c)
+		in.count.Store(c + 1)
+	}
 }
 
 func (e *env) Close() error {
@@ -303,6 +325,16 @@ func startEnv(ctx context.Context, cfg *Config) (_ *env, err error) {
 	}
 	e.closers = append(e.closers, e.fsys.Close)
 	e.versions = make([]atomic.Uint32, cfg.Records)
+	e.inserted = map[string]*inserts{}
+	for _, dir := range []string{dbDir, pebbleDir} {
+		in := &inserts{done: map[uint64]bool{}}
+		in.next.Store(uint64(cfg.Records))
+		in.count.Store(uint64(cfg.Records))
+		e.inserted[dir] = in
+	}
+	if slices.Contains(cfg.Workloads, "D") {
+		e.latest = ycsb.NewZipfian(uint64(cfg.Records), ycsb.Theta)
+	}
 	return e, nil
 }
 
@@ -412,7 +444,11 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 		return Trial{}, err
 	}
 	defer d.Close()
-	if _, err := e.ops(ctx, d, wl, cfg.Duration/3, seed, nil); err != nil {
+	ins := e.inserted[dbDir]
+	if mode == ModePebble {
+		ins = e.inserted[pebbleDir]
+	}
+	if _, err := e.ops(ctx, d, ins, wl, cfg.Duration/3, seed, nil); err != nil {
 		return Trial{}, err
 	}
 	if err := d.settle(ctx); err != nil { // updates of the warm-up
@@ -426,7 +462,7 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 		return Trial{}, err
 	}
 	h := hist.New()
-	r, err := e.ops(ctx, d, wl, cfg.Duration, seed+1<<32, h)
+	r, err := e.ops(ctx, d, ins, wl, cfg.Duration, seed+1<<32, h)
 	if err != nil {
 		return r, err
 	}
@@ -458,7 +494,7 @@ func diffPushdown(a, b lsm.PushdownStats) lsm.PushdownStats {
 // ops runs workload wl on d with cfg.Threads goroutines for dur,
 // recording latencies into h if set. Every value read is checked; a wrong
 // one ends the run with an error.
-func (e *env) ops(ctx context.Context, d engine, wl string, dur time.Duration, seed uint64, h *hist.Histogram) (Trial, error) {
+func (e *env) ops(ctx context.Context, d engine, ins *inserts, wl string, dur time.Duration, seed uint64, h *hist.Histogram) (Trial, error) {
 	cfg := e.cfg
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -484,7 +520,19 @@ func (e *env) ops(ctx context.Context, d engine, wl string, dur time.Duration, s
 					return
 				}
 				i := rng.Uint64N(uint64(cfg.Records))
-				if wl == "B" && rng.IntN(20) == 0 {
+				if wl == "D" {
+					i = ycsb.Latest{Z: e.latest, Count: &ins.count}.Next(rng)
+				}
+				write := wl != "C" && rng.IntN(20) == 0
+				if write && wl == "D" {
+					i = ins.insert()
+					Value(v, i, 0)
+					if err := d.Set(Key(i), v); err != nil {
+						fail(err)
+						return
+					}
+					ins.finish(i)
+				} else if write {
 					ver := e.versions[i].Add(1)
 					Value(v, i, ver)
 					if err := d.Set(Key(i), v); err != nil {

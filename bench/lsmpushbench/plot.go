@@ -54,7 +54,11 @@ func SavePlot(file string, rep *Report) error {
 	var plots []*plot.Plot
 	for _, wl := range wls {
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("YCSB %s uniform, kv/lsm on offloadfs over NVMe/TCP (%s)", wl, rep.Volume)
+		dist := "uniform"
+		if wl == "D" {
+			dist = "latest"
+		}
+		p.Title.Text = fmt.Sprintf("YCSB %s %s, on offloadfs over NVMe/TCP (%s)", wl, dist, rep.Volume)
 		p.Y.Label.Text = "Gets+updates per second (median)"
 		p.Y.Tick.Marker = report.KiloTicks{}
 		var vals plotter.Values

@@ -293,3 +293,46 @@ func TestLSMGetBadBlocks(t *testing.T) {
 		inst.Release()
 	}
 }
+
+// FuzzPushdownResult feeds lsm_get results that did not come from lsm_get
+// to the host's decoder: it must return an error or a consistent answer,
+// never panic.
+func FuzzPushdownResult(f *testing.F) {
+	ps := &pushState{valueCap: lgValueMax}
+	ok := make([]byte, sandbox.ScratchSize)
+	binary.LittleEndian.PutUint32(ok[4:], lgSet)
+	binary.LittleEndian.PutUint64(ok[32:], 5<<8|uint64(KindSet))
+	binary.LittleEndian.PutUint32(ok[40:], 3)
+	copy(ok[lgOffValue:], "abc")
+	f.Add(ok, uint8(1))
+	del := bytes.Clone(ok)
+	binary.LittleEndian.PutUint32(del[4:], lgDel)
+	binary.LittleEndian.PutUint64(del[32:], 5<<8|uint64(KindDelete))
+	f.Add(del, uint8(2))
+	f.Add(ok[:lgOffValue+1], uint8(1))
+	f.Add([]byte{}, uint8(0))
+	f.Fuzz(func(t *testing.T, out []byte, n uint8) {
+		plan := make([]planTable, int(n%lgMaxTables)+1)
+		status, at, val, err := ps.decode(out, plan)
+		if err != nil {
+			return
+		}
+		switch status {
+		case lgAbsent:
+		case lgSetBlock:
+			if at >= len(plan) {
+				t.Fatalf("settled at %d of %d", at, len(plan))
+			}
+		case lgSet, lgDel:
+			if at >= len(plan) {
+				t.Fatalf("settled at %d of %d", at, len(plan))
+			}
+			v, err := val()
+			if status == lgDel && !errors.Is(err, ErrNotFound) {
+				t.Fatalf("DEL answered %q, %v", v, err)
+			}
+		default:
+			t.Fatalf("status %d accepted", status)
+		}
+	})
+}

@@ -252,7 +252,8 @@ func (ps *pushState) request(plan []planTable, key []byte, snap SeqNum, fromInde
 	return scratch, host.Start{File: 0, Offset: le.Uint64(first), Length: le.Uint32(first[8:])}, nil
 }
 
-// decode reads lsm_get's final scratch.
+// decode reads lsm_get's final scratch, which comes from the target:
+// every field is checked before it is used.
 func (ps *pushState) decode(out []byte, plan []planTable) (status uint32, at int, val func() ([]byte, error), err error) {
 	if len(out) < lgOffValue {
 		return 0, 0, nil, fmt.Errorf("lsm: lsm_get returned %d bytes", len(out))
@@ -277,8 +278,11 @@ func (ps *pushState) decode(out []byte, plan []planTable) (status uint32, at int
 			return 0, 0, nil, fmt.Errorf("lsm: lsm_get status %d with entry kind %d", status, kind)
 		}
 		n := le.Uint32(out[40:])
-		if status == lgSet && n > ps.valueCap {
-			return 0, 0, nil, fmt.Errorf("lsm: lsm_get returned a %d-byte value inline", n)
+		if status == lgDel {
+			n = 0
+		}
+		if n > ps.valueCap || uint64(n) > uint64(len(out)-lgOffValue) {
+			return 0, 0, nil, fmt.Errorf("lsm: lsm_get returned a %d-byte value inline in %d bytes", n, len(out))
 		}
 		v := out[lgOffValue : lgOffValue+int(n)]
 		return status, cur, func() ([]byte, error) {

@@ -128,7 +128,7 @@ func TestPushdownGetUnderCompaction(t *testing.T) {
 	if err := fsys.SyncRemote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	steps := 4000
+	steps := 2500
 	if testing.Short() {
 		steps = 1500
 	}

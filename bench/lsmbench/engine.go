@@ -17,12 +17,19 @@ type engine interface {
 	name() string
 	set(k, v []byte) error
 	get(k []byte) (bool, error)
+	// scan reads up to n records from start on, returning how many.
+	scan(start []byte, n int) (int, error)
+	// dir is the store's directory, for its size on disk.
+	dir() string
 	// settle flushes and waits for background compactions to finish.
 	settle(ctx context.Context) error
 	close() error
 }
 
-type ourEngine struct{ d *lsm.DB }
+type ourEngine struct {
+	d    *lsm.DB
+	path string
+}
 
 func (e ourEngine) name() string          { return "kv/lsm" }
 func (e ourEngine) set(k, v []byte) error { return e.d.Set(k, v, nil) }
@@ -33,6 +40,19 @@ func (e ourEngine) get(k []byte) (bool, error) {
 		return false, nil
 	}
 	return err == nil, err
+}
+func (e ourEngine) dir() string { return e.path }
+func (e ourEngine) scan(start []byte, n int) (int, error) {
+	it, err := e.d.NewIter(&lsm.IterOptions{LowerBound: start})
+	if err != nil {
+		return 0, err
+	}
+	c := 0
+	for ok := it.SeekGE(start); ok && c < n; ok = it.Next() {
+		c++
+		_ = it.Value()
+	}
+	return c, errors.Join(it.Error(), it.Close())
 }
 func (e ourEngine) settle(ctx context.Context) error {
 	if err := e.d.Flush(ctx); err != nil {
@@ -67,6 +87,21 @@ func waitIdle(ctx context.Context, idle func() bool) error {
 type pebbleEngine struct {
 	d     *pebble.DB
 	cache *pebble.Cache
+	path  string
+}
+
+func (e pebbleEngine) dir() string { return e.path }
+func (e pebbleEngine) scan(start []byte, n int) (int, error) {
+	it, err := e.d.NewIter(&pebble.IterOptions{LowerBound: start})
+	if err != nil {
+		return 0, err
+	}
+	c := 0
+	for ok := it.SeekGE(start); ok && c < n; ok = it.Next() {
+		c++
+		_ = it.Value()
+	}
+	return c, errors.Join(it.Error(), it.Close())
 }
 
 func (e pebbleEngine) name() string          { return "pebble" }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -21,6 +22,9 @@ type engine interface {
 	scan(start []byte, n int) (int, error)
 	// dir is the store's directory, for its size on disk.
 	dir() string
+	// writeDetail is the bytes written into each level so far (L0: by
+	// flushes) and the write stalls (with slowdowns) and their time.
+	writeDetail() writeDetail
 	// settle flushes and waits for background compactions to finish.
 	settle(ctx context.Context) error
 	close() error
@@ -64,6 +68,24 @@ func (e ourEngine) settle(ctx context.Context) error {
 	})
 }
 
+// writeDetail is where an engine's writes went.
+type writeDetail struct {
+	levelBytes [7]uint64
+	stalls     uint64
+	stallTime  time.Duration
+}
+
+func (e ourEngine) writeDetail() writeDetail {
+	m := e.d.Metrics()
+	var w writeDetail
+	for l := range m.Levels {
+		w.levelBytes[l] = m.Levels[l].BytesWritten
+	}
+	w.stalls = m.WriteStalls.Count + m.WriteSlowdowns.Count
+	w.stallTime = m.WriteStalls.Duration + m.WriteSlowdowns.Duration
+	return w
+}
+
 // waitIdle polls idle every 100ms until it holds three times in a row
 // (a finishing compaction may schedule the next), or ten minutes pass.
 func waitIdle(ctx context.Context, idle func() bool) error {
@@ -88,9 +110,21 @@ type pebbleEngine struct {
 	d     *pebble.DB
 	cache *pebble.Cache
 	path  string
+	// stalls and stallNanos count Pebble's write stalls (from its event
+	// listener).
+	stalls, stallNanos *atomic.Uint64
 }
 
 func (e pebbleEngine) dir() string { return e.path }
+func (e pebbleEngine) writeDetail() writeDetail {
+	m := e.d.Metrics()
+	var w writeDetail
+	for l := range m.Levels {
+		w.levelBytes[l] = m.Levels[l].TableBytesFlushed + m.Levels[l].TableBytesCompacted
+	}
+	w.stalls, w.stallTime = e.stalls.Load(), time.Duration(e.stallNanos.Load())
+	return w
+}
 func (e pebbleEngine) scan(start []byte, n int) (int, error) {
 	it, err := e.d.NewIter(&pebble.IterOptions{LowerBound: start})
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -144,6 +145,14 @@ type Phase struct {
 	// SpaceAmp: the store's bytes on disk after the phase (after
 	// settling, for Load) over the live records' key and value bytes.
 	SpaceAmp float64 `json:"space_amp"`
+	// Load only: LevelWriteAmp is the bytes written into each level (L0
+	// by flushes) over the bytes loaded, Stalls the writes stalled or
+	// slowed down and StallSeconds their time, SettleSeconds the time
+	// the flush and the compaction debt took after the last write.
+	LevelWriteAmp []float64 `json:"level_write_amp,omitempty"`
+	Stalls        uint64    `json:"stalls,omitempty"`
+	StallSeconds  float64   `json:"stall_seconds,omitempty"`
+	SettleSeconds float64   `json:"settle_seconds,omitempty"`
 	// CPUus is this process's CPU time (all threads: clients, flushes,
 	// compactions, GC) over the phase, per operation, in µs.
 	CPUus   float64 `json:"cpu_us_per_op"`
@@ -194,13 +203,34 @@ func medianPhases(runs [][]Phase) []Phase {
 		ps := groups[k]
 		out = append(out, Phase{
 			Engine: ps[0].Engine, Workload: ps[0].Workload, Ops: ps[0].Ops,
-			OpsPerSec: report.MedianOf(ps, func(p Phase) float64 { return p.OpsPerSec }),
-			P50us:     report.MedianOf(ps, func(p Phase) float64 { return p.P50us }),
-			P99us:     report.MedianOf(ps, func(p Phase) float64 { return p.P99us }),
-			WriteAmp:  report.MedianOf(ps, func(p Phase) float64 { return p.WriteAmp }),
-			SpaceAmp:  report.MedianOf(ps, func(p Phase) float64 { return p.SpaceAmp }),
-			CPUus:     report.MedianOf(ps, func(p Phase) float64 { return p.CPUus }),
-			Seconds:   report.MedianOf(ps, func(p Phase) float64 { return p.Seconds }),
+			OpsPerSec:     report.MedianOf(ps, func(p Phase) float64 { return p.OpsPerSec }),
+			P50us:         report.MedianOf(ps, func(p Phase) float64 { return p.P50us }),
+			P99us:         report.MedianOf(ps, func(p Phase) float64 { return p.P99us }),
+			WriteAmp:      report.MedianOf(ps, func(p Phase) float64 { return p.WriteAmp }),
+			SpaceAmp:      report.MedianOf(ps, func(p Phase) float64 { return p.SpaceAmp }),
+			CPUus:         report.MedianOf(ps, func(p Phase) float64 { return p.CPUus }),
+			Stalls:        uint64(report.MedianOf(ps, func(p Phase) float64 { return float64(p.Stalls) })),
+			StallSeconds:  report.MedianOf(ps, func(p Phase) float64 { return p.StallSeconds }),
+			SettleSeconds: report.MedianOf(ps, func(p Phase) float64 { return p.SettleSeconds }),
+			LevelWriteAmp: medianLevels(ps),
+			Seconds:       report.MedianOf(ps, func(p Phase) float64 { return p.Seconds }),
+		})
+	}
+	return out
+}
+
+// medianLevels is the median of each level's write amplification.
+func medianLevels(ps []Phase) []float64 {
+	if len(ps[0].LevelWriteAmp) == 0 {
+		return nil
+	}
+	out := make([]float64, len(ps[0].LevelWriteAmp))
+	for l := range out {
+		out[l] = report.MedianOf(ps, func(p Phase) float64 {
+			if l < len(p.LevelWriteAmp) {
+				return p.LevelWriteAmp[l]
+			}
+			return 0
 		})
 	}
 	return out
@@ -354,7 +384,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		},
 		func() (engine, error) {
 			c := pebble.NewCache(cfg.Cache)
-			po := &pebble.Options{Cache: c, MemTableSize: uint64(cfg.MemTable), Logger: pebbleLog{cfg.Logger}}
+			var stalls, stallNanos atomic.Uint64
+			var stallStart atomic.Int64
+			po := &pebble.Options{Cache: c, MemTableSize: uint64(cfg.MemTable), Logger: pebbleLog{cfg.Logger},
+				EventListener: &pebble.EventListener{
+					WriteStallBegin: func(pebble.WriteStallBeginInfo) {
+						stalls.Add(1)
+						stallStart.Store(time.Now().UnixNano())
+					},
+					WriteStallEnd: func() {
+						if s := stallStart.Swap(0); s != 0 {
+							stallNanos.Add(uint64(time.Now().UnixNano() - s))
+						}
+					},
+				}}
 			if cfg.PebbleCompression == "none" {
 				for i := range po.Levels {
 					po.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
@@ -366,7 +409,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				c.Unref()
 				return nil, err
 			}
-			return pebbleEngine{d: d, cache: c, path: p}, nil
+			return pebbleEngine{d: d, cache: c, path: p, stalls: &stalls, stallNanos: &stallNanos}, nil
 		},
 	}
 	for run := 0; run < cfg.Repeat; run++ {
@@ -382,7 +425,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if err != nil {
 				return nil, err
 			}
-			ps, err := runEngine(ctx, &cfg, e, zipf)
+			var ps []Phase
+			// The label follows the engine's goroutines (flushes and
+			// compactions start from its calls), so a CPU profile splits
+			// by engine.
+			pprof.Do(ctx, pprof.Labels("engine", e.name()), func(ctx context.Context) {
+				ps, err = runEngine(ctx, &cfg, e, zipf)
+			})
 			if cerr := e.close(); err == nil && cerr != nil {
 				err = fmt.Errorf("%s close: %w", e.name(), cerr)
 			}
@@ -440,7 +489,14 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 		return nil, err
 	}
 	p := phaseOf(e.name(), "load", cfg.Records, h, el, c1-c0)
-	p.WriteAmp = float64(w1-w0) / (float64(cfg.Records) * recordBytes)
+	loaded := float64(cfg.Records) * recordBytes
+	p.WriteAmp = float64(w1-w0) / loaded
+	p.SettleSeconds = time.Since(settleStart).Seconds()
+	wd := e.writeDetail()
+	for _, b := range wd.levelBytes {
+		p.LevelWriteAmp = append(p.LevelWriteAmp, float64(b)/loaded)
+	}
+	p.Stalls, p.StallSeconds = wd.stalls, wd.stallTime.Seconds()
 	if p.SpaceAmp, err = spaceAmp(); err != nil {
 		return nil, err
 	}

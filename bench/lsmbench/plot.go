@@ -186,6 +186,17 @@ func (rep *Report) Print(w io.Writer) error {
 		}
 		t.Printf("%-8s %-5s %12.0f %10.1f %10.1f %7s %7.2f %9.1f\n", p.Engine, p.Workload, p.OpsPerSec, p.P50us, p.P99us, wa, p.SpaceAmp, p.CPUus)
 	}
+	t.Printf("\nload detail: write amplification by level (L0 = flushes), stalls, settling\n")
+	for _, p := range rep.Phases {
+		if p.Workload != "load" {
+			continue
+		}
+		t.Printf("%-8s", p.Engine)
+		for l, wa := range p.LevelWriteAmp {
+			t.Printf(" L%d %.2f", l, wa)
+		}
+		t.Printf("  stalls %d (%.1fs)  settle %.1fs\n", p.Stalls, p.StallSeconds, p.SettleSeconds)
+	}
 	if t.Err != nil {
 		return t.Err
 	}

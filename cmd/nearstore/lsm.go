@@ -217,6 +217,7 @@ func newBenchLSMCmd(g *globals) *cobra.Command {
 	var (
 		cfg                 lsmbench.Config
 		plotFile, workloads string
+		cpuprof             string
 		asJSON              bool
 	)
 	cmd := &cobra.Command{
@@ -254,7 +255,12 @@ per workload for both engines, and write amplification on Load.`,
 			}
 			cfg.Logger = benchLogger(cmd, g)
 			cfg.Progress = cmd.ErrOrStderr()
+			stop, err := startCPUProfile(cpuprof)
+			if err != nil {
+				return err
+			}
 			rep, err := lsmbench.Run(cmd.Context(), cfg)
+			stop()
 			if err != nil {
 				return err
 			}
@@ -275,6 +281,7 @@ per workload for both engines, and write amplification on Load.`,
 	f.Int64Var(&cfg.Cache, "cache", lsmbench.DefaultCache, "block cache bytes, both engines")
 	f.StringVar(&cfg.Distribution, "distribution", "zipfian", "key choice of the workloads but D: zipfian or uniform")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file; samples carry the label engine=kv/lsm or engine=pebble (go tool pprof -tagfocus)")
 	f.StringVar(&plotFile, "plot", "", "write throughput per workload and load write amplification, both engines, to this file (.png, .svg or .pdf)")
 	f.StringVar(&cfg.PebbleCompression, "pebble-compression", "none",
 		"Pebble's block compression: none (as kv/lsm's tables) or snappy (Pebble's default)")

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/sstable"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/bench/ycsb"
 	"github.com/nearstore/nearstore/kv/lsm"
@@ -65,6 +68,10 @@ type Config struct {
 	PebbleCompression string
 	// Repeat is the number of runs, medians reported.
 	Repeat int
+	// Workloads are run after the load, in order, on the loaded store
+	// (default A and C). D and E insert records (Ops × 5% each); the
+	// ones after see them.
+	Workloads []ycsb.Workload
 	// Logger receives the engines' logs (default: discarded).
 	Logger *slog.Logger
 	// Progress, if set, receives a line every 2 s of a load and one per
@@ -109,6 +116,9 @@ func (c *Config) setDefaults() error {
 	if c.PebbleCompression != "none" && c.PebbleCompression != "snappy" {
 		return fmt.Errorf("pebble compression %q: want none or snappy", c.PebbleCompression)
 	}
+	if len(c.Workloads) == 0 {
+		c.Workloads = []ycsb.Workload{ycsb.A, ycsb.C}
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -132,7 +142,21 @@ type Phase struct {
 	// WriteAmp (Load only): bytes this process passed to write calls
 	// while loading and settling, over the key and value bytes loaded.
 	WriteAmp float64 `json:"write_amp,omitempty"`
-	Seconds  float64 `json:"seconds"`
+	// SpaceAmp: the store's bytes on disk after the phase (after
+	// settling, for Load) over the live records' key and value bytes.
+	SpaceAmp float64 `json:"space_amp"`
+	// Load only: LevelWriteAmp is the bytes written into each level (L0
+	// by flushes) over the bytes loaded, Stalls the writes stalled or
+	// slowed down and StallSeconds their time, SettleSeconds the time
+	// the flush and the compaction debt took after the last write.
+	LevelWriteAmp []float64 `json:"level_write_amp,omitempty"`
+	Stalls        uint64    `json:"stalls,omitempty"`
+	StallSeconds  float64   `json:"stall_seconds,omitempty"`
+	SettleSeconds float64   `json:"settle_seconds,omitempty"`
+	// CPUus is this process's CPU time (all threads: clients, flushes,
+	// compactions, GC) over the phase, per operation, in µs.
+	CPUus   float64 `json:"cpu_us_per_op"`
+	Seconds float64 `json:"seconds"`
 }
 
 // Report is a run's result: the configuration, each run's phases, their
@@ -179,11 +203,34 @@ func medianPhases(runs [][]Phase) []Phase {
 		ps := groups[k]
 		out = append(out, Phase{
 			Engine: ps[0].Engine, Workload: ps[0].Workload, Ops: ps[0].Ops,
-			OpsPerSec: report.MedianOf(ps, func(p Phase) float64 { return p.OpsPerSec }),
-			P50us:     report.MedianOf(ps, func(p Phase) float64 { return p.P50us }),
-			P99us:     report.MedianOf(ps, func(p Phase) float64 { return p.P99us }),
-			WriteAmp:  report.MedianOf(ps, func(p Phase) float64 { return p.WriteAmp }),
-			Seconds:   report.MedianOf(ps, func(p Phase) float64 { return p.Seconds }),
+			OpsPerSec:     report.MedianOf(ps, func(p Phase) float64 { return p.OpsPerSec }),
+			P50us:         report.MedianOf(ps, func(p Phase) float64 { return p.P50us }),
+			P99us:         report.MedianOf(ps, func(p Phase) float64 { return p.P99us }),
+			WriteAmp:      report.MedianOf(ps, func(p Phase) float64 { return p.WriteAmp }),
+			SpaceAmp:      report.MedianOf(ps, func(p Phase) float64 { return p.SpaceAmp }),
+			CPUus:         report.MedianOf(ps, func(p Phase) float64 { return p.CPUus }),
+			Stalls:        uint64(report.MedianOf(ps, func(p Phase) float64 { return float64(p.Stalls) })),
+			StallSeconds:  report.MedianOf(ps, func(p Phase) float64 { return p.StallSeconds }),
+			SettleSeconds: report.MedianOf(ps, func(p Phase) float64 { return p.SettleSeconds }),
+			LevelWriteAmp: medianLevels(ps),
+			Seconds:       report.MedianOf(ps, func(p Phase) float64 { return p.Seconds }),
+		})
+	}
+	return out
+}
+
+// medianLevels is the median of each level's write amplification.
+func medianLevels(ps []Phase) []float64 {
+	if len(ps[0].LevelWriteAmp) == 0 {
+		return nil
+	}
+	out := make([]float64, len(ps[0].LevelWriteAmp))
+	for l := range out {
+		out[l] = report.MedianOf(ps, func(p Phase) float64 {
+			if l < len(p.LevelWriteAmp) {
+				return p.LevelWriteAmp[l]
+			}
+			return 0
 		})
 	}
 	return out
@@ -257,14 +304,43 @@ func runPhase(ctx context.Context, threads int, ops uint64, op func(i uint64, r 
 	return h, el, errors.Join(append(errs, ctx.Err())...)
 }
 
-func phaseOf(engine, wl string, ops uint64, h *hist.Histogram, el time.Duration, wamp float64) Phase {
+func phaseOf(engine, wl string, ops uint64, h *hist.Histogram, el, cpu time.Duration) Phase {
 	return Phase{
 		Engine: engine, Workload: wl, Ops: ops, Seconds: el.Seconds(),
 		OpsPerSec: float64(ops) / el.Seconds(),
 		P50us:     report.Micros(h.Quantile(0.5)),
 		P99us:     report.Micros(h.Quantile(0.99)),
-		WriteAmp:  wamp,
+		CPUus:     report.Micros(cpu) / float64(ops),
 	}
+}
+
+// processCPU is this process's CPU time so far.
+func processCPU() (time.Duration, error) {
+	c, ok := harness.ProcessCPU()
+	if !ok {
+		return 0, errors.New("no process CPU time on this system")
+	}
+	return c, nil
+}
+
+// dirBytes is the bytes of the files under dir.
+func dirBytes(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed by a compaction as we walked
+			}
+			return err
+		}
+		if e.Type().IsRegular() {
+			if info, err := e.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // randomValue returns n random bytes.
@@ -278,7 +354,7 @@ func randomValue(r *rand.Rand, n int) []byte {
 
 // Run runs the benchmark: Repeat runs, each loading fresh stores of both
 // engines in turn (the engines alternating which goes first) and running
-// YCSB A and C on each, and reports the medians and the bars.
+// the workloads on each, and reports the medians and the bars.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -294,37 +370,48 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			defer os.RemoveAll(base)
 		}
 	}
-	var chooser ycsb.Chooser = ycsb.Uniform{N: cfg.Records}
-	if ycsb.Distribution(cfg.Distribution) == ycsb.DistZipfian {
-		chooser = ycsb.Scrambled{Z: ycsb.NewZipfian(cfg.Records, ycsb.Theta)}
-	}
+	zipf := ycsb.NewZipfian(cfg.Records, ycsb.Theta)
 	rep := &Report{Records: cfg.Records, Ops: cfg.Ops, Threads: cfg.Threads, ValueSize: cfg.ValueSize,
 		Dist: cfg.Distribution, Machine: report.DescribeMachine()}
 	var runDir string
 	opens := []func() (engine, error){
 		func() (engine, error) {
-			d, err := lsm.Open(vfs.OS(""), filepath.Join(runDir, "kvlsm"), lsm.Options{
+			p := filepath.Join(runDir, "kvlsm")
+			d, err := lsm.Open(vfs.OS(""), p, lsm.Options{
 				MemTableSize: int(cfg.MemTable), BlockCacheSize: cfg.Cache, Logger: cfg.Logger,
 			})
-			return ourEngine{d}, err
+			return ourEngine{d: d, path: p}, err
 		},
 		func() (engine, error) {
 			c := pebble.NewCache(cfg.Cache)
-			po := &pebble.Options{Cache: c, MemTableSize: uint64(cfg.MemTable), Logger: pebbleLog{cfg.Logger}}
+			var stalls, stallNanos atomic.Uint64
+			var stallStart atomic.Int64
+			po := &pebble.Options{Cache: c, MemTableSize: uint64(cfg.MemTable), Logger: pebbleLog{cfg.Logger},
+				EventListener: &pebble.EventListener{
+					WriteStallBegin: func(pebble.WriteStallBeginInfo) {
+						stalls.Add(1)
+						stallStart.Store(time.Now().UnixNano())
+					},
+					WriteStallEnd: func() {
+						if s := stallStart.Swap(0); s != 0 {
+							stallNanos.Add(uint64(time.Now().UnixNano() - s))
+						}
+					},
+				}}
 			if cfg.PebbleCompression == "none" {
 				for i := range po.Levels {
 					po.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
 				}
 			}
-			d, err := pebble.Open(filepath.Join(runDir, "pebble"), po)
+			p := filepath.Join(runDir, "pebble")
+			d, err := pebble.Open(p, po)
 			if err != nil {
 				c.Unref()
 				return nil, err
 			}
-			return pebbleEngine{d: d, cache: c}, nil
+			return pebbleEngine{d: d, cache: c, path: p, stalls: &stalls, stallNanos: &stallNanos}, nil
 		},
 	}
-	userBytes := float64(cfg.Records) * float64(ycsb.KeyLen+cfg.ValueSize)
 	for run := 0; run < cfg.Repeat; run++ {
 		runDir = filepath.Join(base, fmt.Sprintf("run%d", run))
 		order := opens
@@ -338,7 +425,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if err != nil {
 				return nil, err
 			}
-			ps, err := runEngine(ctx, &cfg, e, chooser, userBytes)
+			var ps []Phase
+			// The label follows the engine's goroutines (flushes and
+			// compactions start from its calls), so a CPU profile splits
+			// by engine.
+			pprof.Do(ctx, pprof.Labels("engine", e.name()), func(ctx context.Context) {
+				ps, err = runEngine(ctx, &cfg, e, zipf)
+			})
 			if cerr := e.close(); err == nil && cerr != nil {
 				err = fmt.Errorf("%s close: %w", e.name(), cerr)
 			}
@@ -358,9 +451,20 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 }
 
 // runEngine loads e and runs the workloads on it.
-func runEngine(ctx context.Context, cfg *Config, e engine, chooser ycsb.Chooser, userBytes float64) ([]Phase, error) {
+func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) ([]Phase, error) {
 	var phases []Phase
+	recordBytes := float64(ycsb.KeyLen + cfg.ValueSize)
+	ins := newInserter(cfg.Records)
+	count := &ins.acked
+	spaceAmp := func() (float64, error) {
+		n, err := dirBytes(e.dir())
+		return float64(n) / (float64(count.Load()) * recordBytes), err
+	}
 	w0, err := procWchar()
+	if err != nil {
+		return nil, err
+	}
+	c0, err := processCPU()
 	if err != nil {
 		return nil, err
 	}
@@ -380,20 +484,72 @@ func runEngine(ctx context.Context, cfg *Config, e engine, chooser ycsb.Chooser,
 	if err != nil {
 		return nil, err
 	}
-	phases = append(phases, phaseOf(e.name(), "load", cfg.Records, h, el, float64(w1-w0)/userBytes))
+	c1, err := processCPU()
+	if err != nil {
+		return nil, err
+	}
+	p := phaseOf(e.name(), "load", cfg.Records, h, el, c1-c0)
+	loaded := float64(cfg.Records) * recordBytes
+	p.WriteAmp = float64(w1-w0) / loaded
+	p.SettleSeconds = time.Since(settleStart).Seconds()
+	wd := e.writeDetail()
+	for _, b := range wd.levelBytes {
+		p.LevelWriteAmp = append(p.LevelWriteAmp, float64(b)/loaded)
+	}
+	p.Stalls, p.StallSeconds = wd.stalls, wd.stallTime.Seconds()
+	if p.SpaceAmp, err = spaceAmp(); err != nil {
+		return nil, err
+	}
+	phases = append(phases, p)
 	cfg.progress("%s: load %d records in %s, settled in %s", e.name(), cfg.Records, el.Round(time.Millisecond), time.Since(settleStart).Round(time.Millisecond))
-	for _, wl := range []ycsb.Workload{ycsb.A, ycsb.C} {
+	for _, wl := range cfg.Workloads {
+		var chooser ycsb.Chooser
+		switch {
+		case wl.Dist == ycsb.DistLatest:
+			chooser = ycsb.Latest{Z: zipf, Count: count}
+		case ycsb.Distribution(cfg.Distribution) == ycsb.DistUniform:
+			chooser = uniformOver{count}
+		default:
+			chooser = ycsb.Scrambled{Z: zipf}
+		}
 		var missing atomic.Uint64
+		c0, err := processCPU()
+		if err != nil {
+			return nil, err
+		}
 		h, el, err := runPhase(ctx, cfg.Threads, cfg.Ops, func(i uint64, r *rand.Rand) error {
+			op := wl.Choose(r)
+			if op == ycsb.Insert {
+				i := ins.next.Add(1) - 1
+				if err := e.set(ycsb.Key(i), randomValue(r, cfg.ValueSize)); err != nil {
+					return err
+				}
+				ins.done(i)
+				return nil
+			}
 			k := ycsb.Key(chooser.Next(r))
-			if wl.Choose(r) == ycsb.Read {
-				ok, err := e.get(k)
-				if !ok {
+			switch op {
+			case ycsb.Update:
+				return e.set(k, randomValue(r, cfg.ValueSize))
+			case ycsb.Scan:
+				n, err := e.scan(k, wl.ScanLen(r))
+				if n == 0 && err == nil {
 					missing.Add(1)
 				}
 				return err
 			}
-			return e.set(k, randomValue(r, cfg.ValueSize))
+			ok, err := e.get(k)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				missing.Add(1)
+				return nil
+			}
+			if op == ycsb.ReadModifyWrite {
+				return e.set(k, randomValue(r, cfg.ValueSize))
+			}
+			return nil
 		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", e.name(), wl.Name, err)
@@ -401,10 +557,52 @@ func runEngine(ctx context.Context, cfg *Config, e engine, chooser ycsb.Chooser,
 		if missing.Load() > 0 {
 			return nil, fmt.Errorf("%s %s: %d reads missed loaded keys", e.name(), wl.Name, missing.Load())
 		}
-		phases = append(phases, phaseOf(e.name(), wl.Name, cfg.Ops, h, el, 0))
+		c1, err := processCPU()
+		if err != nil {
+			return nil, err
+		}
+		p := phaseOf(e.name(), wl.Name, cfg.Ops, h, el, c1-c0)
+		if p.SpaceAmp, err = spaceAmp(); err != nil {
+			return nil, err
+		}
+		phases = append(phases, p)
 	}
 	return phases, nil
 }
+
+// inserter numbers inserted records and tracks which exist: YCSB's
+// acknowledged counter. Records [0, acked) are all inserted, so a chooser
+// bounded by acked never picks one still being written.
+type inserter struct {
+	next, acked atomic.Uint64
+	mu          sync.Mutex
+	finished    map[uint64]bool // inserted, above acked
+}
+
+func newInserter(records uint64) *inserter {
+	in := &inserter{finished: map[uint64]bool{}}
+	in.next.Store(records)
+	in.acked.Store(records)
+	return in
+}
+
+// done records that record i is inserted.
+func (in *inserter) done(i uint64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.finished[i] = true
+	a := in.acked.Load()
+	for in.finished[a] {
+		delete(in.finished, a)
+		a++
+	}
+	in.acked.Store(a)
+}
+
+// uniformOver chooses evenly among the records inserted so far.
+type uniformOver struct{ count *atomic.Uint64 }
+
+func (u uniformOver) Next(r *rand.Rand) uint64 { return r.Uint64N(u.count.Load()) }
 
 // bars states the issue's bars from the medians.
 func bars(phases []Phase) []report.Bar {

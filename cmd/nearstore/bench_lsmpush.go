@@ -15,17 +15,17 @@ import (
 // kv/lsm plain and pushed down, and Pebble, on an offloadfs served by a
 // target process from simulated NAND (package bench/lsmpushbench).
 type lsmPushFlags struct {
-	mode, workloads, rates string
+	mode, rates            string
 	duration               time.Duration
-	proc                   procFlags
+	clientCPUs, serverCPUs string
 }
 
 const lsmPushHelp = `With --mode (plain, pushdown, pebble, comma-separated) it measures instead
 Gets over NVMe/TCP: the records are loaded into kv/lsm (and Pebble, with
 mode pebble) on an offloadfs that a target in its own process serves from a
-simulated NAND SSD (90 µs reads); then each --workload (C: 100% reads, B:
-95% reads and 5% updates, D: 95% reads of the latest records and 5%
-inserts) runs for --duration per run with --threads Gets in flight, the
+simulated NAND SSD (90 µs reads); then each of --workloads (default C
+here; C: 100% reads, B: 95% reads and 5% updates, both uniform, D: 95%
+reads of the latest records and 5% inserts) runs for --duration per run with --threads Gets in flight, the
 modes interleaved run by run, --repeat times, every value read checked.
 plain is kv/lsm reading blocks on the host; pushdown splits each Get and
 sends its on-disk part as one lsm_get pushdown, with --sample-rates the
@@ -38,10 +38,10 @@ indexes and filters outside it).`
 
 func (f *lsmPushFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.mode, "mode", "", "NVMe/TCP modes to measure: plain, pushdown, pebble (comma-separated; see above)")
-	fs.StringVar(&f.workloads, "workload", "C", "with --mode: YCSB workloads, comma-separated (C, B, D)")
 	fs.StringVar(&f.rates, "sample-rates", "0.01", "with --mode pushdown: cache-sampling rates to sweep, comma-separated")
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "with --mode: length of each timed run")
-	f.proc.add(fs, "with --mode: run the target in this process (its CPU time is then not separated)")
+	fs.StringVar(&f.clientCPUs, "client-cpus", "", "with --mode: pin this process (the host) to these CPUs (taskset list)")
+	fs.StringVar(&f.serverCPUs, "server-cpus", "", "with --mode: pin the target process to these CPUs (taskset list)")
 }
 
 // lsmPushArgs are the flags `bench lsm` shares with the NVMe/TCP modes.
@@ -50,6 +50,8 @@ type lsmPushArgs struct {
 	valueSize       int
 	threads, repeat int
 	cache           int64
+	workloads       string
+	cpuprof         string
 	asJSON          bool
 	plotFile        string
 }
@@ -68,7 +70,10 @@ func (f *lsmPushFlags) run(cmd *cobra.Command, g *globals, a lsmPushArgs) error 
 	cfg := lsmpushbench.Config{
 		Records: int(a.records), ValueSize: a.valueSize, Threads: a.threads, Repeat: a.repeat,
 		Duration: f.duration, BlockCache: a.cache,
-		Modes: splitList(f.mode), Workloads: splitList(f.workloads),
+		Modes: splitList(f.mode), Workloads: splitList(a.workloads),
+	}
+	if fl := cmd.Flag("workloads"); fl == nil || !fl.Changed {
+		cfg.Workloads = []string{"C"}
 	}
 	for _, r := range splitList(f.rates) {
 		x, err := strconv.ParseFloat(r, 64)
@@ -77,17 +82,15 @@ func (f *lsmPushFlags) run(cmd *cobra.Command, g *globals, a lsmPushArgs) error 
 		}
 		cfg.SampleRates = append(cfg.SampleRates, x)
 	}
+	proc := procFlags{clientCPUs: f.clientCPUs, serverCPUs: f.serverCPUs}
 	var pinning string
 	var err error
-	if cfg.TargetExe, pinning, err = f.proc.setup(); err != nil {
+	if cfg.TargetExe, pinning, err = proc.setup(); err != nil {
 		return err
 	}
-	if cfg.TargetExe == "" {
-		return fmt.Errorf("--mode needs the target in its own process (drop --in-process)")
-	}
-	cfg.ServerCPUs = f.proc.serverCPUs
+	cfg.ServerCPUs = f.serverCPUs
 	cfg.Logger = benchLogger(cmd, g)
-	stopProfile, err := startCPUProfile(f.proc.cpuprof)
+	stopProfile, err := startCPUProfile(a.cpuprof)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/bench/lsmbench"
+	"github.com/nearstore/nearstore/bench/ycsb"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/vfs"
@@ -214,23 +215,32 @@ get, scan and stats print text, or JSON with --json.`,
 
 func newBenchLSMCmd(g *globals) *cobra.Command {
 	var (
-		cfg      lsmbench.Config
-		plotFile string
-		asJSON   bool
-		push     lsmPushFlags
+		cfg                 lsmbench.Config
+		plotFile, workloads string
+		cpuprof             string
+		asJSON              bool
+		push                lsmPushFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "lsm",
-		Short: "kv/lsm vs Pebble: YCSB Load, A and C on a local directory",
+		Short: "kv/lsm vs Pebble: YCSB Load and A-F on a local directory",
 		Long: `lsm loads --records records of --value-size random bytes into kv/lsm and
 into Pebble (v2) in turn, each in its own directory under --dir, with the
 same memtable size, block cache and threads, and with Pebble's blocks
-uncompressed like kv/lsm's (--pebble-compression), and runs YCSB A (50% reads,
-50% updates) and C (100% reads) with --ops operations over a zipfian
-(theta 0.99, scrambled) or uniform key choice. Writes are not synced. It
-reports throughput, p50/p99 latency and, for Load, write amplification:
-bytes this process passed to write calls while loading and settling
-(flush, then wait for compactions) over the bytes loaded. Each of --repeat
+uncompressed like kv/lsm's (--pebble-compression), and runs the YCSB core
+workloads --workloads (default A,C), --ops operations each, in order:
+
+  A  50% reads, 50% updates        D  95% reads of the latest, 5% inserts
+  B  95% reads, 5% updates         E  95% scans of 1-100 records, 5% inserts
+  C  100% reads                    F  50% reads, 50% read-modify-writes
+
+over a zipfian (theta 0.99, scrambled) or uniform key choice (D: the
+latest records, zipfian). Writes are not synced. It reports throughput,
+p50/p99 latency, space amplification (the store's bytes on disk over the
+live records' bytes), CPU per operation (this process's CPU time over
+the phase: clients, flushes, compactions) and, for Load, write
+amplification: bytes this process passed to write calls while loading
+and settling (flush, then wait for compactions) over the bytes loaded. Each of --repeat
 runs uses fresh stores, the engines alternating which goes first; the
 report gives each figure's median. Bars: kv/lsm at
 least 0.7x Pebble's throughput on Load, A and C, and at most 1.2x its
@@ -238,18 +248,27 @@ write amplification on Load. --plot FILE draws the medians: throughput
 per workload for both engines, and write amplification on Load.
 
 ` + lsmPushHelp,
-		Example: `  nearstore bench lsm --records 200000 --ops 200000 --json
+		Example: `  nearstore bench lsm --records 2000000 --ops 200000 --workloads all --json
   nearstore bench lsm --records 200000 --ops 200000 --plot lsm.png
-  nearstore bench lsm --mode plain,pushdown,pebble --workload C,B --plot lsm-pushdown.png`,
+  nearstore bench lsm --mode plain,pushdown,pebble --workloads C,B,D --plot lsm-pushdown.png`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if push.mode != "" {
 				return push.run(cmd, g, lsmPushArgs{records: cfg.Records, valueSize: cfg.ValueSize, threads: cfg.Threads,
-					repeat: cfg.Repeat, cache: cfg.Cache, asJSON: asJSON, plotFile: plotFile})
+					repeat: cfg.Repeat, cache: cfg.Cache, workloads: workloads, cpuprof: cpuprof, asJSON: asJSON, plotFile: plotFile})
+			}
+			var err error
+			if cfg.Workloads, err = ycsb.Parse(workloads); err != nil {
+				return usageErrorf("--workloads: %v", err)
 			}
 			cfg.Logger = benchLogger(cmd, g)
 			cfg.Progress = cmd.ErrOrStderr()
+			stop, err := startCPUProfile(cpuprof)
+			if err != nil {
+				return err
+			}
 			rep, err := lsmbench.Run(cmd.Context(), cfg)
+			stop()
 			if err != nil {
 				return err
 			}
@@ -262,13 +281,15 @@ per workload for both engines, and write amplification on Load.
 	f.StringVar(&cfg.Dir, "dir", "", "directory to hold both stores (default: a temporary one, removed after)")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the stores after the run")
 	f.Uint64Var(&cfg.Records, "records", lsmbench.DefaultRecords, "records loaded")
-	f.Uint64Var(&cfg.Ops, "ops", lsmbench.DefaultOps, "operations per workload (A, C)")
+	f.Uint64Var(&cfg.Ops, "ops", lsmbench.DefaultOps, "operations per workload")
+	f.StringVar(&workloads, "workloads", "A,C", "YCSB workloads run after the load, in order: letters A-F, comma-separated, or all")
 	f.IntVar(&cfg.Threads, "threads", lsmbench.DefaultThreads, "client goroutines")
 	f.IntVar(&cfg.ValueSize, "value-size", lsmbench.DefaultValueSize, "value bytes")
 	f.Int64Var(&cfg.MemTable, "memtable", lsmbench.DefaultMemTable, "memtable size, both engines")
 	f.Int64Var(&cfg.Cache, "cache", lsmbench.DefaultCache, "block cache bytes, both engines")
-	f.StringVar(&cfg.Distribution, "distribution", "zipfian", "key choice for A and C: zipfian or uniform")
+	f.StringVar(&cfg.Distribution, "distribution", "zipfian", "key choice of the workloads but D: zipfian or uniform")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of this process to this file; samples carry the label engine=kv/lsm or engine=pebble (go tool pprof -tagfocus)")
 	f.StringVar(&plotFile, "plot", "", "write throughput per workload and load write amplification, both engines, to this file (.png, .svg or .pdf)")
 	f.StringVar(&cfg.PebbleCompression, "pebble-compression", "none",
 		"Pebble's block compression: none (as kv/lsm's tables) or snappy (Pebble's default)")

@@ -156,13 +156,18 @@ func TestLSMCommandsOffloadfs(t *testing.T) {
 	}
 }
 
-// TestBenchLSMCommand runs "bench lsm" at a tiny size: both engines run,
-// every read finds its key, the report has the four bars, and --plot
+// TestBenchLSMCommand runs "bench lsm" at a tiny size with every YCSB
+// workload: both engines run, every read and scan finds its keys (D and
+// E's inserts included), every phase has throughput, space
+// amplification and CPU per op, the report has the four bars, and --plot
 // writes a PNG.
 func TestBenchLSMCommand(t *testing.T) {
+	if _, err := runNearstore(t, "bench", "lsm", "--workloads", "A,G"); err == nil || !strings.Contains(err.Error(), "G") {
+		t.Fatalf("--workloads A,G: %v; want it refused", err)
+	}
 	plotFile := filepath.Join(t.TempDir(), "lsm.png")
 	out, err := runNearstore(t, "bench", "lsm", "--records", "3000", "--ops", "3000", "--repeat", "2",
-		"--memtable", "1048576", "--dir", t.TempDir(), "--json", "--plot", plotFile)
+		"--memtable", "1048576", "--workloads", "all", "--dir", t.TempDir(), "--json", "--plot", plotFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,11 +183,11 @@ func TestBenchLSMCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(rep.Runs) != 2 || len(rep.Phases) != 6 || len(rep.Bars) != 4 {
+	if len(rep.Runs) != 2 || len(rep.Phases) != 14 || len(rep.Bars) != 4 {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, p := range rep.Phases {
-		if p.OpsPerSec <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) {
+		if p.OpsPerSec <= 0 || p.SpaceAmp <= 0 || p.CPUus <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) {
 			t.Fatalf("phase %+v", p)
 		}
 	}

@@ -52,6 +52,16 @@ type Options struct {
 	// version change starts a new one holding the whole version (default
 	// 64 MiB).
 	MaxManifestFileSize int64
+	// ReadOnly opens the store without writing anything: the WALs are
+	// replayed into memtables kept in memory (not flushed), no WAL or
+	// MANIFEST is created, no obsolete file removed, no flush or
+	// compaction runs, and Set, Delete, DeleteRange, Apply, Flush and
+	// Compact fail with ErrReadOnly. The directory must hold a store
+	// (CURRENT). It serves readers of a store another process owns, or
+	// of a snapshot of its directory, and a file system mounted
+	// read-only; the writer must not remove files under a read-only
+	// reader (a snapshot of the directory keeps them).
+	ReadOnly bool
 	// Table shapes the tables written.
 	Table TableOptions
 	// Logger receives flush, compaction and error events (default

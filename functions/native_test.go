@@ -36,7 +36,7 @@ func code(err error) int32 {
 }
 
 func TestNamesAndModules(t *testing.T) {
-	want := []string{"bitmap", "btree_lookup", "grep", "knn", "stats32", "stats64", "tpch_q1", "tpch_q12", "tpch_q14", "tpch_q6"}
+	want := []string{"bitmap", "btree_lookup", "grep", "knn", "lsm_get", "stats32", "stats64", "tpch_q1", "tpch_q12", "tpch_q14", "tpch_q6"}
 	if got := Names(); !slices.Equal(got, want) {
 		t.Fatalf("Names() = %v, want %v", got, want)
 	}
@@ -55,7 +55,7 @@ func TestNamesAndModules(t *testing.T) {
 		if k, _ := sandbox.DetectKind(e); k != sandbox.KindEBPF {
 			t.Errorf("%s.o: kind %v", name, k)
 		}
-		if (Native(name) == nil) != (name == "btree_lookup") {
+		if (Native(name) == nil) != (name == "btree_lookup" || name == "lsm_get") {
 			t.Errorf("Native(%q) = %v", name, Native(name))
 		}
 	}

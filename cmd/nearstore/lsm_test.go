@@ -3,18 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"image/png"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
+	"github.com/nearstore/nearstore/bench/lsmbench"
 	"github.com/nearstore/nearstore/internal/testtarget"
-	"github.com/nearstore/nearstore/vfs"
-	"github.com/nearstore/nearstore/vfs/vfstest"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -160,13 +156,18 @@ func TestLSMCommandsOffloadfs(t *testing.T) {
 	}
 }
 
-// TestBenchLSMCommand runs "bench lsm" at a tiny size: both engines run,
-// every read finds its key, the report has the four bars, and --plot
+// TestBenchLSMCommand runs "bench lsm" at a tiny size with every YCSB
+// workload: both engines run, every read and scan finds its keys (D and
+// E's inserts included), every phase has throughput, space
+// amplification and CPU per op, the report has the four bars, and --plot
 // writes a PNG.
 func TestBenchLSMCommand(t *testing.T) {
+	if _, err := runNearstore(t, "bench", "lsm", "--workloads", "A,G"); err == nil || !strings.Contains(err.Error(), "G") {
+		t.Fatalf("--workloads A,G: %v; want it refused", err)
+	}
 	plotFile := filepath.Join(t.TempDir(), "lsm.png")
 	out, err := runNearstore(t, "bench", "lsm", "--records", "3000", "--ops", "3000", "--repeat", "2",
-		"--memtable", "1048576", "--dir", t.TempDir(), "--json", "--plot", plotFile)
+		"--memtable", "1048576", "--workloads", "all", "--dir", t.TempDir(), "--json", "--plot", plotFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,87 +179,16 @@ func TestBenchLSMCommand(t *testing.T) {
 	if cfg, err := png.DecodeConfig(f); err != nil || cfg.Width < 500 {
 		t.Fatalf("--plot %s: %v, %+v", plotFile, err, cfg)
 	}
-	var rep lsmReport
+	var rep lsmbench.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(rep.Runs) != 2 || len(rep.Phases) != 6 || len(rep.Bars) != 4 {
+	if len(rep.Runs) != 2 || len(rep.Phases) != 14 || len(rep.Bars) != 4 {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, p := range rep.Phases {
-		if p.OpsPerSec <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) {
+		if p.OpsPerSec <= 0 || p.SpaceAmp <= 0 || p.CPUus <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) {
 			t.Fatalf("phase %+v", p)
 		}
-	}
-}
-
-// TestSaveLSMPlotFormats: svg and pdf are written too, and a name with no
-// known format is refused, leaving no file.
-func TestSaveLSMPlotFormats(t *testing.T) {
-	rep := lsmReport{Records: 10, Ops: 10, Threads: 1, ValueSize: 8, Dist: "uniform", Runs: make([][]lsmPhase, 1)}
-	for _, e := range []string{"kv/lsm", "pebble"} {
-		rep.Phases = append(rep.Phases,
-			lsmPhase{Engine: e, Workload: "load", OpsPerSec: 1000, WriteAmp: 2.5},
-			lsmPhase{Engine: e, Workload: "A", OpsPerSec: 2000},
-			lsmPhase{Engine: e, Workload: "C", OpsPerSec: 3000})
-	}
-	dir := t.TempDir()
-	for _, name := range []string{"p.svg", "p.pdf"} {
-		if err := saveLSMPlot(filepath.Join(dir, name), rep); err != nil {
-			t.Fatal(err)
-		}
-		if st, err := os.Stat(filepath.Join(dir, name)); err != nil || st.Size() == 0 {
-			t.Fatalf("%s: %v", name, err)
-		}
-	}
-	bad := filepath.Join(dir, "p.txt")
-	if err := saveLSMPlot(bad, rep); err == nil {
-		t.Fatal("p.txt: no error")
-	}
-	if _, err := os.Stat(bad); err == nil {
-		t.Fatal("p.txt: a file was left")
-	}
-}
-
-// TestOverlayFS: the overlay under read-only lsm commands behaves as a
-// vfs.FS should, and whatever is written, removed or renamed through it
-// leaves the file system below as it was.
-func TestOverlayFS(t *testing.T) {
-	vfstest.Run(t, func(t *testing.T) vfs.FS { return newOverlayFS(vfs.OS(t.TempDir())) })
-
-	base := t.TempDir()
-	if err := os.WriteFile(filepath.Join(base, "a"), []byte("base a"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	o := newOverlayFS(vfs.OS(base))
-	f, err := o.Create("b")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Write([]byte("new b"))
-	f.Close()
-	if err := o.Rename("a", "c"); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.Remove("b"); err != nil {
-		t.Fatal(err)
-	}
-	if names, err := o.List("."); err != nil || !slices.Equal(names, []string{"c"}) {
-		t.Fatalf("overlay lists %v, %v; want [c]", names, err)
-	}
-	g, err := o.Open("c")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := make([]byte, 6)
-	if n, _ := g.ReadAt(b, 0); string(b[:n]) != "base a" {
-		t.Fatalf("c reads %q", b[:n])
-	}
-	if _, err := o.Open("a"); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("open a after rename: %v", err)
-	}
-	ents, err := os.ReadDir(base)
-	if err != nil || len(ents) != 1 || ents[0].Name() != "a" {
-		t.Fatalf("base changed: %v, %v", ents, err)
 	}
 }

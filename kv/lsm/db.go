@@ -23,6 +23,9 @@ var (
 	ErrNotFound = errors.New("lsm: not found")
 	// ErrClosed: the DB (or snapshot, or iterator) is closed.
 	ErrClosed = errors.New("lsm: closed")
+	// ErrReadOnly: a write, flush or compaction on a DB opened with
+	// Options.ReadOnly.
+	ErrReadOnly = errors.New("lsm: store opened read-only")
 )
 
 // DB is an LSM-tree store. All methods are safe for concurrent use, except
@@ -59,6 +62,7 @@ type DB struct {
 	log  *slog.Logger
 	bc   *blockCache
 	tc   *tableCache
+	pd   *pushState // nil: no pushdown
 
 	// visibleSeq is the highest seq readers may see.
 	visibleSeq atomic.Uint64
@@ -152,8 +156,16 @@ func Open(vfsys vfs.FS, dir string, opts Options) (*DB, error) {
 		d.bc = newBlockCache(opts.BlockCacheSize, 16)
 	}
 	d.tc = newTableCache(vfsys, dir, d.bc, opts.TableCacheSize)
-	if err := vfsys.MkdirAll(dir); err != nil {
-		return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
+	if opts.Pusher != nil {
+		var err error
+		if d.pd, err = openPushdown(context.Background(), &opts); err != nil {
+			return nil, err
+		}
+	}
+	if !opts.ReadOnly {
+		if err := vfsys.MkdirAll(dir); err != nil {
+			return nil, fmt.Errorf("lsm: open %s: %w", dir, err)
+		}
 	}
 	if err := d.recover(); err != nil {
 		d.tc.close()
@@ -208,6 +220,8 @@ func (d *DB) recover() error {
 	var lastSeq SeqNum
 	cur, err := d.readFile("CURRENT")
 	switch {
+	case errors.Is(err, fs.ErrNotExist) && d.opts.ReadOnly:
+		return fmt.Errorf("lsm: open %s read-only: no store there (no CURRENT): %w", d.dir, err)
 	case errors.Is(err, fs.ErrNotExist):
 		// A new store (or one that crashed before its first CURRENT).
 	case err != nil:
@@ -268,12 +282,19 @@ func (d *DB) recover() error {
 	d.nextFileNum = max(nextFile, 1)
 	d.installLocked(v)
 
-	// Replay the WALs into memtables, flushing each full one to L0.
+	// Replay the WALs into memtables, flushing each full one to L0 (or,
+	// read-only, keeping it as an immutable memtable).
 	slices.Sort(logs)
 	edit := &VersionEdit{}
 	mem := newMemTable(d.opts.MemTableSize, 0)
+	var replayed []*memTable // read-only: the full ones, oldest first
 	flushMem := func() error {
 		if mem.empty() {
+			return nil
+		}
+		if d.opts.ReadOnly {
+			replayed = append(replayed, mem)
+			mem = newMemTable(d.opts.MemTableSize, 0)
 			return nil
 		}
 		meta, err := d.writeL0(context.Background(), mem, nil)
@@ -325,6 +346,17 @@ func (d *DB) recover() error {
 			mem.apply(seq, ents)
 			lastSeq = max(lastSeq, seq+SeqNum(len(ents))-1)
 		}
+	}
+	if d.opts.ReadOnly {
+		// Nothing is written: the replayed memtables serve reads, the
+		// files stay as the writer left them.
+		d.logSeq.Store(lastSeq)
+		d.visibleSeq.Store(lastSeq)
+		d.mu.Lock()
+		d.mem, d.imm = mem, replayed
+		d.publishReadStateLocked()
+		d.mu.Unlock()
+		return nil
 	}
 	if err := flushMem(); err != nil {
 		return err
@@ -636,6 +668,9 @@ func (d *DB) DeleteRange(start, end []byte, o *WriteOptions) error {
 // batch joins the commit queue (a write stall); once queued, the batch is
 // committed or fails with the group.
 func (d *DB) Apply(ctx context.Context, b *Batch, o *WriteOptions) error {
+	if d.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	_, ents, err := decodeBatch(b.Repr())
 	if err != nil {
 		return fmt.Errorf("lsm: apply: %w", err)
@@ -937,7 +972,7 @@ func (d *DB) rotateLocked(capacity int) error {
 // maybeScheduleLocked starts a flush and compactions if there is work and
 // room for it.
 func (d *DB) maybeScheduleLocked() {
-	if d.closed || d.bgErr != nil {
+	if d.closed || d.bgErr != nil || d.opts.ReadOnly {
 		return
 	}
 	if !d.flushing && len(d.imm) > 0 {
@@ -1083,6 +1118,9 @@ func (d *DB) snapshotListLocked() []SeqNum {
 // Flush makes the memtable immutable and waits until every memtable
 // before it is in L0.
 func (d *DB) Flush(ctx context.Context) error {
+	if d.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	req := &commitReq{b: NewBatch(), flush: true, done: make(chan error, 1), apply: make(chan *memTable, 1)}
 	if err := d.commit(req); err != nil {
 		return err
@@ -1180,6 +1218,9 @@ func (d *DB) Get(key []byte) ([]byte, error) { return d.getAt(key, d.visibleSeq.
 // newest (entries in earlier sources are newer); a range tombstone seen
 // in it or any earlier source with a higher seq deletes it.
 func (d *DB) getAt(key []byte, snap SeqNum) ([]byte, error) {
+	if d.pd != nil {
+		return d.getSplit(key, snap)
+	}
 	rs, err := d.loadReadState()
 	if err != nil {
 		return nil, err

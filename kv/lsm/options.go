@@ -52,12 +52,38 @@ type Options struct {
 	// version change starts a new one holding the whole version (default
 	// 64 MiB).
 	MaxManifestFileSize int64
+	// ReadOnly opens the store without writing anything: the WALs are
+	// replayed into memtables kept in memory (not flushed), no WAL or
+	// MANIFEST is created, no obsolete file removed, no flush or
+	// compaction runs, and Set, Delete, DeleteRange, Apply, Flush and
+	// Compact fail with ErrReadOnly. The directory must hold a store
+	// (CURRENT). It serves readers of a store another process owns, or
+	// of a snapshot of its directory, and a file system mounted
+	// read-only; the writer must not remove files under a read-only
+	// reader (a snapshot of the directory keeps them).
+	ReadOnly bool
 	// Table shapes the tables written.
 	Table TableOptions
 	// Logger receives flush, compaction and error events (default
 	// slog.Default()).
 	Logger *slog.Logger
+	// Pusher, if set, pushes the on-disk part of Gets down to the storage
+	// node holding the tables (pushdown.go); the store's files must be on
+	// the Pusher's file system. Nil: Gets read on the host.
+	Pusher Pusher
+	// PushdownModule is the lsm_get module to register with the Pusher
+	// (default: the standard wasm build, functions.Module).
+	PushdownModule []byte
+	// CacheSampleRate is the fraction of the Gets that would be pushed
+	// down that take the ordinary read path instead and fill the block
+	// cache, so that it does not go stale under pushdown (default
+	// DefaultCacheSampleRate; negative: none).
+	CacheSampleRate float64
 }
+
+// DefaultCacheSampleRate is Options.CacheSampleRate's default: 1% of
+// pushed-down Gets refresh the block cache.
+const DefaultCacheSampleRate = 0.01
 
 func (o *Options) setDefaults() {
 	if o.MemTableSize <= 0 {

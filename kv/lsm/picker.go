@@ -83,10 +83,9 @@ func (d *DB) pendingCompactionBytes(v *Version) uint64 {
 	return n
 }
 
-// scoreLocked is a level's compaction score: L0's table count over its
+// fillLocked is a level's fill factor: L0's table count over its
 // threshold, a lower level's size over its target (see levelTargets).
-// >= 1 needs compaction.
-func (d *DB) scoreLocked(v *Version, level int) float64 {
+func (d *DB) fillLocked(v *Version, level int) float64 {
 	if level == 0 {
 		return float64(len(v.Levels[0])) / float64(d.opts.L0CompactionThreshold)
 	}
@@ -99,6 +98,37 @@ func (d *DB) scoreLocked(v *Version, level int) float64 {
 		return 1000 + size // data above the base level goes down first
 	}
 	return size / targets[level]
+}
+
+// scoreLocked is a level's compaction score; >= 1 needs compaction. A
+// level is due when its fill factor is at least 1, and its score is its
+// fill factor divided by that of the level it compacts into (floored at
+// 0.01), as Pebble scores: a level is not compacted into one that is
+// fuller still, relative to its target, so the lower level is compacted
+// first and the upper one keeps gathering data. Pushing data into an
+// overfull level only makes it rewrite more later; letting it gather
+// means each byte is merged into the level below in bigger batches,
+// which lowers write amplification (with random keys, every L0→Lbase
+// compaction rewrites all of Lbase). L0 at L0SlowdownWritesThreshold
+// tables or more, or at twice L0CompactionThreshold, keeps its plain fill
+// factor, so the adjustment never holds writers back.
+func (d *DB) scoreLocked(v *Version, level int) float64 {
+	fill := d.fillLocked(v, level)
+	if fill < 1 || level == NumLevels-1 {
+		return fill
+	}
+	base, targets := d.levelTargets(v)
+	if level > 0 && targets[level] == 0 {
+		return fill // above the base level: down first, whatever is below
+	}
+	if level == 0 && len(v.Levels[0]) >= min(d.opts.L0SlowdownWritesThreshold, 2*d.opts.L0CompactionThreshold) {
+		return fill
+	}
+	next := level + 1
+	if level == 0 {
+		next = base
+	}
+	return fill / max(0.01, d.fillLocked(v, next))
 }
 
 func anyCompacting(fs []*FileMeta) bool {

@@ -344,7 +344,8 @@ type tableReader struct {
 	tombs   []tombstone
 	frags   []fragment // tombs, fragmented for point lookups
 	props   tableProps
-	metaLen int // bytes of index, filter and range deletions held
+	metaLen int         // bytes of index, filter and range deletions held
+	top     blockHandle // the top-level index block, for walkers that start there
 }
 
 // readRaw reads and checks the block at h.
@@ -374,7 +375,7 @@ func openTable(f vfs.File, name string, fileNum uint64, size int64, cache *block
 	if err != nil {
 		return nil, &CorruptionError{File: name, Offset: size - footerLen, Reason: err.Error()}
 	}
-	r := &tableReader{f: f, name: name, fileNum: fileNum, size: size, cache: cache}
+	r := &tableReader{f: f, name: name, fileNum: fileNum, size: size, cache: cache, top: ft.index}
 	corrupt := func(h blockHandle, err error) error {
 		return &CorruptionError{File: name, Offset: int64(h.offset), Reason: err.Error()}
 	}
@@ -526,10 +527,16 @@ func (r *tableReader) get(ukey []byte, seq SeqNum) (ikey, value []byte, found bo
 	if err != nil {
 		return nil, nil, false, err
 	}
+	return r.searchBlock(b, r.index[i].h, ukey, sk)
+}
+
+// searchBlock returns the newest entry of ukey visible at search key sk
+// in data block b (at h), if the block has one.
+func (r *tableReader) searchBlock(b block, h blockHandle, ukey, sk []byte) (ikey, value []byte, found bool, err error) {
 	it := newBlockIter(b, compareInternal)
 	if !it.SeekGE(sk) {
 		if it.err != nil {
-			return nil, nil, false, &CorruptionError{File: r.name, Offset: int64(r.index[i].h.offset), Reason: it.err.Error()}
+			return nil, nil, false, &CorruptionError{File: r.name, Offset: int64(h.offset), Reason: it.err.Error()}
 		}
 		return nil, nil, false, nil
 	}

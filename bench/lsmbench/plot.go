@@ -1,0 +1,204 @@
+package lsmbench
+
+import (
+	"errors"
+	"fmt"
+	"image/color"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/nearstore/nearstore/bench/report"
+)
+
+// plots are "bench lsm"'s charts: the medians' throughput per
+// workload, the engines side by side with kv/lsm's ratio to Pebble above
+// each group, and each engine's write amplification on Load.
+func plots(rep *Report) ([]*plot.Plot, error) {
+	var engines, workloads []string
+	byKey := map[string]Phase{}
+	for _, p := range rep.Phases {
+		if !slices.Contains(engines, p.Engine) {
+			engines = append(engines, p.Engine)
+		}
+		if !slices.Contains(workloads, p.Workload) {
+			workloads = append(workloads, p.Workload)
+		}
+		byKey[p.Engine+"/"+p.Workload] = p
+	}
+	if len(engines) == 0 {
+		return nil, errors.New("plot: no results")
+	}
+	colors := [...]color.RGBA{
+		{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, // blue
+		{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, // orange
+	}
+	sub := fmt.Sprintf("%d records of %d B, %d ops, %d threads, %s; medians of %d runs",
+		rep.Records, rep.ValueSize, rep.Ops, rep.Threads, rep.Dist, len(rep.Runs))
+	width := vg.Points(20)
+
+	tp := plot.New()
+	tp.Title.Text = "YCSB throughput\n" + sub
+	if len(engines) == 2 {
+		tp.Title.Text += fmt.Sprintf("\nlabels: %s ÷ %s", engines[0], engines[1])
+	}
+	tp.Y.Label.Text = "ops/s"
+	tp.Y.Min = 0
+	tp.Legend.Top, tp.Legend.Left = true, true
+	tp.Add(plotter.NewGrid())
+	var top float64
+	for i, e := range engines {
+		vs := make(plotter.Values, len(workloads))
+		for j, w := range workloads {
+			vs[j] = byKey[e+"/"+w].OpsPerSec
+			top = max(top, vs[j])
+		}
+		b, err := plotter.NewBarChart(vs, width)
+		if err != nil {
+			return nil, fmt.Errorf("plot throughput: %w", err)
+		}
+		b.Color = colors[i%len(colors)]
+		b.LineStyle.Width = 0
+		b.Offset = width * vg.Length(float64(i)-float64(len(engines)-1)/2)
+		tp.Add(b)
+		tp.Legend.Add(e, b)
+	}
+	if len(engines) == 2 {
+		xy := plotter.XYLabels{}
+		for j, w := range workloads {
+			a, b := byKey[engines[0]+"/"+w].OpsPerSec, byKey[engines[1]+"/"+w].OpsPerSec
+			if b <= 0 {
+				continue
+			}
+			xy.XYs = append(xy.XYs, plotter.XY{X: float64(j), Y: max(a, b) + top*0.02})
+			xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f×", a/b))
+		}
+		if len(xy.XYs) > 0 {
+			l, err := plotter.NewLabels(xy)
+			if err != nil {
+				return nil, fmt.Errorf("plot throughput: %w", err)
+			}
+			for i := range l.TextStyle {
+				l.TextStyle[i].XAlign = draw.XCenter
+			}
+			tp.Add(l)
+		}
+	}
+	names := make([]string, len(workloads))
+	for j, w := range workloads {
+		names[j] = w
+		if w != "load" {
+			names[j] = "YCSB " + w
+		}
+	}
+	tp.NominalX(names...)
+	tp.X.Min, tp.X.Max = -0.6, float64(len(workloads))-0.4
+	tp.Y.Max = max(top, 1) * 1.2
+
+	wp := plot.New()
+	wp.Title.Text = "Write amplification on Load\n(bytes written ÷ bytes loaded)"
+	wp.Y.Label.Text = "write amplification"
+	wp.Y.Min = 0
+	wp.Add(plotter.NewGrid())
+	xy := plotter.XYLabels{}
+	var wtop float64
+	for i, e := range engines {
+		wa := byKey[e+"/load"].WriteAmp
+		wtop = max(wtop, wa)
+		vs := make(plotter.Values, len(engines))
+		vs[i] = wa
+		b, err := plotter.NewBarChart(vs, vg.Points(36))
+		if err != nil {
+			return nil, fmt.Errorf("plot write amplification: %w", err)
+		}
+		b.Color = colors[i%len(colors)]
+		b.LineStyle.Width = 0
+		wp.Add(b)
+		xy.XYs = append(xy.XYs, plotter.XY{X: float64(i), Y: wa})
+		xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f", wa))
+	}
+	l, err := plotter.NewLabels(xy)
+	if err != nil {
+		return nil, fmt.Errorf("plot write amplification: %w", err)
+	}
+	for i := range l.TextStyle {
+		l.TextStyle[i].XAlign = draw.XCenter
+	}
+	l.Offset = vg.Point{Y: vg.Points(4)}
+	wp.Add(l)
+	wp.NominalX(engines...)
+	wp.X.Min, wp.X.Max = -0.6, float64(len(engines))-0.4
+	wp.Y.Max = max(wtop, 1) * 1.25
+	return []*plot.Plot{tp, wp}, nil
+}
+
+// SavePlot renders the charts side by side, 11 by 5 inches, to path in
+// the format its extension names (png, svg or pdf). A failed render
+// leaves no file behind.
+func SavePlot(file string, rep *Report) error {
+	format := strings.ToLower(strings.TrimPrefix(filepath.Ext(file), "."))
+	plots, err := plots(rep)
+	if err != nil {
+		return err
+	}
+	c, err := draw.NewFormattedCanvas(11*vg.Inch, 5*vg.Inch, format)
+	if err != nil {
+		return fmt.Errorf("plot %s: %w", file, err)
+	}
+	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: vg.Millimeter * 8, PadTop: vg.Millimeter * 2, PadBottom: vg.Millimeter * 2,
+		PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
+	cs := plot.Align([][]*plot.Plot{plots}, tiles, draw.New(c))
+	for i, p := range plots {
+		p.Draw(cs[0][i])
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("plot: %w", err)
+	}
+	if _, err := c.WriteTo(f); err != nil {
+		f.Close()
+		os.Remove(file)
+		return fmt.Errorf("plot %s: %w", file, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("plot %s: %w", file, err)
+	}
+	return nil
+}
+
+// Print writes the report as a table: the medians per engine and
+// workload, then the bars.
+func (rep *Report) Print(w io.Writer) error {
+	t := &report.TableWriter{W: w}
+	t.Printf("%d records of %d bytes, %d ops, %d threads, %s; medians of %d runs\n", rep.Records, rep.ValueSize, rep.Ops, rep.Threads, rep.Dist, len(rep.Runs))
+	t.Printf("%-8s %-5s %12s %10s %10s %7s %7s %9s\n", "engine", "wl", "ops/s", "p50 µs", "p99 µs", "w-amp", "s-amp", "CPU µs/op")
+	for _, p := range rep.Phases {
+		wa := ""
+		if p.WriteAmp > 0 {
+			wa = fmt.Sprintf("%.2f", p.WriteAmp)
+		}
+		t.Printf("%-8s %-5s %12.0f %10.1f %10.1f %7s %7.2f %9.1f\n", p.Engine, p.Workload, p.OpsPerSec, p.P50us, p.P99us, wa, p.SpaceAmp, p.CPUus)
+	}
+	t.Printf("\nload detail: write amplification by level (L0 = flushes), stalls, settling\n")
+	for _, p := range rep.Phases {
+		if p.Workload != "load" {
+			continue
+		}
+		t.Printf("%-8s", p.Engine)
+		for l, wa := range p.LevelWriteAmp {
+			t.Printf(" L%d %.2f", l, wa)
+		}
+		t.Printf("  stalls %d (%.1fs)  settle %.1fs\n", p.Stalls, p.StallSeconds, p.SettleSeconds)
+	}
+	if t.Err != nil {
+		return t.Err
+	}
+	return report.WriteBars(w, rep.Bars)
+}

@@ -1,0 +1,148 @@
+package lsmpushbench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
+
+	"github.com/nearstore/nearstore/kv/lsm"
+)
+
+// engine is a store under test.
+type engine interface {
+	Get(key []byte) ([]byte, error) // a missing key is an error
+	Set(key, value []byte) error
+	// settle flushes and waits for compactions to finish.
+	settle(ctx context.Context) error
+	cache() (hits, misses int64)
+	pushdown() lsm.PushdownStats
+	Close() error
+}
+
+type lsmEngine struct{ *lsm.DB }
+
+func (e lsmEngine) Set(k, v []byte) error { return e.DB.Set(k, v, nil) }
+func (e lsmEngine) cache() (int64, int64) {
+	m := e.Metrics()
+	return m.BlockCache.Hits, m.BlockCache.Misses
+}
+func (e lsmEngine) pushdown() lsm.PushdownStats { return e.PushdownStats() }
+func (e lsmEngine) settle(ctx context.Context) error {
+	if err := e.Flush(ctx); err != nil {
+		return err
+	}
+	return waitIdle(ctx, func() bool {
+		m := e.Metrics()
+		busy := m.Compact.InProgress > 0 || m.Flush.InProgress
+		for _, l := range m.Levels {
+			busy = busy || l.Score >= 1
+		}
+		return !busy
+	})
+}
+
+type pebbleEngine struct {
+	d *pebble.DB
+	c *pebble.Cache
+}
+
+func (e pebbleEngine) Get(k []byte) ([]byte, error) {
+	v, closer, err := e.d.Get(k)
+	if err != nil {
+		return nil, err
+	}
+	v = append([]byte(nil), v...)
+	return v, closer.Close()
+}
+func (e pebbleEngine) Set(k, v []byte) error { return e.d.Set(k, v, pebble.NoSync) }
+func (e pebbleEngine) cache() (int64, int64) {
+	m := e.d.Metrics()
+	return m.BlockCache.Hits, m.BlockCache.Misses
+}
+func (e pebbleEngine) pushdown() lsm.PushdownStats { return lsm.PushdownStats{} }
+func (e pebbleEngine) settle(ctx context.Context) error {
+	if err := e.d.Flush(); err != nil {
+		return err
+	}
+	return waitIdle(ctx, func() bool {
+		m := e.d.Metrics()
+		return m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0
+	})
+}
+func (e pebbleEngine) Close() error {
+	err := e.d.Close()
+	e.c.Unref()
+	return err
+}
+
+// waitIdle polls idle every 100ms until it holds three times in a row (a
+// finishing compaction may schedule the next), or ten minutes pass.
+func waitIdle(ctx context.Context, idle func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	for n := 0; n < 3; {
+		if idle() {
+			n++
+		} else {
+			n = 0
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("bench: waiting for compactions: %w", ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// pebbleMetaCache is what Pebble's block cache gets beyond kv/lsm's:
+// Pebble keeps index and filter blocks in its cache, kv/lsm keeps them
+// pinned outside it, and a benchmark database's are well under this.
+const pebbleMetaCache = 1 << 20
+
+// openEngine opens the store of mode: kv/lsm (plain or pushdown at
+// sampling rate rate) or Pebble, both on the file system.
+func (e *env) openEngine(mode string, rate float64) (engine, error) {
+	if mode == ModePebble {
+		c := pebble.NewCache(e.cfg.BlockCache + pebbleMetaCache)
+		po := &pebble.Options{
+			FS: pebbleFS{e.fsys}, Cache: c, MemTableSize: 2 << 20, LBaseMaxBytes: 1 << 20,
+			Logger: pebbleLog{},
+		}
+		for i := range po.Levels {
+			po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+			po.Levels[i].BlockSize = 4096
+		}
+		for i := range po.TargetFileSizes {
+			po.TargetFileSizes[i] = 1 << 20 << i // kv/lsm's: doubling per level
+		}
+		for i := range po.Levels {
+			po.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+		}
+		d, err := pebble.Open(pebbleDir, po)
+		if err != nil {
+			c.Unref()
+			return nil, fmt.Errorf("bench: open pebble: %w", err)
+		}
+		return pebbleEngine{d, c}, nil
+	}
+	d, err := lsm.Open(e.fsys.VFS(), dbDir, e.options(mode, rate))
+	if err != nil {
+		return nil, err
+	}
+	return lsmEngine{d}, nil
+}
+
+// pebbleLog drops Pebble's informational messages.
+type pebbleLog struct{}
+
+func (pebbleLog) Infof(string, ...any) {}
+func (pebbleLog) Errorf(format string, args ...any) {
+	slog.Default().Error(fmt.Sprintf("pebble: "+format, args...))
+}
+func (pebbleLog) Fatalf(format string, args ...any) { panic(fmt.Sprintf("pebble: "+format, args...)) }

@@ -1,0 +1,105 @@
+package lsmpushbench
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/nearstore/nearstore/bench/report"
+)
+
+// label names a point: the mode, and pushdown's sampling rate.
+func (p Point) label() string {
+	if p.Mode == ModePushdown {
+		return fmt.Sprintf("pushdown %g%%", 100*p.SampleRate)
+	}
+	return p.Mode
+}
+
+// Print writes the report as a table, then the bars.
+func Print(w io.Writer, rep *Report) error {
+	t := &report.TableWriter{W: w}
+	ld := rep.Load
+	t.Printf("kv/lsm Gets over NVMe/TCP, %s, %d threads, %d runs of %gs per point (medians)\n", rep.Volume, rep.Threads, rep.Repeat, rep.RunSecs)
+	t.Printf("database: %d records of %d bytes, tables per level %v, %.1f MiB of tables; block cache %.1f MiB (%.1f%% of the tables; indexes and filters always in memory)\n",
+		ld.Records, ld.ValueSize, ld.Levels, float64(ld.TableBytes)/(1<<20), float64(ld.BlockCache)/(1<<20), 100*ld.CacheRatio)
+	t.Printf("%-3s %-16s %10s %9s %9s %8s %9s %9s %9s %7s\n", "wl", "mode", "ops/s", "p50 µs", "p99 µs", "cmds/op", "host µs", "tgt µs", "net B/op", "hit %")
+	for _, p := range rep.Points {
+		t.Printf("%-3s %-16s %10.0f %9.0f %9.0f %8.2f %9.1f %9.1f %9.0f %7.1f\n", p.Workload, p.label(), p.OpsPerSec,
+			p.P50Micros, p.P99Micros, p.RoundTrips, p.HostCPU, p.TargetCPU, p.NetBytes, 100*p.CacheHitRate)
+	}
+	if t.Err != nil {
+		return t.Err
+	}
+	return report.WriteBars(w, rep.Bars)
+}
+
+// SavePlot draws throughput per workload and mode (bars, with p99 in the
+// labels) into file, in the format its extension names.
+func SavePlot(file string, rep *Report) error {
+	if rep == nil || len(rep.Points) == 0 {
+		return errors.New("bench: nothing to plot")
+	}
+	var wls []string
+	for _, p := range rep.Points {
+		if len(wls) == 0 || wls[len(wls)-1] != p.Workload {
+			wls = append(wls, p.Workload)
+		}
+	}
+	var plots []*plot.Plot
+	for _, wl := range wls {
+		p := plot.New()
+		dist := "uniform"
+		if wl == "D" {
+			dist = "latest"
+		}
+		p.Title.Text = fmt.Sprintf("YCSB %s %s, on offloadfs over NVMe/TCP (%s)", wl, dist, rep.Volume)
+		p.Y.Label.Text = "Gets+updates per second (median)"
+		p.Y.Tick.Marker = report.KiloTicks{}
+		var vals plotter.Values
+		var names []string
+		for _, pt := range rep.Points {
+			if pt.Workload != wl {
+				continue
+			}
+			vals = append(vals, pt.OpsPerSec)
+			names = append(names, fmt.Sprintf("%s\n%.2f cmds/op", pt.label(), pt.RoundTrips))
+		}
+		bars, err := plotter.NewBarChart(vals, vg.Points(30))
+		if err != nil {
+			return err
+		}
+		p.Add(bars, plotter.NewGrid())
+		p.NominalX(names...)
+		p.Y.Min = 0
+		plots = append(plots, p)
+	}
+	return report.SaveByExtension(file, func(w io.Writer, format string) error {
+		width := vg.Length(len(rep.Points)/len(wls)) * 1.5 * vg.Inch
+		width = max(width, 6*vg.Inch)
+		img, err := draw.NewFormattedCanvas(width, vg.Length(len(plots))*4*vg.Inch, format)
+		if err != nil {
+			return err
+		}
+		tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Points(10)}
+		canvases := plot.Align(columnOf(plots), tiles, draw.New(img))
+		for i, p := range plots {
+			p.Draw(canvases[i][0])
+		}
+		_, err = img.WriteTo(w)
+		return err
+	})
+}
+
+func columnOf(ps []*plot.Plot) [][]*plot.Plot {
+	out := make([][]*plot.Plot, len(ps))
+	for i, p := range ps {
+		out[i] = []*plot.Plot{p}
+	}
+	return out
+}

@@ -10,12 +10,12 @@ import (
 	"net"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -89,17 +89,7 @@ func (r *rig) metric(name string, want map[string]string) float64 {
 
 func (r *rig) connect(hostNQN string) *host.Namespace {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(ctx, r.target.Addr(), rigNQN, host.Options{HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	_, ns := testhost.Connect(r.t, r.target.Addr(), rigNQN, 1, host.Options{HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1})
 	return ns
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/ebpf"
@@ -262,15 +263,7 @@ func TestFunc(t *testing.T) {
 	if err := os.WriteFile(f, in, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	ctrl, err := host.Connect(ctx, addr, testNQN, host.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(t, addr, testNQN, 1, host.Options{})
 	if _, err := ns.WriteAt(in, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ thread sweep and a plot.`,
 			cfg := btreebench.Config{
 				Keys: n, CacheLevels: cache, Device: device, Threads: threads, Duration: dur, Repeat: 1, Logger: log,
 				Progress: func(stage string) { fmt.Fprintf(out, "· %s\n", stage) },
-				RunBar:   lookupBar,
+				RunBar:   rateBar("lookups/s"),
 			}
 			if verify {
 				cfg.Prepare = func(ctx context.Context, ns *host.Namespace) error {

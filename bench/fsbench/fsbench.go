@@ -185,12 +185,6 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-func (c *Config) progress(format string, args ...any) {
-	if c.Progress != nil {
-		c.Progress(fmt.Sprintf(format, args...))
-	}
-}
-
 // Report is what Run measured.
 type Report struct {
 	Machine  report.Machine `json:"machine"`
@@ -296,7 +290,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, c := range cfg.Cases {
 		pt := FSPoint{Case: c}
 		for r := range cfg.Repeat {
-			cfg.progress("%s: run %d of %d", c.Label(), r+1, cfg.Repeat)
+			harness.Stage(cfg.Progress, "%s: run %d of %d", c.Label(), r+1, cfg.Repeat)
 			fr, rr, err := runFSPair(ctx, e.file, e.raw, c, &cfg, r%2 == 1)
 			if err != nil {
 				return rep, fmt.Errorf("bench: %s: %w", c.Label(), err)
@@ -365,7 +359,7 @@ func startFSEnv(ctx context.Context, cfg *Config) (_ *fsEnv, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.progress("connecting with %d queues", cfg.Queues)
+	harness.Stage(cfg.Progress, "connecting with %d queues", cfg.Queues)
 	e.ctrl, err = host.Connect(ctx, addr, fsNQN, harness.HostOptions(host.Options{IOQueues: cfg.Queues, QueueDepth: 64, Logger: cfg.Logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -391,7 +385,7 @@ func startFSEnv(ctx context.Context, cfg *Config) (_ *fsEnv, err error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	e.closers = append(e.closers, e.file.Close)
-	cfg.progress("writing the %s file and the raw region", volume.FormatSize(cfg.FileSize))
+	harness.Stage(cfg.Progress, "writing the %s file and the raw region", volume.FormatSize(cfg.FileSize))
 	buf := make([]byte, 8<<20)
 	_, _ = rand.Read(buf)
 	for off := int64(0); off < cfg.FileSize; off += int64(len(buf)) {
@@ -653,13 +647,13 @@ func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *Config) ([]FSMeta, 
 			}
 			return float64(n) / time.Since(start).Seconds(), nil
 		}
-		cfg.progress("metadata: create+sync, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: create+sync, run %d of %d", r+1, cfg.Repeat)
 		v, err := create(true)
 		if err != nil {
 			return nil, fmt.Errorf("bench: create+sync: %w", err)
 		}
 		rates["create+sync"] = append(rates["create+sync"], v)
-		cfg.progress("metadata: create, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: create, run %d of %d", r+1, cfg.Repeat)
 		if v, err = create(false); err != nil {
 			return nil, fmt.Errorf("bench: create: %w", err)
 		}
@@ -682,12 +676,12 @@ func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *Config) ([]FSMeta, 
 			}
 			return float64(n) / time.Since(start).Seconds(), nil
 		}
-		cfg.progress("metadata: stat, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: stat, run %d of %d", r+1, cfg.Repeat)
 		if v, err = cycle(func(_ int, name string) error { _, err := fsys.Stat(name); return err }); err != nil {
 			return nil, fmt.Errorf("bench: stat: %w", err)
 		}
 		rates["stat"] = append(rates["stat"], v)
-		cfg.progress("metadata: rename, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: rename, run %d of %d", r+1, cfg.Repeat)
 		renamed := make([]bool, len(names))
 		if v, err = cycle(func(i int, name string) error {
 			k := i % len(names)
@@ -701,7 +695,7 @@ func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *Config) ([]FSMeta, 
 			return nil, fmt.Errorf("bench: rename: %w", err)
 		}
 		rates["rename"] = append(rates["rename"], v)
-		cfg.progress("metadata: remove, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: remove, run %d of %d", r+1, cfg.Repeat)
 		start := time.Now()
 		for k, name := range names {
 			if renamed[k] {

@@ -147,12 +147,6 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-func (c *Config) progress(format string, args ...any) {
-	if c.Progress != nil {
-		c.Progress(fmt.Sprintf(format, args...))
-	}
-}
-
 // Report is what Run measured.
 type Report struct {
 	Machine  report.Machine `json:"machine"`
@@ -526,7 +520,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	for r := 1; r <= cfg.Repeat; r++ {
 		for i, s := range subjects {
-			cfg.progress("%s %s, %s input, run %d of %d", s.name, cfg.Function, volume.FormatSize(int64(len(in))), r, cfg.Repeat)
+			harness.Stage(cfg.Progress, "%s %s, %s input, run %d of %d", s.name, cfg.Function, volume.FormatSize(int64(len(in))), r, cfg.Repeat)
 			calls, el, cpu, err := timeFuncCallsCPU(ctx, cfg.Duration, cfg.Iterations, s.call)
 			if err == nil {
 				err = s.check()
@@ -926,7 +920,7 @@ func runChain(ctx context.Context, cfg *Config, rts map[sandbox.Kind]sandbox.Run
 	for r := 1; r <= cfg.Repeat; r++ {
 		for i := range methods {
 			m := &methods[i]
-			cfg.progress("chain of %d reads: %s (%s), run %d of %d", cfg.ChainReads, m.row.Method, m.row.Runtime, r, cfg.Repeat)
+			harness.Stage(cfg.Progress, "chain of %d reads: %s (%s), run %d of %d", cfg.ChainReads, m.row.Method, m.row.Runtime, r, cfg.Repeat)
 			before, err := counter.Read()
 			if err != nil {
 				return rep, err
@@ -1102,7 +1096,7 @@ func chainStepCost(ctx context.Context, cfg *Config, tree *chainTree, rts map[sa
 	cpuPerLookup := make([][]float64, len(walkers))
 	for r := 1; r <= cfg.Repeat; r++ {
 		for i, w := range walkers {
-			cfg.progress("btree_lookup in process: %s, run %d of %d", w.name, r, cfg.Repeat)
+			harness.Stage(cfg.Progress, "btree_lookup in process: %s, run %d of %d", w.name, r, cfg.Repeat)
 			c0, ok0 := harness.ProcessCPU()
 			calls, el, err := timeFuncCalls(ctx, d, cfg.Iterations, func() error {
 				return w.walk(tree.keys[rng.IntN(len(tree.keys))])

@@ -117,9 +117,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if _, err := offload.ParsePolicy(pol); err != nil {
 			return nil, err
 		}
-		if cfg.Progress != nil {
-			cfg.Progress(fmt.Sprintf("%d clients under policy %s for %v", cfg.Clients, pol, cfg.Duration))
-		}
+		harness.Stage(cfg.Progress, "%d clients under policy %s for %v", cfg.Clients, pol, cfg.Duration)
 		r, err := runOffloadPolicy(ctx, cfg, pol)
 		if err != nil {
 			return nil, fmt.Errorf("bench: offload, policy %s: %w", pol, err)

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/link"
 	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
@@ -100,11 +101,6 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = []string{"host", "target", "peer", "split"}
 	}
-	progress := func(format string, args ...any) {
-		if cfg.Progress != nil {
-			cfg.Progress(fmt.Sprintf(format, args...))
-		}
-	}
 	peer := slices.Contains(cfg.Modes, "peer")
 	size := int64(cfg.Images)*256<<10 + 256<<20
 	link, err := link.Open(ctx, cfg.Link, cfg.Logger)
@@ -117,7 +113,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 		return nil, err
 	}
 	defer env.Close()
-	progress("writing %d synthetic images", cfg.Images)
+	harness.Stage(cfg.Progress, "writing %d synthetic images", cfg.Images)
 	if err := prep.Generate(ctx, env.fsys, "/prep", cfg.Images, 1, nil); err != nil {
 		return nil, err
 	}
@@ -157,7 +153,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 			slices.Reverse(order)
 		}
 		for _, m := range order {
-			progress("run %d/%d: %s", i+1, cfg.Repeat, m)
+			harness.Stage(cfg.Progress, "run %d/%d: %s", i+1, cfg.Repeat, m)
 			cpu0, t0 := selfCPU(), time.Now()
 			st, err := r.Run(ctx, names, 0, m == "host" || m == "split", engines[m], func(uint64, []float32) {})
 			if err != nil {

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -27,7 +26,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -786,34 +784,26 @@ func plotFS(r *Report) (*plot.Plot, error) {
 		xy.XYs = append(xy.XYs, plotter.XY{X: float64(i), Y: top * 1.04})
 		xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f\n%.0f / %.0f", d.Ratio, d.File.MBps, d.Raw.MBps))
 	}
-	bars, err := plotter.NewBarChart(vs, vg.Points(28))
+	bars, err := report.Bars(vs, vg.Points(28), report.Blue)
 	if err != nil {
-		return nil, fmt.Errorf("bench: plot: %w", err)
+		return nil, err
 	}
-	bars.Color = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-	bars.LineStyle.Width = 0
 	p.Add(bars)
 	for _, ref := range []struct {
 		y     float64
 		name  string
-		color color.RGBA
-	}{{FSBar, "goal (0.9)", color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}, {1, "parity", color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}}} {
-		line, err := plotter.NewLine(plotter.XYs{{X: -0.6, Y: ref.y}, {X: float64(len(r.Data)) - 0.4, Y: ref.y}})
+		color report.RGB
+	}{{FSBar, "goal (0.9)", report.Red}, {1, "parity", 0x555555}} {
+		line, err := report.GoalLine(ref.y, len(r.Data), ref.color)
 		if err != nil {
-			return nil, fmt.Errorf("bench: plot: %w", err)
+			return nil, err
 		}
-		line.Color = ref.color
-		line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(line)
 		p.Legend.Add(ref.name, line)
 	}
-	l, err := plotter.NewLabels(xy)
+	l, err := report.CenteredLabels(xy, vg.Points(7))
 	if err != nil {
-		return nil, fmt.Errorf("bench: plot: %w", err)
-	}
-	for i := range l.TextStyle {
-		l.TextStyle[i].Font.Size = vg.Points(7)
-		l.TextStyle[i].XAlign = draw.XCenter
+		return nil, err
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	p.Add(l)
@@ -833,11 +823,6 @@ func SavePlot(path string, r *Report) error {
 		if err != nil {
 			return err
 		}
-		wt, err := p.WriterTo(9*vg.Inch, 5*vg.Inch, format)
-		if err != nil {
-			return fmt.Errorf("bench: plot: %w", err)
-		}
-		_, err = wt.WriteTo(w)
-		return err
+		return report.WritePlot(w, p, 9*vg.Inch, 5*vg.Inch, format)
 	})
 }

@@ -1199,20 +1199,16 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 	if r == nil || len(r.Compute) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
-	blue := color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-	orange := color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
 	bars := func(title, ylabel string, names []string, vs plotter.Values, labels []string, c color.Color) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = title
 		p.Y.Label.Text = ylabel
 		p.Y.Min = 0
 		p.Add(plotter.NewGrid())
-		b, err := plotter.NewBarChart(vs, vg.Points(40))
+		b, err := report.Bars(vs, vg.Points(40), c)
 		if err != nil {
-			return nil, fmt.Errorf("bench: plot: %w", err)
+			return nil, err
 		}
-		b.Color = c
-		b.LineStyle.Width = 0
 		p.Add(b)
 		p.NominalX(names...)
 		top := slices.Max(vs)
@@ -1222,13 +1218,9 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 		for i, v := range vs {
 			xy.XYs[i] = plotter.XY{X: float64(i), Y: v + top*0.02}
 		}
-		l, err := plotter.NewLabels(xy)
+		l, err := report.CenteredLabels(xy, vg.Points(9))
 		if err != nil {
-			return nil, fmt.Errorf("bench: plot: %w", err)
-		}
-		for i := range l.TextStyle {
-			l.TextStyle[i].XAlign = draw.XCenter
-			l.TextStyle[i].Font.Size = vg.Points(9)
+			return nil, err
 		}
 		p.Add(l)
 		return p, nil
@@ -1249,7 +1241,7 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 		runs = fmt.Sprintf("median of %d runs", r.Repeat)
 	}
 	left, err := bars(fmt.Sprintf("%s on %s: %s", r.Function, volume.FormatSize(int64(r.InputBytes)), runs),
-		"MB/s of input", names, vs, labels, blue)
+		"MB/s of input", names, vs, labels, report.Blue)
 	if err != nil {
 		return nil, err
 	}
@@ -1270,7 +1262,7 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 			labels = append(labels, l)
 		}
 		right, err := bars(fmt.Sprintf("B+-tree lookup, %d dependent reads over NVMe/TCP", c.Reads),
-			"median p50 latency (µs)", names, vs, labels, orange)
+			"median p50 latency (µs)", names, vs, labels, report.Orange)
 		if err != nil {
 			return nil, err
 		}

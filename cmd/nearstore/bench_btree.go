@@ -3,15 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/btreebench"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/nearstore/nearstore/kv/btree"
 	"github.com/nearstore/nearstore/sandbox"
@@ -102,22 +99,7 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 			}
 			defer stopProfile()
 			if cfg.Progress = rf.stages(cmd); cfg.Progress != nil {
-				var p *mpb.Progress
-				var bar *mpb.Bar
-				cfg.LoadProgress = func(done, total int64) {
-					if p == nil {
-						p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(200*time.Millisecond))
-						bar = p.AddBar(total,
-							mpb.PrependDecorators(decor.Name("load "), decor.CountersNoUnit("%d / %d keys")),
-							mpb.AppendDecorators(decor.Percentage()))
-					}
-					bar.SetCurrent(done)
-					if done >= total {
-						bar.SetTotal(total, true)
-						p.Wait()
-						p = nil
-					}
-				}
+				cfg.LoadProgress = loadBar("load ")
 				cfg.RunBar = rateBar("lookups/s")
 			}
 			rep, err := btreebench.Run(ctx, cfg)

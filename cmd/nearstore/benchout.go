@@ -103,3 +103,24 @@ func rateBar(unit string) func(name string, d time.Duration) (update func(el tim
 		return update, end
 	}
 }
+
+// loadBar returns a bar showing a tree's loading on stderr, keys loaded
+// of the total, labelled name; it finishes when all are loaded.
+func loadBar(name string) func(done, total int64) {
+	var p *mpb.Progress
+	var bar *mpb.Bar
+	return func(done, total int64) {
+		if p == nil {
+			p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(200*time.Millisecond))
+			bar = p.AddBar(total,
+				mpb.PrependDecorators(decor.Name(name), decor.CountersNoUnit("%d / %d keys")),
+				mpb.AppendDecorators(decor.Percentage()))
+		}
+		bar.SetCurrent(done)
+		if done >= total {
+			bar.SetTotal(total, true)
+			p.Wait()
+			p = nil
+		}
+	}
+}

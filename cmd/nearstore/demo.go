@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/btreebench"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
@@ -65,21 +62,7 @@ thread sweep and a plot.`,
 					return demoVerify(ctx, out, ns)
 				}
 			}
-			var p *mpb.Progress
-			var bar *mpb.Bar
-			cfg.LoadProgress = func(done, total int64) {
-				if p == nil {
-					p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(100*time.Millisecond))
-					bar = p.AddBar(total, mpb.PrependDecorators(decor.Name("  load "), decor.CountersNoUnit("%d / %d keys")),
-						mpb.AppendDecorators(decor.Percentage()))
-				}
-				bar.SetCurrent(done)
-				if done >= total {
-					bar.SetTotal(total, true)
-					p.Wait()
-					p = nil
-				}
-			}
+			cfg.LoadProgress = loadBar("  load ")
 			rep, err := btreebench.Run(ctx, cfg)
 			if err != nil {
 				if errors.Is(err, context.Canceled) {

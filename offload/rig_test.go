@@ -186,28 +186,11 @@ func (r *rig) open(name string) *offloadfs.File {
 // contents reads a whole file.
 func (r *rig) contents(fsys *offloadfs.FS, name string) []byte {
 	r.t.Helper()
-	b, err := readAll(fsys, name)
+	b, err := fsys.ReadFile(name)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	return b
-}
-
-func readAll(fsys *offloadfs.FS, name string) ([]byte, error) {
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, fi.Size())
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // fsck checks the file system is consistent.

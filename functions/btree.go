@@ -1,9 +1,14 @@
 package functions
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"sort"
 
+	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -393,50 +398,113 @@ func BTreeStep(scratch, data []byte) (done bool, next []sandbox.Next, err error)
 // StepFunc is one pushdown step over a request's scratch; BTreeStep is one.
 type StepFunc func(scratch, data []byte) (done bool, next []sandbox.Next, err error)
 
-// RunPushdown drives a pushdown request over in-memory files as an
-// executor would: it reads first, calls step, and reads what each step
-// asks for, within lim's MaxSteps and MaxStepBytes and the files' ends. It
-// returns the number of steps.
+// RunPushdown runs a pushdown request over in-memory files through the
+// executor (pushdown.Executor.RunSteps), with step as the function: it
+// reads first, calls step, and reads what each step asks for, within lim's
+// MaxSteps and MaxStepBytes and the files' ends, exactly as a target runs
+// a sandboxed module. scratch (at least sandbox.ScratchSize bytes) is the
+// request's scratch, updated in place. It returns the number of steps run.
 func RunPushdown(step StepFunc, scratch []byte, files [][]byte, first sandbox.Next, lim sandbox.Limits) (int, error) {
-	lim = lim.WithDefaults()
-	reads := []sandbox.Next{first}
-	for steps := 1; ; steps++ {
-		if steps > lim.MaxSteps {
-			return steps - 1, fmt.Errorf("functions: more than %d steps", lim.MaxSteps)
-		}
-		data, err := readAll(files, reads, lim.MaxStepBytes)
-		if err != nil {
-			return steps, err
-		}
-		done, next, err := step(scratch, data)
-		if err != nil {
-			return steps, err
-		}
-		if done {
-			return steps, nil
-		}
-		if len(next) == 0 {
-			return steps, fmt.Errorf("functions: step %d neither finished nor asked for a read", steps)
-		}
-		reads = next
+	if len(scratch) < sandbox.ScratchSize {
+		return 0, fmt.Errorf("functions: scratch is %d bytes, want %d", len(scratch), sandbox.ScratchSize)
 	}
+	dev, table, err := memDevice(files)
+	if err != nil {
+		return 0, err
+	}
+	if uint64(uint32(first.Len)) != first.Len {
+		return 0, fmt.Errorf("functions: a start read of %d bytes", first.Len)
+	}
+	e := pushdown.Executor{Limits: lim}
+	req := &pushdown.Request{Files: table, StartFile: first.File, StartOffset: first.Offset, StartLength: uint32(first.Len)}
+	res, err := e.RunSteps(context.Background(), dev, &nativeStepper{step: step, scratch: scratch[:sandbox.ScratchSize]}, req)
+	return int(res.Steps), err
 }
 
-// readAll concatenates reads from files, checking bounds and the step cap.
-func readAll(files [][]byte, reads []sandbox.Next, maxBytes int) ([]byte, error) {
-	var data []byte
-	for _, r := range reads {
-		if int(r.File) >= len(files) {
-			return nil, fmt.Errorf("functions: read of file %d, which the request does not name", r.File)
-		}
-		f := files[r.File]
-		if r.Offset > uint64(len(f)) || r.Len > uint64(len(f))-r.Offset {
-			return nil, fmt.Errorf("functions: read [%d, +%d) past the end of file %d (%d bytes)", r.Offset, r.Len, r.File, len(f))
-		}
-		if uint64(len(data))+r.Len > uint64(maxBytes) {
-			return nil, fmt.Errorf("functions: a step asked for more than %d bytes", maxBytes)
-		}
-		data = append(data, f[r.Offset:r.Offset+r.Len]...)
+// nativeStepper runs a StepFunc as the executor's function.
+type nativeStepper struct {
+	step    StepFunc
+	scratch []byte
+	data    []byte
+}
+
+func (s *nativeStepper) Scratch() []byte { return s.scratch }
+
+func (s *nativeStepper) Data(n int) ([]byte, error) {
+	if cap(s.data) < n {
+		s.data = make([]byte, n)
 	}
-	return data, nil
+	s.data = s.data[:n]
+	return s.data, nil
+}
+
+func (s *nativeStepper) Step(_ context.Context, _ uint32, _ uint64, n int) (bool, []sandbox.Next, error) {
+	return s.step(s.scratch, s.data[:n])
+}
+
+// memBlock is the block size of memDevice's device.
+const memBlock = 512
+
+// memDevice lays files out one after another on a read-only in-memory
+// device, each from a block boundary, and returns the device and the
+// request's file table over it.
+func memDevice(files [][]byte) (*memFiles, []pushdown.File, error) {
+	d := &memFiles{files: files}
+	table := make([]pushdown.File, len(files))
+	for i, f := range files {
+		blocks := (uint64(len(f)) + memBlock - 1) / memBlock
+		if blocks > 1<<32-1 {
+			return nil, nil, fmt.Errorf("functions: file %d is %d bytes", i, len(f))
+		}
+		d.base = append(d.base, d.size)
+		table[i].Size = uint64(len(f))
+		if blocks > 0 {
+			table[i].Extents = []pushdown.Extent{{LBA: uint64(d.size) / memBlock, Blocks: uint32(blocks)}}
+		}
+		d.size += int64(blocks) * memBlock
+	}
+	return d, table, nil
+}
+
+// memFiles is memDevice's device: file i's bytes start at base[i], and
+// the rest of its last block reads as zeroes.
+type memFiles struct {
+	files [][]byte
+	base  []int64
+	size  int64
+}
+
+func (d *memFiles) Size() int64    { return d.size }
+func (d *memFiles) BlockSize() int { return memBlock }
+
+func (d *memFiles) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("functions: read at %d", off)
+	}
+	n := 0
+	for n < len(p) {
+		if off >= d.size {
+			return n, io.EOF
+		}
+		// The file whose blocks hold off: the last one starting at or
+		// before it (an empty file starts where the next one does).
+		i := sort.Search(len(d.base), func(i int) bool { return d.base[i] > off }) - 1
+		end := d.size
+		if i+1 < len(d.base) {
+			end = d.base[i+1]
+		}
+		k := int(min(int64(len(p)-n), end-off))
+		c := 0
+		if rel := off - d.base[i]; rel < int64(len(d.files[i])) {
+			c = copy(p[n:n+k], d.files[i][rel:])
+		}
+		clear(p[n+c : n+k])
+		n += k
+		off += int64(k)
+	}
+	return n, nil
+}
+
+func (d *memFiles) WriteAt([]byte, int64) (int, error) {
+	return 0, errors.New("functions: the in-memory files are read-only")
 }

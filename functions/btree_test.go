@@ -3,10 +3,13 @@ package functions
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -274,5 +277,82 @@ func TestBTreeStepErrors(t *testing.T) {
 	done, next, err := BTreeStep(scratch, masked)
 	if err != nil || done || len(next) != 1 || next[0].Offset >= 1<<63 {
 		t.Fatalf("masked pointer: %v %v %v", done, next, err)
+	}
+}
+
+// TestRunPushdownRules checks that a native step function runs under the
+// executor's rules: each broken rule ends the request with the executor's
+// error, after the steps it ran.
+func TestRunPushdownRules(t *testing.T) {
+	index, values := BuildBTreeFanout([]uint64{1, 2, 3, 4, 5, 6, 7, 8, 9}, 8, 2)
+	files := [][]byte{index, values}
+	ask := func(nx ...sandbox.Next) StepFunc {
+		return func(scratch, data []byte) (bool, []sandbox.Next, error) { return false, nx, nil }
+	}
+	for _, c := range []struct {
+		name  string
+		step  StepFunc
+		lim   sandbox.Limits
+		want  error
+		steps int
+	}{
+		{"step limit", ask(sandbox.Next{Len: NodeSize}), sandbox.Limits{MaxSteps: 3}, pushdown.ErrStepLimit, 3},
+		{"past the end", ask(sandbox.Next{File: ValueFile, Offset: uint64(len(values)) - 4, Len: 8}), sandbox.Limits{}, pushdown.ErrOutsideFile, 1},
+		{"no such file", ask(sandbox.Next{File: 2, Len: 1}), sandbox.Limits{}, pushdown.ErrOutsideFile, 1},
+		{"step too big", ask(sandbox.Next{Len: NodeSize}, sandbox.Next{Len: NodeSize}), sandbox.Limits{MaxStepBytes: NodeSize + 1}, pushdown.ErrStepSize, 1},
+		{"no progress", ask(), sandbox.Limits{}, pushdown.ErrNoProgress, 1},
+		{"function error", func([]byte, []byte) (bool, []sandbox.Next, error) { return false, nil, fnErr(EINVAL) }, sandbox.Limits{}, sandbox.ErrFunction, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			steps, err := RunPushdown(c.step, make([]byte, sandbox.ScratchSize), files, sandbox.Next{Len: NodeSize}, c.lim)
+			if !errors.Is(err, c.want) || steps != c.steps {
+				t.Fatalf("%d steps, %v; want %d, %v", steps, err, c.steps, c.want)
+			}
+		})
+	}
+	if _, err := RunPushdown(BTreeStep, make([]byte, sandbox.ScratchSize-1), files, sandbox.Next{Len: NodeSize}, sandbox.Limits{}); err == nil {
+		t.Fatal("a short scratch was taken")
+	}
+}
+
+// TestMemDevice checks the device RunPushdown lays files out on: each
+// file from a block boundary, zeroes between, the table mapping each file's
+// bytes, and a read across files seeing all of them.
+func TestMemDevice(t *testing.T) {
+	files := [][]byte{bytes.Repeat([]byte{1}, 700), nil, {2, 3}, bytes.Repeat([]byte{4}, 512)}
+	dev, table, err := memDevice(files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dev.Size() != 4*memBlock {
+		t.Fatalf("size %d", dev.Size())
+	}
+	var want []byte
+	for i, f := range files {
+		if table[i].Size != uint64(len(f)) {
+			t.Fatalf("file %d: size %d", i, table[i].Size)
+		}
+		if err := pushdown.CheckMap(&table[i], uint64(dev.Size())/memBlock, memBlock); err != nil {
+			t.Fatalf("file %d: %v", i, err)
+		}
+		for _, x := range table[i].Extents {
+			if x.LBA*memBlock != uint64(len(want)) {
+				t.Fatalf("file %d starts at block %d, want byte %d", i, x.LBA, len(want))
+			}
+		}
+		want = append(want, f...)
+		want = append(want, make([]byte, (memBlock-len(f)%memBlock)%memBlock)...)
+	}
+	got := make([]byte, len(want)+10)
+	n, err := dev.ReadAt(got, 0)
+	if n != len(want) || err != io.EOF || !bytes.Equal(got[:n], want) {
+		t.Fatalf("whole device: %d bytes, %v", n, err)
+	}
+	got = make([]byte, 600)
+	if _, err := dev.ReadAt(got, 900); err != nil || !bytes.Equal(got, want[900:1500]) {
+		t.Fatalf("read across files: %v", err)
+	}
+	if _, err := dev.WriteAt([]byte{1}, 0); err == nil {
+		t.Fatal("wrote to the read-only device")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/ebpf"
 	"github.com/nearstore/nearstore/sandbox/wasm"
@@ -194,49 +195,64 @@ func TestRuntimesCompute(t *testing.T) {
 	}
 }
 
-// runInstance drives a pushdown request on inst as an executor would, and
+// runInstance runs a pushdown request on inst through the executor, and
 // checks every step against the Go reference run in lockstep on its own
 // scratch.
 func runInstance(t *testing.T, inst sandbox.Instance, files [][]byte, req BTreeRequest, maxSteps int) (BTreeResult, int) {
 	t.Helper()
-	ctx := context.Background()
-	ref := make([]byte, sandbox.ScratchSize)
-	req.Encode(ref)
-	req.Encode(inst.Scratch())
-	reads := []sandbox.Next{{File: IndexFile, Offset: 0, Len: NodeSize}}
-	for steps := 1; ; steps++ {
-		if steps > maxSteps {
-			t.Fatalf("%+v: more than %d steps", req, maxSteps)
-		}
-		data, err := readAll(files, reads, 64<<10)
-		if err != nil {
-			t.Fatalf("%+v: step %d: %v", req, steps, err)
-		}
-		buf, err := inst.Data(len(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		copy(buf, data)
-		done, next, err := inst.Step(ctx, reads[0].File, reads[0].Offset, len(data))
-		wdone, wnext, werr := BTreeStep(ref, data)
-		if err != nil || werr != nil {
-			t.Fatalf("%+v: step %d: err %v, reference %v", req, steps, err, werr)
-		}
-		if !bytes.Equal(inst.Scratch(), ref) {
-			t.Fatalf("%+v: step %d: scratch differs from the reference:\n got %x\nwant %x", req, steps, inst.Scratch()[:128], ref[:128])
-		}
-		if done != wdone || fmt.Sprint(next) != fmt.Sprint(wnext) {
-			t.Fatalf("%+v: step %d: done %v next %v; reference %v %v", req, steps, done, next, wdone, wnext)
-		}
-		if done {
-			res, err := ParseBTreeResult(inst.Scratch())
-			if err != nil {
-				t.Fatal(err)
-			}
-			return res, steps
-		}
-		reads = next
+	dev, table, err := memDevice(files)
+	if err != nil {
+		t.Fatal(err)
 	}
+	ls := &lockstep{t: t, Instance: inst, req: req, ref: make([]byte, sandbox.ScratchSize)}
+	req.Encode(ls.ref)
+	params := make([]byte, sandbox.ScratchSize)
+	req.Encode(params)
+	e := pushdown.Executor{Limits: sandbox.Limits{MaxSteps: maxSteps}}
+	res, err := e.RunSteps(context.Background(), dev, ls, &pushdown.Request{Files: table, StartFile: IndexFile, StartLength: NodeSize, Params: params})
+	if err != nil {
+		t.Fatalf("%+v: after %d steps: %v", req, res.Steps, err)
+	}
+	got, err := ParseBTreeResult(res.Output)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, int(res.Steps)
+}
+
+// lockstep is a sandbox instance whose every step is checked against
+// BTreeStep on a scratch of its own. It hides the instance's StepDriver,
+// if any, so that the executor calls Step.
+type lockstep struct {
+	t *testing.T
+	sandbox.Instance
+	req   BTreeRequest
+	ref   []byte
+	data  []byte
+	steps int
+}
+
+func (l *lockstep) Data(n int) ([]byte, error) {
+	b, err := l.Instance.Data(n)
+	l.data = b
+	return b, err
+}
+
+func (l *lockstep) Step(ctx context.Context, file uint32, off uint64, n int) (bool, []sandbox.Next, error) {
+	l.steps++
+	data := bytes.Clone(l.data[:n])
+	done, next, err := l.Instance.Step(ctx, file, off, n)
+	wdone, wnext, werr := BTreeStep(l.ref, data)
+	if err != nil || werr != nil {
+		l.t.Fatalf("%+v: step %d: err %v, reference %v", l.req, l.steps, err, werr)
+	}
+	if !bytes.Equal(l.Scratch(), l.ref) {
+		l.t.Fatalf("%+v: step %d: scratch differs from the reference:\n got %x\nwant %x", l.req, l.steps, l.Scratch()[:128], l.ref[:128])
+	}
+	if done != wdone || fmt.Sprint(next) != fmt.Sprint(wnext) {
+		l.t.Fatalf("%+v: step %d: done %v next %v; reference %v %v", l.req, l.steps, done, next, wdone, wnext)
+	}
+	return done, next, nil
 }
 
 // TestRuntimesBTree walks trees of up to 9 levels with btree_lookup in both

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
@@ -66,17 +67,7 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 	})
 	t.Cleanup(e.srv.Stop)
 
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(cctx, e.srv.Addr(), testNQN, host.Options{HostNQN: ownerNQN, IOQueues: 4, KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(t, e.srv.Addr(), testNQN, 1, host.Options{HostNQN: ownerNQN, IOQueues: 4, KeepAlive: -1})
 	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,12 +10,12 @@ import (
 	"net"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -89,17 +89,7 @@ func (r *rig) metric(name string, want map[string]string) float64 {
 
 func (r *rig) connect(hostNQN string) *host.Namespace {
 	r.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(ctx, r.target.Addr(), rigNQN, host.Options{HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	_, ns := testhost.Connect(r.t, r.target.Addr(), rigNQN, 1, host.Options{HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1})
 	return ns
 }
 
@@ -196,28 +186,11 @@ func (r *rig) open(name string) *offloadfs.File {
 // contents reads a whole file.
 func (r *rig) contents(fsys *offloadfs.FS, name string) []byte {
 	r.t.Helper()
-	b, err := readAll(fsys, name)
+	b, err := fsys.ReadFile(name)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	return b
-}
-
-func readAll(fsys *offloadfs.FS, name string) ([]byte, error) {
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, fi.Size())
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return nil, err
-	}
-	return b, nil
 }
 
 // fsck checks the file system is consistent.

@@ -44,16 +44,8 @@ func writeZeros(d offloadfs.Device, off, n int64) error {
 // A file grows to any byte size, on a device that zeroes only whole
 // blocks: the ragged ends are written, the middle zeroed by the device.
 func TestGrowOnBlockZeroer(t *testing.T) {
-	ctx := context.Background()
 	dev := &strictZeroer{Device: newDev(t, "mem:64MiB")}
-	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
+	fsys := mkfsMount(t, dev)
 	f, err := fsys.Create("/f")
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,12 @@ func newDev(t testing.TB, spec string) offloadfs.Device {
 // newFS formats and mounts a fresh file system, unmounted with the test.
 func newFS(t testing.TB, spec string) *offloadfs.FS {
 	t.Helper()
-	dev := newDev(t, spec)
+	return mkfsMount(t, newDev(t, spec))
+}
+
+// mkfsMount formats dev and mounts it, unmounted with the test.
+func mkfsMount(t testing.TB, dev offloadfs.Device) *offloadfs.FS {
+	t.Helper()
 	if err := offloadfs.Mkfs(context.Background(), dev, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -151,3 +151,29 @@ func TestRemoveAll(t *testing.T) {
 		t.Fatalf("fsck: %v, %v", err, r.Err())
 	}
 }
+
+// TestReadFile checks FS.ReadFile: a file's whole contents, an empty file
+// as no bytes, and a missing file as fs.ErrNotExist.
+func TestReadFile(t *testing.T) {
+	fsys := newFS(t, "mem:16MiB")
+	want := bytes.Repeat([]byte("0123456789"), 1000)
+	for name, data := range map[string][]byte{"/full": want, "/empty": nil} {
+		f, err := fsys.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := fsys.ReadFile(name)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: %d bytes, %v; want %d", name, len(got), err, len(data))
+		}
+	}
+	if _, err := fsys.ReadFile("/missing"); !errors.Is(err, iofs.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+}

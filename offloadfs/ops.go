@@ -3,6 +3,7 @@ package offloadfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	iofs "io/fs"
 	"os"
 	"path"
@@ -102,6 +103,27 @@ func (fsys *FS) Create(name string) (*File, error) {
 
 // Open opens the named file (or directory) read-only.
 func (fsys *FS) Open(name string) (*File, error) { return fsys.OpenFile(name, os.O_RDONLY) }
+
+// ReadFile returns the named file's contents: as many bytes as its size
+// when opened, read in one ReadAt, so a concurrent truncation is an error
+// rather than a short result. An empty file gives no bytes and no error.
+func (fsys *FS) ReadFile(name string) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, fi.Size())
+	// ReadAt may say io.EOF with every byte read, as at a file's end.
+	if n, err := f.ReadAt(b, 0); err != nil && (n < len(b) || !errors.Is(err, io.EOF)) {
+		return nil, err
+	}
+	return b, nil
+}
 
 // OpenFile opens the named file with os.O_* flags: O_RDONLY, O_WRONLY or
 // O_RDWR, and O_CREATE, O_EXCL, O_TRUNC, O_APPEND. Other flags are

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
@@ -119,20 +120,9 @@ func newRemoteEnv(t testing.TB, mutate func(*offloadfs.Options)) *remoteEnv {
 // reconnects (for restarts).
 func (e *remoteEnv) connect(hostNQN string) (*host.Controller, *host.Namespace) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(ctx, e.target.Addr(), envNQN, host.Options{
+	return testhost.Connect(e.t, e.target.Addr(), envNQN, 1, host.Options{
 		HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1, ReconnectDelay: 20 * time.Millisecond,
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ctrl, ns
 }
 
 // restart stops the target and starts a new one on the same address and

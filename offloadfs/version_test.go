@@ -39,16 +39,8 @@ func readThroughMap(t *testing.T, dev offloadfs.Device, m pushdown.File) []byte 
 func TestExtentVersions(t *testing.T) {
 	for _, spec := range []string{"mem:64MiB", "mem:64MiB?bs=4096"} {
 		t.Run(spec, func(t *testing.T) {
-			ctx := context.Background()
 			dev := newDev(t, spec)
-			if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			fsys, err := offloadfs.Mount(ctx, dev, quiet())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fsys.Close()
+			fsys := mkfsMount(t, dev)
 			f, err := fsys.Create("f")
 			if err != nil {
 				t.Fatal(err)

@@ -106,27 +106,70 @@ func readInto(dev Device, files []File, nx sandbox.Next, dst []byte, st *Result)
 	return nil
 }
 
-// Pushdown runs a pushdown request: it reads the start range, calls the
-// function, reads what each step asks for and calls it again, until the
-// function is done. The result's output is the scratch buffer. Work done
-// is counted in the result even when an error ends the request.
+// Stepper is a pushdown function ready to run one request's steps: what
+// the executor needs of it. A sandbox.Instance is one (Pushdown acquires it
+// from its module); so is a function compiled into this process
+// (functions.RunPushdown runs one over in-memory files), so that both run
+// under the same step rules. A Stepper that is also a sandbox.StepDriver
+// drives its steps itself.
+type Stepper interface {
+	// Scratch returns the request's sandbox.ScratchSize-byte scratch,
+	// which persists across steps.
+	Scratch() []byte
+	// Data returns the n-byte buffer the next Step sees as the block(s)
+	// just read.
+	Data(n int) ([]byte, error)
+	// Step runs one step on the first n bytes of Data, read from curFile
+	// at curOffset: done, or the reads it asks for next.
+	Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (done bool, next []sandbox.Next, err error)
+}
+
+// Pushdown runs a pushdown request on an instance of m; see RunSteps.
 func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, req *Request) (Result, error) {
-	var res Result
-	lim := e.Limits.WithDefaults()
 	if !m.HasPushdown() {
-		return res, fmt.Errorf("%w: %s has no pushdown entry", sandbox.ErrNoEntry, m.ID())
+		return Result{}, fmt.Errorf("%w: %s has no pushdown entry", sandbox.ErrNoEntry, m.ID())
 	}
-	if err := e.check(dev, req); err != nil {
-		return res, err
-	}
-	if len(req.Params) > sandbox.ScratchSize {
-		return res, fmt.Errorf("%w: %d bytes of scratch, at most %d", ErrMalformed, len(req.Params), sandbox.ScratchSize)
+	if err := e.checkPushdown(dev, req); err != nil {
+		return Result{}, err
 	}
 	inst, err := m.Acquire(ctx)
 	if err != nil {
-		return res, err
+		return Result{}, err
 	}
 	defer inst.Release()
+	return e.runSteps(ctx, dev, inst, req)
+}
+
+// RunSteps runs a pushdown request on s: it copies the request's
+// parameters to the start of s's scratch, reads the start range, calls the
+// function, reads what each step asks for and calls it again, until the
+// function is done. Every read stays inside the request's files, every
+// step within the limits' MaxSteps and MaxStepBytes. The result's output
+// is the scratch. Work done is counted in the result even when an error
+// ends the request.
+func (e *Executor) RunSteps(ctx context.Context, dev Device, s Stepper, req *Request) (Result, error) {
+	if err := e.checkPushdown(dev, req); err != nil {
+		return Result{}, err
+	}
+	return e.runSteps(ctx, dev, s, req)
+}
+
+// checkPushdown checks a pushdown request before an instance is taken for
+// it.
+func (e *Executor) checkPushdown(dev Device, req *Request) error {
+	if err := e.check(dev, req); err != nil {
+		return err
+	}
+	if len(req.Params) > sandbox.ScratchSize {
+		return fmt.Errorf("%w: %d bytes of scratch, at most %d", ErrMalformed, len(req.Params), sandbox.ScratchSize)
+	}
+	return nil
+}
+
+// runSteps is RunSteps on a checked request.
+func (e *Executor) runSteps(ctx context.Context, dev Device, inst Stepper, req *Request) (Result, error) {
+	var res Result
+	lim := e.Limits.WithDefaults()
 	copy(inst.Scratch(), req.Params)
 	// read checks and reads one step's data into the sandbox.
 	read := func(next []sandbox.Next) (uint32, uint64, int, error) {
@@ -161,6 +204,7 @@ func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, r
 		return next[0].File, next[0].Offset, int(total), nil
 	}
 	start := []sandbox.Next{{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}}
+	var err error
 	if d, ok := inst.(sandbox.StepDriver); ok {
 		err = d.DriveSteps(ctx, start, read)
 	} else {
@@ -181,7 +225,7 @@ func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, r
 
 // stepLoop runs a request's steps through Step, for instances that do not
 // drive them themselves: read, step, until a step is done or fails.
-func stepLoop(ctx context.Context, inst sandbox.Instance, next []sandbox.Next, read sandbox.StepReader) error {
+func stepLoop(ctx context.Context, inst Stepper, next []sandbox.Next, read sandbox.StepReader) error {
 	for {
 		f, off, n, err := read(next)
 		if err != nil {

@@ -12,7 +12,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 )
 
 // plotComparison draws c as a grouped bar chart: one group per point, one
@@ -74,13 +73,9 @@ func plotComparison(c *Comparison) (*plot.Plot, error) {
 	p.X.Min, p.X.Max = -0.6, float64(len(c.Rows))-0.4
 	if n > 1 {
 		xy := plotterXYLabels(c, top)
-		l, err := plotter.NewLabels(xy)
+		l, err := report.CenteredLabels(xy, vg.Points(9))
 		if err != nil {
-			return nil, fmt.Errorf("bench: plot: %w", err)
-		}
-		for i := range l.TextStyle {
-			l.TextStyle[i].XAlign = draw.XCenter
-			l.TextStyle[i].Font.Size = vg.Points(9)
+			return nil, err
 		}
 		p.Add(l)
 	}
@@ -108,12 +103,7 @@ func writePlot(w io.Writer, c *Comparison, format string) error {
 	if err != nil {
 		return err
 	}
-	wt, err := p.WriterTo(10*vg.Inch, 5*vg.Inch, format)
-	if err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
-	}
-	_, err = wt.WriteTo(w)
-	return err
+	return report.WritePlot(w, p, 10*vg.Inch, 5*vg.Inch, format)
 }
 
 // SavePlot renders c's chart to path, in the format its extension names.

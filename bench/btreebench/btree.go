@@ -187,12 +187,6 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-func (c *Config) progress(format string, args ...any) {
-	if c.Progress != nil {
-		c.Progress(fmt.Sprintf(format, args...))
-	}
-}
-
 // BTreeKey is the benchmark's i-th key: even numbers from 2, so the odd
 // ones between are missing.
 func BTreeKey(i int64) uint64 { return uint64(i+1) * 2 }
@@ -750,13 +744,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.AutoSweep {
 		maxThreads = cfg.MaxThreads
 	}
-	cfg.progress("starting the target (%s device) and making the file system", cfg.Device)
+	harness.Stage(cfg.Progress, "starting the target (%s device) and making the file system", cfg.Device)
 	e, err := startBTreeEnv(ctx, &cfg, maxThreads)
 	if err != nil {
 		return nil, err
 	}
 	defer e.Close()
-	cfg.progress("loading %d keys (fanout %d, %d-byte values)", cfg.Keys, cfg.Fanout, cfg.ValueSize)
+	harness.Stage(cfg.Progress, "loading %d keys (fanout %d, %d-byte values)", cfg.Keys, cfg.Fanout, cfg.ValueSize)
 	ld, err := e.load(ctx, &cfg)
 	if err != nil {
 		return nil, err

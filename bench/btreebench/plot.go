@@ -137,12 +137,7 @@ func writePlot(w io.Writer, r *Report, format string) error {
 	if err != nil {
 		return err
 	}
-	wt, err := p.WriterTo(8*vg.Inch, 6*vg.Inch, format)
-	if err != nil {
-		return fmt.Errorf("bench: plot: %w", err)
-	}
-	_, err = wt.WriteTo(w)
-	return err
+	return report.WritePlot(w, p, 8*vg.Inch, 6*vg.Inch, format)
 }
 
 // SavePlot renders r's chart to path, in the format its extension

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"log/slog"
 	mrand "math/rand/v2"
@@ -27,7 +26,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -185,12 +183,6 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-func (c *Config) progress(format string, args ...any) {
-	if c.Progress != nil {
-		c.Progress(fmt.Sprintf(format, args...))
-	}
-}
-
 // Report is what Run measured.
 type Report struct {
 	Machine  report.Machine `json:"machine"`
@@ -296,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for _, c := range cfg.Cases {
 		pt := FSPoint{Case: c}
 		for r := range cfg.Repeat {
-			cfg.progress("%s: run %d of %d", c.Label(), r+1, cfg.Repeat)
+			harness.Stage(cfg.Progress, "%s: run %d of %d", c.Label(), r+1, cfg.Repeat)
 			fr, rr, err := runFSPair(ctx, e.file, e.raw, c, &cfg, r%2 == 1)
 			if err != nil {
 				return rep, fmt.Errorf("bench: %s: %w", c.Label(), err)
@@ -365,7 +357,7 @@ func startFSEnv(ctx context.Context, cfg *Config) (_ *fsEnv, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.progress("connecting with %d queues", cfg.Queues)
+	harness.Stage(cfg.Progress, "connecting with %d queues", cfg.Queues)
 	e.ctrl, err = host.Connect(ctx, addr, fsNQN, harness.HostOptions(host.Options{IOQueues: cfg.Queues, QueueDepth: 64, Logger: cfg.Logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -391,7 +383,7 @@ func startFSEnv(ctx context.Context, cfg *Config) (_ *fsEnv, err error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	e.closers = append(e.closers, e.file.Close)
-	cfg.progress("writing the %s file and the raw region", volume.FormatSize(cfg.FileSize))
+	harness.Stage(cfg.Progress, "writing the %s file and the raw region", volume.FormatSize(cfg.FileSize))
 	buf := make([]byte, 8<<20)
 	_, _ = rand.Read(buf)
 	for off := int64(0); off < cfg.FileSize; off += int64(len(buf)) {
@@ -653,13 +645,13 @@ func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *Config) ([]FSMeta, 
 			}
 			return float64(n) / time.Since(start).Seconds(), nil
 		}
-		cfg.progress("metadata: create+sync, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: create+sync, run %d of %d", r+1, cfg.Repeat)
 		v, err := create(true)
 		if err != nil {
 			return nil, fmt.Errorf("bench: create+sync: %w", err)
 		}
 		rates["create+sync"] = append(rates["create+sync"], v)
-		cfg.progress("metadata: create, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: create, run %d of %d", r+1, cfg.Repeat)
 		if v, err = create(false); err != nil {
 			return nil, fmt.Errorf("bench: create: %w", err)
 		}
@@ -682,12 +674,12 @@ func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *Config) ([]FSMeta, 
 			}
 			return float64(n) / time.Since(start).Seconds(), nil
 		}
-		cfg.progress("metadata: stat, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: stat, run %d of %d", r+1, cfg.Repeat)
 		if v, err = cycle(func(_ int, name string) error { _, err := fsys.Stat(name); return err }); err != nil {
 			return nil, fmt.Errorf("bench: stat: %w", err)
 		}
 		rates["stat"] = append(rates["stat"], v)
-		cfg.progress("metadata: rename, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: rename, run %d of %d", r+1, cfg.Repeat)
 		renamed := make([]bool, len(names))
 		if v, err = cycle(func(i int, name string) error {
 			k := i % len(names)
@@ -701,7 +693,7 @@ func runFSMeta(ctx context.Context, fsys *offloadfs.FS, cfg *Config) ([]FSMeta, 
 			return nil, fmt.Errorf("bench: rename: %w", err)
 		}
 		rates["rename"] = append(rates["rename"], v)
-		cfg.progress("metadata: remove, run %d of %d", r+1, cfg.Repeat)
+		harness.Stage(cfg.Progress, "metadata: remove, run %d of %d", r+1, cfg.Repeat)
 		start := time.Now()
 		for k, name := range names {
 			if renamed[k] {
@@ -792,34 +784,26 @@ func plotFS(r *Report) (*plot.Plot, error) {
 		xy.XYs = append(xy.XYs, plotter.XY{X: float64(i), Y: top * 1.04})
 		xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f\n%.0f / %.0f", d.Ratio, d.File.MBps, d.Raw.MBps))
 	}
-	bars, err := plotter.NewBarChart(vs, vg.Points(28))
+	bars, err := report.Bars(vs, vg.Points(28), report.Blue)
 	if err != nil {
-		return nil, fmt.Errorf("bench: plot: %w", err)
+		return nil, err
 	}
-	bars.Color = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-	bars.LineStyle.Width = 0
 	p.Add(bars)
 	for _, ref := range []struct {
 		y     float64
 		name  string
-		color color.RGBA
-	}{{FSBar, "goal (0.9)", color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}}, {1, "parity", color.RGBA{R: 0x55, G: 0x55, B: 0x55, A: 0xff}}} {
-		line, err := plotter.NewLine(plotter.XYs{{X: -0.6, Y: ref.y}, {X: float64(len(r.Data)) - 0.4, Y: ref.y}})
+		color report.RGB
+	}{{FSBar, "goal (0.9)", report.Red}, {1, "parity", 0x555555}} {
+		line, err := report.GoalLine(ref.y, len(r.Data), ref.color)
 		if err != nil {
-			return nil, fmt.Errorf("bench: plot: %w", err)
+			return nil, err
 		}
-		line.Color = ref.color
-		line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(line)
 		p.Legend.Add(ref.name, line)
 	}
-	l, err := plotter.NewLabels(xy)
+	l, err := report.CenteredLabels(xy, vg.Points(7))
 	if err != nil {
-		return nil, fmt.Errorf("bench: plot: %w", err)
-	}
-	for i := range l.TextStyle {
-		l.TextStyle[i].Font.Size = vg.Points(7)
-		l.TextStyle[i].XAlign = draw.XCenter
+		return nil, err
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	p.Add(l)
@@ -839,11 +823,6 @@ func SavePlot(path string, r *Report) error {
 		if err != nil {
 			return err
 		}
-		wt, err := p.WriterTo(9*vg.Inch, 5*vg.Inch, format)
-		if err != nil {
-			return fmt.Errorf("bench: plot: %w", err)
-		}
-		_, err = wt.WriteTo(w)
-		return err
+		return report.WritePlot(w, p, 9*vg.Inch, 5*vg.Inch, format)
 	})
 }

@@ -147,12 +147,6 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-func (c *Config) progress(format string, args ...any) {
-	if c.Progress != nil {
-		c.Progress(fmt.Sprintf(format, args...))
-	}
-}
-
 // Report is what Run measured.
 type Report struct {
 	Machine  report.Machine `json:"machine"`
@@ -526,7 +520,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	for r := 1; r <= cfg.Repeat; r++ {
 		for i, s := range subjects {
-			cfg.progress("%s %s, %s input, run %d of %d", s.name, cfg.Function, volume.FormatSize(int64(len(in))), r, cfg.Repeat)
+			harness.Stage(cfg.Progress, "%s %s, %s input, run %d of %d", s.name, cfg.Function, volume.FormatSize(int64(len(in))), r, cfg.Repeat)
 			calls, el, cpu, err := timeFuncCallsCPU(ctx, cfg.Duration, cfg.Iterations, s.call)
 			if err == nil {
 				err = s.check()
@@ -926,7 +920,7 @@ func runChain(ctx context.Context, cfg *Config, rts map[sandbox.Kind]sandbox.Run
 	for r := 1; r <= cfg.Repeat; r++ {
 		for i := range methods {
 			m := &methods[i]
-			cfg.progress("chain of %d reads: %s (%s), run %d of %d", cfg.ChainReads, m.row.Method, m.row.Runtime, r, cfg.Repeat)
+			harness.Stage(cfg.Progress, "chain of %d reads: %s (%s), run %d of %d", cfg.ChainReads, m.row.Method, m.row.Runtime, r, cfg.Repeat)
 			before, err := counter.Read()
 			if err != nil {
 				return rep, err
@@ -1102,7 +1096,7 @@ func chainStepCost(ctx context.Context, cfg *Config, tree *chainTree, rts map[sa
 	cpuPerLookup := make([][]float64, len(walkers))
 	for r := 1; r <= cfg.Repeat; r++ {
 		for i, w := range walkers {
-			cfg.progress("btree_lookup in process: %s, run %d of %d", w.name, r, cfg.Repeat)
+			harness.Stage(cfg.Progress, "btree_lookup in process: %s, run %d of %d", w.name, r, cfg.Repeat)
 			c0, ok0 := harness.ProcessCPU()
 			calls, el, err := timeFuncCalls(ctx, d, cfg.Iterations, func() error {
 				return w.walk(tree.keys[rng.IntN(len(tree.keys))])
@@ -1205,20 +1199,16 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 	if r == nil || len(r.Compute) == 0 {
 		return nil, errors.New("bench: nothing to plot")
 	}
-	blue := color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-	orange := color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
 	bars := func(title, ylabel string, names []string, vs plotter.Values, labels []string, c color.Color) (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = title
 		p.Y.Label.Text = ylabel
 		p.Y.Min = 0
 		p.Add(plotter.NewGrid())
-		b, err := plotter.NewBarChart(vs, vg.Points(40))
+		b, err := report.Bars(vs, vg.Points(40), c)
 		if err != nil {
-			return nil, fmt.Errorf("bench: plot: %w", err)
+			return nil, err
 		}
-		b.Color = c
-		b.LineStyle.Width = 0
 		p.Add(b)
 		p.NominalX(names...)
 		top := slices.Max(vs)
@@ -1228,13 +1218,9 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 		for i, v := range vs {
 			xy.XYs[i] = plotter.XY{X: float64(i), Y: v + top*0.02}
 		}
-		l, err := plotter.NewLabels(xy)
+		l, err := report.CenteredLabels(xy, vg.Points(9))
 		if err != nil {
-			return nil, fmt.Errorf("bench: plot: %w", err)
-		}
-		for i := range l.TextStyle {
-			l.TextStyle[i].XAlign = draw.XCenter
-			l.TextStyle[i].Font.Size = vg.Points(9)
+			return nil, err
 		}
 		p.Add(l)
 		return p, nil
@@ -1255,7 +1241,7 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 		runs = fmt.Sprintf("median of %d runs", r.Repeat)
 	}
 	left, err := bars(fmt.Sprintf("%s on %s: %s", r.Function, volume.FormatSize(int64(r.InputBytes)), runs),
-		"MB/s of input", names, vs, labels, blue)
+		"MB/s of input", names, vs, labels, report.Blue)
 	if err != nil {
 		return nil, err
 	}
@@ -1276,7 +1262,7 @@ func funcPlots(r *Report) ([]*plot.Plot, error) {
 			labels = append(labels, l)
 		}
 		right, err := bars(fmt.Sprintf("B+-tree lookup, %d dependent reads over NVMe/TCP", c.Reads),
-			"median p50 latency (µs)", names, vs, labels, orange)
+			"median p50 latency (µs)", names, vs, labels, report.Orange)
 		if err != nil {
 			return nil, err
 		}

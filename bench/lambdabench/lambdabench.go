@@ -11,6 +11,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"io"
 	"log/slog"
 	"runtime"
@@ -147,12 +148,6 @@ func (c *Config) setDefaults() error {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
-}
-
-func (c *Config) progress(format string, args ...any) {
-	if c.Progress != nil {
-		c.Progress(fmt.Sprintf(format, args...))
-	}
 }
 
 // Report is what Run (or RunTPCH) measured.
@@ -294,7 +289,7 @@ type runOpts struct {
 	warm       float64
 	warmRandom bool
 	seed       uint64
-	progress   func(format string, args ...any)
+	progress   func(stage string)
 	interleave int // requests per block (Config.Interleave)
 }
 
@@ -312,7 +307,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		return nil, err
 	}
 	copies := fileCopies(cfg.Interleave, cfg.Modes)
-	cfg.progress("starting the target (link: %s)", linkLabel(cfg.Link))
+	harness.Stage(cfg.Progress, "starting the target (link: %s)", linkLabel(cfg.Link))
 	e, err := startLambdaEnv(ctx, lambdaEnvConfig{
 		targetExe: cfg.TargetExe, serverCPUs: cfg.ServerCPUs, link: cfg.Link,
 		volumeSize: copies*(cfg.Size+cfg.Size/8) + 96<<20, cacheSize: copies*cfg.Size + 64<<20,
@@ -332,7 +327,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.progress("making the %s dataset (%s)", app.name, volume.FormatSize(cfg.Size))
+	harness.Stage(cfg.Progress, "making the %s dataset (%s)", app.name, volume.FormatSize(cfg.Size))
 	w, err := prepareLambdaApp(ctx, e, app, fn, reqs, cfg.Size, cfg.Seed)
 	if err != nil {
 		return nil, err
@@ -341,7 +336,7 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	rep.Answer = w.reference
 	err = e.runModes(ctx, rep, w, runOpts{
 		modes: cfg.Modes, repeat: cfg.Repeat, depth: cfg.Depth, warm: cfg.Warm, warmRandom: cfg.WarmRandom,
-		seed: cfg.Seed, progress: cfg.progress, interleave: cfg.Interleave,
+		seed: cfg.Seed, progress: cfg.Progress, interleave: cfg.Interleave,
 	})
 	return rep, err
 }
@@ -492,7 +487,7 @@ func (e *lambdaEnv) runModes(ctx context.Context, rep *Report, w *lambdaWork, op
 			if i == 0 {
 				works[i] = w
 			} else {
-				opts.progress("%s: copying the file for mode %s", rep.App, m)
+				harness.Stage(opts.progress, "%s: copying the file for mode %s", rep.App, m)
 				tw, err := w.twin(ctx, e.fsys, fmt.Sprintf("%s.%s", w.file.Name(), m))
 				if err != nil {
 					return err
@@ -507,7 +502,7 @@ func (e *lambdaEnv) runModes(ctx context.Context, rep *Report, w *lambdaWork, op
 	}
 	for r := range opts.repeat {
 		if works != nil {
-			opts.progress("%s: round %d of %d, the modes interleaved in blocks of %d requests", rep.App, r+1, opts.repeat, opts.interleave)
+			harness.Stage(opts.progress, "%s: round %d of %d, the modes interleaved in blocks of %d requests", rep.App, r+1, opts.repeat, opts.interleave)
 			runs, err := e.runRound(ctx, works, opts.modes, opts.interleave, opts, opts.seed+uint64(r))
 			if err != nil {
 				return fmt.Errorf("bench: %s, round %d: %w", rep.App, r+1, err)
@@ -526,7 +521,7 @@ func (e *lambdaEnv) runModes(ctx context.Context, rep *Report, w *lambdaWork, op
 		}
 		for _, i := range order {
 			m := opts.modes[i]
-			opts.progress("%s: mode %s, run %d of %d", rep.App, m, r+1, opts.repeat)
+			harness.Stage(opts.progress, "%s: mode %s, run %d of %d", rep.App, m, r+1, opts.repeat)
 			run, err := e.runOnce(ctx, w, m, opts, opts.seed+uint64(r))
 			if err != nil {
 				return fmt.Errorf("bench: %s, run %d: %w", rep.App, r+1, err)

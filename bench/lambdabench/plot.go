@@ -3,14 +3,12 @@ package lambdabench
 import (
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 
 	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/nearstore/nearstore/volume"
 )
@@ -75,20 +73,14 @@ func plotLambda(r *Report) (*plot.Plot, error) {
 		}
 		xy.Labels = append(xy.Labels, label)
 	}
-	bars, err := plotter.NewBarChart(vs, vg.Points(36))
+	bars, err := report.Bars(vs, vg.Points(36), report.Blue)
 	if err != nil {
-		return nil, fmt.Errorf("bench: plot: %w", err)
+		return nil, err
 	}
-	bars.Color = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-	bars.LineStyle.Width = 0
 	p.Add(bars)
-	l, err := plotter.NewLabels(xy)
+	l, err := report.CenteredLabels(xy, vg.Points(8))
 	if err != nil {
-		return nil, fmt.Errorf("bench: plot: %w", err)
-	}
-	for i := range l.TextStyle {
-		l.TextStyle[i].Font.Size = vg.Points(8)
-		l.TextStyle[i].XAlign = draw.XCenter
+		return nil, err
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	p.Add(l)
@@ -106,11 +98,6 @@ func SavePlot(path string, r *Report) error {
 		if err != nil {
 			return err
 		}
-		wt, err := p.WriterTo(7*vg.Inch, 4.5*vg.Inch, format)
-		if err != nil {
-			return fmt.Errorf("bench: plot: %w", err)
-		}
-		_, err = wt.WriteTo(w)
-		return err
+		return report.WritePlot(w, p, 7*vg.Inch, 4.5*vg.Inch, format)
 	})
 }

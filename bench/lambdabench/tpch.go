@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/lambda"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
@@ -92,7 +93,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 		return nil, err
 	}
 	copies := fileCopies(lc.Interleave, lc.Modes)
-	lc.progress("starting the target (link: %s)", linkLabel(cfg.Link))
+	harness.Stage(lc.Progress, "starting the target (link: %s)", linkLabel(cfg.Link))
 	e, err := startLambdaEnv(ctx, lambdaEnvConfig{
 		targetExe: cfg.TargetExe, serverCPUs: cfg.ServerCPUs, link: cfg.Link,
 		volumeSize: (copies*(size+size/8) + 96<<20 + lambdaBlock - 1) / lambdaBlock * lambdaBlock, cacheSize: copies*size + 64<<20,
@@ -113,7 +114,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	lc.progress("generating LINEITEM at SF %g (%d rows, %s)", cfg.SF, rows, volume.FormatSize(size))
+	harness.Stage(lc.Progress, "generating LINEITEM at SF %g (%d rows, %s)", cfg.SF, rows, volume.FormatSize(size))
 	f, err := e.fsys.Create("lineitem")
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -131,7 +132,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	tables := g.Tables()
-	lc.progress("evaluating %v on the host over a plain read of the file", q)
+	harness.Stage(lc.Progress, "evaluating %v on the host over a plain read of the file", q)
 	want, err := tpch.Evaluate(q, tables, io.NewSectionReader(f, 0, size))
 	if err != nil {
 		return nil, fmt.Errorf("bench: tpch.Evaluate: %w", err)
@@ -157,7 +158,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 	}
 	err = e.runModes(ctx, rep, w, runOpts{
 		modes: lc.Modes, repeat: lc.Repeat, depth: lc.Depth, warm: lc.Warm, warmRandom: lc.WarmRandom,
-		seed: lc.Seed, progress: lc.progress, interleave: lc.Interleave,
+		seed: lc.Seed, progress: lc.Progress, interleave: lc.Interleave,
 	})
 	return rep, err
 }

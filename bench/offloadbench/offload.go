@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"log/slog"
 	"runtime"
@@ -117,9 +116,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if _, err := offload.ParsePolicy(pol); err != nil {
 			return nil, err
 		}
-		if cfg.Progress != nil {
-			cfg.Progress(fmt.Sprintf("%d clients under policy %s for %v", cfg.Clients, pol, cfg.Duration))
-		}
+		harness.Stage(cfg.Progress, "%d clients under policy %s for %v", cfg.Clients, pol, cfg.Duration)
 		r, err := runOffloadPolicy(ctx, cfg, pol)
 		if err != nil {
 			return nil, fmt.Errorf("bench: offload, policy %s: %w", pol, err)
@@ -322,39 +319,27 @@ func SavePlot(path string, r *Report) error {
 				}
 			}
 		}
-		be, err := plotter.NewBarChart(eng, vg.Points(22))
+		be, err := report.Bars(eng, vg.Points(22), report.Blue)
 		if err != nil {
 			return err
 		}
-		be.Color = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-		be.LineStyle.Width = 0
-		bl, err := plotter.NewBarChart(loc, vg.Points(22))
+		bl, err := report.Bars(loc, vg.Points(22), report.Orange)
 		if err != nil {
 			return err
 		}
-		bl.Color = color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}
-		bl.LineStyle.Width = 0
 		bl.StackOn(be)
 		p.Add(be, bl)
 		p.Legend.Add("on the engine", be)
 		p.Legend.Add("local (turned away)", bl)
-		l, err := plotter.NewLabels(xy)
+		l, err := report.CenteredLabels(xy, vg.Points(7))
 		if err != nil {
 			return err
-		}
-		for i := range l.TextStyle {
-			l.TextStyle[i].Font.Size = vg.Points(7)
 		}
 		p.Add(l)
 		p.NominalX(names...)
 		p.X.Tick.Label.Font.Size = vg.Points(7)
 		p.Y.Min, p.Y.Max = 0, top*1.35
 		p.Legend.Top = true
-		wt, err := p.WriterTo(8*vg.Inch, 4.5*vg.Inch, format)
-		if err != nil {
-			return err
-		}
-		_, err = wt.WriteTo(w)
-		return err
+		return report.WritePlot(w, p, 8*vg.Inch, 4.5*vg.Inch, format)
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"log/slog"
 	"runtime"
@@ -12,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/link"
 	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
@@ -100,11 +100,6 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = []string{"host", "target", "peer", "split"}
 	}
-	progress := func(format string, args ...any) {
-		if cfg.Progress != nil {
-			cfg.Progress(fmt.Sprintf(format, args...))
-		}
-	}
 	peer := slices.Contains(cfg.Modes, "peer")
 	size := int64(cfg.Images)*256<<10 + 256<<20
 	link, err := link.Open(ctx, cfg.Link, cfg.Logger)
@@ -117,7 +112,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 		return nil, err
 	}
 	defer env.Close()
-	progress("writing %d synthetic images", cfg.Images)
+	harness.Stage(cfg.Progress, "writing %d synthetic images", cfg.Images)
 	if err := prep.Generate(ctx, env.fsys, "/prep", cfg.Images, 1, nil); err != nil {
 		return nil, err
 	}
@@ -157,7 +152,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 			slices.Reverse(order)
 		}
 		for _, m := range order {
-			progress("run %d/%d: %s", i+1, cfg.Repeat, m)
+			harness.Stage(cfg.Progress, "run %d/%d: %s", i+1, cfg.Repeat, m)
 			cpu0, t0 := selfCPU(), time.Now()
 			st, err := r.Run(ctx, names, 0, m == "host" || m == "split", engines[m], func(uint64, []float32) {})
 			if err != nil {
@@ -243,39 +238,27 @@ func SavePrepPlot(path string, r *PrepReport) error {
 			xy.XYs = append(xy.XYs, plotter.XY{X: float64(i), Y: m.ImagesPerSec + top*0.03})
 			xy.Labels = append(xy.Labels, fmt.Sprintf("%.1f\n%.2f ms", m.ImagesPerSec, m.HostCPUPerImg))
 		}
-		bars, err := plotter.NewBarChart(vs, vg.Points(36))
+		bars, err := report.Bars(vs, vg.Points(36), report.Blue)
 		if err != nil {
 			return err
 		}
-		bars.Color = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-		bars.LineStyle.Width = 0
 		p.Add(bars)
 		if len(r.Modes) > 0 && r.Modes[0].Mode == "host" {
-			line, err := plotter.NewLine(plotter.XYs{{X: -0.6, Y: r.Modes[0].ImagesPerSec * PrepBar}, {X: float64(len(r.Modes)) - 0.4, Y: r.Modes[0].ImagesPerSec * PrepBar}})
+			line, err := report.GoalLine(r.Modes[0].ImagesPerSec*PrepBar, len(r.Modes), report.Red)
 			if err != nil {
 				return err
 			}
-			line.Color = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-			line.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 			p.Add(line)
 			p.Legend.Add(fmt.Sprintf("bar (%.1f× host)", PrepBar), line)
 		}
-		l, err := plotter.NewLabels(xy)
+		l, err := report.CenteredLabels(xy, vg.Points(8))
 		if err != nil {
 			return err
-		}
-		for i := range l.TextStyle {
-			l.TextStyle[i].Font.Size = vg.Points(8)
 		}
 		p.Add(l)
 		p.NominalX(names...)
 		p.Y.Max = top * 1.6
 		p.Legend.Top = true
-		wt, err := p.WriterTo(7*vg.Inch, 4.5*vg.Inch, format)
-		if err != nil {
-			return err
-		}
-		_, err = wt.WriteTo(w)
-		return err
+		return report.WritePlot(w, p, 7*vg.Inch, 4.5*vg.Inch, format)
 	})
 }

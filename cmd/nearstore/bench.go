@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +10,6 @@ import (
 	"github.com/nearstore/nearstore/bench/blockio"
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/nearstore/nearstore/volume"
 )
@@ -112,7 +109,7 @@ scripts/bench-deps.sh (make bench-deps) installs nbdkit and fio.`,
 			cfg := blockio.CompareConfig{Systems: systems, Points: points, Repeat: repeat, Duration: dur}
 			if !quiet {
 				fmt.Fprintf(cmd.ErrOrStderr(), "starting %d system(s) and filling %s on each…\n", len(systems), volume.FormatSize(n))
-				cfg.Progress = runBar
+				cfg.Progress = rateBar("IOPS")
 			}
 			res, err := blockio.Compare(ctx, cfg)
 			if res != nil {
@@ -162,9 +159,7 @@ func defaultConfigs() []string {
 
 func printComparison(w io.Writer, c *blockio.Comparison, asJSON, asMarkdown bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(c)
+		return writeJSON(w, c)
 	}
 	m := c.Machine
 	fmt.Fprintf(w, "machine: %d CPUs (%s), kernel %s, %s, GOMAXPROCS %d\n", m.CPUs, m.CPUModel, m.Kernel, m.Go, m.GOMAXPROCS)
@@ -181,30 +176,4 @@ func printComparison(w io.Writer, c *blockio.Comparison, asJSON, asMarkdown bool
 		return blockio.WriteMarkdown(w, c)
 	}
 	return blockio.WriteTable(w, c)
-}
-
-// runBar shows one run's progress on stderr: elapsed time against the
-// run's length and, when the system reports it, the live operation rate.
-func runBar(name string, d time.Duration) (func(time.Duration, int64), func()) {
-	p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(30), mpb.WithRefreshRate(200*time.Millisecond))
-	total := d.Milliseconds()
-	var rate string
-	bar := p.AddBar(total,
-		mpb.PrependDecorators(decor.Name(name+" ")),
-		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string { return rate })),
-	)
-	var lastOps int64
-	var lastT time.Duration
-	update := func(el time.Duration, ops int64) {
-		if dt := el - lastT; dt > 0 && ops >= 0 {
-			rate = fmt.Sprintf(" %8.0f IOPS", float64(ops-lastOps)/dt.Seconds())
-		}
-		lastOps, lastT = ops, el
-		bar.SetCurrent(min(el.Milliseconds(), total))
-	}
-	end := func() {
-		bar.SetTotal(total, true)
-		p.Wait()
-	}
-	return update, end
 }

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/btreebench"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/nearstore/nearstore/kv/btree"
 	"github.com/nearstore/nearstore/sandbox"
@@ -22,13 +18,12 @@ import (
 func newBenchBTreeCmd(g *globals) *cobra.Command {
 	var (
 		keys, mode, sweep, device, rt    string
-		plotFile                         string
 		fanout, levels, valueSize, cache int
 		repeat, queues                   int
 		threads                          []int
 		dur                              time.Duration
-		asJSON, quiet                    bool
 		proc                             procFlags
+		rf                               reportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "btree",
@@ -103,54 +98,23 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 				return err
 			}
 			defer stopProfile()
-			if !quiet {
-				stderr := cmd.ErrOrStderr()
-				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
-				var p *mpb.Progress
-				var bar *mpb.Bar
-				cfg.LoadProgress = func(done, total int64) {
-					if p == nil {
-						p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(200*time.Millisecond))
-						bar = p.AddBar(total,
-							mpb.PrependDecorators(decor.Name("load "), decor.CountersNoUnit("%d / %d keys")),
-							mpb.AppendDecorators(decor.Percentage()))
-					}
-					bar.SetCurrent(done)
-					if done >= total {
-						bar.SetTotal(total, true)
-						p.Wait()
-						p = nil
-					}
-				}
-				cfg.RunBar = lookupBar
+			if cfg.Progress = rf.stages(cmd); cfg.Progress != nil {
+				cfg.LoadProgress = loadBar("load ")
+				cfg.RunBar = rateBar("lookups/s")
 			}
 			rep, err := btreebench.Run(ctx, cfg)
 			if rep == nil || len(rep.Points) == 0 {
 				return err
 			}
 			rep.Machine.Pinning = pinning
-			// A sweep that failed part way prints what it measured.
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if perr := enc.Encode(rep); perr != nil {
-					return errors.Join(err, perr)
-				}
-			} else if perr := btreebench.WriteTable(out, rep); perr != nil {
-				return errors.Join(err, perr)
-			}
 			if err != nil {
-				return err
+				// A sweep that failed part way prints what it
+				// measured, and no plot.
+				noPlot := rf
+				noPlot.plotFile = ""
+				return errors.Join(err, printReport(&noPlot, out, rep, btreebench.WriteTable, btreebench.SavePlot))
 			}
-			if plotFile != "" {
-				if err := btreebench.SavePlot(plotFile, rep); err != nil {
-					return err
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
-				}
-			}
-			return nil
+			return printReport(&rf, out, rep, btreebench.WriteTable, btreebench.SavePlot)
 		},
 	}
 	f := cmd.Flags()
@@ -168,36 +132,8 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 	f.StringVar(&rt, "runtime", "ebpf", "btree_lookup's runtime at the target: ebpf or wasm")
 	f.IntVar(&queues, "queues", 1, "host I/O queues (TCP connections)")
 	proc.add(f, "run the target in this process (CPU per side is then not separable)")
-	f.StringVar(&plotFile, "plot", "", "write throughput against p99 latency to this file (.png, .svg or .pdf)")
-	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
-	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	rf.add(f, "throughput against p99 latency", "print every run and the medians as JSON")
 	return cmd
-}
-
-// lookupBar shows one run's progress on stderr: elapsed time against the
-// run's length, and the live lookup rate.
-func lookupBar(name string, d time.Duration) (func(time.Duration, int64), func()) {
-	p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(30), mpb.WithRefreshRate(200*time.Millisecond))
-	total := d.Milliseconds()
-	var rate string
-	bar := p.AddBar(total,
-		mpb.PrependDecorators(decor.Name(name+" ")),
-		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string { return rate })),
-	)
-	var lastOps int64
-	var lastT time.Duration
-	update := func(el time.Duration, ops int64) {
-		if dt := el - lastT; dt > 0 {
-			rate = fmt.Sprintf(" %8.0f lookups/s", float64(ops-lastOps)/dt.Seconds())
-		}
-		lastOps, lastT = ops, el
-		bar.SetCurrent(min(el.Milliseconds(), total))
-	}
-	end := func() {
-		bar.SetTotal(total, true)
-		p.Wait()
-	}
-	return update, end
 }
 
 // parseModes reads plain, pushdown or both.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -17,11 +16,10 @@ func newBenchFSCmd(g *globals) *cobra.Command {
 	var (
 		repeat, queues      int
 		dur, metaDur, slice time.Duration
-		fileSize, plotFile  string
-		configs             string
-		noMeta, asJSON      bool
-		quiet               bool
+		fileSize, configs   string
+		noMeta              bool
 		proc                procFlags
+		rf                  reportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "fs",
@@ -76,10 +74,7 @@ randwrite} 4k, each at 1 and 32 threads.`,
 				return err
 			}
 			defer stopProfile()
-			if !quiet {
-				stderr := cmd.ErrOrStderr()
-				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
-			}
+			cfg.Progress = rf.stages(cmd)
 			rep, err := fsbench.Run(ctx, cfg)
 			if rep != nil {
 				rep.Machine.Pinning = pinning
@@ -87,24 +82,7 @@ randwrite} 4k, each at 1 and 32 threads.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else if err := fsbench.WriteTable(out, rep); err != nil {
-				return err
-			}
-			if plotFile != "" {
-				if err := fsbench.SavePlot(plotFile, rep); err != nil {
-					return err
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
-				}
-			}
-			return nil
+			return printReport(&rf, out, rep, fsbench.WriteTable, fsbench.SavePlot)
 		},
 	}
 	f := cmd.Flags()
@@ -117,8 +95,6 @@ randwrite} 4k, each at 1 and 32 threads.`,
 	f.DurationVar(&metaDur, "meta-duration", time.Second, "length of each metadata run")
 	f.BoolVar(&noMeta, "no-meta", false, "leave out the metadata operations")
 	proc.add(f, "run the target in this process")
-	f.StringVar(&plotFile, "plot", "", "write the ratios to this file (.png, .svg or .pdf)")
-	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
-	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	rf.add(f, "the ratios", "print every run and the medians as JSON")
 	return cmd
 }

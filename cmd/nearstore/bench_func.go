@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -14,10 +13,11 @@ import (
 
 func newBenchFuncCmd(*globals) *cobra.Command {
 	var (
-		fn, size, runtimes, plotFile string
-		dur                          time.Duration
-		iterations, repeat, chain    int
-		noChain, asJSON, quiet       bool
+		fn, size, runtimes        string
+		dur                       time.Duration
+		iterations, repeat, chain int
+		noChain                   bool
+		rf                        reportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "func",
@@ -68,32 +68,12 @@ shows what each runtime adds to a step.`,
 				Function: fn, Size: int(n), Runtimes: rts, Duration: dur, Iterations: iterations,
 				Repeat: repeat, SkipChain: noChain, ChainReads: chain,
 			}
-			if !quiet {
-				cfg.Progress = func(stage string) { fmt.Fprintf(cmd.ErrOrStderr(), "… %s\n", stage) }
-			}
+			cfg.Progress = rf.stages(cmd)
 			rep, err := funcbench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else if err := funcbench.WriteTable(out, rep); err != nil {
-				return err
-			}
-			if plotFile != "" {
-				if err := funcbench.SavePlot(plotFile, rep); err != nil {
-					return err
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
-				}
-			}
-			return nil
+			return printReport(&rf, cmd.OutOrStdout(), rep, funcbench.WriteTable, funcbench.SavePlot)
 		},
 	}
 	f := cmd.Flags()
@@ -105,9 +85,7 @@ shows what each runtime adds to a step.`,
 	f.IntVar(&repeat, "repeat", 3, "runs per runtime (medians are reported)")
 	f.IntVar(&chain, "chain", funcbench.DefaultChainReads, fmt.Sprintf("dependent reads per lookup in the pushdown chain (%d to %d)", funcbench.MinChainReads, funcbench.MaxChainReads))
 	f.BoolVar(&noChain, "no-chain", false, "skip the pushdown chain part")
-	f.StringVar(&plotFile, "plot", "", "write bar charts of the medians to this file (.png, .svg or .pdf)")
-	f.BoolVar(&asJSON, "json", false, "print every run and the medians as JSON")
-	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	rf.add(f, "bar charts of the medians", "print every run and the medians as JSON")
 	return cmd
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -20,13 +19,12 @@ import (
 type lambdaRunFlags struct {
 	requestSize, warmOrder, modes, runtime string
 	link                                   string
-	plotFile                               string
 	warm                                   float64
 	repeat, depth, interleave              int
 	profileEvery, profileFirst             int
 	seed                                   uint64
-	asJSON, quiet                          bool
 	proc                                   procFlags
+	rf                                     reportFlags
 }
 
 func (l *lambdaRunFlags) add(f *pflag.FlagSet) {
@@ -43,9 +41,7 @@ func (l *lambdaRunFlags) add(f *pflag.FlagSet) {
 	f.Uint64Var(&l.seed, "seed", 1, "the dataset's seed")
 	f.StringVar(&l.link, "link", "", "emulated link to the target (e.g. 10gbit: a netns behind a tc-shaped veth pair; falls back to loopback where that cannot be done, and says so)")
 	l.proc.add(f, "run the target in this process")
-	f.StringVar(&l.plotFile, "plot", "", "write a bar chart of the modes' throughput, normalized to B, to this file (.png, .svg or .pdf)")
-	f.BoolVar(&l.asJSON, "json", false, "print every run and the medians as JSON")
-	f.BoolVar(&l.quiet, "quiet", false, "no progress on stderr")
+	l.rf.add(f, "a bar chart of the modes' throughput, normalized to B,", "print every run and the medians as JSON")
 }
 
 // settings parses the shared flags.
@@ -94,24 +90,7 @@ func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
 
 // report prints rep as a table or JSON, and writes its plot if asked.
 func (l *lambdaRunFlags) report(out io.Writer, rep *lambdabench.Report) error {
-	if l.asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else if err := lambdabench.WriteTable(out, rep); err != nil {
-		return err
-	}
-	if l.plotFile != "" {
-		if err := lambdabench.SavePlot(l.plotFile, rep); err != nil {
-			return err
-		}
-		if !l.asJSON {
-			fmt.Fprintf(out, "\nplot: %s\n", l.plotFile)
-		}
-	}
-	return nil
+	return printReport(&l.rf, out, rep, lambdabench.WriteTable, lambdabench.SavePlot)
 }
 
 // newBenchLambdaCmd runs a λ-IO application in modes B, K, T and λ.
@@ -167,10 +146,7 @@ ran, and the goals: λ within 5% of the better of K and T, and, on a
 				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst,
 				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
-			if !lf.quiet {
-				stderr := cmd.ErrOrStderr()
-				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
-			}
+			cfg.Progress = lf.rf.stages(cmd)
 			stopProfile, err := startCPUProfile(lf.proc.cpuprof)
 			if err != nil {
 				return err

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -12,12 +10,10 @@ import (
 
 func newBenchPrepCmd(g *globals) *cobra.Command {
 	var (
-		cfg      offloadbench.PrepConfig
-		modes    string
-		proc     procFlags
-		plotFile string
-		asJSON   bool
-		quiet    bool
+		cfg   offloadbench.PrepConfig
+		modes string
+		proc  procFlags
+		rf    reportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "prep",
@@ -49,17 +45,13 @@ and the report says so).`,
 			cfg.ServerCPUs = proc.serverCPUs
 			cfg.Modes = splitList(modes)
 			cfg.Logger = benchLogger(cmd, g)
-			if !quiet {
-				stderr := cmd.ErrOrStderr()
-				cfg.Progress = func(s string) { fmt.Fprintf(stderr, "… %s\n", s) }
-			}
+			cfg.Progress = rf.stages(cmd)
 			rep, err := offloadbench.RunPrep(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			rep.Machine.Pinning = pinning
-			return benchOutput(cmd, asJSON, plotFile, rep, func() error { return offloadbench.WritePrepTable(cmd.OutOrStdout(), rep) },
-				func() error { return offloadbench.SavePrepPlot(plotFile, rep) })
+			return printReport(&rf, cmd.OutOrStdout(), rep, offloadbench.WritePrepTable, offloadbench.SavePrepPlot)
 		},
 	}
 	f := cmd.Flags()
@@ -71,9 +63,7 @@ and the report says so).`,
 	f.StringVar(&modes, "modes", "host,target,peer,split", "modes to run, comma separated")
 	f.StringVar(&cfg.Link, "link", "", "emulated link to the target, e.g. 10gbit (default: loopback)")
 	proc.add(f, "not supported: the target runs as its own process")
-	f.StringVar(&plotFile, "plot", "", "write images/s per mode to this file (.png, .svg or .pdf)")
-	f.BoolVar(&asJSON, "json", false, "print every run, the medians and the bars as JSON")
-	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	rf.add(f, "images/s per mode", "print every run, the medians and the bars as JSON")
 	return cmd
 }
 
@@ -82,9 +72,7 @@ func newBenchOffloadCmd(g *globals) *cobra.Command {
 		cfg      offloadbench.Config
 		policies string
 		proc     procFlags
-		plotFile string
-		asJSON   bool
-		quiet    bool
+		rf       reportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "offload",
@@ -114,17 +102,13 @@ the target's median CPU under its threshold with every task completed.`,
 			cfg.ServerCPUs = proc.serverCPUs
 			cfg.Policies = splitList(policies)
 			cfg.Logger = benchLogger(cmd, g)
-			if !quiet {
-				stderr := cmd.ErrOrStderr()
-				cfg.Progress = func(s string) { fmt.Fprintf(stderr, "… %s\n", s) }
-			}
+			cfg.Progress = rf.stages(cmd)
 			rep, err := offloadbench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
 			rep.Machine.Pinning = pinning
-			return benchOutput(cmd, asJSON, plotFile, rep, func() error { return offloadbench.WriteTable(cmd.OutOrStdout(), rep) },
-				func() error { return offloadbench.SavePlot(plotFile, rep) })
+			return printReport(&rf, cmd.OutOrStdout(), rep, offloadbench.WriteTable, offloadbench.SavePlot)
 		},
 	}
 	f := cmd.Flags()
@@ -137,9 +121,7 @@ the target's median CPU under its threshold with every task completed.`,
 	f.IntVar(&cfg.Size, "size", 128, "OffloadPrep output side")
 	f.IntVar(&cfg.Batch, "batch", 4, "images per task")
 	proc.add(f, "not supported: the target runs as its own process")
-	f.StringVar(&plotFile, "plot", "", "write tasks per client and policy to this file (.png, .svg or .pdf)")
-	f.BoolVar(&asJSON, "json", false, "print the runs and the bars as JSON")
-	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	rf.add(f, "tasks per client and policy", "print the runs and the bars as JSON")
 	return cmd
 }
 
@@ -152,27 +134,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// benchOutput prints rep as JSON or as its table, and saves its plot.
-func benchOutput(cmd *cobra.Command, asJSON bool, plotFile string, rep any, table, plot func() error) error {
-	out := cmd.OutOrStdout()
-	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else if err := table(); err != nil {
-		return err
-	}
-	if plotFile != "" {
-		if err := plot(); err != nil {
-			return err
-		}
-		if !asJSON {
-			fmt.Fprintf(out, "\nplot: %s\n", plotFile)
-		}
-	}
-	return nil
 }

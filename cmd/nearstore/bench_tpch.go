@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"sync"
 	"time"
@@ -46,9 +45,7 @@ validation parameters.`,
 				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst,
 				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
-			if !lf.quiet {
-				stderr := cmd.ErrOrStderr()
-				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
+			if cfg.Progress = lf.rf.stages(cmd); cfg.Progress != nil {
 				bar := newGenBar()
 				defer bar.wait()
 				cfg.GenProgress = bar.update

@@ -5,14 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"text/tabwriter"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/btreebench"
 	"github.com/spf13/cobra"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
@@ -58,28 +55,14 @@ thread sweep and a plot.`,
 			cfg := btreebench.Config{
 				Keys: n, CacheLevels: cache, Device: device, Threads: threads, Duration: dur, Repeat: 1, Logger: log,
 				Progress: func(stage string) { fmt.Fprintf(out, "· %s\n", stage) },
-				RunBar:   lookupBar,
+				RunBar:   rateBar("lookups/s"),
 			}
 			if verify {
 				cfg.Prepare = func(ctx context.Context, ns *host.Namespace) error {
 					return demoVerify(ctx, out, ns)
 				}
 			}
-			var p *mpb.Progress
-			var bar *mpb.Bar
-			cfg.LoadProgress = func(done, total int64) {
-				if p == nil {
-					p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(100*time.Millisecond))
-					bar = p.AddBar(total, mpb.PrependDecorators(decor.Name("  load "), decor.CountersNoUnit("%d / %d keys")),
-						mpb.AppendDecorators(decor.Percentage()))
-				}
-				bar.SetCurrent(done)
-				if done >= total {
-					bar.SetTotal(total, true)
-					p.Wait()
-					p = nil
-				}
-			}
+			cfg.LoadProgress = loadBar("  load ")
 			rep, err := btreebench.Run(ctx, cfg)
 			if err != nil {
 				if errors.Is(err, context.Canceled) {

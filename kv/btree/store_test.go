@@ -15,6 +15,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/btree"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -63,15 +64,7 @@ func newEnvWith(t *testing.T, size string, opts func(*env, *offloadfs.Options, [
 		},
 	})
 	t.Cleanup(srv.Stop)
-	ctrl, err := host.Connect(ctx, srv.Addr(), testNQN, host.Options{IOQueues: 1, QueueDepth: 64, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(t, srv.Addr(), testNQN, 1, host.Options{IOQueues: 1, QueueDepth: 64, Logger: quiet})
 	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}

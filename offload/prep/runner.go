@@ -122,7 +122,7 @@ func (r *Runner) Run(ctx context.Context, names []string, first uint64, host boo
 func (r *Runner) host(ctx context.Context, names []string, first uint64) ([][]float32, error) {
 	ts := make([][]float32, len(names))
 	err := parallel(ctx, len(names), func(i int) error {
-		data, err := readFile(r.FS, names[i])
+		data, err := r.FS.ReadFile(names[i])
 		if err != nil {
 			return err
 		}
@@ -155,21 +155,4 @@ func (r *Runner) offload(ctx context.Context, peer offloadfs.Peer, names []strin
 		err = fmt.Errorf("prep: %d tensors for %d images", len(ts), len(names))
 	}
 	return ts, res.Local, err
-}
-
-func readFile(fsys *offloadfs.FS, name string) ([]byte, error) {
-	f, err := fsys.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, fi.Size())
-	if _, err := f.ReadAt(b, 0); err != nil {
-		return nil, err
-	}
-	return b, nil
 }

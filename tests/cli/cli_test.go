@@ -19,6 +19,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/ebpf"
@@ -161,15 +162,7 @@ func TestUsage(t *testing.T) {
 	}
 
 	addr := newTarget(t)
-	tgt := []string{"-a", addr, "-n", testNQN}
-	run := func(stdin string, args ...string) string {
-		t.Helper()
-		r := clitest.Run(t, time.Minute, strings.NewReader(stdin), nil, append(args, tgt...)...)
-		if r.Code != 0 {
-			t.Fatalf("nearstore %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
-		}
-		return r.Stdout
-	}
+	run := runOK(t, addr)
 	run("", "fs", "mkfs")
 	run(strings.Repeat("x", 3<<20), "fs", "put", "-", "/big")
 	if out := run("", "fs", "ls", "-lh"); !strings.Contains(out, "3 MiB") || !strings.Contains(out, "big") {
@@ -262,15 +255,7 @@ func TestFunc(t *testing.T) {
 	if err := os.WriteFile(f, in, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
-	ctrl, err := host.Connect(ctx, addr, testNQN, host.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(t, addr, testNQN, 1, host.Options{})
 	if _, err := ns.WriteAt(in, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -308,4 +293,19 @@ func TestFunc(t *testing.T) {
 		t.Fatalf("unloaded by prefix, still listed:\n%s", list)
 	}
 	run(1, "func", "call", id[:8])
+}
+
+// runOK returns a function that runs nearstore against the target at
+// addr with stdin and args, fails the test unless it exits 0, and returns
+// its stdout.
+func runOK(t *testing.T, addr string) func(stdin string, args ...string) string {
+	tgt := []string{"-a", addr, "-n", testNQN}
+	return func(stdin string, args ...string) string {
+		t.Helper()
+		r := clitest.Run(t, time.Minute, strings.NewReader(stdin), nil, append(args, tgt...)...)
+		if r.Code != 0 {
+			t.Fatalf("nearstore %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
+		}
+		return r.Stdout
+	}
 }

@@ -18,14 +18,7 @@ import (
 func TestOffload(t *testing.T) {
 	addr := newTarget(t)
 	tgt := []string{"-a", addr, "-n", testNQN}
-	run := func(stdin string, args ...string) string {
-		t.Helper()
-		r := clitest.Run(t, time.Minute, strings.NewReader(stdin), nil, append(args, tgt...)...)
-		if r.Code != 0 {
-			t.Fatalf("nearstore %s: exit %d\n%s", strings.Join(args, " "), r.Code, r.Stderr)
-		}
-		return r.Stdout
-	}
+	run := runOK(t, addr)
 	run("", "fs", "mkfs")
 	run("first\n", "fs", "put", "-", "/a")
 	run("second\n", "fs", "put", "-", "/b")

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -369,16 +370,7 @@ func TestCLI(t *testing.T) {
 	if want := fmt.Sprintf("wrote %d bytes at offset %d of file 0\n", len(bitmap), writeOff); o != want {
 		t.Errorf("lambda-write printed %q, want %q", o, want)
 	}
-	ctx := context.Background()
-	ctrl, err := host.Connect(ctx, addr, nqn, host.Options{KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctrl.Close()
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(t, addr, nqn, 1, host.Options{KeepAlive: -1})
 	got := make([]byte, 6*bs)
 	if _, err := ns.ReadAt(got, writeOff-bs); err != nil {
 		t.Fatal(err)

@@ -29,6 +29,7 @@ import (
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -169,36 +170,14 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 // sends are the test's) and returns its controller and namespace nsid.
 func (e *env) connect(nsid uint32, ioQueues int) (*host.Controller, *host.Namespace) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(ctx, e.addr, testNQN, host.Options{IOQueues: ioQueues, KeepAlive: -1})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(nsid)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ctrl, ns
+	return testhost.Connect(e.t, e.addr, testNQN, nsid, host.Options{IOQueues: ioQueues, KeepAlive: -1})
 }
 
 // connectAs connects another host under the given host NQN (keep-alive
 // off) and returns its controller and namespace nsid.
 func (e *env) connectAs(hostNQN string, nsid uint32) (*host.Controller, *host.Namespace) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(ctx, e.addr, testNQN, host.Options{HostNQN: hostNQN, KeepAlive: -1})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(nsid)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ctrl, ns
+	return testhost.Connect(e.t, e.addr, testNQN, nsid, host.Options{HostNQN: hostNQN, KeepAlive: -1})
 }
 
 // load loads the named standard function of kind.

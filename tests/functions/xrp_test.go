@@ -16,6 +16,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -183,17 +184,7 @@ func testXRPBPFKV(t *testing.T, obj []byte, nkeys, fanout int) {
 		},
 	})
 	t.Cleanup(tt.Stop)
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(cctx, tt.Addr(), testNQN, host.Options{KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(t, tt.Addr(), testNQN, 1, host.Options{KeepAlive: -1})
 	id, err := ctrl.LoadFunction(ctx, obj)
 	if err != nil {
 		t.Fatalf("the XRP program was refused: %v", err)

@@ -32,6 +32,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/offloadfs/fusefs"
@@ -112,17 +113,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { v.Close() })
 	srv := testtarget.Start(t, testtarget.Config{NQN: testNQN, Name: "fuse-e2e", Volume: v})
 	t.Cleanup(srv.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(ctx, srv.Addr(), testNQN, host.Options{KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ns := testhost.Connect(t, srv.Addr(), testNQN, 1, host.Options{KeepAlive: -1})
 	return &env{t: t, addr: srv.Addr(), ns: ns, bin: bin}
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
@@ -144,20 +145,9 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 // reconnects.
 func (e *env) connect(hostNQN string, queues int) (*host.Controller, *host.Namespace) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(ctx, e.srv.Addr(), testNQN, host.Options{
+	return testhost.Connect(e.t, e.srv.Addr(), testNQN, 1, host.Options{
 		HostNQN: hostNQN, IOQueues: queues, KeepAlive: -1, ReconnectDelay: 20 * time.Millisecond,
 	})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return ctrl, ns
 }
 
 // syncRemote waits, with a deadline, until the target holds every change.

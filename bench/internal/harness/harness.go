@@ -6,6 +6,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"time"
 
@@ -42,4 +43,13 @@ const (
 func HostOptions(o host.Options) host.Options {
 	o.MaxReconnectWait, o.ControllerLossTimeout = benchMaxReconnectWait, benchControllerLossTimeout
 	return o
+}
+
+// Stage tells progress, if set, the stage a bench is about to run:
+// format and args as fmt.Sprintf's. Every bench's Config.Progress is told
+// through it.
+func Stage(progress func(stage string), format string, args ...any) {
+	if progress != nil {
+		progress(fmt.Sprintf(format, args...))
+	}
 }

@@ -24,6 +24,12 @@ import (
 //   - A failed transaction ends the association once the host has its
 //     Failure1 (or the Failure2 it sent is acknowledged): every queue of
 //     the controller is closed and nothing of it is kept.
+//   - Commands of a queue that has yet to authenticate are not keep-alive
+//     traffic, and while a queue of the controller has yet to
+//     authenticate the keep-alive timeout is at least MaxIdle: a host
+//     computing a large DH group's values sends nothing for a while, and
+//     one that never authenticates is gone after MaxIdle whatever it
+//     sends.
 //   - The discovery controller never asks hosts to authenticate.
 
 // DHCHAPKeys are one host's DH-HMAC-CHAP secrets, in the DHHC-1 form of
@@ -193,6 +199,7 @@ func (s *session) noteAuth() {
 	if now && !s.authOK.Load() {
 		h, g := s.auth.Negotiated()
 		s.log.Info("queue authenticated", "hash", h, "dhgroup", g)
+		s.ctrl.authenticated(s.qid)
 	}
 	s.authOK.Store(now)
 }

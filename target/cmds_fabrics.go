@@ -134,6 +134,9 @@ func connect(_ context.Context, s *session, r *request) completion {
 		s.log.Error("cannot set up authentication", "err", err)
 		return status(nvme.StatusInternal | nvme.DNR)
 	}
+	if authReq != 0 {
+		ctrl.awaitAuth(cc.QID)
+	}
 	if cc.QID == 0 {
 		ctrl.startKeepAlive()
 		s.log.Info("host connected", "host", cd.HostNQN, "kato", ctrl.kato, "authenticate", authReq != 0)

@@ -260,6 +260,9 @@ type controller struct {
 	queues   map[uint16]qpair
 	vwc      bool
 	dead     bool
+	// authWait holds the queues that must authenticate and have not yet;
+	// while any does, the keep-alive timeout is at least MaxIdle (auth.go).
+	authWait map[uint16]struct{}
 
 	aenEnabled  uint32
 	aers        []pendingAER
@@ -340,6 +343,7 @@ func (c *controller) detach(qid uint16, qp qpair) {
 	c.mu.Lock()
 	if c.queues[qid] == qp {
 		delete(c.queues, qid)
+		delete(c.authWait, qid)
 	}
 	var rest []qpair
 	if qid == 0 {
@@ -392,12 +396,41 @@ func (c *controller) armKeepAliveLocked() {
 }
 
 // timeoutLocked is the keep-alive timeout in force: KATO, or MaxIdle if
-// the host asked for none.
+// the host asked for none or its admin queue has yet to authenticate (a
+// host may send nothing for seconds while it computes a large DH group's
+// values; nvmet gives a transaction KATO or 120 s).
 func (c *controller) timeoutLocked() time.Duration {
-	if c.kato > 0 {
+	if c.kato > 0 && (len(c.authWait) == 0 || c.kato >= c.ss.srv.cfg.MaxIdle) {
 		return c.kato
 	}
 	return c.ss.srv.cfg.MaxIdle
+}
+
+// awaitAuth notes that queue qid must authenticate: until it has (or is
+// gone), the keep-alive timeout is at least MaxIdle: a host may send
+// nothing on any queue for seconds while it computes a queue's DH values.
+func (c *controller) awaitAuth(qid uint16) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.authWait == nil {
+		c.authWait = make(map[uint16]struct{})
+	}
+	c.authWait[qid] = struct{}{}
+	if c.kaTimer != nil {
+		c.armKeepAliveLocked()
+	}
+}
+
+// authenticated notes that queue qid has authenticated.
+func (c *controller) authenticated(qid uint16) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.authWait[qid]; ok {
+		delete(c.authWait, qid)
+		if c.kaTimer != nil {
+			c.armKeepAliveLocked()
+		}
+	}
 }
 
 func (c *controller) touch() {

@@ -64,10 +64,21 @@ func (c *conn) flags(cmd *cobra.Command) {
 	c.authFlags(f)
 }
 
+// flagOrEnv is a flag's value, or the environment variable's if the flag
+// was not given.
+func flagOrEnv(v, env string) string {
+	if v != "" {
+		return v
+	}
+	return os.Getenv(env)
+}
+
 // authFlags are the DH-HMAC-CHAP flags of every command that connects.
 func (c *conn) authFlags(f *pflag.FlagSet) {
-	f.StringVar(&c.dhchapSecret, "dhchap-secret", os.Getenv("NEARSTORE_DHCHAP_SECRET"), "this host's DH-HMAC-CHAP secret, DHHC-1:... or @FILE (default $NEARSTORE_DHCHAP_SECRET)")
-	f.StringVar(&c.dhchapCtrlSecret, "dhchap-ctrl-secret", os.Getenv("NEARSTORE_DHCHAP_CTRL_SECRET"), "the controller's secret, for bidirectional authentication, DHHC-1:... or @FILE (default $NEARSTORE_DHCHAP_CTRL_SECRET)")
+	// The environment is read when connecting, not as the flags'
+	// defaults: --help would print the secrets.
+	f.StringVar(&c.dhchapSecret, "dhchap-secret", "", "this host's DH-HMAC-CHAP secret, DHHC-1:... or @FILE (default $NEARSTORE_DHCHAP_SECRET)")
+	f.StringVar(&c.dhchapCtrlSecret, "dhchap-ctrl-secret", "", "the controller's secret, for bidirectional authentication, DHHC-1:... or @FILE (default $NEARSTORE_DHCHAP_CTRL_SECRET)")
 }
 
 // identity fills opts' host identity: the flags', else this machine's.
@@ -77,7 +88,8 @@ func (c *conn) identity(g *globals, opts *host.Options) error {
 	for _, sf := range []struct {
 		flag, v string
 		dst     *string
-	}{{"--dhchap-secret", c.dhchapSecret, &opts.DHCHAPSecret}, {"--dhchap-ctrl-secret", c.dhchapCtrlSecret, &opts.DHCHAPCtrlSecret}} {
+	}{{"--dhchap-secret", flagOrEnv(c.dhchapSecret, "NEARSTORE_DHCHAP_SECRET"), &opts.DHCHAPSecret},
+		{"--dhchap-ctrl-secret", flagOrEnv(c.dhchapCtrlSecret, "NEARSTORE_DHCHAP_CTRL_SECRET"), &opts.DHCHAPCtrlSecret}} {
 		if sf.v == "" {
 			continue
 		}

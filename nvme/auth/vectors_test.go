@@ -165,3 +165,28 @@ func TestDHVector(t *testing.T) {
 		t.Fatalf("shared secret hashes to %x", got)
 	}
 }
+
+// TestGenerateSecretNVMeCLI: the secrets nvme-cli 2.3 prints for
+// `nvme gen-dhchap-key --secret=<bytes 0, 1, 2, ...> --hmac=N
+// --nqn=vecHostNQN`, which GenerateSecret must print from the same bytes.
+func TestGenerateSecretNVMeCLI(t *testing.T) {
+	for _, tc := range []struct {
+		t    Hash
+		n    int
+		want string
+	}{
+		{0, 32, "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:"},
+		{SHA256, 32, "DHHC-1:01:Fm2CIELwRfD78oTjkx2ymCdhf3el0WFeEhYN4oFanL0eoJ69:"},
+		{SHA384, 48, "DHHC-1:02:m86TqA71bku/ilvuoXttWzkXCWKMX6uLFCsLmpLRRD1070FP4P2/5bNEpXf9jTOGI4TYkA==:"},
+		{SHA512, 64, "DHHC-1:03:fKZUIWBl30vQU+qyQoI5SlPMyHWHYXOU1B79aUY4YpucrMsbl5A6cUVmK1QoZEqgjBRJjiGStVEXvVaz1scF3rXwqYQ=:"},
+	} {
+		raw := make([]byte, tc.n)
+		for i := range raw {
+			raw[i] = byte(i)
+		}
+		s, err := GenerateSecret(bytes.NewReader(raw), tc.t, tc.n, vecHostNQN)
+		if err != nil || s.String() != tc.want {
+			t.Errorf("%s: %s, %v; nvme-cli prints %s", tc.t, s, err, tc.want)
+		}
+	}
+}

@@ -294,6 +294,16 @@ func TestAuthRequired(t *testing.T) {
 		t.Fatalf("enabling before authenticating: %v", c.Status)
 	}
 
+	// No I/O queue joins a controller whose admin queue has not
+	// authenticated (it cannot have been enabled).
+	early := dialRaw(t, addr)
+	var ioc nvme.Command
+	(&nvme.ConnectCommand{QID: 1, SQSize: 31}).ToCommand(&ioc)
+	iod := (&nvme.ConnectData{CNTLID: cntlid, SubNQN: subNQN, HostNQN: authHost, HostID: [16]byte{1}}).Marshal()
+	if c, _ := early.do(&ioc, iod, 0); c.Status.OK() {
+		t.Fatal("an I/O queue joined a controller whose admin queue has not authenticated")
+	}
+
 	// Authenticated, the admin queue works and enables the controller.
 	admin.authenticate(secret)
 	if c, _ := admin.do(&en, nil, 0); !c.Status.OK() {
@@ -333,11 +343,13 @@ func TestAuthRequired(t *testing.T) {
 }
 
 // TestAuthUnauthenticatedExpires: an admin queue that never
-// authenticates is closed when its keep-alive timeout runs out, however
-// many (refused) commands it sends meanwhile.
+// authenticates is closed when its keep-alive timeout (until then at
+// least --max-idle) runs out, however many (refused) commands it sends
+// meanwhile.
 func TestAuthUnauthenticatedExpires(t *testing.T) {
-	addr, _ := serve(t, "--dhchap-secret", authHost+"="+genSecret(t, 0, 32))
+	addr, _ := serve(t, "--dhchap-secret", authHost+"="+genSecret(t, 0, 32), "--max-idle", "2s")
 	q := dialRaw(t, addr)
+	start := time.Now()
 	q.connectKATO(0, 0xFFFF, 1000)
 	var cmd nvme.Command
 	(&nvme.PropertyCommand{Offset: nvme.PropCAP, Size8: true}).ToCommand(&cmd, false)
@@ -345,11 +357,17 @@ func TestAuthUnauthenticatedExpires(t *testing.T) {
 	for i := 0; ; i++ {
 		q.cid++
 		cmd.CID = q.cid
-		if err := q.f.WriteCapsuleCmd(&cmd, nil); err == nil {
-			err = q.f.Flush()
+		// A write to a closed connection may still succeed; the read
+		// below tells.
+		if q.f.WriteCapsuleCmd(&cmd, nil) == nil {
+			_ = q.f.Flush()
 		}
 		h, err := q.f.ReadHeader()
 		if err != nil {
+			// Timers do not fire early: before 2 s, it was KATO's.
+			if d := time.Since(start); d < 2*time.Second {
+				t.Fatalf("closed after %v: at KATO, before --max-idle", d)
+			}
 			t.Logf("closed after %d refused commands: %v", i, err)
 			return
 		}
@@ -357,9 +375,9 @@ func TestAuthUnauthenticatedExpires(t *testing.T) {
 			t.Fatalf("PDU %#x: %v", h.Type, h.Completion().Status)
 		}
 		if i == 300 {
-			t.Fatal("still open after 300 refused commands, 30 s at a 1 s KATO: they count as keep-alive traffic")
+			t.Fatal("still open after 300 refused commands, 30 s at a 1 s KATO and 2 s --max-idle: they count as keep-alive traffic")
 		}
-		time.Sleep(100 * time.Millisecond) // well inside the 1 s KATO
+		time.Sleep(100 * time.Millisecond) // well inside the timeouts
 	}
 }
 

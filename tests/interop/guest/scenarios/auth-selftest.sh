@@ -16,14 +16,14 @@
 # Parameters: nqn= ns_size_mb= (default 16) target_port= (default 4420)
 #             host_key= ctrl_key= (DHHC-1 secrets; default: nvme gen-dhchap-key)
 #             cases= (comma-separated HASH/DHGROUP; default
-#                     sha256/null,sha256/ffdhe2048,sha512/ffdhe2048)
+#                     sha256/null,sha512/ffdhe2048)
 #             kato= (see auth_connect in lib.sh)
 . /usr/lib/interop/lib.sh
 
 nqn=$(param nqn nqn.2024-01.io.nearstore:interop-auth-selftest)
 size_mb=$(param ns_size_mb 16)
 port=$(param target_port 4420)
-cases=$(param cases sha256/null,sha256/ffdhe2048,sha512/ffdhe2048)
+cases=$(param cases sha256/null,sha512/ffdhe2048)
 backing=/tmp/nvmet-ns1.img
 hostnqn=$(cat /etc/nvme/hostnqn)
 

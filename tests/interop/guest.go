@@ -270,6 +270,9 @@ func start(ctx context.Context, env Env, opts BootOptions, appendLine string) (*
 		return nil, fmt.Errorf("interop: %w", err)
 	}
 	cmd := exec.Command(env.QEMU, args...)
+	// A test process killed (go test's -timeout, ^C) must not leave its
+	// guest running: ours-to-linux waits up to an hour for a stop command.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.Stdin = nil
 	cmd.Stdout = pw
 	cmd.Stderr = pw

@@ -120,12 +120,10 @@ auth_debug() {
 }
 
 # auth_dmesg_mark / auth_dmesg: print (prefixed) the kernel messages about
-# NVMe since the last mark.
-auth_dmesg_mark() { _dmesg_lines=$(dmesg | wc -l); }
-auth_dmesg() {
-	dmesg | tail -n +$((_dmesg_lines + 1)) | grep -iE 'nvme|auth|dhchap' | sed 's/^/INTEROP-DMESG /'
-	auth_dmesg_mark
-}
+# NVMe since the last mark. Both read and clear the kernel's ring buffer
+# (dmesg -c), so debug output that wraps it cannot shift what is printed.
+auth_dmesg_mark() { dmesg -c >/dev/null; }
+auth_dmesg() { dmesg -c | grep -iE 'nvme|auth|dhchap' | sed 's/^/INTEROP-DMESG /'; }
 
 # auth_roundtrip DEV [OFFSET]: write 1 MiB of fresh random data with O_DIRECT
 # at OFFSET (default 1 MiB), read it back and compare; print its INTEROP-MD5.
@@ -135,6 +133,89 @@ auth_roundtrip() {
 	raw_write "$1" "$_o" $MIB $MIB 0
 	raw_check "$1" "$_o" $MIB $MIB 0
 	echo "INTEROP-MD5 $_o $MIB $(md5_of /tmp/pattern 0 $MIB)"
+}
+
+# auth_connect ADDR PORT NQN SECRET [CTRLSECRET]: nvme connect with
+# DH-HMAC-CHAP; prints nvme-cli's output, leaves its status in _rc and
+# returns it. The keep-alive timeout is kato= (default 30 s): the kernel host
+# sends no command while it computes its DH values, which under TCG takes
+# seconds (ffdhe4096: about 5 s, the kernel's default KATO), and a target
+# may end the association when KATO passes without a command.
+auth_connect() {
+	_out=$(timeout 120 nvme connect -t tcp -a "$1" -s "$2" -n "$3" --ctrl-loss-tmo=5 \
+		--keep-alive-tmo="$(param kato 30)" --dhchap-secret="$4" ${5:+--dhchap-ctrl-secret="$5"} 2>&1)
+	_rc=$?
+	echo "$_out" | sed 's/^/nvme-cli: /'
+	return $_rc
+}
+
+# auth_no_controller NQN WHAT: fail unless no controller of NQN is left.
+auth_no_controller() {
+	for _c in /sys/class/nvme/nvme*; do
+		[ -e "$_c/subsysnqn" ] || continue
+		[ "$(cat "$_c/subsysnqn")" != "$1" ] || fail "$2: a controller of $1 exists after a refused connect"
+	done
+}
+
+# auth_attempts WHAT ADDR PORT NQN OFFSET HOSTKEY [CTRLKEY]: the checks of
+# one authenticating target, each attempt's kernel messages printed by
+# auth_dmesg:
+#   1. the right host secret connects, namespace 1 appears, 1 MiB
+#      round-trips at OFFSET (auth_roundtrip), disconnect;
+#   2. with CTRLKEY: the same, bidirectional, at OFFSET + 1 MiB;
+#   3. a wrong host secret (same form) is refused and leaves no controller;
+#   4. with CTRLKEY: the right host secret with a wrong controller secret
+#      is refused (the kernel host rejects the target's response) likewise.
+# Prints INTEROP-VAL auth_WHAT=connected[,bi-connected],refused[,ctrl-refused]
+# and nvme-cli's exit status of each refusal (auth_WHAT_refused_exit,
+# auth_WHAT_ctrl_refused_exit).
+auth_attempts() {
+	_aa_w=$1 _aa_a=$2 _aa_p=$3 _aa_n=$4 _aa_o=$5 _aa_hk=$6 _aa_ck=${7:-}
+	_aa_wrong=$(nvme gen-dhchap-key -n "$(cat /etc/nvme/hostnqn)" -m 1) || fail "nvme gen-dhchap-key"
+	_aa_wrongc=$(nvme gen-dhchap-key -n "$_aa_n" -m 2 -l 48) || fail "nvme gen-dhchap-key (controller)"
+
+	step "$_aa_w: the right secret"
+	auth_connect "$_aa_a" "$_aa_p" "$_aa_n" "$_aa_hk" || { auth_dmesg; fail "$_aa_w: nvme connect with the right secret failed (exit $_rc)"; }
+	_aa_dev=$(nvme_ns_dev "$_aa_n" 30) || { auth_dmesg; fail "$_aa_w: namespace of $_aa_n did not appear"; }
+	auth_roundtrip "$_aa_dev" "$_aa_o"
+	must "$_aa_w: nvme disconnect" nvme disconnect -n "$_aa_n" >/dev/null
+	auth_dmesg
+	_aa_res=connected
+
+	if [ -n "$_aa_ck" ]; then
+		step "$_aa_w: the right secrets, bidirectional"
+		auth_connect "$_aa_a" "$_aa_p" "$_aa_n" "$_aa_hk" "$_aa_ck" || { auth_dmesg; fail "$_aa_w: bidirectional nvme connect with the right secrets failed (exit $_rc)"; }
+		_aa_dev=$(nvme_ns_dev "$_aa_n" 30) || { auth_dmesg; fail "$_aa_w: namespace of $_aa_n did not appear (bidirectional)"; }
+		auth_roundtrip "$_aa_dev" $((_aa_o + MIB))
+		must "$_aa_w: nvme disconnect" nvme disconnect -n "$_aa_n" >/dev/null
+		auth_dmesg
+		_aa_res=$_aa_res,bi-connected
+	fi
+
+	step "$_aa_w: a wrong host secret"
+	if auth_connect "$_aa_a" "$_aa_p" "$_aa_n" "$_aa_wrong"; then
+		nvme disconnect -n "$_aa_n" >/dev/null
+		auth_dmesg
+		fail "$_aa_w: nvme connect with a wrong host secret succeeded"
+	fi
+	val "auth_${_aa_w}_refused_exit" "$_rc"
+	auth_dmesg
+	auth_no_controller "$_aa_n" "$_aa_w: wrong host secret"
+	_aa_res=$_aa_res,refused
+
+	if [ -n "$_aa_ck" ]; then
+		step "$_aa_w: a wrong controller secret"
+		if auth_connect "$_aa_a" "$_aa_p" "$_aa_n" "$_aa_hk" "$_aa_wrongc"; then
+			nvme disconnect -n "$_aa_n" >/dev/null
+			auth_dmesg
+			fail "$_aa_w: nvme connect expecting a wrong controller secret succeeded"
+		fi
+		val "auth_${_aa_w}_ctrl_refused_exit" "$_rc"
+		auth_dmesg
+		auth_no_controller "$_aa_n" "$_aa_w: wrong controller secret"
+		_aa_res=$_aa_res,ctrl-refused
+	fi
+	val "auth_$_aa_w" "$_aa_res"
 }
 
 nvmet_teardown() {

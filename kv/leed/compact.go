@@ -109,7 +109,7 @@ func (s *Store) compactKeys(ctx context.Context) (bool, error) {
 		items, h0, err := s.readChain(ctx, nil, true, seg)
 		if err == nil {
 			var ne uint32
-			ne, err = s.writeChain(ctx, nil, true, seg, items, h0.opSeq)
+			ne, err = s.writeChain(ctx, nil, true, keepKeyMoves, seg, items, h0.opSeq)
 			if err == nil {
 				s.segtbl[seg] = ne
 				s.liveSlots.Add(int64(ne&63) - int64(e&63))
@@ -271,7 +271,7 @@ func (s *Store) moveValues(ctx context.Context, seg uint32, es []pending) (int64
 		items[i].voff = base + rel[j]
 	}
 	old := s.segtbl[seg]
-	e, err := s.writeChain(ctx, nil, true, seg, items, h0.opSeq)
+	e, err := s.writeChain(ctx, nil, true, keepValueMoves, seg, items, h0.opSeq)
 	if err != nil {
 		return 0, err // the copies just written are dead; the old ones count
 	}

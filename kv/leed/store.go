@@ -179,10 +179,11 @@ func plan(size int64, o Options) (geometry, error) {
 	maxEntry := entrySize(o.MaxValueSize)
 	vReserve := 3 * maxEntry
 	kReserve := int64(kReserveMult * maxChainLen)
-	// Key log bytes per object when full: the chains' buckets, with
-	// 15% free for compaction to work in.
-	chain := math.Ceil(float64(o.ItemsPerSegment) * 1.1 / itemsPerBucket)
-	keyPerObj := chain * BucketSize / float64(o.ItemsPerSegment) * 1.15
+	// Key log bytes per object when full: the chains' buckets (a segment
+	// of ItemsPerSegment keys, give or take the hash's spread), with 10%
+	// free for compaction to work in.
+	chain := math.Ceil(float64(o.ItemsPerSegment)/itemsPerBucket) + 0.1
+	keyPerObj := chain * BucketSize / float64(o.ItemsPerSegment) * 1.1
 	perObj := float64(entrySize(o.AvgValueSize)) + keyPerObj
 	objects := float64(usable-vReserve-kReserve*BucketSize) / perObj
 	if objects < 1 {
@@ -190,7 +191,7 @@ func plan(size int64, o Options) (geometry, error) {
 	}
 	segments := int64(math.Ceil(objects / float64(o.ItemsPerSegment)))
 	slots := int64(objects*keyPerObj/BucketSize) + 4*kReserve
-	slots = max(slots, segments*int64(chain)+4*kReserve)
+	slots = max(slots, int64(float64(segments)*chain)+4*kReserve)
 	if slots > maxSlots {
 		return geometry{}, fmt.Errorf("leed: device of %d bytes needs %d key log slots, more than %d", size, slots, maxSlots)
 	}
@@ -378,9 +379,21 @@ func find(items []item, key []byte) int {
 // records that its segment's keys were deleted).
 func chainLen(n int) int { return max(1, (n+itemsPerBucket-1)/itemsPerBucket) }
 
-// writeChain writes seg's chain of items at the key log's head, and
-// returns its SegTbl entry. bg allocations may use the reserve.
-func (s *Store) writeChain(ctx context.Context, c *Cost, bg bool, seg uint32, items []item, opSeq uint64) (uint32, error) {
+// Key log slots an allocation must leave free, by who allocates: a
+// foreground operation leaves room for both compactions, a value
+// compaction (which rewrites chains) leaves room for a key compaction,
+// and a key compaction, which frees at least what it uses, may take the
+// last slot.
+const (
+	keepForeground = kReserveMult * maxChainLen
+	keepValueMoves = 2 * maxChainLen
+	keepKeyMoves   = 0
+)
+
+// writeChain writes seg's chain of items at the key log's head, leaving
+// keep slots free, and returns its SegTbl entry. bg counts its I/O as
+// compaction's.
+func (s *Store) writeChain(ctx context.Context, c *Cost, bg bool, keep uint64, seg uint32, items []item, opSeq uint64) (uint32, error) {
 	n := chainLen(len(items))
 	if n > maxChainLen {
 		return 0, fmt.Errorf("%w: segment %d would need a chain of %d buckets (at most %d)", ErrFull, seg, n, maxChainLen)
@@ -396,11 +409,7 @@ func (s *Store) writeChain(ctx context.Context, c *Cost, bg bool, seg uint32, it
 		skip = slots - phys
 	}
 	free := slots - (head - s.ktail.Load())
-	need := skip + uint64(n)
-	if !bg {
-		need += kReserveMult * maxChainLen
-	}
-	if free < need {
+	if free < skip+uint64(n)+keep {
 		return 0, errNoSpace
 	}
 	if skip > 0 {
@@ -483,16 +492,21 @@ func (s *Store) writeValues(ctx context.Context, c *Cost, bg bool, entries []byt
 func (s *Store) ensureSpace(ctx context.Context, vneed, kneed int64) error {
 	maxEntry := entrySize(int(s.g.maxValue))
 	vReserve := 3 * maxEntry
-	kReserve := int64(2*kReserveMult*maxChainLen) + kneed
+	kReserve := int64(kReserveMult*maxChainLen) + kneed
 	slots := int64(s.g.slots)
-	for tries := 0; ; tries++ {
+	// Full is decided on live data, leaving twice the reserves, so that
+	// compaction can always turn enough dead space into free space; the
+	// sub-compactions one operation may wait for are bounded by two
+	// passes over both logs.
+	limit := 2*(s.vcap/vCompactMax+slots/kCompactMax) + 16
+	for tries := int64(0); ; tries++ {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if vneed > 0 && s.liveValue.Load()+vneed > s.vcap-vReserve {
+		if vneed > 0 && s.liveValue.Load()+vneed > s.vcap-2*vReserve {
 			return fmt.Errorf("%w: value log holds %d live bytes of %d", ErrFull, s.liveValue.Load(), s.vcap)
 		}
-		if s.liveSlots.Load()+kneed > slots-kReserve {
+		if s.liveSlots.Load()+kneed > slots-2*kReserve {
 			return fmt.Errorf("%w: key log holds %d live buckets of %d", ErrFull, s.liveSlots.Load(), slots)
 		}
 		vfree := s.vcap - int64(s.vhead.Load()-s.vtail.Load())
@@ -519,7 +533,7 @@ func (s *Store) ensureSpace(ctx context.Context, vneed, kneed int64) error {
 		if err != nil {
 			return err
 		}
-		if !progress && tries > 8 {
+		if !progress && tries > 8 || tries > limit {
 			return fmt.Errorf("%w: compaction frees no more space", ErrFull)
 		}
 	}
@@ -669,7 +683,7 @@ func (s *Store) putLocked(ctx context.Context, c *Cost, seg uint32, key, entry [
 	}
 	items[i].vlen = uint32(len(entry) - entryHdrSize)
 	items[i].voff = voff
-	e, err := s.writeChain(ctx, c, false, seg, items, seq)
+	e, err := s.writeChain(ctx, c, false, keepForeground, seg, items, seq)
 	if err != nil {
 		return err
 	}
@@ -721,7 +735,7 @@ func (s *Store) delLocked(ctx context.Context, c *Cost, seg uint32, key []byte, 
 	old := entrySize(int(items[i].vlen))
 	oldLen := int64(s.segtbl[seg] & 63)
 	items = slices.Delete(items, i, i+1)
-	e, err := s.writeChain(ctx, c, false, seg, items, seq)
+	e, err := s.writeChain(ctx, c, false, keepForeground, seg, items, seq)
 	if err != nil {
 		return err
 	}

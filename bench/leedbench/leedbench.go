@@ -296,6 +296,7 @@ func (c leedClient) get(ctx context.Context, key []byte) ([]byte, error) {
 
 // errMissing is a get of a key the store does not hold.
 var errMissing = errors.New("key not found")
+
 func (c leedClient) put(ctx context.Context, key, value []byte) error {
 	return c.ns.Store(ctx, key, value, host.KVStoreOptions{})
 }

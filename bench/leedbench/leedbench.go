@@ -546,7 +546,7 @@ func runSize(ctx context.Context, cfg *Config, r *Report, size int) error {
 // measureScale loads n objects into a store on a RAM volume sized for
 // them, in this process, and reports SegTbl's bytes per object.
 func measureScale(ctx context.Context, n, size int) (Scale, error) {
-	raw := int64(float64(n) * float64(size+12+40) * 1.15)
+	raw := int64(float64(n)*float64(size+12+40)*1.15) + 2<<20 // and the logs' reserves
 	v, err := volume.Open(fmt.Sprintf("mem:%d", (raw+(1<<20))&^(1<<20-1)))
 	if err != nil {
 		return Scale{}, err

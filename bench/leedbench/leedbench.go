@@ -478,8 +478,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func runSize(ctx context.Context, cfg *Config, r *Report, size int) error {
 	// Room for the objects, YCSB D's inserts, and the logs' slack.
 	perObj := int64(size + 16 + 64)
-	kvSize := max(64<<20, int64(cfg.Objects)*perObj*3)
-	nvmSize := max(256<<20, int64(cfg.Objects)*perObj*4)
+	mib := func(n int64) int64 { return (n + 1<<20 - 1) &^ (1<<20 - 1) }
+	kvSize := mib(max(64<<20, int64(cfg.Objects)*perObj*3))
+	nvmSize := mib(max(256<<20, int64(cfg.Objects)*perObj*4))
 	cfg.progress("value size %d: target with a %d MiB KV namespace and a %d MiB NVM namespace", size, kvSize>>20, nvmSize>>20)
 	e, err := startEnv(ctx, kvSize, nvmSize, size)
 	if err != nil {

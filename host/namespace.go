@@ -20,6 +20,8 @@ type nsInfo struct {
 	bs     int
 	nguid  [16]byte
 	uuid   [16]byte
+	csi    uint8                     // command set (NS descriptor 04h); 0 is NVM
+	kv     *nvme.IdentifyNamespaceKV // a KV namespace's Identify (csi 01h)
 }
 
 // nsState is shared by every handle of one NSID and updated on each
@@ -32,6 +34,7 @@ type nsState struct {
 	// namespace (ErrNamespaceChanged); the handles holding this state
 	// then refuse every command.
 	replaced atomic.Pointer[error]
+	kvFlow   kvFlow // KV commands' flow control (kv.go)
 }
 
 // usable returns why commands may not be sent through the handles of st
@@ -96,32 +99,56 @@ func (a *association) scanNamespaces(ctx context.Context) ([]nsInfo, error) {
 	}
 	infos := make([]nsInfo, 0, len(ids))
 	for _, nsid := range ids {
-		if err := a.identify(ctx, nvme.CNSNamespace, nsid, buf); err != nil {
+		// The descriptors first: their command set says what Identify
+		// Namespace returns. The list is optional before NVMe 1.3; carry
+		// on without.
+		var ds []nvme.NSDescriptor
+		clear(buf)
+		if err := a.identify(ctx, nvme.CNSNSDescriptors, nsid, buf); err == nil {
+			ds, _ = nvme.UnmarshalNSDescriptors(buf)
+		} else if ctx.Err() != nil || !isStatus(err) {
 			return nil, err
 		}
 		var inf nsInfo
 		inf.nsid = nsid
-		if err := inf.id.Unmarshal(buf); err != nil {
-			return nil, fmt.Errorf("host: nsid %d: %w", nsid, err)
-		}
-		if inf.id.NSZE == 0 {
-			continue // allocated but not active
-		}
-		inf.blocks, inf.bs, inf.nguid = inf.id.NSZE, inf.id.BlockSize(), inf.id.NGUID
-		// The descriptor list is optional before NVMe 1.3; carry on without.
-		clear(buf)
-		if err := a.identify(ctx, nvme.CNSNSDescriptors, nsid, buf); err == nil {
-			ds, _ := nvme.UnmarshalNSDescriptors(buf)
-			for _, d := range ds {
-				switch {
-				case d.Type == nvme.NIDTNGUID && len(d.ID) == 16:
-					copy(inf.nguid[:], d.ID)
-				case d.Type == nvme.NIDTUUID && len(d.ID) == 16:
-					copy(inf.uuid[:], d.ID)
-				}
+		for _, d := range ds {
+			if d.Type == nvme.NIDTCSI && len(d.ID) == 1 {
+				inf.csi = d.ID[0]
 			}
-		} else if ctx.Err() != nil || !isStatus(err) {
+		}
+		if inf.csi != 0 && inf.csi != nvme.CSIKV {
+			continue // a command set this host does not speak
+		}
+		if err := a.identify(ctx, nvme.CNSNamespace, nsid, buf); err != nil {
 			return nil, err
+		}
+		if inf.csi == nvme.CSIKV {
+			kv, err := nvme.UnmarshalIdentifyNamespaceKV(buf)
+			if err != nil {
+				return nil, fmt.Errorf("host: nsid %d: %w", nsid, err)
+			}
+			if kv.NSZE == 0 {
+				continue
+			}
+			// No blocks a host could read or write: block commands fail
+			// as out of range rather than divide by a zero block size.
+			inf.kv, inf.nguid, inf.bs = &kv, kv.NGUID, 512
+		} else {
+			if err := inf.id.Unmarshal(buf); err != nil {
+				return nil, fmt.Errorf("host: nsid %d: %w", nsid, err)
+			}
+			if inf.id.NSZE == 0 {
+				continue // allocated but not active
+			}
+			inf.blocks, inf.bs, inf.nguid = inf.id.NSZE, inf.id.BlockSize(), inf.id.NGUID
+		}
+		for _, d := range ds {
+			switch {
+			case d.Type == nvme.NIDTNGUID && len(d.ID) == 16:
+				copy(inf.nguid[:], d.ID)
+			case d.Type == nvme.NIDTUUID && len(d.ID) == 16:
+				copy(inf.uuid[:], d.ID)
+			}
 		}
 		infos = append(infos, inf)
 	}

@@ -91,6 +91,9 @@ func identify(_ context.Context, s *session, r *request) completion {
 			// An inactive NSID reads as zeroes, as the spec asks.
 			return dataCompletion(r, make([]byte, nvme.IdentifySize))
 		}
+		if ns.kv != nil {
+			return dataCompletion(r, identifyKV(ns))
+		}
 		id := nvme.IdentifyNamespace{
 			NSZE: ns.blocks, NCAP: ns.blocks, NUSE: ns.blocks,
 			NSFEAT: 1<<0 | 1<<2, // thin provisioned; DLFEAT is honoured
@@ -120,8 +123,17 @@ func identify(_ context.Context, s *session, r *request) completion {
 		return dataCompletion(r, nvme.MarshalNSDescriptors([]nvme.NSDescriptor{
 			{Type: nvme.NIDTNGUID, ID: ns.nguid[:]},
 			{Type: nvme.NIDTUUID, ID: ns.uuid[:]},
-			{Type: nvme.NIDTCSI, ID: []byte{0}},
+			{Type: nvme.NIDTCSI, ID: []byte{ns.csi()}},
 		}))
+	case cns == nvme.CNSCSNamespace && csi == nvme.CSIKV:
+		ns := s.ss.namespace(sqe.NSID)
+		if ns == nil || ns.kv == nil {
+			return status(nvme.StatusInvalidField | nvme.DNR)
+		}
+		return dataCompletion(r, identifyKV(ns))
+	case cns == nvme.CNSCSController && csi == nvme.CSIKV:
+		// The KV command set defines no controller fields.
+		return dataCompletion(r, make([]byte, nvme.IdentifySize))
 	case cns == nvme.CNSCSController && csi == 0:
 		// The NVM command set's controller structure: nothing to report.
 		return dataCompletion(r, make([]byte, nvme.IdentifySize))

@@ -114,11 +114,11 @@ func tableOf(entries map[uint8]*cmdSpec) *cmdTable {
 
 // commandSets are the tables, built once per server.
 type commandSets struct {
-	fabrics, admin, io *cmdTable
+	fabrics, admin, io, kv *cmdTable
 }
 
 func newCommandSets() commandSets {
-	return commandSets{fabrics: tableOf(fabricsCommands()), admin: tableOf(adminCommands()), io: tableOf(ioCommands())}
+	return commandSets{fabrics: tableOf(fabricsCommands()), admin: tableOf(adminCommands()), io: tableOf(ioCommands()), kv: tableOf(kvCommands())}
 }
 
 // qpair is what the controller layer needs of the connection a queue runs
@@ -193,6 +193,9 @@ func (s *session) prepare(r *request) nvme.Status {
 			if r.ns = s.ss.namespace(sqe.NSID); r.ns == nil {
 				return nvme.StatusInvalidNamespace | nvme.DNR
 			}
+		}
+		if r.ns != nil && r.ns.kv != nil {
+			spec = cs.kv[sqe.Opcode] // a KV namespace's command set
 		}
 		if spec == nil {
 			return nvme.StatusInvalidOpcode | nvme.DNR

@@ -26,6 +26,8 @@ type Metrics struct {
 	grants     *prometheus.GaugeVec
 
 	bufBytes, bufPeak prometheus.Gauge
+
+	kvDeviceIOs *prometheus.CounterVec
 }
 
 // NewMetrics creates the target's metrics and registers them with reg.
@@ -89,8 +91,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "nearstore_target_command_buffer_bytes_peak",
 		Help: "The most bytes of command buffers hosts' commands have held at once.",
 	})
+	m.kvDeviceIOs = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nearstore_target_kv_device_ios_total",
+		Help: "Device I/Os KV commands took, by subsystem, namespace, operation and kind (read or write).",
+	}, []string{"subsystem", "nsid", "op", "kind"})
 	reg.MustRegister(m.commands, m.bytes, m.latency, m.connections, m.accepted, m.errors,
-		m.stale, m.denied, m.maps, m.mapExtents, m.mapUpdates, m.grants, m.bufBytes, m.bufPeak)
+		m.stale, m.denied, m.maps, m.mapExtents, m.mapUpdates, m.grants, m.bufBytes, m.bufPeak, m.kvDeviceIOs)
 	return m
 }
 
@@ -186,4 +192,13 @@ func (m *Metrics) observe(ss string, admin bool, r *request, st nvme.Status, inB
 			m.bytes.WithLabelValues(ss, nsid, "write").Add(float64(len(r.data)))
 		}
 	}
+}
+
+func (m *Metrics) kvIOs(ss string, nsid uint32, op string, reads, writes int) {
+	if m == nil {
+		return
+	}
+	ns := nsLabel(nsid)
+	m.kvDeviceIOs.WithLabelValues(ss, ns, op, "read").Add(float64(reads))
+	m.kvDeviceIOs.WithLabelValues(ss, ns, op, "write").Add(float64(writes))
 }

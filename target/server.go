@@ -48,6 +48,10 @@ type NamespaceConfig struct {
 	// only as long as the object (a mem or sim volume, with an Instance
 	// method) adds its instance, so only the same object gives them again.
 	Name string
+	// KV, if set, makes this a Key Value namespace (command set 01h)
+	// served by KV, which keeps its data on Backend; hosts cannot read or
+	// write Backend's blocks (cmds_kv.go).
+	KV KVStore
 }
 
 // SubsystemConfig is one NVM subsystem.

@@ -24,6 +24,7 @@ type namespace struct {
 	nguid     [16]byte
 	uuid      [16]byte
 	resv      reservations // reservations.go
+	kv        KVStore      // a KV namespace's store (cmds_kv.go); nil for NVM
 }
 
 // subsystem is an NVM subsystem: namespaces plus the controllers hosts have
@@ -129,6 +130,7 @@ func (ss *subsystem) addNamespace(nc NamespaceConfig) (uint32, error) {
 		blocks:    uint64(nc.Backend.Size()) >> shift,
 		nguid:     stableID("nguid", ss.nqn, idstr, idname),
 		uuid:      stableID("uuid", ss.nqn, idstr, idname),
+		kv:        nc.KV,
 	}
 	return id, nil
 }

@@ -24,8 +24,14 @@ import (
 func newKVCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kv",
-		Short: "BPF-KV on a target: load a B+-tree into an offloadfs, look keys up plainly or pushed down",
-		Long: `kv drives kv/btree against a running target. "kv load" makes an offloadfs on
+		Short: "Key-value stores on a target: the NVMe KV command set (LEED), and BPF-KV",
+		Long: `kv has two families of subcommands.
+
+The NVMe Key Value command set, against a KV namespace (target serve
+--kv-namespace, LEED's store at the target): "kv store", "kv retrieve",
+"kv delete", "kv exist" and "kv list" each send one standard KV command.
+
+BPF-KV, against an NVM namespace: "kv load" makes an offloadfs on
 the namespace (with --mkfs) and bulk-loads a tree of synthetic entries: key i
 is 2(i+1), its value the functions package's test pattern for the key.
 "kv get" and "kv range" mount the file system read-only, so any number of
@@ -34,6 +40,7 @@ tree over NVMe/TCP (--mode plain) or with one pushdown per lookup (--mode
 pushdown, the default).`,
 	}
 	cmd.AddCommand(newKVLoadCmd(g), newKVGetCmd(g), newKVRangeCmd(g), newKVPutCmd(g))
+	cmd.AddCommand(kvCommandSetCmds(g)...) // kvcmd.go
 	return cmd
 }
 

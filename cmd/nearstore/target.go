@@ -22,6 +22,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 	var (
 		listen, nqn, metrics string
 		specs                []string
+		kvSpecs              []string // KV namespaces (target_kv.go)
 		queues, depth        int
 		grace                time.Duration
 		funcTime             time.Duration
@@ -45,8 +46,8 @@ func newTargetCmd(g *globals) *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log := g.logger()
 			g.sig.set(signalsStop)
-			if len(specs) == 0 {
-				return errors.New("at least one --volume is needed")
+			if len(specs) == 0 && len(kvSpecs) == 0 {
+				return errors.New("at least one --volume or --kv-namespace is needed")
 			}
 			keys, err := targetSecrets(dhchapSecrets, dhchapCtrlSecrets, allowHosts, allowAny)
 			if err != nil {
@@ -71,6 +72,14 @@ func newTargetCmd(g *globals) *cobra.Command {
 				nss = append(nss, target.NamespaceConfig{Backend: v, Name: sp})
 				vols = append(vols, v)
 				log.Info("volume", "spec", sp, "size", volume.FormatSize(v.Size()), "block", v.BlockSize())
+			}
+			for _, sp := range kvSpecs {
+				nc, closeKV, err := openKVNamespace(cmd.Context(), sp, log)
+				if err != nil {
+					return err
+				}
+				defer closeKV()
+				nss = append(nss, nc)
 			}
 			// The function runtimes hosts load modules into (nearstore func load).
 			wrt, err := wasm.NewRuntime(cmd.Context(), wasm.Options{})
@@ -135,7 +144,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
 			var offloaded <-chan error // the in-target offload engine (offload.go)
-			if offloadAddr != "" {
+			if offloadAddr != "" && len(vols) > 0 {
 				offloaded = offloadEngine.startInTarget(cmd.Context(), offloadAddr, srv, nqn, vols[0], log, registerer(reg), cmd.OutOrStdout())
 			}
 			select {
@@ -165,6 +174,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.StringVar(&listen, "listen", "127.0.0.1:4420", "address to listen on (host:port)")
 	f.StringVar(&nqn, "nqn", defaultNQN, "subsystem NQN")
 	f.StringArrayVar(&specs, "volume", nil, "volume spec, one namespace each: mem:SIZE, file:PATH?size=SIZE[&direct=1], dev:/dev/X, sim:nand:SIZE, sim:optane:SIZE")
+	f.StringArrayVar(&kvSpecs, "kv-namespace", nil, "volume spec of a Key Value namespace (NVMe KV command set, LEED's store), after the --volume ones; formatted if it holds no store")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
 	f.IntVar(&queues, "max-io-queues", 16, "I/O queues a host may create")
 	f.IntVar(&depth, "queue-depth", 1024, "maximum queue depth")

@@ -32,6 +32,9 @@ type Config struct {
 	// More back namespaces 2, 3, …, each named by its spec; the test owns
 	// and closes them.
 	More []volume.Volume
+	// Namespaces are served after those, given whole: a Key Value
+	// namespace with its store. The test owns their backends and stores.
+	Namespaces []target.NamespaceConfig
 	// Addr is where to listen (default "127.0.0.1:0").
 	Addr string
 	// Runtimes makes the target's function runtimes, afresh for every
@@ -81,6 +84,7 @@ func Start(t testing.TB, cfg Config) *Target {
 	for _, v := range cfg.More {
 		nss = append(nss, target.NamespaceConfig{Backend: v, Name: v.String()})
 	}
+	nss = append(nss, cfg.Namespaces...)
 	var err error
 	s.srv, err = target.New(target.Config{
 		Subsystems: []target.SubsystemConfig{{NQN: cfg.NQN, Namespaces: nss,

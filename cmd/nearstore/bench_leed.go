@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nearstore/nearstore/bench/leedbench"
+)
+
+func newBenchLEEDCmd(_ *globals) *cobra.Command {
+	var (
+		objects, threads, repeat int
+		sizes, scale             []int
+		dur                      time.Duration
+		capacity                 int64
+		plotFile                 string
+		asJSON, baseline, quiet  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "leed",
+		Short: "LEED's store behind the NVMe KV command set against kv/lsm on offloadfs, on simulated NAND",
+		Long: `leed serves a KV namespace (LEED's store) and an NVM namespace, each on a
+simulated NAND SSD, from a target in this process, and drives both over
+NVMe/TCP from the host library: LEED with the KV command set's Store and
+Retrieve, and, as a user would today for the same objects, kv/lsm on an
+offloadfs on the NVM namespace (--baseline). For each value size it loads
+--objects objects, then runs random GET, random PUT and YCSB A–D for
+--duration each, --repeat times interleaving the two stores, and reports
+median throughput, p50/p99 latency and device I/Os per operation from the
+target's counters. It also measures the memory index per object (SegTbl
+bytes / objects) at the --scale sizes, on RAM volumes in this process, and
+usable capacity: key+value bytes stored until Capacity Exceeded, over the
+raw bytes of a --capacity store. YCSB's keys map into 16 bytes as FNV-1a 64
+of "user<n>" followed by n.`,
+		Example: `  nearstore bench leed --plot leed.png
+  nearstore bench leed --objects 200000 --scale 100000,1000000,3000000 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			cfg := leedbench.Config{Objects: objects, ValueSizes: sizes, Threads: threads, Duration: dur, Repeat: repeat,
+				ScaleObjects: scale, CapacityBytes: capacity, Baseline: baseline}
+			if !quiet {
+				cfg.Progress = cmd.ErrOrStderr()
+			}
+			rep, err := leedbench.Run(cmd.Context(), cfg)
+			if rep == nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(out)
+				enc.SetIndent("", "  ")
+				if jerr := enc.Encode(rep); jerr != nil {
+					return jerr
+				}
+			} else if terr := leedbench.WriteTable(out, rep); terr != nil {
+				return terr
+			}
+			if err != nil {
+				return err
+			}
+			if plotFile != "" {
+				if err := leedbench.SavePlot(plotFile, rep); err != nil {
+					return err
+				}
+				if !asJSON {
+					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
+				}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&objects, "objects", 50000, "objects loaded into each store before the timed phases")
+	f.IntSliceVar(&sizes, "value-sizes", []int{256, 1024}, "value sizes in bytes")
+	f.IntVar(&threads, "threads", 16, "goroutines issuing operations, one in flight each")
+	f.DurationVar(&dur, "duration", 3*time.Second, "length of each timed phase")
+	f.IntVar(&repeat, "repeat", 3, "runs of every phase, interleaved; the report gives medians")
+	f.IntSliceVar(&scale, "scale", []int{100000, 1000000}, "store sizes (objects) at which to measure memory per object")
+	f.Int64Var(&capacity, "capacity", 256<<20, "raw bytes of the store filled to measure usable capacity")
+	f.BoolVar(&baseline, "baseline", true, "also run kv/lsm on offloadfs over NVMe/TCP")
+	f.StringVar(&plotFile, "plot", "", "write throughput per workload to this file (.png, .svg or .pdf)")
+	f.BoolVar(&asJSON, "json", false, "print every run, the medians and the bars as JSON")
+	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	return cmd
+}

@@ -27,6 +27,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newBenchTPCHCmd(g))
 	cmd.AddCommand(newBenchLinkCmd(g))
 	cmd.AddCommand(newBenchLSMCmd(g))
+	cmd.AddCommand(newBenchIsolationCmd(g))
 	cmd.AddCommand(newBenchPrepCmd(g), newBenchOffloadCmd(g))
 	return cmd
 }

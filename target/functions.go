@@ -41,6 +41,8 @@ type functionTable struct {
 	runtimes map[sandbox.Kind]sandbox.Runtime
 	limits   sandbox.Limits
 	quota    functionQuota
+	// sched, if set, runs compiling under the loading host's CPU share.
+	sched *funcScheduler
 
 	mu   sync.RWMutex
 	byID map[sandbox.ID]*function
@@ -194,6 +196,14 @@ func (t *functionTable) load(ctx context.Context, host string, kind sandbox.Kind
 	rt := t.runtimes[kind]
 	if rt == nil {
 		return 0, fmt.Errorf("%w: no %s runtime on this target", sandbox.ErrBadModule, kind)
+	}
+	// Compiling is function CPU too: it runs on the loading host's share.
+	if t.sched != nil {
+		slot, err := t.sched.acquire(ctx, host)
+		if err != nil {
+			return 0, err
+		}
+		defer slot.release()
 	}
 	var m sandbox.Module
 	if program == "" {
@@ -372,7 +382,8 @@ func functionStatus(err error, write bool) nvme.Status {
 // callLimiter bounds the function requests of each host running at once
 // (Config.MaxFunctionCallsPerHost): a host's requests past it wait for one
 // of its own to finish, never for another host's, so a host keeping many
-// looping functions in flight takes at most its share of the CPUs.
+// looping functions in flight holds at most that many requests' buffers
+// and instances. Their CPU is funcScheduler's.
 type callLimiter struct {
 	max   int
 	mu    sync.Mutex

@@ -26,6 +26,8 @@ type Metrics struct {
 	grants     *prometheus.GaugeVec
 
 	bufBytes, bufPeak prometheus.Gauge
+
+	funcCPU *prometheus.CounterVec
 }
 
 // NewMetrics creates the target's metrics and registers them with reg.
@@ -89,6 +91,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "nearstore_target_command_buffer_bytes_peak",
 		Help: "The most bytes of command buffers hosts' commands have held at once.",
 	})
+	m.funcCPU = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nearstore_target_function_cpu_seconds_total",
+		Help: "Time function code ran on the target's function CPU slots, by host NQN (the series of a host goes when its state is dropped after its lease).",
+	}, []string{"host"})
+	reg.MustRegister(m.funcCPU)
 	reg.MustRegister(m.commands, m.bytes, m.latency, m.connections, m.accepted, m.errors,
 		m.stale, m.denied, m.maps, m.mapExtents, m.mapUpdates, m.grants, m.bufBytes, m.bufPeak)
 	return m
@@ -185,5 +192,19 @@ func (m *Metrics) observe(ss string, admin bool, r *request, st nvme.Status, inB
 		case "write":
 			m.bytes.WithLabelValues(ss, nsid, "write").Add(float64(len(r.data)))
 		}
+	}
+}
+
+// functionCPU charges host's functions d of CPU.
+func (m *Metrics) functionCPU(host string, d time.Duration) {
+	if m != nil {
+		m.funcCPU.WithLabelValues(host).Add(d.Seconds())
+	}
+}
+
+// forgetFunctionCPU drops host's series: it is gone.
+func (m *Metrics) forgetFunctionCPU(host string) {
+	if m != nil {
+		m.funcCPU.DeleteLabelValues(host)
 	}
 }

@@ -164,7 +164,7 @@ type Report struct {
 	Looping    int            `json:"looping"`
 	Repeat     int            `json:"repeat"`
 	PhaseSecs  float64        `json:"phase_secs"`
-	Runs       []PhaseRun          `json:"runs"`
+	Runs       []PhaseRun     `json:"runs"`
 	Idle       Summary        `json:"idle"`
 	Loaded     Summary        `json:"loaded"`
 	// Ratio is Loaded.IOPS / Idle.IOPS.

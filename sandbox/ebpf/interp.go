@@ -223,8 +223,9 @@ func (m *machine) run(ctx context.Context, p *program, lim *sandbox.Limits, args
 	// jump, a call, a return): a run is at most the program's length, so
 	// the budget is exact to within 4096.
 	st := &m.st
-	*st = runState{ctx: ctx, p: p, lim: lim, deadline: deadline, done: ctx.Done(), checkAt: min(lim.MaxInstructions, clockEvery)}
-	defer func() { st.ctx, st.p, st.lim, st.done = nil, nil, nil, nil }()
+	*st = runState{ctx: ctx, p: p, lim: lim, deadline: deadline, done: ctx.Done(), checkAt: min(lim.MaxInstructions, clockEvery),
+		yield: sandbox.YieldOf(ctx)}
+	defer func() { st.ctx, st.p, st.lim, st.done, st.yield = nil, nil, nil, nil, nil }()
 	insns := p.insns
 	pc := 0
 	for {
@@ -822,6 +823,9 @@ type runState struct {
 	back     uint64
 	runStart int
 	depth    int
+	// yield, if set, is the caller's scheduler (sandbox.Yield): check
+	// offers it the CPU, and the time paused moves the deadline on.
+	yield sandbox.Yield
 }
 
 // check is called when executed passes checkAt, at instruction i.
@@ -837,6 +841,13 @@ func (b *runState) check(i int) error {
 	}
 	if time.Now().After(b.deadline) {
 		return fmt.Errorf("%w: %s: ran past its time limit of %v", sandbox.ErrTimeout, b.p.where(i), b.lim.Time)
+	}
+	if b.yield != nil {
+		paused, err := b.yield(b.ctx)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", sandbox.ErrTimeout, b.p.where(i), err)
+		}
+		b.deadline = b.deadline.Add(paused)
 	}
 	b.checkAt = min(b.lim.MaxInstructions, executed+clockEvery)
 	return nil

@@ -77,13 +77,11 @@ func newFunctionTable(rts []sandbox.Runtime, lim sandbox.Limits, q functionQuota
 }
 
 // pinnedPerFunction is the memory one loaded function may pin: its
-// instances' memory limit (wasm linear memory; the sandbox default if
-// unset).
+// instances' memory limit (wasm linear memory) and call stack limit (the
+// sandbox defaults if unset).
 func (t *functionTable) pinnedPerFunction() int64 {
-	if t.limits.MemoryBytes > 0 {
-		return int64(t.limits.MemoryBytes)
-	}
-	return 16 << 20
+	lim := t.limits.WithDefaults()
+	return int64(lim.MemoryBytes) + int64(lim.StackBytes)
 }
 
 // admitLocked checks that host may own one more function of size bytes.

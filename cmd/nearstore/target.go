@@ -26,6 +26,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 		grace                time.Duration
 		funcTime             time.Duration
 		funcMem, funcSteps   int
+		funcStack            int
 		offloadAddr          string
 		offloadEngine        engineFlags
 		lim                  target.Config // the limits hosts are held to
@@ -86,6 +87,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 				FunctionLimits: sandbox.Limits{
 					Time:        funcTime,
 					MemoryBytes: funcMem,
+					StackBytes:  funcStack,
 					MaxSteps:    funcSteps,
 				},
 			}
@@ -169,7 +171,8 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.DurationVar(&lim.HostStateLease, "host-state-lease", 10*time.Minute, "how long a host's extent maps and functions are kept after its last controller went")
 	f.DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for in-flight commands")
 	f.DurationVar(&funcTime, "func-time", 100*time.Millisecond, "storage functions: wall time of one call before it is stopped")
-	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have")
+	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have (with --func-stack, what each loaded function counts against --func-max-memory-per-host)")
+	f.IntVar(&funcStack, "func-stack", 1<<20, "storage functions: bytes of call stack a wasm call may use, each frame counted at an upper bound of its size; deeper recursion fails with Function Memory")
 	f.IntVar(&funcSteps, "func-max-steps", 64, "storage functions: steps (reads) one pushdown request may take")
 	f.StringVar(&offloadAddr, "offload", "", "also run an offload engine on namespace 1, in this process, serving gRPC on this address (see nearstore offload)")
 	offloadEngine.flags(f, "offload-", "nqn.2026-11.io.nearstore:offload:target")

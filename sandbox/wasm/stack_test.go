@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
 	"github.com/nearstore/nearstore/sandbox"
+	"github.com/tetratelabs/wazero"
 )
 
 // recurseModule is testdata/recurse.wat: compute recurses as deep as the
@@ -80,4 +83,34 @@ func TestStackExportReserved(t *testing.T) {
 	if _, err := prepare(b, 1, 1<<20); !errors.Is(err, sandbox.ErrBadModule) || !strings.Contains(err.Error(), "the name is the runtime's") {
 		t.Fatalf("a module exporting %s: %v", exportStack, err)
 	}
+}
+
+// FuzzStackInstrument: whatever prepare accepts and wazero compiles as
+// it was given, wazero compiles after prepare's instrumentation too: the
+// call charges never make a valid module invalid.
+func FuzzStackInstrument(f *testing.F) {
+	ents, _ := filepath.Glob("testdata/*.wasm")
+	for _, e := range ents {
+		b, _ := os.ReadFile(e)
+		f.Add(b)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter())
+	f.Cleanup(func() { rt.Close(ctx) })
+	f.Fuzz(func(t *testing.T, b []byte) {
+		bin, err := prepare(b, 16, 1<<20)
+		if err != nil {
+			return
+		}
+		orig, err := rt.CompileModule(ctx, b)
+		if err != nil {
+			return
+		}
+		orig.Close(ctx)
+		inst, err := rt.CompileModule(ctx, bin)
+		if err != nil {
+			t.Fatalf("compiles as given, not instrumented: %v", err)
+		}
+		inst.Close(ctx)
+	})
 }

@@ -307,10 +307,13 @@ func (e *env) phase(ctx context.Context, cfg *Config, ph string) (PhaseRun, erro
 }
 
 // loadA starts n goroutines, each sending looping λ reads one after
-// another; the returned func stops them, waits for them, and counts the
-// λ reads that ended by the time limit and those that ended otherwise.
+// another. The returned func counts the λ reads that ended so far by the
+// time limit and those that ended otherwise, then stops the goroutines
+// and waits for the λ reads in flight to end: cancelling them on the host
+// would leave them queued at the target, and the next phase would not be
+// idle there.
 func (e *env) loadA(ctx context.Context, n int) (stop func() (ended, other int64)) {
-	actx, cancel := context.WithCancel(ctx)
+	var stopping atomic.Bool
 	var wg sync.WaitGroup
 	var ended, other atomic.Int64
 	files := []pushdown.File{e.nsA.RawFile()}
@@ -319,11 +322,11 @@ func (e *env) loadA(ctx context.Context, n int) (stop func() (ended, other int64
 		go func() {
 			defer wg.Done()
 			start := host.Start{Offset: uint64(i) * blockSize, Length: blockSize}
-			for actx.Err() == nil {
-				_, err := e.nsA.LambdaRead(actx, e.fn, files, start, nil, 64)
+			for !stopping.Load() && ctx.Err() == nil {
+				_, err := e.nsA.LambdaRead(ctx, e.fn, files, start, nil, 64)
 				var st *nvme.StatusError
 				switch {
-				case actx.Err() != nil:
+				case ctx.Err() != nil:
 				case errors.As(err, &st) && st.Status.Code() == nvme.StatusFunctionTimeout:
 					ended.Add(1)
 				default:
@@ -333,9 +336,10 @@ func (e *env) loadA(ctx context.Context, n int) (stop func() (ended, other int64
 		}()
 	}
 	return func() (int64, int64) {
-		cancel()
+		e, o := ended.Load(), other.Load()
+		stopping.Store(true)
 		wg.Wait()
-		return ended.Load(), other.Load()
+		return e, o
 	}
 }
 

@@ -14,9 +14,9 @@ import (
 	"github.com/tetratelabs/wazero"
 )
 
-// recurseModule is testdata/recurse.wat: compute recurses as deep as the
+// recurseModule is testdata/depth.wat: compute recurses as deep as the
 // first 4 bytes of its input say.
-func recurseModule(tb testing.TB) []byte { return readModule(tb, "recurse") }
+func recurseModule(tb testing.TB) []byte { return readModule(tb, "depth") }
 
 // depthInput is recurseModule's input for a recursion depth.
 func depthInput(depth uint32) []byte { return binary.LittleEndian.AppendUint32(nil, depth) }

@@ -28,7 +28,7 @@ func TestRunawayRecursion(t *testing.T) {
 	addr, metrics := serve(t, "--func-stack", "1048576")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	module, err := os.ReadFile(filepath.Join("testdata", "recurse.wasm"))
+	module, err := os.ReadFile(filepath.Join("testdata", "depth.wasm"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -353,3 +353,15 @@ func YieldOf(ctx context.Context) Yield {
 	y, _ := ctx.Value(yieldKey{}).(Yield)
 	return y
 }
+
+// Yielder is an Instance some of whose calls run as Go code that calls
+// the context's Yield at bounded intervals (the eBPF interpreter): Go
+// preempts such code, and it offers its CPU back itself, so a scheduler
+// need not hold a CPU slot before such a call starts, only once it
+// yields (a short call then costs the scheduler nothing). Its Data,
+// Input and Output run no function code.
+type Yielder interface {
+	// Yields reports it for calls of the compute entry (compute set) or
+	// of the pushdown entry.
+	Yields(compute bool) bool
+}

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -39,6 +41,8 @@ type funcScheduler struct {
 
 	mu      sync.Mutex
 	running int
+	// waiters counts the steps queued, of all hosts.
+	waiters int
 	// vnow is the virtual time of the step dispatched last.
 	vnow  time.Duration
 	hosts map[string]*schedHost
@@ -48,6 +52,7 @@ type funcScheduler struct {
 // when the host has no step running or waiting (users == 0).
 type schedHost struct {
 	name  string
+	cpu   prometheus.Counter // the host's CPU metric; nil without metrics
 	vtime time.Duration
 	// queue holds the host's waiting steps, first come first served.
 	queue []chan struct{}
@@ -69,6 +74,9 @@ type cpuSlot struct {
 	h     *schedHost
 	held  bool
 	start time.Time
+	// wake is where the scheduler grants a waiting step its slot; one
+	// per claim, reused by every wait of its steps.
+	wake chan struct{}
 }
 
 // acquire waits for a slot for host, or for ctx to end.
@@ -76,7 +84,7 @@ func (s *funcScheduler) acquire(ctx context.Context, host string) (*cpuSlot, err
 	s.mu.Lock()
 	h := s.hosts[host]
 	if h == nil {
-		h = &schedHost{name: host, vtime: s.vnow}
+		h = &schedHost{name: host, vtime: s.vnow, cpu: s.metrics.functionCPUOf(host)}
 		s.hosts[host] = h
 	} else if h.users == 0 {
 		h.vtime = max(h.vtime, s.vnow)
@@ -104,8 +112,12 @@ func (c *cpuSlot) resume(ctx context.Context) error {
 		c.held, c.start = true, time.Now()
 		return nil
 	}
-	ch := make(chan struct{}, 1)
+	if c.wake == nil {
+		c.wake = make(chan struct{}, 1)
+	}
+	ch := c.wake
 	h.queue = append(h.queue, ch)
+	s.waiters++
 	s.mu.Unlock()
 	select {
 	case <-ch:
@@ -118,24 +130,20 @@ func (c *cpuSlot) resume(ctx context.Context) error {
 	for i, q := range h.queue {
 		if q == ch {
 			h.queue = append(h.queue[:i], h.queue[i+1:]...)
+			s.waiters--
 			return ctx.Err()
 		}
 	}
-	// Granted as ctx ended: hand the slot on.
+	// Granted as ctx ended: take the grant, so wake is empty for the
+	// next wait, and hand the slot on.
+	<-ch
 	s.running--
 	s.dispatchLocked()
 	return ctx.Err()
 }
 
 // anyWaitingLocked reports whether a step waits; callers hold mu.
-func (s *funcScheduler) anyWaitingLocked() bool {
-	for _, h := range s.hosts {
-		if len(h.queue) > 0 {
-			return true
-		}
-	}
-	return false
-}
+func (s *funcScheduler) anyWaitingLocked() bool { return s.waiters > 0 }
 
 // waiting reports whether a step waits for a slot.
 func (s *funcScheduler) waiting() bool {
@@ -154,7 +162,7 @@ func (s *funcScheduler) leaveLocked(h *schedHost) {
 // dispatchLocked gives free slots to the waiting hosts of least virtual
 // time; callers hold mu.
 func (s *funcScheduler) dispatchLocked() {
-	for s.running < s.workers {
+	for s.running < s.workers && s.waiters > 0 {
 		var next *schedHost
 		for _, h := range s.hosts {
 			if len(h.queue) > 0 && (next == nil || h.vtime < next.vtime) {
@@ -166,6 +174,7 @@ func (s *funcScheduler) dispatchLocked() {
 		}
 		ch := next.queue[0]
 		next.queue = next.queue[1:]
+		s.waiters--
 		s.running++
 		s.vnow = max(s.vnow, next.vtime)
 		ch <- struct{}{}
@@ -186,7 +195,9 @@ func (c *cpuSlot) pause() {
 	s.running--
 	s.dispatchLocked()
 	s.mu.Unlock()
-	s.metrics.functionCPU(c.h.name, used)
+	if c.h.cpu != nil {
+		c.h.cpu.Add(used.Seconds())
+	}
 }
 
 // release ends the claim: the slot, if held, goes back.
@@ -224,14 +235,21 @@ type scheduledModule struct {
 	host string
 }
 
-// Acquire runs under a slot: a new instance runs the module's start code.
+// Acquire runs under a slot: a new wasm instance runs the module's start
+// code. An eBPF instance is Go memory and runs no program code to be made.
 func (m scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) {
-	slot, err := m.s.acquire(ctx, m.host)
-	if err != nil {
-		return nil, err
+	var inst sandbox.Instance
+	var err error
+	if m.Kind() == sandbox.KindEBPF {
+		inst, err = m.Module.Acquire(ctx)
+	} else {
+		var slot *cpuSlot
+		if slot, err = m.s.acquire(ctx, m.host); err != nil {
+			return nil, err
+		}
+		inst, err = m.Module.Acquire(sandbox.WithYield(ctx, slot.yield))
+		slot.release()
 	}
-	inst, err := m.Module.Acquire(sandbox.WithYield(ctx, slot.yield))
-	slot.release()
 	if err != nil {
 		return nil, err
 	}
@@ -260,18 +278,71 @@ func (i *scheduledInstance) run(ctx context.Context, f func(context.Context) err
 	return f(sandbox.WithYield(ctx, slot.yield))
 }
 
+// noCode reports whether the instance's Input and Output run no function
+// code (sandbox.Yielder), so they need no slot.
+func (i *scheduledInstance) noCode() bool {
+	_, ok := i.Instance.(sandbox.Yielder)
+	return ok
+}
+
 func (i *scheduledInstance) Input(n int) (b []byte, err error) {
+	if i.noCode() {
+		return i.Instance.Input(n)
+	}
 	err = i.run(context.Background(), func(context.Context) error { b, err = i.Instance.Input(n); return err })
 	return b, err
 }
 
 func (i *scheduledInstance) Output(n int) (b []byte, err error) {
+	if i.noCode() {
+		return i.Instance.Output(n)
+	}
 	err = i.run(context.Background(), func(context.Context) error { b, err = i.Instance.Output(n); return err })
 	return b, err
 }
 
+// runEntry runs a call of an entry (compute or pushdown) as run does,
+// unless the instance yields in that entry (sandbox.Yielder): then the
+// call starts without a slot and takes one at its first yield, so a short
+// step costs the scheduler nothing.
+func (i *scheduledInstance) runEntry(ctx context.Context, compute bool, f func(context.Context) error) error {
+	y, ok := i.Instance.(sandbox.Yielder)
+	if !ok || !y.Yields(compute) {
+		return i.run(ctx, f)
+	}
+	l := &lazySlot{s: i.s, host: i.host}
+	defer l.release()
+	return f(sandbox.WithYield(ctx, l.yield))
+}
+
+// lazySlot is a call's claim taken at its first yield.
+type lazySlot struct {
+	s    *funcScheduler
+	host string
+	c    *cpuSlot
+}
+
+func (l *lazySlot) yield(ctx context.Context) (time.Duration, error) {
+	if l.c != nil {
+		return l.c.yield(ctx)
+	}
+	t0 := time.Now()
+	c, err := l.s.acquire(ctx, l.host)
+	if err != nil {
+		return 0, err
+	}
+	l.c = c
+	return time.Since(t0), nil
+}
+
+func (l *lazySlot) release() {
+	if l.c != nil {
+		l.c.release()
+	}
+}
+
 func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (done bool, next []sandbox.Next, err error) {
-	err = i.run(ctx, func(ctx context.Context) error {
+	err = i.runEntry(ctx, false, func(ctx context.Context) error {
 		done, next, err = i.Instance.Step(ctx, curFile, curOffset, n)
 		return err
 	})
@@ -279,7 +350,7 @@ func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset 
 }
 
 func (i *scheduledInstance) Compute(ctx context.Context, inLen, outCap int) (n int, err error) {
-	err = i.run(ctx, func(ctx context.Context) error { n, err = i.Instance.Compute(ctx, inLen, outCap); return err })
+	err = i.runEntry(ctx, true, func(ctx context.Context) error { n, err = i.Instance.Compute(ctx, inLen, outCap); return err })
 	return n, err
 }
 

@@ -129,3 +129,53 @@ func TestFuncSchedulerBound(t *testing.T) {
 		t.Fatalf("left: %d hosts, %d running", len(s.hosts), s.running)
 	}
 }
+
+// BenchmarkFuncSchedulerSteps: the cost of a pushdown step's pause and
+// resume around its read, with 128 requests of one host contending for
+// one slot.
+func BenchmarkFuncSchedulerSteps(b *testing.B) {
+	s := newFuncScheduler(1, time.Millisecond, nil)
+	ctx := context.Background()
+	b.SetParallelism(128)
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := s.acquire(ctx, "a")
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			c.pause()
+			if err := c.resume(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+		c.release()
+	})
+}
+
+// TestLazySlot: a call that yields (the eBPF interpreter) takes a slot
+// only at its first yield, waiting its turn then, and gives it back at
+// the end; one that never yields never touches the scheduler.
+func TestLazySlot(t *testing.T) {
+	s := newFuncScheduler(1, time.Millisecond, nil)
+	ctx := context.Background()
+	short := &lazySlot{s: s, host: "a"}
+	short.release()
+	if len(s.hosts) != 0 || s.running != 0 {
+		t.Fatalf("a call that never yielded left %d hosts, %d running", len(s.hosts), s.running)
+	}
+	holder, _ := s.acquire(ctx, "b")
+	long := &lazySlot{s: s, host: "a"}
+	yielded := make(chan error)
+	go func() { _, err := long.yield(ctx); yielded <- err }()
+	waitFor(t, "the first yield to wait for the slot", func() bool { return s.waiting() })
+	holder.release()
+	if err := <-yielded; err != nil || long.c == nil || !long.c.held {
+		t.Fatalf("first yield: %v", err)
+	}
+	long.release()
+	if len(s.hosts) != 0 || s.running != 0 {
+		t.Fatalf("left %d hosts, %d running", len(s.hosts), s.running)
+	}
+}

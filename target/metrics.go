@@ -195,11 +195,13 @@ func (m *Metrics) observe(ss string, admin bool, r *request, st nvme.Status, inB
 	}
 }
 
-// functionCPU charges host's functions d of CPU.
-func (m *Metrics) functionCPU(host string, d time.Duration) {
-	if m != nil {
-		m.funcCPU.WithLabelValues(host).Add(d.Seconds())
+// functionCPUOf returns the counter of host's function CPU seconds, nil
+// without metrics.
+func (m *Metrics) functionCPUOf(host string) prometheus.Counter {
+	if m == nil {
+		return nil
 	}
+	return m.funcCPU.WithLabelValues(host)
 }
 
 // forgetFunctionCPU drops host's series: it is gone.

@@ -266,6 +266,11 @@ type scheduledInstance struct {
 	sandbox.Instance
 	s    *funcScheduler
 	host string
+	// lazy is the claim of a call that yields (runEntry), and yield its
+	// bound method, made once per request so a step allocates nothing
+	// but its context.
+	lazy  lazySlot
+	yield sandbox.Yield
 }
 
 // run runs f under a slot, with the slot's yield in its context.
@@ -301,18 +306,22 @@ func (i *scheduledInstance) Output(n int) (b []byte, err error) {
 	return b, err
 }
 
-// runEntry runs a call of an entry (compute or pushdown) as run does,
-// unless the instance yields in that entry (sandbox.Yielder): then the
-// call starts without a slot and takes one at its first yield, so a short
-// step costs the scheduler nothing.
-func (i *scheduledInstance) runEntry(ctx context.Context, compute bool, f func(context.Context) error) error {
+// yields reports whether the instance's calls of an entry (compute or
+// pushdown) yield by themselves (sandbox.Yielder): such a call starts
+// without a slot and takes one at its first yield, so a short step costs
+// the scheduler nothing.
+func (i *scheduledInstance) yields(compute bool) bool {
 	y, ok := i.Instance.(sandbox.Yielder)
-	if !ok || !y.Yields(compute) {
-		return i.run(ctx, f)
+	return ok && y.Yields(compute)
+}
+
+// lazyCtx returns ctx carrying the instance's lazy claim's yield.
+func (i *scheduledInstance) lazyCtx(ctx context.Context) context.Context {
+	if i.yield == nil {
+		i.lazy = lazySlot{s: i.s, host: i.host}
+		i.yield = i.lazy.yield
 	}
-	l := &lazySlot{s: i.s, host: i.host}
-	defer l.release()
-	return f(sandbox.WithYield(ctx, l.yield))
+	return sandbox.WithYield(ctx, i.yield)
 }
 
 // lazySlot is a call's claim taken at its first yield.
@@ -335,22 +344,43 @@ func (l *lazySlot) yield(ctx context.Context) (time.Duration, error) {
 	return time.Since(t0), nil
 }
 
+// release gives the claim back, if the call took one.
 func (l *lazySlot) release() {
 	if l.c != nil {
 		l.c.release()
+		l.c = nil
 	}
 }
 
-func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (done bool, next []sandbox.Next, err error) {
-	err = i.runEntry(ctx, false, func(ctx context.Context) error {
-		done, next, err = i.Instance.Step(ctx, curFile, curOffset, n)
-		return err
-	})
+// Step and Compute release without defer: a deferred call here cost a
+// stack growth per request on the command's goroutine.
+func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (bool, []sandbox.Next, error) {
+	if i.yields(false) {
+		done, next, err := i.Instance.Step(i.lazyCtx(ctx), curFile, curOffset, n)
+		i.lazy.release()
+		return done, next, err
+	}
+	slot, err := i.s.acquire(ctx, i.host)
+	if err != nil {
+		return false, nil, err
+	}
+	done, next, err := i.Instance.Step(sandbox.WithYield(ctx, slot.yield), curFile, curOffset, n)
+	slot.release()
 	return done, next, err
 }
 
-func (i *scheduledInstance) Compute(ctx context.Context, inLen, outCap int) (n int, err error) {
-	err = i.runEntry(ctx, true, func(ctx context.Context) error { n, err = i.Instance.Compute(ctx, inLen, outCap); return err })
+func (i *scheduledInstance) Compute(ctx context.Context, inLen, outCap int) (int, error) {
+	if i.yields(true) {
+		n, err := i.Instance.Compute(i.lazyCtx(ctx), inLen, outCap)
+		i.lazy.release()
+		return n, err
+	}
+	slot, err := i.s.acquire(ctx, i.host)
+	if err != nil {
+		return 0, err
+	}
+	n, err := i.Instance.Compute(sandbox.WithYield(ctx, slot.yield), inLen, outCap)
+	slot.release()
 	return n, err
 }
 

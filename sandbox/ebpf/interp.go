@@ -207,7 +207,19 @@ func (m *machine) tracePrintk(ctx context.Context, p *program, i int, r *[16]uin
 }
 
 // run executes p from its entry with R1-R5 set to args and returns R0.
+// It lets go of the call's context and program after, without a defer:
+// runLoop's many returns would make it a deferred call through the
+// runtime, whose frame, at the bottom of a command's goroutine, cost a
+// stack growth per request.
 func (m *machine) run(ctx context.Context, p *program, lim *sandbox.Limits, args [5]uint64) (uint64, error) {
+	r0, err := m.runLoop(ctx, p, lim, args)
+	st := &m.st
+	st.ctx, st.p, st.lim, st.done, st.yield = nil, nil, nil, nil, nil
+	return r0, err
+}
+
+// runLoop is run's interpreter loop.
+func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, args [5]uint64) (uint64, error) {
 	var r [16]uint64
 	copy(r[1:6], args[:])
 	r[10] = stackAddr + stackSize
@@ -225,7 +237,6 @@ func (m *machine) run(ctx context.Context, p *program, lim *sandbox.Limits, args
 	st := &m.st
 	*st = runState{ctx: ctx, p: p, lim: lim, deadline: deadline, done: ctx.Done(), checkAt: min(lim.MaxInstructions, clockEvery),
 		yield: sandbox.YieldOf(ctx)}
-	defer func() { st.ctx, st.p, st.lim, st.done, st.yield = nil, nil, nil, nil, nil }()
 	insns := p.insns
 	pc := 0
 	for {

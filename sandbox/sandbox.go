@@ -109,6 +109,12 @@ type Limits struct {
 	// Time caps one call's wall time (default 100 ms); a runaway loop is
 	// interrupted.
 	Time time.Duration
+	// StackBytes caps a wasm call's call stack (default 1 MiB), as the
+	// runtime bounds it: every frame counted at an upper bound of its
+	// size (sandbox/wasm, stack.go), so it bounds the call depth too. A
+	// call that would go deeper fails with ErrMemory. The eBPF runtime's
+	// stack is fixed (512 bytes a frame, 8 nested calls).
+	StackBytes int
 	// MaxOutput caps a compute call's output (default 16 MiB).
 	MaxOutput int
 	// MaxSteps caps the steps (one read plus one call each) of a pushdown
@@ -129,6 +135,9 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.Time <= 0 {
 		l.Time = 100 * time.Millisecond
+	}
+	if l.StackBytes <= 0 {
+		l.StackBytes = 1 << 20
 	}
 	if l.MaxOutput <= 0 {
 		l.MaxOutput = 16 << 20
@@ -321,4 +330,38 @@ func Compute(ctx context.Context, m Module, in []byte, outCap int) ([]byte, erro
 		return nil, err
 	}
 	return append([]byte(nil), ob[:n]...), nil
+}
+
+// Yield is how a long call lets its caller's scheduler run others: a
+// runtime that can pause a call calls it at bounded intervals (the eBPF
+// interpreter every 64 Ki instructions), and it returns how long the call
+// was paused, which does not count against Limits.Time, or an error that
+// ends the call (the caller's context ended while it waited). A yield
+// that finds no reason to pause returns at once.
+type Yield func(ctx context.Context) (paused time.Duration, err error)
+
+// yieldKey is the context key of WithYield.
+type yieldKey struct{}
+
+// WithYield returns ctx carrying y for the calls it is passed to.
+func WithYield(ctx context.Context, y Yield) context.Context {
+	return context.WithValue(ctx, yieldKey{}, y)
+}
+
+// YieldOf returns the Yield WithYield set on ctx, nil if none.
+func YieldOf(ctx context.Context) Yield {
+	y, _ := ctx.Value(yieldKey{}).(Yield)
+	return y
+}
+
+// Yielder is an Instance some of whose calls run as Go code that calls
+// the context's Yield at bounded intervals (the eBPF interpreter): Go
+// preempts such code, and it offers its CPU back itself, so a scheduler
+// need not hold a CPU slot before such a call starts, only once it
+// yields (a short call then costs the scheduler nothing). Its Data,
+// Input and Output run no function code.
+type Yielder interface {
+	// Yields reports it for calls of the compute entry (compute set) or
+	// of the pushdown entry.
+	Yields(compute bool) bool
 }

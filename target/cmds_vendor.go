@@ -347,16 +347,18 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	// The target time runs from the first read to the result: what a
 	// host's dispatcher subtracts from the round trip to see the transfer.
 	began := time.Now()
+	// Its code runs on the host's share of the function CPU slots.
+	mod := scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
 	switch r.sqe.Opcode {
 	case nvme.IOPushdownRead:
-		res, err = exec.Pushdown(ctx, dev, f.mod, &req)
+		res, err = exec.Pushdown(ctx, dev, mod, &req)
 		res.TargetMicros = pushdown.MicrosOf(time.Since(began))
 	case nvme.IOLambdaRead:
-		res, err = exec.LambdaRead(ctx, dev, f.mod, &req, r.inCap-pushdown.ResultSize)
+		res, err = exec.LambdaRead(ctx, dev, mod, &req, r.inCap-pushdown.ResultSize)
 		res.TargetMicros = pushdown.MicrosOf(time.Since(began))
 	case nvme.IOLambdaWrite:
 		var n int64
-		res, n, err = exec.LambdaWrite(ctx, dev, f.mod, &req)
+		res, n, err = exec.LambdaWrite(ctx, dev, mod, &req)
 		if err == nil {
 			// The output went to whole blocks, padded with zeroes.
 			bs := int64(r.ns.backend.BlockSize())

@@ -41,6 +41,8 @@ type functionTable struct {
 	runtimes map[sandbox.Kind]sandbox.Runtime
 	limits   sandbox.Limits
 	quota    functionQuota
+	// sched, if set, runs compiling under the loading host's CPU share.
+	sched *funcScheduler
 
 	mu   sync.RWMutex
 	byID map[sandbox.ID]*function
@@ -75,13 +77,11 @@ func newFunctionTable(rts []sandbox.Runtime, lim sandbox.Limits, q functionQuota
 }
 
 // pinnedPerFunction is the memory one loaded function may pin: its
-// instances' memory limit (wasm linear memory; the sandbox default if
-// unset).
+// instances' memory limit (wasm linear memory) and call stack limit (the
+// sandbox defaults if unset).
 func (t *functionTable) pinnedPerFunction() int64 {
-	if t.limits.MemoryBytes > 0 {
-		return int64(t.limits.MemoryBytes)
-	}
-	return 16 << 20
+	lim := t.limits.WithDefaults()
+	return int64(lim.MemoryBytes) + int64(lim.StackBytes)
 }
 
 // admitLocked checks that host may own one more function of size bytes.
@@ -194,6 +194,14 @@ func (t *functionTable) load(ctx context.Context, host string, kind sandbox.Kind
 	rt := t.runtimes[kind]
 	if rt == nil {
 		return 0, fmt.Errorf("%w: no %s runtime on this target", sandbox.ErrBadModule, kind)
+	}
+	// Compiling is function CPU too: it runs on the loading host's share.
+	if t.sched != nil {
+		slot, err := t.sched.acquire(ctx, host)
+		if err != nil {
+			return 0, err
+		}
+		defer slot.release()
 	}
 	var m sandbox.Module
 	if program == "" {
@@ -372,7 +380,8 @@ func functionStatus(err error, write bool) nvme.Status {
 // callLimiter bounds the function requests of each host running at once
 // (Config.MaxFunctionCallsPerHost): a host's requests past it wait for one
 // of its own to finish, never for another host's, so a host keeping many
-// looping functions in flight takes at most its share of the CPUs.
+// looping functions in flight holds at most that many requests' buffers
+// and instances. Their CPU is funcScheduler's.
 type callLimiter struct {
 	max   int
 	mu    sync.Mutex

@@ -28,6 +28,7 @@ type Metrics struct {
 	bufBytes, bufPeak prometheus.Gauge
 
 	kvDeviceIOs *prometheus.CounterVec
+	funcCPU     *prometheus.CounterVec
 }
 
 // NewMetrics creates the target's metrics and registers them with reg.
@@ -95,6 +96,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "nearstore_target_kv_device_ios_total",
 		Help: "Device I/Os KV commands took, by subsystem, namespace, operation and kind (read or write).",
 	}, []string{"subsystem", "nsid", "op", "kind"})
+	m.funcCPU = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nearstore_target_function_cpu_seconds_total",
+		Help: "Time function code ran on the target's function CPU slots, by host NQN (the series of a host goes when its state is dropped after its lease).",
+	}, []string{"host"})
+	reg.MustRegister(m.funcCPU)
 	reg.MustRegister(m.commands, m.bytes, m.latency, m.connections, m.accepted, m.errors,
 		m.stale, m.denied, m.maps, m.mapExtents, m.mapUpdates, m.grants, m.bufBytes, m.bufPeak, m.kvDeviceIOs)
 	return m
@@ -201,4 +207,20 @@ func (m *Metrics) kvIOs(ss string, nsid uint32, op string, reads, writes int) {
 	ns := nsLabel(nsid)
 	m.kvDeviceIOs.WithLabelValues(ss, ns, op, "read").Add(float64(reads))
 	m.kvDeviceIOs.WithLabelValues(ss, ns, op, "write").Add(float64(writes))
+}
+
+// functionCPUOf returns the counter of host's function CPU seconds, nil
+// without metrics.
+func (m *Metrics) functionCPUOf(host string) prometheus.Counter {
+	if m == nil {
+		return nil
+	}
+	return m.funcCPU.WithLabelValues(host)
+}
+
+// forgetFunctionCPU drops host's series: it is gone.
+func (m *Metrics) forgetFunctionCPU(host string) {
+	if m != nil {
+		m.funcCPU.DeleteLabelValues(host)
+	}
 }

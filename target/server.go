@@ -127,8 +127,19 @@ type Config struct {
 	// MaxFunctionCallsPerHost bounds the function requests of one host
 	// running at once, their reads included (default 64); more wait their
 	// turn, so that one host's functions cannot take every goroutine the
-	// target has. It bounds, and does not schedule, their CPU.
+	// target has. It bounds, and does not schedule, their CPU (FunctionWorkers
+	// does).
 	MaxFunctionCallsPerHost int
+	// FunctionWorkers is how many function steps may run at once, of
+	// all hosts (default GOMAXPROCS-1, at least 1). Function code holds
+	// its OS thread until it returns, so it must stay below GOMAXPROCS
+	// for the other Ps to serve plain I/O; the steps waiting for a slot
+	// are served by least CPU used per host (funcScheduler).
+	FunctionWorkers int
+	// FunctionSlice is how long a step may keep its slot while another
+	// waits, at the points where it can yield (default 1 ms): between
+	// pushdown steps, and within the eBPF interpreter.
+	FunctionSlice time.Duration
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Metrics, when not nil, receives per-command metrics.
@@ -210,6 +221,12 @@ func (c *Config) setDefaults() {
 	if c.MaxFunctionCallsPerHost <= 0 {
 		c.MaxFunctionCallsPerHost = 64
 	}
+	if c.FunctionWorkers <= 0 {
+		c.FunctionWorkers = defaultFuncWorkers()
+	}
+	if c.FunctionSlice <= 0 {
+		c.FunctionSlice = time.Millisecond
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -260,6 +277,7 @@ type Server struct {
 	disc     *subsystem
 	funcs    *functionTable
 	calls    *callLimiter
+	sched    *funcScheduler
 	exec     *pushdown.Executor
 	// readers counts the connections' reader goroutines, teardown
 	// included; Shutdown waits for them, not for the commands they
@@ -350,6 +368,7 @@ func (s *Server) forgetHost(host string, gen uint64) {
 	}
 	s.metaMu.RUnlock()
 	s.funcs.forget(context.Background(), host)
+	s.sched.forget(host)
 	s.log.Info("host gone past its lease: its extent maps and functions are dropped", "host", host, "lease", s.cfg.HostStateLease)
 }
 
@@ -410,6 +429,8 @@ func New(cfg Config) (*Server, error) {
 		count: cfg.MaxFunctionsPerHost, bytes: cfg.MaxFunctionBytesPerHost, memory: cfg.MaxFunctionMemoryPerHost,
 	})
 	s.calls = newCallLimiter(cfg.MaxFunctionCallsPerHost)
+	s.sched = newFuncScheduler(cfg.FunctionWorkers, cfg.FunctionSlice, cfg.Metrics)
+	s.funcs.sched = s.sched
 	s.exec = &pushdown.Executor{Limits: cfg.FunctionLimits}
 	return s, nil
 }

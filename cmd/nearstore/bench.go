@@ -25,6 +25,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newBenchLinkCmd(g))
 	cmd.AddCommand(newBenchLSMCmd(g))
 	cmd.AddCommand(newBenchLEEDCmd(g)) // bench_leed.go
+	cmd.AddCommand(newBenchIsolationCmd(g))
 	cmd.AddCommand(newBenchPrepCmd(g), newBenchOffloadCmd(g))
 	cmd.AddCommand(newBenchChainCmd())
 	return cmd

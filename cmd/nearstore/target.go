@@ -27,6 +27,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 		grace                time.Duration
 		funcTime             time.Duration
 		funcMem, funcSteps   int
+		funcStack            int
 		offloadAddr          string
 		offloadEngine        engineFlags
 		lim                  target.Config // the limits hosts are held to
@@ -104,12 +105,15 @@ func newTargetCmd(g *globals) *cobra.Command {
 				MaxFunctionBytesPerHost:  lim.MaxFunctionBytesPerHost,
 				MaxFunctionMemoryPerHost: lim.MaxFunctionMemoryPerHost,
 				MaxFunctionCallsPerHost:  lim.MaxFunctionCallsPerHost,
+				FunctionWorkers:          lim.FunctionWorkers,
+				FunctionSlice:            lim.FunctionSlice,
 				HostStateLease:           lim.HostStateLease,
 				Logger:                   log,
 				Runtimes:                 []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{Logger: log})},
 				FunctionLimits: sandbox.Limits{
 					Time:        funcTime,
 					MemoryBytes: funcMem,
+					StackBytes:  funcStack,
 					MaxSteps:    funcSteps,
 				},
 			}
@@ -193,10 +197,13 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.IntVar(&lim.MaxFunctionBytesPerHost, "func-max-bytes-per-host", 64<<20, "storage functions: bytes of modules one host may keep loaded")
 	f.Int64Var(&lim.MaxFunctionMemoryPerHost, "func-max-memory-per-host", 1<<30, "storage functions: memory one host's functions may pin, each counted at --func-memory")
 	f.IntVar(&lim.MaxFunctionCallsPerHost, "func-max-calls-per-host", 64, "storage functions: requests of one host running at once; more wait")
+	f.IntVar(&lim.FunctionWorkers, "func-workers", 0, "storage functions: function steps of all hosts running at once, shared by least CPU used per host (0: GOMAXPROCS-1, at least 1; keep it below GOMAXPROCS so plain I/O keeps a CPU)")
+	f.DurationVar(&lim.FunctionSlice, "func-slice", time.Millisecond, "storage functions: how long a step keeps its CPU slot while others wait, where it can yield (between pushdown steps, in the eBPF interpreter)")
 	f.DurationVar(&lim.HostStateLease, "host-state-lease", 10*time.Minute, "how long a host's extent maps and functions are kept after its last controller went")
 	f.DurationVar(&grace, "shutdown-grace", 10*time.Second, "how long shutdown waits for in-flight commands")
 	f.DurationVar(&funcTime, "func-time", 100*time.Millisecond, "storage functions: wall time of one call before it is stopped")
-	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have")
+	f.IntVar(&funcMem, "func-memory", 16<<20, "storage functions: bytes of memory a wasm instance may have (with --func-stack, what each loaded function counts against --func-max-memory-per-host)")
+	f.IntVar(&funcStack, "func-stack", 1<<20, "storage functions: bytes of call stack a wasm call may use, each frame counted at an upper bound of its size; deeper recursion fails with Function Memory")
 	f.IntVar(&funcSteps, "func-max-steps", 64, "storage functions: steps (reads) one pushdown request may take")
 	f.StringVar(&offloadAddr, "offload", "", "also run an offload engine on namespace 1, in this process, serving gRPC on this address (see nearstore offload)")
 	offloadEngine.flags(f, "offload-", "nqn.2026-11.io.nearstore:offload:target")

@@ -34,6 +34,17 @@ type instance struct {
 
 var _ sandbox.Instance = (*instance)(nil)
 
+var _ sandbox.Yielder = (*instance)(nil)
+
+// Yields reports whether the entry is interpreted, calling the context's
+// sandbox.Yield every 64 Ki instructions; a translated one runs in wazero.
+func (in *instance) Yields(compute bool) bool {
+	if compute {
+		return in.wc == nil
+	}
+	return in.wp == nil
+}
+
 // Data returns the n-byte buffer the next Step sees as the block(s) read.
 func (in *instance) Data(n int) ([]byte, error) {
 	if n < 0 || n > in.m.lim.MaxStepBytes {

@@ -207,7 +207,19 @@ func (m *machine) tracePrintk(ctx context.Context, p *program, i int, r *[16]uin
 }
 
 // run executes p from its entry with R1-R5 set to args and returns R0.
+// It lets go of the call's context and program after, without a defer:
+// runLoop's many returns would make it a deferred call through the
+// runtime, whose frame, at the bottom of a command's goroutine, cost a
+// stack growth per request.
 func (m *machine) run(ctx context.Context, p *program, lim *sandbox.Limits, args [5]uint64) (uint64, error) {
+	r0, err := m.runLoop(ctx, p, lim, args)
+	st := &m.st
+	st.ctx, st.p, st.lim, st.done, st.yield = nil, nil, nil, nil, nil
+	return r0, err
+}
+
+// runLoop is run's interpreter loop.
+func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, args [5]uint64) (uint64, error) {
 	var r [16]uint64
 	copy(r[1:6], args[:])
 	r[10] = stackAddr + stackSize
@@ -223,8 +235,8 @@ func (m *machine) run(ctx context.Context, p *program, lim *sandbox.Limits, args
 	// jump, a call, a return): a run is at most the program's length, so
 	// the budget is exact to within 4096.
 	st := &m.st
-	*st = runState{ctx: ctx, p: p, lim: lim, deadline: deadline, done: ctx.Done(), checkAt: min(lim.MaxInstructions, clockEvery)}
-	defer func() { st.ctx, st.p, st.lim, st.done = nil, nil, nil, nil }()
+	*st = runState{ctx: ctx, p: p, lim: lim, deadline: deadline, done: ctx.Done(), checkAt: min(lim.MaxInstructions, clockEvery),
+		yield: sandbox.YieldOf(ctx)}
 	insns := p.insns
 	pc := 0
 	for {
@@ -822,6 +834,9 @@ type runState struct {
 	back     uint64
 	runStart int
 	depth    int
+	// yield, if set, is the caller's scheduler (sandbox.Yield): check
+	// offers it the CPU, and the time paused moves the deadline on.
+	yield sandbox.Yield
 }
 
 // check is called when executed passes checkAt, at instruction i.
@@ -837,6 +852,13 @@ func (b *runState) check(i int) error {
 	}
 	if time.Now().After(b.deadline) {
 		return fmt.Errorf("%w: %s: ran past its time limit of %v", sandbox.ErrTimeout, b.p.where(i), b.lim.Time)
+	}
+	if b.yield != nil {
+		paused, err := b.yield(b.ctx)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", sandbox.ErrTimeout, b.p.where(i), err)
+		}
+		b.deadline = b.deadline.Add(paused)
 	}
 	b.checkAt = min(b.lim.MaxInstructions, executed+clockEvery)
 	return nil

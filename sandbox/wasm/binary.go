@@ -140,7 +140,10 @@ func appendU32(b []byte, v uint32) []byte {
 // runtime. Tables' maximums are capped the same way. Custom sections
 // (names, debug information) are dropped. Everything else is left to
 // wazero's decoder and validator.
-func prepare(module []byte, limitPages uint32) ([]byte, error) {
+//
+// Every call is instrumented to keep the call stack within stackBytes
+// (stack.go), which adds a global and its export.
+func prepare(module []byte, limitPages uint32, stackBytes uint64) ([]byte, error) {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: wasm: %s", sandbox.ErrBadModule, fmt.Sprintf(format, args...))
 	}
@@ -158,6 +161,19 @@ func prepare(module []byte, limitPages uint32) ([]byte, error) {
 	out = append(out, module[:8]...)
 	memories := 0
 	totalLocals := 0
+	var info moduleInfo
+	globalDone := false // the stack global is in out
+	// addGlobal appends a global section holding only the stack global,
+	// for a module without one.
+	addGlobal := func() {
+		if !globalDone {
+			sec := append(appendU32(nil, 1), stackGlobal()...)
+			out = append(out, secGlobal)
+			out = appendU32(out, uint32(len(sec)))
+			out = append(out, sec...)
+			globalDone = true
+		}
+	}
 	for r.off < len(module) {
 		start := r.off
 		id, _ := r.byte()
@@ -175,10 +191,18 @@ func prepare(module []byte, limitPages uint32) ([]byte, error) {
 		case secCustom:
 			continue // dropped
 		case secType:
-			err = checkTypes(p)
+			info.typeParams, err = checkTypes(p)
 		case secImport:
-			err = checkImports(p)
-		case secFunction, secGlobal, secExport, secTag:
+			info.imported, err = checkImports(p)
+		case secFunction:
+			info.funcTypes, err = p.indices()
+		case secGlobal:
+			sec, err = addStackGlobal(p, &info)
+			globalDone = true
+		case secExport:
+			addGlobal()
+			sec, err = addStackExport(p, info.globals)
+		case secTag:
 			_, err = p.count()
 		case secTable:
 			sec, err = capTables(p)
@@ -191,7 +215,12 @@ func prepare(module []byte, limitPages uint32) ([]byte, error) {
 		case secElement:
 			err = checkElements(p)
 		case secCode:
-			err = checkCode(p, &totalLocals)
+			if err = checkCode(p, &totalLocals); err == nil {
+				if !globalDone {
+					return nil, bad("module exports nothing")
+				}
+				sec, err = instrumentCode(&reader{b: payload}, &info, info.globals, stackBytes)
+			}
 		case secData:
 			err = checkData(p)
 		case secDataCount:
@@ -286,68 +315,134 @@ func (r *reader) constExpr() error {
 	}
 }
 
-// checkTypes bounds the parameter and result counts of function types.
-func checkTypes(r *reader) error {
+// checkTypes bounds the parameter and result counts of function types,
+// and returns each type's parameter count.
+func checkTypes(r *reader) ([]uint32, error) {
 	n, err := r.count()
 	if err != nil {
-		return err
+		return nil, err
 	}
+	params := make([]uint32, 0, n)
 	for i := uint32(0); i < n; i++ {
 		form, err := r.byte()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if form != 0x60 {
-			return fmt.Errorf("type %d: form %#x; only function types are supported", i, form)
+			return nil, fmt.Errorf("type %d: form %#x; only function types are supported", i, form)
 		}
-		for range 2 { // params, results
+		for k := range 2 { // params, results
 			m, err := r.count()
 			if err != nil {
-				return fmt.Errorf("type %d: %v", i, err)
+				return nil, fmt.Errorf("type %d: %v", i, err)
+			}
+			if k == 0 {
+				params = append(params, m)
 			}
 			for j := uint32(0); j < m; j++ {
 				if err := r.valueType(); err != nil {
-					return fmt.Errorf("type %d: %v", i, err)
+					return nil, fmt.Errorf("type %d: %v", i, err)
 				}
 			}
 		}
 	}
-	return nil
+	return params, nil
 }
 
-// checkImports refuses any import but a function from wasi_snapshot_preview1.
-func checkImports(r *reader) error {
+// indices reads a vector of u32 indices (the function section).
+func (r *reader) indices() ([]uint32, error) {
 	n, err := r.count()
 	if err != nil {
-		return err
+		return nil, err
+	}
+	v := make([]uint32, n)
+	for i := range v {
+		if v[i], err = r.u32(); err != nil {
+			return nil, err
+		}
+	}
+	return v, nil
+}
+
+// addStackGlobal returns the global section with the stack global
+// appended, counting the module's globals into info.
+func addStackGlobal(r *reader, info *moduleInfo) ([]byte, error) {
+	n, err := r.count()
+	if err != nil {
+		return nil, err
+	}
+	info.globals = n
+	sec := appendU32(nil, n+1)
+	sec = append(sec, r.b[r.off:]...)
+	return append(sec, stackGlobal()...), nil
+}
+
+// addStackExport returns the export section with the stack global's
+// export (global index global) appended; a module exporting that name
+// itself is refused.
+func addStackExport(r *reader, global uint32) ([]byte, error) {
+	n, err := r.count()
+	if err != nil {
+		return nil, err
+	}
+	body := r.off
+	for i := uint32(0); i < n; i++ {
+		name, err := r.name()
+		if err != nil {
+			return nil, err
+		}
+		if name == exportStack {
+			return nil, fmt.Errorf("export %q: the name is the runtime's", name)
+		}
+		if _, err := r.byte(); err != nil {
+			return nil, err
+		}
+		if _, err := r.u32(); err != nil {
+			return nil, err
+		}
+	}
+	sec := appendU32(nil, n+1)
+	sec = append(sec, r.b[body:r.off]...)
+	sec = appendU32(sec, uint32(len(exportStack)))
+	sec = append(sec, exportStack...)
+	sec = append(sec, 0x03)
+	return appendU32(sec, global), nil
+}
+
+// checkImports refuses any import but a function from
+// wasi_snapshot_preview1, and returns how many there are.
+func checkImports(r *reader) (uint32, error) {
+	n, err := r.count()
+	if err != nil {
+		return 0, err
 	}
 	kinds := [...]string{"function", "table", "memory", "global", "tag"}
 	for i := uint32(0); i < n; i++ {
 		mod, err := r.name()
 		if err != nil {
-			return fmt.Errorf("import %d: %v", i, err)
+			return 0, fmt.Errorf("import %d: %v", i, err)
 		}
 		name, err := r.name()
 		if err != nil {
-			return fmt.Errorf("import %d: %v", i, err)
+			return 0, fmt.Errorf("import %d: %v", i, err)
 		}
 		kind, err := r.byte()
 		if err != nil {
-			return fmt.Errorf("import %d: %v", i, err)
+			return 0, fmt.Errorf("import %d: %v", i, err)
 		}
 		what := fmt.Sprintf("kind %d", kind)
 		if int(kind) < len(kinds) {
 			what = kinds[kind]
 		}
 		if mod != wasiModule || kind != 0 {
-			return fmt.Errorf("imports %s %q from %q: functions may import only WASI preview 1 functions (%s)",
+			return 0, fmt.Errorf("imports %s %q from %q: functions may import only WASI preview 1 functions (%s)",
 				what, name, mod, wasiModule)
 		}
 		if _, err := r.u32(); err != nil { // type index
-			return fmt.Errorf("import %d: %v", i, err)
+			return 0, fmt.Errorf("import %d: %v", i, err)
 		}
 	}
-	return nil
+	return n, nil
 }
 
 // capTables re-encodes a table section with every table's size bounded by

@@ -43,6 +43,8 @@ type state struct {
 	mem api.Memory
 
 	pushdown, compute, alloc, free api.Function
+	// depth is the stack depth global the runtime adds (stack.go).
+	depth api.Global
 
 	// runner calls pushdown once per step, inside one call to run per
 	// request (steprun.go); rc is its context and drive its state.
@@ -95,6 +97,7 @@ func (m *Module) instantiate(ctx context.Context) (*state, error) {
 		mem:      mod.ExportedMemory(exportMemory),
 		pushdown: mod.ExportedFunction(exportPushdown),
 		compute:  mod.ExportedFunction(exportCompute),
+		depth:    mod.ExportedGlobal(exportStack),
 	}
 	if m.hasAlloc {
 		s.alloc = mod.ExportedFunction(exportAlloc)
@@ -271,9 +274,19 @@ func (s *state) call(ctx context.Context, fn api.Function, name string, params .
 	}
 	if err != nil {
 		s.broken = true
-		return 0, s.m.classify(ctx, name, err)
+		return 0, s.classify(ctx, name, err)
 	}
 	return stack[0], nil
+}
+
+// classify is Module.classify, knowing a call that went past the stack
+// limit by the stack global's mark.
+func (s *state) classify(ctx context.Context, name string, err error) error {
+	if s.depth != nil && uint32(s.depth.Get()) == stackOverflowMark {
+		return fmt.Errorf("%w: wasm: %s: call stack over its limit of %d bytes (recursion too deep)",
+			sandbox.ErrMemory, name, s.m.lim.StackBytes)
+	}
+	return s.m.classify(ctx, name, err)
 }
 
 var errBroken = errors.New("wasm: instance unusable after an earlier failure")

@@ -148,7 +148,7 @@ func (r *Runtime) load(ctx context.Context, module []byte, lim sandbox.Limits) (
 	if limitPages == 0 {
 		return nil, fmt.Errorf("wasm: memory limit %d bytes is under one page: %w", lim.MemoryBytes, sandbox.ErrMemory)
 	}
-	bin, err := prepare(module, limitPages)
+	bin, err := prepare(module, limitPages, uint64(lim.StackBytes))
 	if err != nil {
 		return nil, err
 	}

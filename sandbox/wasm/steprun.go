@@ -166,7 +166,7 @@ func (h *instance) DriveSteps(ctx context.Context, first []sandbox.Next, read sa
 	}
 	if err != nil {
 		s.broken = true
-		return s.m.classify(ctx, exportPushdown, err)
+		return s.classify(ctx, exportPushdown, err)
 	}
 	if d.err != nil {
 		return d.err

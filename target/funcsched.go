@@ -1,0 +1,411 @@
+package target
+
+import (
+	"context"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/sandbox"
+)
+
+// funcScheduler runs the target's function code on a bounded number of
+// CPU slots, shared out fairly among hosts by the CPU time they used.
+//
+// Function code (a wazero call, the eBPF interpreter) does not give up its
+// OS thread until it returns: Go cannot preempt wazero's native code, and
+// has no goroutine priorities. So with as many looping functions as
+// GOMAXPROCS, the goroutines serving plain I/O of every other host would
+// wait for a thread. The rule is therefore: at most workers function
+// steps run at once, workers < GOMAXPROCS (by default GOMAXPROCS-1, at
+// least 1), so the rest of the Ps always serve the I/O path.
+//
+// Fairness: a host waiting for a slot is served in order of its virtual
+// time, the CPU its function steps have been charged (start-time fair
+// queueing, the continuous form of deficit round robin by CPU time): the
+// waiting host that used least goes first, whichever host or how many
+// requests it has. A host that comes back after being idle starts at the
+// virtual time of the last step dispatched, so idleness earns no credit.
+//
+// Time slices: a step holds its slot at most slice when someone waits,
+// at the points where it can yield: between the steps of a pushdown
+// request (its reads run with the slot given back), and every 64 Ki
+// instructions of the eBPF interpreter. A wasm call cannot be paused
+// inside; it is bounded by the function time limit and charged in full.
+type funcScheduler struct {
+	workers int
+	slice   time.Duration
+	metrics *Metrics
+
+	mu      sync.Mutex
+	running int
+	// waiters counts the steps queued, of all hosts.
+	waiters int
+	// vnow is the virtual time of the step dispatched last.
+	vnow  time.Duration
+	hosts map[string]*schedHost
+}
+
+// schedHost is one host's standing with the scheduler. The entry goes
+// when the host has no step running or waiting (users == 0).
+type schedHost struct {
+	name  string
+	cpu   prometheus.Counter // the host's CPU metric; nil without metrics
+	vtime time.Duration
+	// queue holds the host's waiting steps, first come first served.
+	queue []chan struct{}
+	users int
+}
+
+// defaultFuncWorkers is Config.FunctionWorkers' default: one P less than
+// GOMAXPROCS, for the I/O path, and at least one.
+func defaultFuncWorkers() int { return max(1, runtime.GOMAXPROCS(0)-1) }
+
+func newFuncScheduler(workers int, slice time.Duration, m *Metrics) *funcScheduler {
+	return &funcScheduler{workers: workers, slice: slice, metrics: m, hosts: make(map[string]*schedHost)}
+}
+
+// cpuSlot is one step's claim on the scheduler: held, a slot it runs on
+// since start; not held (paused), a place in its host's standing.
+type cpuSlot struct {
+	s     *funcScheduler
+	h     *schedHost
+	held  bool
+	start time.Time
+	// wake is where the scheduler grants a waiting step its slot; one
+	// per claim, reused by every wait of its steps.
+	wake chan struct{}
+}
+
+// acquire waits for a slot for host, or for ctx to end.
+func (s *funcScheduler) acquire(ctx context.Context, host string) (*cpuSlot, error) {
+	s.mu.Lock()
+	h := s.hosts[host]
+	if h == nil {
+		h = &schedHost{name: host, vtime: s.vnow, cpu: s.metrics.functionCPUOf(host)}
+		s.hosts[host] = h
+	} else if h.users == 0 {
+		h.vtime = max(h.vtime, s.vnow)
+	}
+	h.users++
+	s.mu.Unlock()
+	c := &cpuSlot{s: s, h: h}
+	if err := c.resume(ctx); err != nil {
+		s.mu.Lock()
+		s.leaveLocked(h)
+		s.mu.Unlock()
+		return nil, err
+	}
+	return c, nil
+}
+
+// resume waits for a slot for c's host, or for ctx to end.
+func (c *cpuSlot) resume(ctx context.Context) error {
+	s, h := c.s, c.h
+	s.mu.Lock()
+	if s.running < s.workers && !s.anyWaitingLocked() {
+		s.running++
+		s.vnow = max(s.vnow, h.vtime)
+		s.mu.Unlock()
+		c.held, c.start = true, time.Now()
+		return nil
+	}
+	if c.wake == nil {
+		c.wake = make(chan struct{}, 1)
+	}
+	ch := c.wake
+	h.queue = append(h.queue, ch)
+	s.waiters++
+	s.mu.Unlock()
+	select {
+	case <-ch:
+		c.held, c.start = true, time.Now()
+		return nil
+	case <-ctx.Done():
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, q := range h.queue {
+		if q == ch {
+			h.queue = append(h.queue[:i], h.queue[i+1:]...)
+			s.waiters--
+			return ctx.Err()
+		}
+	}
+	// Granted as ctx ended: take the grant, so wake is empty for the
+	// next wait, and hand the slot on.
+	<-ch
+	s.running--
+	s.dispatchLocked()
+	return ctx.Err()
+}
+
+// anyWaitingLocked reports whether a step waits; callers hold mu.
+func (s *funcScheduler) anyWaitingLocked() bool { return s.waiters > 0 }
+
+// waiting reports whether a step waits for a slot.
+func (s *funcScheduler) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.anyWaitingLocked()
+}
+
+// leaveLocked drops one user of h; callers hold mu.
+func (s *funcScheduler) leaveLocked(h *schedHost) {
+	if h.users--; h.users == 0 {
+		delete(s.hosts, h.name)
+	}
+}
+
+// dispatchLocked gives free slots to the waiting hosts of least virtual
+// time; callers hold mu.
+func (s *funcScheduler) dispatchLocked() {
+	for s.running < s.workers && s.waiters > 0 {
+		var next *schedHost
+		for _, h := range s.hosts {
+			if len(h.queue) > 0 && (next == nil || h.vtime < next.vtime) {
+				next = h
+			}
+		}
+		if next == nil {
+			return
+		}
+		ch := next.queue[0]
+		next.queue = next.queue[1:]
+		s.waiters--
+		s.running++
+		s.vnow = max(s.vnow, next.vtime)
+		ch <- struct{}{}
+	}
+}
+
+// pause gives the slot back (a read between steps), charging its host the
+// time it ran and keeping the host's standing; resume takes one again.
+func (c *cpuSlot) pause() {
+	if !c.held {
+		return
+	}
+	s := c.s
+	used := time.Since(c.start)
+	c.held = false
+	s.mu.Lock()
+	c.h.vtime += used
+	s.running--
+	s.dispatchLocked()
+	s.mu.Unlock()
+	if c.h.cpu != nil {
+		c.h.cpu.Add(used.Seconds())
+	}
+}
+
+// release ends the claim: the slot, if held, goes back.
+func (c *cpuSlot) release() {
+	c.pause()
+	c.s.mu.Lock()
+	c.s.leaveLocked(c.h)
+	c.s.mu.Unlock()
+}
+
+// yield is the sandbox.Yield of the step holding c: past its slice with
+// a step waiting, it gives the slot back and waits its turn again, and
+// returns how long it waited.
+func (c *cpuSlot) yield(ctx context.Context) (time.Duration, error) {
+	if time.Since(c.start) < c.s.slice || !c.s.waiting() {
+		return 0, nil
+	}
+	t0 := time.Now()
+	c.pause()
+	err := c.resume(ctx)
+	return time.Since(t0), err
+}
+
+// forget drops what the scheduler knows of host (its state after it has
+// gone); its metric series goes too.
+func (s *funcScheduler) forget(host string) {
+	s.metrics.forgetFunctionCPU(host)
+}
+
+// scheduledModule runs a module's code under the scheduler, on behalf of
+// the host whose request acquires it.
+type scheduledModule struct {
+	sandbox.Module
+	s    *funcScheduler
+	host string
+}
+
+// Acquire runs under a slot: a new wasm instance runs the module's start
+// code. An eBPF instance is Go memory and runs no program code to be made.
+func (m scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) {
+	var inst sandbox.Instance
+	var err error
+	if m.Kind() == sandbox.KindEBPF {
+		inst, err = m.Module.Acquire(ctx)
+	} else {
+		var slot *cpuSlot
+		if slot, err = m.s.acquire(ctx, m.host); err != nil {
+			return nil, err
+		}
+		inst, err = m.Module.Acquire(sandbox.WithYield(ctx, slot.yield))
+		slot.release()
+	}
+	if err != nil {
+		return nil, err
+	}
+	si := &scheduledInstance{Instance: inst, s: m.s, host: m.host}
+	if d, ok := inst.(sandbox.StepDriver); ok {
+		return &scheduledDriver{scheduledInstance: si, d: d}, nil
+	}
+	return si, nil
+}
+
+// scheduledInstance takes a slot for every call that may run function
+// code.
+type scheduledInstance struct {
+	sandbox.Instance
+	s    *funcScheduler
+	host string
+	// lazy is the claim of a call that yields (runEntry), and yield its
+	// bound method, made once per request so a step allocates nothing
+	// but its context.
+	lazy  lazySlot
+	yield sandbox.Yield
+}
+
+// run runs f under a slot, with the slot's yield in its context.
+func (i *scheduledInstance) run(ctx context.Context, f func(context.Context) error) error {
+	slot, err := i.s.acquire(ctx, i.host)
+	if err != nil {
+		return err
+	}
+	defer slot.release()
+	return f(sandbox.WithYield(ctx, slot.yield))
+}
+
+// noCode reports whether the instance's Input and Output run no function
+// code (sandbox.Yielder), so they need no slot.
+func (i *scheduledInstance) noCode() bool {
+	_, ok := i.Instance.(sandbox.Yielder)
+	return ok
+}
+
+func (i *scheduledInstance) Input(n int) (b []byte, err error) {
+	if i.noCode() {
+		return i.Instance.Input(n)
+	}
+	err = i.run(context.Background(), func(context.Context) error { b, err = i.Instance.Input(n); return err })
+	return b, err
+}
+
+func (i *scheduledInstance) Output(n int) (b []byte, err error) {
+	if i.noCode() {
+		return i.Instance.Output(n)
+	}
+	err = i.run(context.Background(), func(context.Context) error { b, err = i.Instance.Output(n); return err })
+	return b, err
+}
+
+// yields reports whether the instance's calls of an entry (compute or
+// pushdown) yield by themselves (sandbox.Yielder): such a call starts
+// without a slot and takes one at its first yield, so a short step costs
+// the scheduler nothing.
+func (i *scheduledInstance) yields(compute bool) bool {
+	y, ok := i.Instance.(sandbox.Yielder)
+	return ok && y.Yields(compute)
+}
+
+// lazyCtx returns ctx carrying the instance's lazy claim's yield.
+func (i *scheduledInstance) lazyCtx(ctx context.Context) context.Context {
+	if i.yield == nil {
+		i.lazy = lazySlot{s: i.s, host: i.host}
+		i.yield = i.lazy.yield
+	}
+	return sandbox.WithYield(ctx, i.yield)
+}
+
+// lazySlot is a call's claim taken at its first yield.
+type lazySlot struct {
+	s    *funcScheduler
+	host string
+	c    *cpuSlot
+}
+
+func (l *lazySlot) yield(ctx context.Context) (time.Duration, error) {
+	if l.c != nil {
+		return l.c.yield(ctx)
+	}
+	t0 := time.Now()
+	c, err := l.s.acquire(ctx, l.host)
+	if err != nil {
+		return 0, err
+	}
+	l.c = c
+	return time.Since(t0), nil
+}
+
+// release gives the claim back, if the call took one.
+func (l *lazySlot) release() {
+	if l.c != nil {
+		l.c.release()
+		l.c = nil
+	}
+}
+
+// Step and Compute release without defer: a deferred call here cost a
+// stack growth per request on the command's goroutine.
+func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (bool, []sandbox.Next, error) {
+	if i.yields(false) {
+		done, next, err := i.Instance.Step(i.lazyCtx(ctx), curFile, curOffset, n)
+		i.lazy.release()
+		return done, next, err
+	}
+	slot, err := i.s.acquire(ctx, i.host)
+	if err != nil {
+		return false, nil, err
+	}
+	done, next, err := i.Instance.Step(sandbox.WithYield(ctx, slot.yield), curFile, curOffset, n)
+	slot.release()
+	return done, next, err
+}
+
+func (i *scheduledInstance) Compute(ctx context.Context, inLen, outCap int) (int, error) {
+	if i.yields(true) {
+		n, err := i.Instance.Compute(i.lazyCtx(ctx), inLen, outCap)
+		i.lazy.release()
+		return n, err
+	}
+	slot, err := i.s.acquire(ctx, i.host)
+	if err != nil {
+		return 0, err
+	}
+	n, err := i.Instance.Compute(sandbox.WithYield(ctx, slot.yield), inLen, outCap)
+	slot.release()
+	return n, err
+}
+
+// scheduledDriver is a scheduledInstance whose runtime drives a
+// request's steps itself: the slot is given back while each read runs.
+type scheduledDriver struct {
+	*scheduledInstance
+	d sandbox.StepDriver
+}
+
+func (i *scheduledDriver) DriveSteps(ctx context.Context, first []sandbox.Next, read sandbox.StepReader) error {
+	slot, err := i.s.acquire(ctx, i.host)
+	if err != nil {
+		return err
+	}
+	defer slot.release()
+	return i.d.DriveSteps(sandbox.WithYield(ctx, slot.yield), first, func(next []sandbox.Next) (uint32, uint64, int, error) {
+		slot.pause()
+		f, off, n, err := read(next)
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		if err := slot.resume(ctx); err != nil {
+			return 0, 0, 0, err
+		}
+		return f, off, n, nil
+	})
+}

@@ -1,0 +1,181 @@
+package target
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/internal/metricstest"
+)
+
+// queued counts the waiting steps.
+func (s *funcScheduler) queued() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, h := range s.hosts {
+		n += len(h.queue)
+	}
+	return n
+}
+
+// TestFuncSchedulerFair: with one slot, the waiting host that used least
+// CPU goes first, however many steps another host queued first; a host's
+// own steps go in order; the CPU is charged to the host's metric; nothing
+// is left tracked.
+func TestFuncSchedulerFair(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := newFuncScheduler(1, time.Millisecond, NewMetrics(reg))
+	ctx := context.Background()
+	holder, err := s.acquire(ctx, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		host string
+		slot *cpuSlot
+	}
+	got := make(chan grant, 4)
+	waiters := []string{"a", "a", "a", "b"}
+	for i, h := range waiters {
+		go func() {
+			c, err := s.acquire(ctx, h)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			got <- grant{h, c}
+		}()
+		waitFor(t, "the step to queue", func() bool { return s.queued() == i+1 })
+	}
+	// a has used 20 ms of CPU so far, b none.
+	s.mu.Lock()
+	s.hosts["a"].vtime += 20 * time.Millisecond
+	s.mu.Unlock()
+	holder.release()
+	var order []string
+	for range waiters {
+		g := <-got
+		order = append(order, g.host)
+		s.mu.Lock()
+		if s.running != 1 {
+			t.Errorf("%d steps running, 1 slot", s.running)
+		}
+		s.mu.Unlock()
+		// Each ran 5 ms.
+		g.slot.start = g.slot.start.Add(-5 * time.Millisecond)
+		g.slot.release()
+	}
+	if want := []string{"b", "a", "a", "a"}; !slices.Equal(order, want) {
+		t.Errorf("served %v, want %v", order, want)
+	}
+	if len(s.hosts) != 0 || s.running != 0 {
+		t.Errorf("left: %d hosts, %d running", len(s.hosts), s.running)
+	}
+	a := map[string]string{"host": "a"}
+	if got := metricstest.Sum(t, reg, "nearstore_target_function_cpu_seconds_total", a); got < 0.015 {
+		t.Errorf("host a charged %.3f s, want ≥ 0.015", got)
+	}
+	s.forget("a")
+	if got := metricstest.Sum(t, reg, "nearstore_target_function_cpu_seconds_total", a); got != 0 {
+		t.Errorf("host a's series kept after forget: %.3f", got)
+	}
+}
+
+// TestFuncSchedulerBound: no more steps run than slots; a canceled wait
+// gives up its place and a yield past the slice with someone waiting
+// hands the slot over.
+func TestFuncSchedulerBound(t *testing.T) {
+	s := newFuncScheduler(2, time.Millisecond, nil)
+	ctx := context.Background()
+	a, _ := s.acquire(ctx, "a")
+	b, _ := s.acquire(ctx, "b")
+	cctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := s.acquire(cctx, "c"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a third step with two slots held: %v", err)
+	}
+	if s.queued() != 0 {
+		t.Fatalf("a canceled wait left %d queued", s.queued())
+	}
+	// A yield within the slice, or with no one waiting, keeps the slot.
+	if d, err := a.yield(ctx); d != 0 || err != nil || !a.held {
+		t.Fatalf("yield with no one waiting: %v %v held=%v", d, err, a.held)
+	}
+	got := make(chan *cpuSlot)
+	go func() {
+		c, err := s.acquire(ctx, "c")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- c
+	}()
+	waitFor(t, "c to queue", func() bool { return s.waiting() })
+	a.start = a.start.Add(-2 * time.Millisecond)
+	yielded := make(chan error)
+	go func() { _, err := a.yield(ctx); yielded <- err }()
+	c := <-got
+	c.release()
+	if err := <-yielded; err != nil || !a.held {
+		t.Fatalf("yield: %v held=%v", err, a.held)
+	}
+	a.release()
+	b.release()
+	if len(s.hosts) != 0 || s.running != 0 {
+		t.Fatalf("left: %d hosts, %d running", len(s.hosts), s.running)
+	}
+}
+
+// BenchmarkFuncSchedulerSteps: the cost of a pushdown step's pause and
+// resume around its read, with 128 requests of one host contending for
+// one slot.
+func BenchmarkFuncSchedulerSteps(b *testing.B) {
+	s := newFuncScheduler(1, time.Millisecond, nil)
+	ctx := context.Background()
+	b.SetParallelism(128)
+	b.RunParallel(func(pb *testing.PB) {
+		c, err := s.acquire(ctx, "a")
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		for pb.Next() {
+			c.pause()
+			if err := c.resume(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+		c.release()
+	})
+}
+
+// TestLazySlot: a call that yields (the eBPF interpreter) takes a slot
+// only at its first yield, waiting its turn then, and gives it back at
+// the end; one that never yields never touches the scheduler.
+func TestLazySlot(t *testing.T) {
+	s := newFuncScheduler(1, time.Millisecond, nil)
+	ctx := context.Background()
+	short := &lazySlot{s: s, host: "a"}
+	short.release()
+	if len(s.hosts) != 0 || s.running != 0 {
+		t.Fatalf("a call that never yielded left %d hosts, %d running", len(s.hosts), s.running)
+	}
+	holder, _ := s.acquire(ctx, "b")
+	long := &lazySlot{s: s, host: "a"}
+	yielded := make(chan error)
+	go func() { _, err := long.yield(ctx); yielded <- err }()
+	waitFor(t, "the first yield to wait for the slot", func() bool { return s.waiting() })
+	holder.release()
+	if err := <-yielded; err != nil || long.c == nil || !long.c.held {
+		t.Fatalf("first yield: %v", err)
+	}
+	long.release()
+	if len(s.hosts) != 0 || s.running != 0 {
+		t.Fatalf("left %d hosts, %d running", len(s.hosts), s.running)
+	}
+}

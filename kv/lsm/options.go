@@ -28,12 +28,17 @@ type Options struct {
 	// HardPendingCompactionBytes the one at which a full memtable is not
 	// rotated (default 256 GiB).
 	SoftPendingCompactionBytes, HardPendingCompactionBytes uint64
-	// LBaseMaxBytes bounds the base level's target size (default
-	// 64 MiB). Level targets are dynamic: the largest level's is its
-	// size, each level above is LevelMultiplier times smaller, and L0
-	// compacts into the deepest level whose target is at most this.
+	// LBaseMaxBytes is the base level's target size (default 64 MiB).
+	// Level targets are dynamic, sized from the whole tree as Pebble
+	// does (docs/LSM.md, "Compaction picking"): the bottom level's is
+	// the tree's size less a LevelMultiplier-th, L0 compacts into the
+	// deepest level whose target, dividing the bottom's by
+	// LevelMultiplier per level, is at most this, and the levels
+	// between grow by one smoothed multiplier.
 	LBaseMaxBytes int64
-	// LevelMultiplier is the size ratio of adjacent levels (default 10).
+	// LevelMultiplier is the largest size ratio of adjacent levels, and the
+	// bottom level's share of the tree is 1 − 1/LevelMultiplier (default
+	// 10).
 	LevelMultiplier int
 	// TargetFileSize is the size compaction cuts tables of the base level
 	// at (default 2 MiB); each level below it doubles it.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 )
 
@@ -18,29 +19,59 @@ type compaction struct {
 }
 
 // levelTargets returns the base level (where L0 compacts to) and the
-// target size of each level L1+, sized dynamically from the largest level
-// as Pebble and RocksDB (level_compaction_dynamic_level_bytes) do: the
-// largest level's target is its size, each level above is
-// LevelMultiplier times smaller, and the base level is the deepest one
-// whose target is at most LBaseMaxBytes. Levels above the base have
-// target 0: they should hold nothing. With an empty tree the base is L6,
-// so early data is written once per level it actually needs.
+// target size of each level L1+, sized dynamically as Pebble does: the
+// bottom level's target is the whole tree's size less a LevelMultiplier-th
+// (so it exceeds the bottom's size while data sits above it), the base
+// level is the deepest one at or above the first level holding data whose
+// target, dividing the bottom's by LevelMultiplier per level, is at most
+// LBaseMaxBytes, its target is LBaseMaxBytes, and the levels between grow
+// by one smoothed multiplier, (bottom / LBaseMaxBytes)^(1/(6 − base)).
+// Sizing from the whole tree rather than the largest level, and smoothing
+// the ratio, keeps each level's ratio to the next at most
+// LevelMultiplier and usually below it, which is what a byte merged down
+// costs. Levels above the base have target 0: they should hold nothing.
+// With nothing below L0 the base is L6, so early data is written once per
+// level it actually needs.
 func (d *DB) levelTargets(v *Version) (base int, targets [NumLevels]float64) {
-	var largest uint64
+	first := -1
+	var below uint64
 	for l := 1; l < NumLevels; l++ {
-		largest = max(largest, v.levelSize(l))
+		if s := v.levelSize(l); s > 0 {
+			if first < 0 {
+				first = l
+			}
+			below += s
+		}
 	}
-	base = NumLevels - 1
-	t := float64(largest)
-	for base > 1 && t > float64(d.opts.LBaseMaxBytes) {
+	if first < 0 {
+		base = NumLevels - 1
+		targets[base] = 1
+		return base, targets
+	}
+	total := float64(below + v.levelSize(0))
+	mult := float64(d.opts.LevelMultiplier)
+	bottom := total - total/mult
+	cur := bottom
+	for l := NumLevels - 2; l >= first; l-- {
+		cur /= mult
+	}
+	lbase := float64(d.opts.LBaseMaxBytes)
+	base = first
+	for base > 1 && cur > lbase {
 		base--
-		t /= float64(d.opts.LevelMultiplier)
+		cur /= mult
 	}
-	targets[base] = max(t, 1)
-	for l := base + 1; l < NumLevels; l++ {
-		targets[l] = targets[l-1] * float64(d.opts.LevelMultiplier)
+	smoothed := 1.0
+	if base < NumLevels-1 {
+		smoothed = math.Pow(bottom/lbase, 1/float64(NumLevels-1-base))
 	}
-	targets[NumLevels-1] = max(targets[NumLevels-1], float64(largest))
+	size := lbase
+	for l := base; l < NumLevels; l++ {
+		if l > base {
+			size *= smoothed
+		}
+		targets[l] = max(size, 1)
+	}
 	return base, targets
 }
 

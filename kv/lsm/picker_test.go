@@ -11,10 +11,9 @@ import (
 // one goes first; L0 gets the same treatment until it has twice its
 // compaction threshold in tables, and then compacts whatever is below.
 func TestScoreDefersToFullerLevel(t *testing.T) {
-	d := &DB{opts: Options{LBaseMaxBytes: 100, LevelMultiplier: 10, L0CompactionThreshold: 4, L0SlowdownWritesThreshold: 12}}
+	d := &DB{opts: Options{LBaseMaxBytes: 200, LevelMultiplier: 10, L0CompactionThreshold: 4, L0SlowdownWritesThreshold: 12}}
 	d.opts.setDefaults()
-	// L6 holds 10000 bytes: the base is L4 (target 100), L5's target is
-	// 1000.
+	// L6 holds 10000 bytes: the base is L4 (target 200).
 	version := func(l0Files int, l4, l5 uint64) *Version {
 		e := &VersionEdit{}
 		num := uint64(1)
@@ -27,12 +26,8 @@ func TestScoreDefersToFullerLevel(t *testing.T) {
 		for i := 0; i < l0Files; i++ {
 			add(0, 10, "a", "z")
 		}
-		if l4 > 0 {
-			add(4, l4, "a", "z")
-		}
-		if l5 > 0 {
-			add(5, l5, "a", "z")
-		}
+		add(4, l4, "a", "z")
+		add(5, l5, "a", "z")
 		add(6, 10000, "a", "z")
 		v, err := (&Version{}).Apply(e)
 		if err != nil {
@@ -40,31 +35,48 @@ func TestScoreDefersToFullerLevel(t *testing.T) {
 		}
 		return v
 	}
+	const (
+		waits   = iota // fill >= 1, but the next level is fuller
+		boosted        // due, score above its fill (the next level is under target)
+		due            // due, score its plain fill
+		notDue         // fill < 1
+	)
 	for _, tc := range []struct {
-		l0Files        int
-		l4, l5         uint64
-		level          int
-		want, wantFill float64
+		l0Files int
+		l4, l5  uint64
+		level   int
+		want    int
 	}{
-		{0, 150, 500, 4, 3, 1.5},     // L5 half full: L4 goes down, boosted
-		{0, 150, 3000, 4, 0.5, 1.5},  // L5 fuller: L4 waits
-		{0, 150, 3000, 5, 3, 3},      // ... and L5 goes first
-		{0, 50, 3000, 4, 0.5, 0.5},   // under target: not due, whatever below
-		{4, 150, 500, 0, 1 / 1.5, 1}, // L0 due but Lbase fuller: waits
-		{6, 150, 500, 0, 1, 1.5},     // 1.5 / 1.5
-		{8, 150, 500, 0, 2, 2},       // twice the threshold: plain fill
-		{4, 50, 500, 0, 2, 1},        // Lbase half full: L0 boosted
+		{0, 300, 500, 4, boosted},  // L5 under target: L4 goes down
+		{0, 300, 6000, 4, waits},   // L5 fuller: L4 waits
+		{0, 300, 6000, 5, boosted}, // ... and L5 goes first (L6's target is 90% of the tree)
+		{0, 100, 6000, 4, notDue},
+		{4, 300, 500, 0, waits}, // L0 due but Lbase fuller
+		{8, 300, 500, 0, due},   // twice the threshold: plain fill
+		{4, 100, 500, 0, boosted},
 	} {
 		t.Run(fmt.Sprintf("L0=%d,L4=%d,L5=%d,L%d", tc.l0Files, tc.l4, tc.l5, tc.level), func(t *testing.T) {
 			v := version(tc.l0Files, tc.l4, tc.l5)
-			if base, _ := d.levelTargets(v); base != 4 {
-				t.Fatalf("base L%d, want L4", base)
+			base, targets := d.levelTargets(v)
+			if base != 4 || targets[4] != 200 || targets[6] <= targets[5] || targets[5] <= targets[4] {
+				t.Fatalf("base L%d, targets %v", base, targets)
 			}
-			if got := d.fillLocked(v, tc.level); math.Abs(got-tc.wantFill) > 1e-9 {
-				t.Fatalf("fill %v, want %v", got, tc.wantFill)
+			fill, score := d.fillLocked(v, tc.level), d.scoreLocked(v, tc.level)
+			var got int
+			switch {
+			case fill < 1:
+				got = notDue
+			case score < 1:
+				got = waits
+			case math.Abs(score-fill) < 1e-9:
+				got = due
+			case score > fill:
+				got = boosted
+			default:
+				t.Fatalf("fill %v, score %v", fill, score)
 			}
-			if got := d.scoreLocked(v, tc.level); math.Abs(got-tc.want) > 1e-9 {
-				t.Fatalf("score %v, want %v", got, tc.want)
+			if got != tc.want {
+				t.Fatalf("fill %v, score %v: class %d, want %d", fill, score, got, tc.want)
 			}
 		})
 	}

@@ -139,6 +139,7 @@ type Phase struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	P50us     float64 `json:"p50_us"`
 	P99us     float64 `json:"p99_us"`
+	P999us    float64 `json:"p999_us"`
 	// WriteAmp (Load only): bytes this process passed to write calls
 	// while loading and settling, over the key and value bytes loaded.
 	WriteAmp float64 `json:"write_amp,omitempty"`
@@ -206,6 +207,7 @@ func medianPhases(runs [][]Phase) []Phase {
 			OpsPerSec:     report.MedianOf(ps, func(p Phase) float64 { return p.OpsPerSec }),
 			P50us:         report.MedianOf(ps, func(p Phase) float64 { return p.P50us }),
 			P99us:         report.MedianOf(ps, func(p Phase) float64 { return p.P99us }),
+			P999us:        report.MedianOf(ps, func(p Phase) float64 { return p.P999us }),
 			WriteAmp:      report.MedianOf(ps, func(p Phase) float64 { return p.WriteAmp }),
 			SpaceAmp:      report.MedianOf(ps, func(p Phase) float64 { return p.SpaceAmp }),
 			CPUus:         report.MedianOf(ps, func(p Phase) float64 { return p.CPUus }),
@@ -310,6 +312,7 @@ func phaseOf(engine, wl string, ops uint64, h *hist.Histogram, el, cpu time.Dura
 		OpsPerSec: float64(ops) / el.Seconds(),
 		P50us:     report.Micros(h.Quantile(0.5)),
 		P99us:     report.Micros(h.Quantile(0.99)),
+		P999us:    report.Micros(h.Quantile(0.999)),
 		CPUus:     report.Micros(cpu) / float64(ops),
 	}
 }

@@ -195,6 +195,7 @@ type Point struct {
 	OpsPerSec  float64 `json:"ops_per_sec"`
 	P50Micros  float64 `json:"p50_us"`
 	P99Micros  float64 `json:"p99_us"`
+	P999Micros float64 `json:"p999_us"`
 	// RoundTrips are NVMe commands per operation; CPU in µs per
 	// operation, host (this process) and target; NetBytes data bytes
 	// over the connection per operation.
@@ -212,6 +213,7 @@ type Trial struct {
 	OpsPerSec    float64           `json:"ops_per_sec"`
 	P50Micros    float64           `json:"p50_us"`
 	P99Micros    float64           `json:"p99_us"`
+	P999Micros   float64           `json:"p999_us"`
 	Commands     uint64            `json:"commands"`
 	HostCPU      float64           `json:"host_cpu_secs"`
 	TargetCPU    float64           `json:"target_cpu_secs"`
@@ -472,6 +474,7 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 	}
 	r.P50Micros = report.Micros(h.Quantile(0.5))
 	r.P99Micros = report.Micros(h.Quantile(0.99))
+	r.P999Micros = report.Micros(h.Quantile(0.999))
 	r.OpsPerSec = float64(r.Ops) / r.Secs
 	r.Commands = after.host.Commands - before.host.Commands
 	r.NetBytes = after.host.BytesRead + after.host.BytesWritten - before.host.BytesRead - before.host.BytesWritten
@@ -634,6 +637,7 @@ func summarize(p *Point) {
 	p.OpsPerSec = med(func(r Trial) float64 { return r.OpsPerSec })
 	p.P50Micros = med(func(r Trial) float64 { return r.P50Micros })
 	p.P99Micros = med(func(r Trial) float64 { return r.P99Micros })
+	p.P999Micros = med(func(r Trial) float64 { return r.P999Micros })
 	per := func(x float64, r Trial) float64 { return x / float64(max(r.Ops, 1)) }
 	p.RoundTrips = med(func(r Trial) float64 { return per(float64(r.Commands), r) })
 	p.HostCPU = med(func(r Trial) float64 { return per(r.HostCPU*1e6, r) })

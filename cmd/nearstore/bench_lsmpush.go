@@ -30,7 +30,7 @@ modes interleaved run by run, --repeat times, every value read checked.
 plain is kv/lsm reading blocks on the host; pushdown splits each Get and
 sends its on-disk part as one lsm_get pushdown, with --sample-rates the
 cache-sampling sweep; pebble is Pebble v2 on the same offloadfs. It reports
-throughput, p50/p99, NVMe commands, host and target CPU and network bytes
+throughput, p50/p99/p99.9, NVMe commands, host and target CPU and network bytes
 per operation, and the block-cache hit rate; bars: pushdown at least 2x
 plain's YCSB C throughput with fewer round trips and less CPU per Get, and
 at least 1.5x Pebble's. --cache is the host's block cache (kv/lsm pins

@@ -237,7 +237,7 @@ workloads --workloads (default A,C), --ops operations each, in order:
 
 over a zipfian (theta 0.99, scrambled) or uniform key choice (D: the
 latest records, zipfian). Writes are not synced. It reports throughput,
-p50/p99 latency, space amplification (the store's bytes on disk over the
+p50/p99/p99.9 latency, space amplification (the store's bytes on disk over the
 live records' bytes), CPU per operation (this process's CPU time over
 the phase: clients, flushes, compactions) and, for Load, write
 amplification: bytes this process passed to write calls while loading

@@ -187,7 +187,8 @@ func TestBenchLSMCommand(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, p := range rep.Phases {
-		if p.OpsPerSec <= 0 || p.SpaceAmp <= 0 || p.CPUus <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) {
+		if p.OpsPerSec <= 0 || p.SpaceAmp <= 0 || p.CPUus <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) ||
+			p.P50us <= 0 || p.P99us < p.P50us || p.P999us < p.P99us {
 			t.Fatalf("phase %+v", p)
 		}
 	}

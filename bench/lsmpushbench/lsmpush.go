@@ -46,9 +46,11 @@ type Config struct {
 	ValueSize int
 	// Modes to measure (default plain and pushdown).
 	Modes []string
-	// Workloads are YCSB workloads: "C" (100% reads, default) and "B"
-	// (95% reads, 5% updates), uniform keys; "D" (95% reads of the latest
-	// records, zipfian in their age, 5% inserts).
+	// Workloads are YCSB workloads: "C" (100% reads, default), "B"
+	// (95% reads, 5% updates), "A" (50% reads, 50% updates) and "F" (50%
+	// reads, 50% read-modify-writes: a checked read, then an update),
+	// uniform keys; "D" (95% reads of the latest records, zipfian in
+	// their age, 5% inserts).
 	Workloads []string
 	// SampleRates is the cache-sampling sweep of pushdown mode on each
 	// workload (default {lsm.DefaultCacheSampleRate}); a rate of 0 means
@@ -94,8 +96,8 @@ func (c *Config) setDefaults() error {
 		c.Workloads = []string{"C"}
 	}
 	for _, w := range c.Workloads {
-		if w != "C" && w != "B" && w != "D" {
-			return fmt.Errorf("bench: workload %q: want C, B or D", w)
+		if !slices.Contains([]string{"A", "B", "C", "D", "F"}, w) {
+			return fmt.Errorf("bench: workload %q: want A, B, C, D or F", w)
 		}
 	}
 	if len(c.SampleRates) == 0 {
@@ -526,7 +528,27 @@ func (e *env) ops(ctx context.Context, d engine, ins *inserts, wl string, dur ti
 				if wl == "D" {
 					i = ycsb.Latest{Z: e.latest, Count: &ins.count}.Next(rng)
 				}
-				write := wl != "C" && rng.IntN(20) == 0
+				var write bool
+				switch wl {
+				case "A":
+					write = rng.IntN(2) == 0
+				case "B", "D":
+					write = rng.IntN(20) == 0
+				case "F":
+					if rng.IntN(2) == 0 { // read-modify-write: the read
+						got, err := d.Get(Key(i))
+						if err != nil {
+							fail(fmt.Errorf("bench: get record %d: %w", i, err))
+							return
+						}
+						if !checkValue(got, i, cfg.ValueSize) {
+							fail(fmt.Errorf("bench: record %d: wrong value %x", i, got[:min(len(got), 16)]))
+							return
+						}
+						checked.Add(1)
+						write = true
+					}
+				}
 				if write && wl == "D" {
 					i = ins.insert()
 					Value(v, i, 0)

@@ -15,6 +15,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,10 @@ type Config struct {
 	// (95% reads, 5% updates), "A" (50% reads, 50% updates) and "F" (50%
 	// reads, 50% read-modify-writes: a checked read, then an update),
 	// uniform keys; "D" (95% reads of the latest records, zipfian in
-	// their age, 5% inserts).
+	// their age, 5% inserts); "Load" (case-insensitive) reports the load
+	// itself, measured once per store (plain, and pebble if among Modes;
+	// pushdown shares plain's store), one writer: ops/s and latencies
+	// of the Sets, commands, CPU and network bytes through the settling.
 	Workloads []string
 	// SampleRates is the cache-sampling sweep of pushdown mode on each
 	// workload (default {lsm.DefaultCacheSampleRate}); a rate of 0 means
@@ -95,9 +99,14 @@ func (c *Config) setDefaults() error {
 	if len(c.Workloads) == 0 {
 		c.Workloads = []string{"C"}
 	}
-	for _, w := range c.Workloads {
+	c.Workloads = slices.Clone(c.Workloads) // the caller's stays as given
+	for i, w := range c.Workloads {
+		if strings.EqualFold(w, WorkloadLoad) {
+			c.Workloads[i] = WorkloadLoad
+			continue
+		}
 		if !slices.Contains([]string{"A", "B", "C", "D", "F"}, w) {
-			return fmt.Errorf("bench: workload %q: want A, B, C, D or F", w)
+			return fmt.Errorf("bench: workload %q: want Load, A, B, C, D or F", w)
 		}
 	}
 	if len(c.SampleRates) == 0 {
@@ -185,7 +194,13 @@ type Load struct {
 	TableBytes uint64  `json:"table_bytes"`
 	BlockCache int64   `json:"block_cache"`
 	CacheRatio float64 `json:"cache_ratio"`
+	// trials are each store's load, by mode; reported as points of
+	// workload Load when asked for.
+	trials map[string]Trial
 }
+
+// WorkloadLoad names the load as a workload of Config.Workloads.
+const WorkloadLoad = "Load"
 
 // Point is one mode on one workload at one sampling rate: its runs and
 // their medians.
@@ -380,23 +395,40 @@ func (e *env) load(ctx context.Context) (Load, error) {
 		modes = append(modes, ModePebble)
 	}
 	v := make([]byte, cfg.ValueSize)
+	ld.trials = map[string]Trial{}
 	for _, mode := range modes {
 		cfg.progress("loading %d records of %d bytes into %s", cfg.Records, cfg.ValueSize, mode)
 		eng, err := e.openEngine(mode, 0)
 		if err != nil {
 			return ld, err
 		}
+		before, err := e.sample(eng)
+		if err != nil {
+			eng.Close()
+			return ld, err
+		}
+		h := hist.New()
+		t0 := time.Now()
 		for i := range uint64(cfg.Records) {
 			Value(v, i, 0)
+			s := time.Now()
 			if err := eng.Set(Key(i), v); err != nil {
 				eng.Close()
 				return ld, err
 			}
+			h.Record(time.Since(s))
 		}
+		secs := time.Since(t0).Seconds()
 		if err := eng.settle(ctx); err != nil {
 			eng.Close()
 			return ld, err
 		}
+		after, err := e.sample(eng)
+		if err != nil {
+			eng.Close()
+			return ld, err
+		}
+		ld.trials[mode] = trialOf(uint64(cfg.Records), secs, h, before, after)
 		if l, ok := eng.(lsmEngine); ok {
 			for _, lm := range l.Metrics().Levels {
 				ld.Levels = append(ld.Levels, lm.Tables)
@@ -474,6 +506,15 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 	if err != nil {
 		return r, err
 	}
+	t := trialOf(r.Ops, r.Secs, h, before, after)
+	t.CheckedReads = r.CheckedReads
+	return t, nil
+}
+
+// trialOf is ops operations over secs, their latencies in h, and the
+// counters' changes from before to after.
+func trialOf(ops uint64, secs float64, h *hist.Histogram, before, after sample) Trial {
+	r := Trial{Ops: ops, Secs: secs}
 	r.P50Micros = report.Micros(h.Quantile(0.5))
 	r.P99Micros = report.Micros(h.Quantile(0.99))
 	r.P999Micros = report.Micros(h.Quantile(0.999))
@@ -485,7 +526,7 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 	r.CacheHits = after.hits - before.hits
 	r.CacheMisses = after.miss - before.miss
 	r.Pushdown = diffPushdown(after.pd, before.pd)
-	return r, nil
+	return r
 }
 
 func diffPushdown(a, b lsm.PushdownStats) lsm.PushdownStats {
@@ -618,6 +659,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	seed := uint64(1)
 	for _, wl := range cfg.Workloads {
+		if wl == WorkloadLoad {
+			for _, m := range cfg.Modes {
+				if t, ok := ld.trials[m]; ok {
+					p := Point{Workload: wl, Mode: m, Runs: []Trial{t}}
+					summarize(&p)
+					rep.Points = append(rep.Points, p)
+				}
+			}
+			continue
+		}
 		var vs []variant
 		for _, m := range cfg.Modes {
 			if m == ModePushdown {

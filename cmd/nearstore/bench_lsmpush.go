@@ -26,7 +26,8 @@ mode pebble) on an offloadfs that a target in its own process serves from a
 simulated NAND SSD (90 µs reads); then each of --workloads (default C
 here; C: 100% reads, B: 95% reads and 5% updates, A: 50% reads and 50%
 updates, F: 50% reads and 50% read-modify-writes, all uniform, D: 95%
-reads of the latest records and 5% inserts) runs for --duration per run with --threads Gets in flight, the
+reads of the latest records and 5% inserts; Load reports the load
+itself, once per store, one writer) runs for --duration per run with --threads Gets in flight, the
 modes interleaved run by run, --repeat times, every value read checked.
 plain is kv/lsm reading blocks on the host; pushdown splits each Get and
 sends its on-disk part as one lsm_get pushdown, with --sample-rates the

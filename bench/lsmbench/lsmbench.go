@@ -69,8 +69,9 @@ type Config struct {
 	// Repeat is the number of runs, medians reported.
 	Repeat int
 	// Workloads are run after the load, in order, on the loaded store
-	// (default A and C). D and E insert records (Ops × 5% each); the
-	// ones after see them.
+	// (default A and C): YCSB's A–F and db_bench's FillRandom,
+	// ReadRandom and SeekScan. D and E insert records (Ops × 5% each),
+	// FillRandom Records of them; the ones after see them.
 	Workloads []ycsb.Workload
 	// Logger receives the engines' logs (default: discarded).
 	Logger *slog.Logger
@@ -139,8 +140,10 @@ type Phase struct {
 	OpsPerSec float64 `json:"ops_per_sec"`
 	P50us     float64 `json:"p50_us"`
 	P99us     float64 `json:"p99_us"`
-	// WriteAmp (Load only): bytes this process passed to write calls
-	// while loading and settling, over the key and value bytes loaded.
+	P999us    float64 `json:"p999_us"`
+	// WriteAmp (Load and FillRandom): bytes this process passed to write
+	// calls while writing and settling, over the key and value bytes
+	// written.
 	WriteAmp float64 `json:"write_amp,omitempty"`
 	// SpaceAmp: the store's bytes on disk after the phase (after
 	// settling, for Load) over the live records' key and value bytes.
@@ -153,6 +156,8 @@ type Phase struct {
 	Stalls        uint64    `json:"stalls,omitempty"`
 	StallSeconds  float64   `json:"stall_seconds,omitempty"`
 	SettleSeconds float64   `json:"settle_seconds,omitempty"`
+	// ScanEntries (workloads with scans): the mean records a scan read.
+	ScanEntries float64 `json:"scan_entries,omitempty"`
 	// CPUus is this process's CPU time (all threads: clients, flushes,
 	// compactions, GC) over the phase, per operation, in µs.
 	CPUus   float64 `json:"cpu_us_per_op"`
@@ -206,12 +211,14 @@ func medianPhases(runs [][]Phase) []Phase {
 			OpsPerSec:     report.MedianOf(ps, func(p Phase) float64 { return p.OpsPerSec }),
 			P50us:         report.MedianOf(ps, func(p Phase) float64 { return p.P50us }),
 			P99us:         report.MedianOf(ps, func(p Phase) float64 { return p.P99us }),
+			P999us:        report.MedianOf(ps, func(p Phase) float64 { return p.P999us }),
 			WriteAmp:      report.MedianOf(ps, func(p Phase) float64 { return p.WriteAmp }),
 			SpaceAmp:      report.MedianOf(ps, func(p Phase) float64 { return p.SpaceAmp }),
 			CPUus:         report.MedianOf(ps, func(p Phase) float64 { return p.CPUus }),
 			Stalls:        uint64(report.MedianOf(ps, func(p Phase) float64 { return float64(p.Stalls) })),
 			StallSeconds:  report.MedianOf(ps, func(p Phase) float64 { return p.StallSeconds }),
 			SettleSeconds: report.MedianOf(ps, func(p Phase) float64 { return p.SettleSeconds }),
+			ScanEntries:   report.MedianOf(ps, func(p Phase) float64 { return p.ScanEntries }),
 			LevelWriteAmp: medianLevels(ps),
 			Seconds:       report.MedianOf(ps, func(p Phase) float64 { return p.Seconds }),
 		})
@@ -310,6 +317,7 @@ func phaseOf(engine, wl string, ops uint64, h *hist.Histogram, el, cpu time.Dura
 		OpsPerSec: float64(ops) / el.Seconds(),
 		P50us:     report.Micros(h.Quantile(0.5)),
 		P99us:     report.Micros(h.Quantile(0.99)),
+		P999us:    report.Micros(h.Quantile(0.999)),
 		CPUus:     report.Micros(cpu) / float64(ops),
 	}
 }
@@ -507,17 +515,26 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 		switch {
 		case wl.Dist == ycsb.DistLatest:
 			chooser = ycsb.Latest{Z: zipf, Count: count}
-		case ycsb.Distribution(cfg.Distribution) == ycsb.DistUniform:
+		case wl.Dist == ycsb.DistUniform, ycsb.Distribution(cfg.Distribution) == ycsb.DistUniform:
 			chooser = uniformOver{count}
 		default:
 			chooser = ycsb.Scrambled{Z: zipf}
 		}
-		var missing atomic.Uint64
+		var missing, scans, scanned atomic.Uint64
+		ops := cfg.Ops
+		fill := wl.Name == FillRandom.Name
+		if fill {
+			ops = cfg.Records
+		}
+		w0, err := procWchar()
+		if err != nil {
+			return nil, err
+		}
 		c0, err := processCPU()
 		if err != nil {
 			return nil, err
 		}
-		h, el, err := runPhase(ctx, cfg.Threads, cfg.Ops, func(i uint64, r *rand.Rand) error {
+		h, el, err := runPhase(ctx, cfg.Threads, ops, func(i uint64, r *rand.Rand) error {
 			op := wl.Choose(r)
 			if op == ycsb.Insert {
 				i := ins.next.Add(1) - 1
@@ -536,6 +553,8 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 				if n == 0 && err == nil {
 					missing.Add(1)
 				}
+				scans.Add(1)
+				scanned.Add(uint64(n))
 				return err
 			}
 			ok, err := e.get(k)
@@ -551,8 +570,16 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 			}
 			return nil
 		}, nil)
+		settleStart := time.Now()
+		if err == nil && fill {
+			err = e.settle(ctx)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", e.name(), wl.Name, err)
+		}
+		w1, err := procWchar()
+		if err != nil {
+			return nil, err
 		}
 		if missing.Load() > 0 {
 			return nil, fmt.Errorf("%s %s: %d reads missed loaded keys", e.name(), wl.Name, missing.Load())
@@ -561,13 +588,60 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 		if err != nil {
 			return nil, err
 		}
-		p := phaseOf(e.name(), wl.Name, cfg.Ops, h, el, c1-c0)
+		p := phaseOf(e.name(), wl.Name, ops, h, el, c1-c0)
+		if fill {
+			p.WriteAmp = float64(w1-w0) / (float64(ops) * recordBytes)
+			p.SettleSeconds = time.Since(settleStart).Seconds()
+		}
+		if n := scans.Load(); n > 0 {
+			p.ScanEntries = float64(scanned.Load()) / float64(n)
+		}
 		if p.SpaceAmp, err = spaceAmp(); err != nil {
 			return nil, err
 		}
 		phases = append(phases, p)
 	}
 	return phases, nil
+}
+
+// db_bench's workloads, as mixes the YCSB machinery runs: fillrandom
+// inserts Records new records (their keys hashed, so in random key
+// order), then settles like Load; readrandom reads existing records
+// chosen uniformly, every one of which must be found; scan seeks to an
+// existing record chosen uniformly and reads 100 records from it. They
+// run on the loaded store like A–F, so readrandom and scan after
+// fillrandom see its records too.
+var (
+	FillRandom = ycsb.Workload{Name: "fillrandom", Insert: 1, Dist: ycsb.DistUniform}
+	ReadRandom = ycsb.Workload{Name: "readrandom", Read: 1, Dist: ycsb.DistUniform}
+	SeekScan   = ycsb.Workload{Name: "scan", Scan: 1, Dist: ycsb.DistUniform, MinScanLen: 100, MaxScanLen: 100}
+)
+
+// ParseWorkloads returns the workloads of a comma-separated list of YCSB
+// letters (A–F, or all for A–F) and db_bench names (fillrandom,
+// readrandom, scan), case-insensitive, in the order given, each once.
+func ParseWorkloads(list string) ([]ycsb.Workload, error) {
+	dbBench := []ycsb.Workload{FillRandom, ReadRandom, SeekScan}
+	var out []ycsb.Workload
+	for _, f := range strings.Split(list, ",") {
+		name := strings.ToLower(strings.TrimSpace(f))
+		var add []ycsb.Workload
+		if i := slices.IndexFunc(dbBench, func(w ycsb.Workload) bool { return w.Name == name }); i >= 0 {
+			add = dbBench[i : i+1]
+		} else {
+			var err error
+			if add, err = ycsb.Parse(f); err != nil {
+				return nil, fmt.Errorf("%w, or fillrandom, readrandom, scan", err)
+			}
+		}
+		for _, w := range add {
+			if slices.ContainsFunc(out, func(o ycsb.Workload) bool { return o.Name == w.Name }) {
+				return nil, fmt.Errorf("workload %s given twice", w.Name)
+			}
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }
 
 // inserter numbers inserted records and tracks which exist: YCSB's

@@ -178,13 +178,13 @@ func SavePlot(file string, rep *Report) error {
 func (rep *Report) Print(w io.Writer) error {
 	t := &report.TableWriter{W: w}
 	t.Printf("%d records of %d bytes, %d ops, %d threads, %s; medians of %d runs\n", rep.Records, rep.ValueSize, rep.Ops, rep.Threads, rep.Dist, len(rep.Runs))
-	t.Printf("%-8s %-5s %12s %10s %10s %7s %7s %9s\n", "engine", "wl", "ops/s", "p50 µs", "p99 µs", "w-amp", "s-amp", "CPU µs/op")
+	t.Printf("%-8s %-10s %12s %10s %10s %10s %7s %7s %9s\n", "engine", "wl", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "w-amp", "s-amp", "CPU µs/op")
 	for _, p := range rep.Phases {
 		wa := ""
 		if p.WriteAmp > 0 {
 			wa = fmt.Sprintf("%.2f", p.WriteAmp)
 		}
-		t.Printf("%-8s %-5s %12.0f %10.1f %10.1f %7s %7.2f %9.1f\n", p.Engine, p.Workload, p.OpsPerSec, p.P50us, p.P99us, wa, p.SpaceAmp, p.CPUus)
+		t.Printf("%-8s %-10s %12.0f %10.1f %10.1f %10.1f %7s %7.2f %9.1f\n", p.Engine, p.Workload, p.OpsPerSec, p.P50us, p.P99us, p.P999us, wa, p.SpaceAmp, p.CPUus)
 	}
 	t.Printf("\nload detail: write amplification by level (L0 = flushes), stalls, settling\n")
 	for _, p := range rep.Phases {

@@ -15,6 +15,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,9 +47,14 @@ type Config struct {
 	ValueSize int
 	// Modes to measure (default plain and pushdown).
 	Modes []string
-	// Workloads are YCSB workloads: "C" (100% reads, default) and "B"
-	// (95% reads, 5% updates), uniform keys; "D" (95% reads of the latest
-	// records, zipfian in their age, 5% inserts).
+	// Workloads are YCSB workloads: "C" (100% reads, default), "B"
+	// (95% reads, 5% updates), "A" (50% reads, 50% updates) and "F" (50%
+	// reads, 50% read-modify-writes: a checked read, then an update),
+	// uniform keys; "D" (95% reads of the latest records, zipfian in
+	// their age, 5% inserts); "Load" (case-insensitive) reports the load
+	// itself, measured once per store (plain, and pebble if among Modes;
+	// pushdown shares plain's store), one writer: ops/s and latencies
+	// of the Sets, commands, CPU and network bytes through the settling.
 	Workloads []string
 	// SampleRates is the cache-sampling sweep of pushdown mode on each
 	// workload (default {lsm.DefaultCacheSampleRate}); a rate of 0 means
@@ -93,9 +99,14 @@ func (c *Config) setDefaults() error {
 	if len(c.Workloads) == 0 {
 		c.Workloads = []string{"C"}
 	}
-	for _, w := range c.Workloads {
-		if w != "C" && w != "B" && w != "D" {
-			return fmt.Errorf("bench: workload %q: want C, B or D", w)
+	c.Workloads = slices.Clone(c.Workloads) // the caller's stays as given
+	for i, w := range c.Workloads {
+		if strings.EqualFold(w, WorkloadLoad) {
+			c.Workloads[i] = WorkloadLoad
+			continue
+		}
+		if !slices.Contains([]string{"A", "B", "C", "D", "F"}, w) {
+			return fmt.Errorf("bench: workload %q: want Load, A, B, C, D or F", w)
 		}
 	}
 	if len(c.SampleRates) == 0 {
@@ -183,7 +194,13 @@ type Load struct {
 	TableBytes uint64  `json:"table_bytes"`
 	BlockCache int64   `json:"block_cache"`
 	CacheRatio float64 `json:"cache_ratio"`
+	// trials are each store's load, by mode; reported as points of
+	// workload Load when asked for.
+	trials map[string]Trial
 }
+
+// WorkloadLoad names the load as a workload of Config.Workloads.
+const WorkloadLoad = "Load"
 
 // Point is one mode on one workload at one sampling rate: its runs and
 // their medians.
@@ -195,6 +212,7 @@ type Point struct {
 	OpsPerSec  float64 `json:"ops_per_sec"`
 	P50Micros  float64 `json:"p50_us"`
 	P99Micros  float64 `json:"p99_us"`
+	P999Micros float64 `json:"p999_us"`
 	// RoundTrips are NVMe commands per operation; CPU in µs per
 	// operation, host (this process) and target; NetBytes data bytes
 	// over the connection per operation.
@@ -212,6 +230,7 @@ type Trial struct {
 	OpsPerSec    float64           `json:"ops_per_sec"`
 	P50Micros    float64           `json:"p50_us"`
 	P99Micros    float64           `json:"p99_us"`
+	P999Micros   float64           `json:"p999_us"`
 	Commands     uint64            `json:"commands"`
 	HostCPU      float64           `json:"host_cpu_secs"`
 	TargetCPU    float64           `json:"target_cpu_secs"`
@@ -376,23 +395,40 @@ func (e *env) load(ctx context.Context) (Load, error) {
 		modes = append(modes, ModePebble)
 	}
 	v := make([]byte, cfg.ValueSize)
+	ld.trials = map[string]Trial{}
 	for _, mode := range modes {
 		cfg.progress("loading %d records of %d bytes into %s", cfg.Records, cfg.ValueSize, mode)
 		eng, err := e.openEngine(mode, 0)
 		if err != nil {
 			return ld, err
 		}
+		before, err := e.sample(eng)
+		if err != nil {
+			eng.Close()
+			return ld, err
+		}
+		h := hist.New()
+		t0 := time.Now()
 		for i := range uint64(cfg.Records) {
 			Value(v, i, 0)
+			s := time.Now()
 			if err := eng.Set(Key(i), v); err != nil {
 				eng.Close()
 				return ld, err
 			}
+			h.Record(time.Since(s))
 		}
+		secs := time.Since(t0).Seconds()
 		if err := eng.settle(ctx); err != nil {
 			eng.Close()
 			return ld, err
 		}
+		after, err := e.sample(eng)
+		if err != nil {
+			eng.Close()
+			return ld, err
+		}
+		ld.trials[mode] = trialOf(uint64(cfg.Records), secs, h, before, after)
 		if l, ok := eng.(lsmEngine); ok {
 			for _, lm := range l.Metrics().Levels {
 				ld.Levels = append(ld.Levels, lm.Tables)
@@ -470,8 +506,18 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 	if err != nil {
 		return r, err
 	}
+	t := trialOf(r.Ops, r.Secs, h, before, after)
+	t.CheckedReads = r.CheckedReads
+	return t, nil
+}
+
+// trialOf is ops operations over secs, their latencies in h, and the
+// counters' changes from before to after.
+func trialOf(ops uint64, secs float64, h *hist.Histogram, before, after sample) Trial {
+	r := Trial{Ops: ops, Secs: secs}
 	r.P50Micros = report.Micros(h.Quantile(0.5))
 	r.P99Micros = report.Micros(h.Quantile(0.99))
+	r.P999Micros = report.Micros(h.Quantile(0.999))
 	r.OpsPerSec = float64(r.Ops) / r.Secs
 	r.Commands = after.host.Commands - before.host.Commands
 	r.NetBytes = after.host.BytesRead + after.host.BytesWritten - before.host.BytesRead - before.host.BytesWritten
@@ -480,7 +526,7 @@ func (e *env) run(ctx context.Context, wl, mode string, rate float64, seed uint6
 	r.CacheHits = after.hits - before.hits
 	r.CacheMisses = after.miss - before.miss
 	r.Pushdown = diffPushdown(after.pd, before.pd)
-	return r, nil
+	return r
 }
 
 func diffPushdown(a, b lsm.PushdownStats) lsm.PushdownStats {
@@ -523,7 +569,27 @@ func (e *env) ops(ctx context.Context, d engine, ins *inserts, wl string, dur ti
 				if wl == "D" {
 					i = ycsb.Latest{Z: e.latest, Count: &ins.count}.Next(rng)
 				}
-				write := wl != "C" && rng.IntN(20) == 0
+				var write bool
+				switch wl {
+				case "A":
+					write = rng.IntN(2) == 0
+				case "B", "D":
+					write = rng.IntN(20) == 0
+				case "F":
+					if rng.IntN(2) == 0 { // read-modify-write: the read
+						got, err := d.Get(Key(i))
+						if err != nil {
+							fail(fmt.Errorf("bench: get record %d: %w", i, err))
+							return
+						}
+						if !checkValue(got, i, cfg.ValueSize) {
+							fail(fmt.Errorf("bench: record %d: wrong value %x", i, got[:min(len(got), 16)]))
+							return
+						}
+						checked.Add(1)
+						write = true
+					}
+				}
 				if write && wl == "D" {
 					i = ins.insert()
 					Value(v, i, 0)
@@ -593,6 +659,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	seed := uint64(1)
 	for _, wl := range cfg.Workloads {
+		if wl == WorkloadLoad {
+			for _, m := range cfg.Modes {
+				if t, ok := ld.trials[m]; ok {
+					p := Point{Workload: wl, Mode: m, Runs: []Trial{t}}
+					summarize(&p)
+					rep.Points = append(rep.Points, p)
+				}
+			}
+			continue
+		}
 		var vs []variant
 		for _, m := range cfg.Modes {
 			if m == ModePushdown {
@@ -634,6 +710,7 @@ func summarize(p *Point) {
 	p.OpsPerSec = med(func(r Trial) float64 { return r.OpsPerSec })
 	p.P50Micros = med(func(r Trial) float64 { return r.P50Micros })
 	p.P99Micros = med(func(r Trial) float64 { return r.P99Micros })
+	p.P999Micros = med(func(r Trial) float64 { return r.P999Micros })
 	per := func(x float64, r Trial) float64 { return x / float64(max(r.Ops, 1)) }
 	p.RoundTrips = med(func(r Trial) float64 { return per(float64(r.Commands), r) })
 	p.HostCPU = med(func(r Trial) float64 { return per(r.HostCPU*1e6, r) })

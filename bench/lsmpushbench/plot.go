@@ -28,10 +28,10 @@ func Print(w io.Writer, rep *Report) error {
 	t.Printf("kv/lsm Gets over NVMe/TCP, %s, %d threads, %d runs of %gs per point (medians)\n", rep.Volume, rep.Threads, rep.Repeat, rep.RunSecs)
 	t.Printf("database: %d records of %d bytes, tables per level %v, %.1f MiB of tables; block cache %.1f MiB (%.1f%% of the tables; indexes and filters always in memory)\n",
 		ld.Records, ld.ValueSize, ld.Levels, float64(ld.TableBytes)/(1<<20), float64(ld.BlockCache)/(1<<20), 100*ld.CacheRatio)
-	t.Printf("%-3s %-16s %10s %9s %9s %8s %9s %9s %9s %7s\n", "wl", "mode", "ops/s", "p50 µs", "p99 µs", "cmds/op", "host µs", "tgt µs", "net B/op", "hit %")
+	t.Printf("%-4s %-16s %10s %9s %9s %9s %8s %9s %9s %9s %7s\n", "wl", "mode", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "cmds/op", "host µs", "tgt µs", "net B/op", "hit %")
 	for _, p := range rep.Points {
-		t.Printf("%-3s %-16s %10.0f %9.0f %9.0f %8.2f %9.1f %9.1f %9.0f %7.1f\n", p.Workload, p.label(), p.OpsPerSec,
-			p.P50Micros, p.P99Micros, p.RoundTrips, p.HostCPU, p.TargetCPU, p.NetBytes, 100*p.CacheHitRate)
+		t.Printf("%-4s %-16s %10.0f %9.0f %9.0f %9.0f %8.2f %9.1f %9.1f %9.0f %7.1f\n", p.Workload, p.label(), p.OpsPerSec,
+			p.P50Micros, p.P99Micros, p.P999Micros, p.RoundTrips, p.HostCPU, p.TargetCPU, p.NetBytes, 100*p.CacheHitRate)
 	}
 	if t.Err != nil {
 		return t.Err

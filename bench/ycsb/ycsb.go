@@ -150,6 +150,9 @@ type Workload struct {
 	Dist Distribution
 	// MaxScanLen is the longest scan (YCSB's maxscanlength, 100).
 	MaxScanLen int
+	// MinScanLen is the shortest scan (default 1); equal to MaxScanLen
+	// it fixes every scan's length, as db_bench's seek-and-read does.
+	MinScanLen int
 }
 
 // The core workloads, with YCSB's proportions and request distributions.
@@ -216,5 +219,9 @@ func (w Workload) Choose(r *rand.Rand) Op {
 	return Read
 }
 
-// ScanLen picks a scan's length, uniform in [1, MaxScanLen].
-func (w Workload) ScanLen(r *rand.Rand) int { return 1 + r.IntN(max(w.MaxScanLen, 1)) }
+// ScanLen picks a scan's length, uniform in [MinScanLen, MaxScanLen]
+// (MinScanLen at least 1; MaxScanLen at least MinScanLen).
+func (w Workload) ScanLen(r *rand.Rand) int {
+	lo := max(w.MinScanLen, 1)
+	return lo + r.IntN(max(w.MaxScanLen, lo)-lo+1)
+}

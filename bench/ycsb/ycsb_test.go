@@ -114,3 +114,25 @@ func TestParse(t *testing.T) {
 		}
 	}
 }
+
+// TestScanLen: scan lengths cover exactly [MinScanLen, MaxScanLen], the
+// minimum defaulting to 1; equal bounds fix the length.
+func TestScanLen(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, tc := range []struct {
+		w      Workload
+		lo, hi int
+	}{{E, 1, 100}, {Workload{MinScanLen: 100, MaxScanLen: 100}, 100, 100}, {Workload{MinScanLen: 5, MaxScanLen: 8}, 5, 8}, {Workload{}, 1, 1}} {
+		seen := map[int]bool{}
+		for i := 0; i < 20000; i++ {
+			n := tc.w.ScanLen(r)
+			if n < tc.lo || n > tc.hi {
+				t.Fatalf("%+v: scan of %d, want [%d, %d]", tc.w, n, tc.lo, tc.hi)
+			}
+			seen[n] = true
+		}
+		if len(seen) != tc.hi-tc.lo+1 {
+			t.Fatalf("%+v: %d distinct lengths, want %d", tc.w, len(seen), tc.hi-tc.lo+1)
+		}
+	}
+}

@@ -24,13 +24,15 @@ const lsmPushHelp = `With --mode (plain, pushdown, pebble, comma-separated) it m
 Gets over NVMe/TCP: the records are loaded into kv/lsm (and Pebble, with
 mode pebble) on an offloadfs that a target in its own process serves from a
 simulated NAND SSD (90 µs reads); then each of --workloads (default C
-here; C: 100% reads, B: 95% reads and 5% updates, both uniform, D: 95%
-reads of the latest records and 5% inserts) runs for --duration per run with --threads Gets in flight, the
+here; C: 100% reads, B: 95% reads and 5% updates, A: 50% reads and 50%
+updates, F: 50% reads and 50% read-modify-writes, all uniform, D: 95%
+reads of the latest records and 5% inserts; Load reports the load
+itself, once per store, one writer) runs for --duration per run with --threads Gets in flight, the
 modes interleaved run by run, --repeat times, every value read checked.
 plain is kv/lsm reading blocks on the host; pushdown splits each Get and
 sends its on-disk part as one lsm_get pushdown, with --sample-rates the
 cache-sampling sweep; pebble is Pebble v2 on the same offloadfs. It reports
-throughput, p50/p99, NVMe commands, host and target CPU and network bytes
+throughput, p50/p99/p99.9, NVMe commands, host and target CPU and network bytes
 per operation, and the block-cache hit rate; bars: pushdown at least 2x
 plain's YCSB C throughput with fewer round trips and less CPU per Get, and
 at least 1.5x Pebble's. --cache is the host's block cache (kv/lsm pins

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/bench/lsmbench"
-	"github.com/nearstore/nearstore/bench/ycsb"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/vfs"
@@ -224,7 +223,7 @@ func newBenchLSMCmd(g *globals) *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "lsm",
-		Short: "kv/lsm vs Pebble: YCSB Load and A-F on a local directory",
+		Short: "kv/lsm vs Pebble: YCSB Load and A-F, db_bench fillrandom/readrandom/scan, on a local directory",
 		Long: `lsm loads --records records of --value-size random bytes into kv/lsm and
 into Pebble (v2) in turn, each in its own directory under --dir, with the
 same memtable size, block cache and threads, and with Pebble's blocks
@@ -236,8 +235,15 @@ workloads --workloads (default A,C), --ops operations each, in order:
   C  100% reads                    F  50% reads, 50% read-modify-writes
 
 over a zipfian (theta 0.99, scrambled) or uniform key choice (D: the
-latest records, zipfian). Writes are not synced. It reports throughput,
-p50/p99 latency, space amplification (the store's bytes on disk over the
+latest records, zipfian), and db_bench's workloads:
+
+  fillrandom  --records inserts of new records in random key order
+              (write amplification measured as for Load)
+  readrandom  reads of existing records chosen uniformly
+  scan        seek to an existing record chosen uniformly, read 100
+
+Writes are not synced. It reports throughput,
+p50/p99/p99.9 latency, space amplification (the store's bytes on disk over the
 live records' bytes), CPU per operation (this process's CPU time over
 the phase: clients, flushes, compactions) and, for Load, write
 amplification: bytes this process passed to write calls while loading
@@ -251,6 +257,7 @@ per workload for both engines, and write amplification on Load.
 ` + lsmPushHelp,
 		Example: `  nearstore bench lsm --records 2000000 --ops 200000 --workloads all --json
   nearstore bench lsm --records 200000 --ops 200000 --plot lsm.png
+  nearstore bench lsm --records 200000 --ops 100000 --workloads fillrandom,readrandom,scan
   nearstore bench lsm --mode plain,pushdown,pebble --workloads C,B,D --plot lsm-pushdown.png`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -259,7 +266,7 @@ per workload for both engines, and write amplification on Load.
 					repeat: cfg.Repeat, cache: cfg.Cache, workloads: workloads, cpuprof: cpuprof, asJSON: asJSON, plotFile: plotFile})
 			}
 			var err error
-			if cfg.Workloads, err = ycsb.Parse(workloads); err != nil {
+			if cfg.Workloads, err = lsmbench.ParseWorkloads(workloads); err != nil {
 				return usageErrorf("--workloads: %v", err)
 			}
 			cfg.Logger = benchLogger(cmd, g)
@@ -283,7 +290,7 @@ per workload for both engines, and write amplification on Load.
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the stores after the run")
 	f.Uint64Var(&cfg.Records, "records", lsmbench.DefaultRecords, "records loaded")
 	f.Uint64Var(&cfg.Ops, "ops", lsmbench.DefaultOps, "operations per workload")
-	f.StringVar(&workloads, "workloads", "A,C", "YCSB workloads run after the load, in order: letters A-F, comma-separated, or all")
+	f.StringVar(&workloads, "workloads", "A,C", "workloads run after the load, in order, comma-separated: YCSB letters A-F (or all) and db_bench's fillrandom, readrandom, scan")
 	f.IntVar(&cfg.Threads, "threads", lsmbench.DefaultThreads, "client goroutines")
 	f.IntVar(&cfg.ValueSize, "value-size", lsmbench.DefaultValueSize, "value bytes")
 	f.Int64Var(&cfg.MemTable, "memtable", lsmbench.DefaultMemTable, "memtable size, both engines")

@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -165,8 +166,25 @@ func TestBenchLSMCommand(t *testing.T) {
 	if _, err := runNearstore(t, "bench", "lsm", "--workloads", "A,G"); err == nil || !strings.Contains(err.Error(), "G") {
 		t.Fatalf("--workloads A,G: %v; want it refused", err)
 	}
+	// db_bench's workloads, as a table: both engines, each workload, the
+	// p99.9 column.
+	out, err := runNearstore(t, "bench", "lsm", "--records", "1000", "--ops", "500", "--repeat", "1",
+		"--memtable", "1048576", "--workloads", "fillrandom,readrandom,scan", "--dir", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, eng := range []string{"kv/lsm", "pebble"} {
+		for _, wl := range []string{"load", "fillrandom", "readrandom", "scan"} {
+			if !regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(eng) + ` +` + wl + ` +[0-9]`).MatchString(out) {
+				t.Fatalf("no %s %s row in\n%s", eng, wl, out)
+			}
+		}
+	}
+	if !strings.Contains(out, "p99.9 µs") {
+		t.Fatalf("no p99.9 column in\n%s", out)
+	}
 	plotFile := filepath.Join(t.TempDir(), "lsm.png")
-	out, err := runNearstore(t, "bench", "lsm", "--records", "3000", "--ops", "3000", "--repeat", "2",
+	out, err = runNearstore(t, "bench", "lsm", "--records", "3000", "--ops", "3000", "--repeat", "2",
 		"--memtable", "1048576", "--workloads", "all", "--dir", t.TempDir(), "--json", "--plot", plotFile)
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +205,8 @@ func TestBenchLSMCommand(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, p := range rep.Phases {
-		if p.OpsPerSec <= 0 || p.SpaceAmp <= 0 || p.CPUus <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) {
+		if p.OpsPerSec <= 0 || p.SpaceAmp <= 0 || p.CPUus <= 0 || (p.Workload == "load" && p.WriteAmp <= 0) ||
+			p.P50us <= 0 || p.P99us < p.P50us || p.P999us < p.P99us {
 			t.Fatalf("phase %+v", p)
 		}
 	}

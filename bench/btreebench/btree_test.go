@@ -34,6 +34,7 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 		if len(rep.Points) != 4 || len(rep.Saturated) != 2 {
 			t.Fatalf("%d points, %d saturated; want 4, 2", len(rep.Points), len(rep.Saturated))
 		}
+		var hostCPU float64
 		for _, p := range rep.Points {
 			want := 1.0
 			if p.Mode == btree.Plain.String() {
@@ -47,7 +48,10 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 			if r.Lookups == 0 || p.OpsPerSec <= 0 || p.P50us <= 0 || p.P99us < p.P50us {
 				t.Errorf("%s, %d threads: %d lookups, %.0f/s, p50 %.1f µs, p99 %.1f µs", p.Mode, p.Threads, r.Lookups, p.OpsPerSec, p.P50us, p.P99us)
 			}
-			if p.Fallbacks != 0 || p.HostCPUus <= 0 || p.TargetCPUus != 0 {
+			// Thread CPU time comes from scheduler ticks: one short point on
+			// a loaded machine may see none, so only the sum must be positive.
+			hostCPU += p.HostCPUus
+			if p.Fallbacks != 0 || p.HostCPUus < 0 || p.TargetCPUus != 0 {
 				t.Errorf("%s: %d fallbacks, host CPU %.1f µs, target CPU %.1f µs (in process: 0)", p.Mode, p.Fallbacks, p.HostCPUus, p.TargetCPUus)
 			}
 			// The store's own count agrees with the target's.
@@ -57,6 +61,9 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 			if p.NetBytes < 500 {
 				t.Errorf("%s: %.0f network bytes per lookup", p.Mode, p.NetBytes)
 			}
+		}
+		if hostCPU <= 0 {
+			t.Errorf("cache %d: no host CPU time measured in any point", cache)
 		}
 		if rep.Ratios == nil || math.Abs(rep.Ratios.RoundTrips-float64(rep.Tree.Depth+1-cache)) > 1e-9 {
 			t.Errorf("ratios %+v", rep.Ratios)

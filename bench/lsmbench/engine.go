@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/kv/lsm"
 )
 
@@ -62,7 +63,7 @@ func (e ourEngine) settle(ctx context.Context) error {
 	if err := e.d.Flush(ctx); err != nil {
 		return err
 	}
-	return waitIdle(ctx, func() bool {
+	return harness.WaitIdle(ctx, func() bool {
 		m := e.d.Metrics()
 		return m.Compact.InProgress == 0 && !m.Flush.InProgress
 	})
@@ -84,26 +85,6 @@ func (e ourEngine) writeDetail() writeDetail {
 	w.stalls = m.WriteStalls.Count + m.WriteSlowdowns.Count
 	w.stallTime = m.WriteStalls.Duration + m.WriteSlowdowns.Duration
 	return w
-}
-
-// waitIdle polls idle every 100ms until it holds three times in a row
-// (a finishing compaction may schedule the next), or ten minutes pass.
-func waitIdle(ctx context.Context, idle func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	for n := 0; n < 3; {
-		if idle() {
-			n++
-		} else {
-			n = 0
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for compactions to finish: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
 }
 
 type pebbleEngine struct {
@@ -159,7 +140,7 @@ func (e pebbleEngine) settle(ctx context.Context) error {
 	if err := e.d.Flush(); err != nil {
 		return err
 	}
-	return waitIdle(ctx, func() bool {
+	return harness.WaitIdle(ctx, func() bool {
 		m := e.d.Metrics()
 		return m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0
 	})

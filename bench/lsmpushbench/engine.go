@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/kv/lsm"
 )
 
@@ -36,7 +36,7 @@ func (e lsmEngine) settle(ctx context.Context) error {
 	if err := e.Flush(ctx); err != nil {
 		return err
 	}
-	return waitIdle(ctx, func() bool {
+	return harness.WaitIdle(ctx, func() bool {
 		m := e.Metrics()
 		busy := m.Compact.InProgress > 0 || m.Flush.InProgress
 		for _, l := range m.Levels {
@@ -69,7 +69,7 @@ func (e pebbleEngine) settle(ctx context.Context) error {
 	if err := e.d.Flush(); err != nil {
 		return err
 	}
-	return waitIdle(ctx, func() bool {
+	return harness.WaitIdle(ctx, func() bool {
 		m := e.d.Metrics()
 		return m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0
 	})
@@ -78,26 +78,6 @@ func (e pebbleEngine) Close() error {
 	err := e.d.Close()
 	e.c.Unref()
 	return err
-}
-
-// waitIdle polls idle every 100ms until it holds three times in a row (a
-// finishing compaction may schedule the next), or ten minutes pass.
-func waitIdle(ctx context.Context, idle func() bool) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-	for n := 0; n < 3; {
-		if idle() {
-			n++
-		} else {
-			n = 0
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("bench: waiting for compactions: %w", ctx.Err())
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return nil
 }
 
 // pebbleMetaCache is what Pebble's block cache gets beyond kv/lsm's:

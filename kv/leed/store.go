@@ -284,47 +284,55 @@ func (s *Store) fail(err error) error {
 }
 
 // read and write are the store's only device I/O, counted per class
-// (foreground or compaction) and admitted by the engine.
+// (foreground or compaction) and admitted by the engine. A failed write
+// fails the store (see fail); a failed read does not.
 func (s *Store) read(ctx context.Context, c *Cost, bg bool, p []byte, off int64) error {
-	if s.eng != nil {
-		tok, err := s.eng.Acquire(ctx, false, len(p))
-		if err != nil {
-			return err
-		}
-		defer s.eng.Release(tok)
-	}
-	if bg {
-		s.bgReads.Add(1)
-	} else {
-		s.fgReads.Add(1)
-	}
-	if c != nil {
-		c.Reads++
-	}
-	if _, err := s.dev.ReadAt(p, off); err != nil {
-		return fmt.Errorf("leed: read %d bytes at %d: %w", len(p), off, err)
-	}
-	return nil
+	return s.deviceIO(ctx, c, bg, false, p, off)
 }
 
 func (s *Store) write(ctx context.Context, c *Cost, bg bool, p []byte, off int64) error {
+	return s.deviceIO(ctx, c, bg, true, p, off)
+}
+
+// deviceIO does one counted, admitted read or write. Only the device's
+// own write errors fail the store: a refused admission wrote nothing.
+func (s *Store) deviceIO(ctx context.Context, c *Cost, bg, write bool, p []byte, off int64) error {
 	if s.eng != nil {
-		tok, err := s.eng.Acquire(ctx, true, len(p))
+		tok, err := s.eng.Acquire(ctx, write, len(p))
 		if err != nil {
 			return err
 		}
 		defer s.eng.Release(tok)
 	}
-	if bg {
-		s.bgWrites.Add(1)
-	} else {
-		s.fgWrites.Add(1)
+	counter, what := &s.fgReads, "read"
+	switch {
+	case write && bg:
+		counter, what = &s.bgWrites, "write"
+	case write:
+		counter, what = &s.fgWrites, "write"
+	case bg:
+		counter = &s.bgReads
 	}
+	counter.Add(1)
 	if c != nil {
-		c.Writes++
+		if write {
+			c.Writes++
+		} else {
+			c.Reads++
+		}
 	}
-	if _, err := s.dev.WriteAt(p, off); err != nil {
-		return s.fail(fmt.Errorf("leed: write %d bytes at %d: %w", len(p), off, err))
+	var err error
+	if write {
+		_, err = s.dev.WriteAt(p, off)
+	} else {
+		_, err = s.dev.ReadAt(p, off)
+	}
+	if err != nil {
+		err = fmt.Errorf("leed: %s %d bytes at %d: %w", what, len(p), off, err)
+		if write {
+			return s.fail(err)
+		}
+		return err
 	}
 	return nil
 }

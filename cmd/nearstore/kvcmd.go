@@ -53,8 +53,7 @@ func (k *kvSetFlags) show(b []byte) string {
 	return string(b)
 }
 
-// kvNamespace connects and checks that the namespace speaks the KV
-// command set.
+// open connects and checks that the namespace speaks the KV command set.
 func (k *kvSetFlags) open(cmd *cobra.Command, g *globals) (*host.Controller, *host.Namespace, error) {
 	ctrl, ns, err := k.conn.open(cmd.Context(), g, host.Options{})
 	if err != nil {
@@ -67,7 +66,23 @@ func (k *kvSetFlags) open(cmd *cobra.Command, g *globals) (*host.Controller, *ho
 	return ctrl, ns, nil
 }
 
-// kvNotFound is exit code 1 with a message a script can tell apart.
+// withKey parses arg as a key, connects, and runs fn on the namespace: the
+// shape of every verb that takes one key and nothing else.
+func (k *kvSetFlags) withKey(cmd *cobra.Command, g *globals, arg string, fn func(ns *host.Namespace, key []byte) error) error {
+	key, err := k.key(arg)
+	if err != nil {
+		return err
+	}
+	ctrl, ns, err := k.open(cmd, g)
+	if err != nil {
+		return err
+	}
+	defer ctrl.Close()
+	return fn(ns, key)
+}
+
+// kvStatusErr turns Key Does Not Exist into a message a script can tell
+// apart (exit code 1).
 func kvStatusErr(err error, key string) error {
 	if errors.Is(err, &nvme.StatusError{Status: nvme.StatusKVKeyNotExist}) {
 		return fmt.Errorf("key %q does not exist", key)
@@ -148,28 +163,21 @@ func newKVRetrieveCmd(g *globals) *cobra.Command {
   nearstore kv retrieve -o blob1.bin blob1`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := k.key(args[0])
-			if err != nil {
+			return k.withKey(cmd, g, args[0], func(ns *host.Namespace, key []byte) error {
+				v, err := ns.Retrieve(cmd.Context(), key)
+				if err != nil {
+					return kvStatusErr(err, args[0])
+				}
+				if out != "" {
+					return os.WriteFile(out, v, 0o644)
+				}
+				if k.isHex {
+					fmt.Fprintln(cmd.OutOrStdout(), hex.EncodeToString(v))
+					return nil
+				}
+				_, err = cmd.OutOrStdout().Write(v)
 				return err
-			}
-			ctrl, ns, err := k.open(cmd, g)
-			if err != nil {
-				return err
-			}
-			defer ctrl.Close()
-			v, err := ns.Retrieve(cmd.Context(), key)
-			if err != nil {
-				return kvStatusErr(err, args[0])
-			}
-			if out != "" {
-				return os.WriteFile(out, v, 0o644)
-			}
-			if k.isHex {
-				fmt.Fprintln(cmd.OutOrStdout(), hex.EncodeToString(v))
-				return nil
-			}
-			_, err = cmd.OutOrStdout().Write(v)
-			return err
+			})
 		},
 	}
 	k.register(cmd)
@@ -185,20 +193,13 @@ func newKVDeleteCmd(g *globals) *cobra.Command {
 		Example: `  nearstore kv delete user42`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := k.key(args[0])
-			if err != nil {
-				return err
-			}
-			ctrl, ns, err := k.open(cmd, g)
-			if err != nil {
-				return err
-			}
-			defer ctrl.Close()
-			if err := ns.Delete(cmd.Context(), key); err != nil {
-				return kvStatusErr(err, args[0])
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", args[0])
-			return nil
+			return k.withKey(cmd, g, args[0], func(ns *host.Namespace, key []byte) error {
+				if err := ns.Delete(cmd.Context(), key); err != nil {
+					return kvStatusErr(err, args[0])
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", args[0])
+				return nil
+			})
 		},
 	}
 	k.register(cmd)
@@ -213,24 +214,17 @@ func newKVExistCmd(g *globals) *cobra.Command {
 		Example: `  nearstore kv exist user42 && echo present`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			key, err := k.key(args[0])
-			if err != nil {
-				return err
-			}
-			ctrl, ns, err := k.open(cmd, g)
-			if err != nil {
-				return err
-			}
-			defer ctrl.Close()
-			ok, err := ns.Exist(cmd.Context(), key)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return fmt.Errorf("key %q does not exist", args[0])
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s exists\n", args[0])
-			return nil
+			return k.withKey(cmd, g, args[0], func(ns *host.Namespace, key []byte) error {
+				ok, err := ns.Exist(cmd.Context(), key)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return fmt.Errorf("key %q does not exist", args[0])
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s exists\n", args[0])
+				return nil
+			})
 		},
 	}
 	k.register(cmd)

@@ -28,9 +28,10 @@
 
 /*
  * wazero checks for a timeout at every loop back-edge (about 35 ns each,
- * functions/README.md), so the hot paths avoid loops: varints of one byte
- * (nearly all of them) take no loop, keys compare 8 bytes at a time with
- * the tail masked, and copies are unrolled in wasm.
+ * functions/README.md) and the eBPF interpreter pays for every
+ * instruction, so the hot paths avoid loops: varints of one or two bytes
+ * (all but values of 16 KiB or more) take no loop, keys compare 8 bytes
+ * at a time with the tail masked, and copies are unrolled.
  */
 
 /* get_uv_slow decodes a uvarint below 2^32 at d[*off], before end. */
@@ -61,6 +62,12 @@ NS_INLINE int get_uv(const u8 *d, u32 end, u32 *off, u32 *v)
 		*off = o + 1;
 		return 1;
 	}
+	/* Two bytes: value lengths of 128 to 16383 bytes. */
+	if (o + 1 < end && d[o + 1] < 0x80) {
+		*v = (d[o] & 0x7f) | ((u32)d[o + 1] << 7);
+		*off = o + 2;
+		return 1;
+	}
 	return get_uv_slow(d, end, off, v);
 }
 
@@ -68,9 +75,7 @@ NS_INLINE int get_uv(const u8 *d, u32 end, u32 *off, u32 *v)
 NS_INLINE void copy(u8 *d, const u8 *s, u32 n)
 {
 	u32 i = 0;
-#if defined(__wasm__)
 #pragma clang loop unroll_count(8)
-#endif
 	for (; i + 8 <= n; i += 8)
 		ns_store64(d + i, ns_load64(s + i));
 	for (; i < n; i++)

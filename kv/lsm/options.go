@@ -1,6 +1,10 @@
 package lsm
 
-import "log/slog"
+import (
+	"log/slog"
+
+	"github.com/nearstore/nearstore/sandbox"
+)
 
 // Options configure Open. The zero value is usable: every field has a
 // default, applied by Open.
@@ -77,8 +81,14 @@ type Options struct {
 	// the Pusher's file system. Nil: Gets read on the host.
 	Pusher Pusher
 	// PushdownModule is the lsm_get module to register with the Pusher
-	// (default: the standard wasm build, functions.Module).
+	// (default: the standard build for PushdownRuntime, functions.Module).
 	PushdownModule []byte
+	// PushdownRuntime picks the standard lsm_get build when
+	// PushdownModule is nil: sandbox.KindWasm (the default, also for 0)
+	// or sandbox.KindEBPF. Both compute the same results; they differ in
+	// what a step costs the storage node, and the node (and the host, for
+	// requests it runs itself) needs a runtime of that kind.
+	PushdownRuntime sandbox.Kind
 	// CacheSampleRate is the fraction of the Gets that would be pushed
 	// down that take the ordinary read path instead and fill the block
 	// cache, so that it does not go stale under pushdown (default

@@ -109,7 +109,11 @@ func openPushdown(ctx context.Context, opts *Options) (*pushState, error) {
 	mod := opts.PushdownModule
 	if mod == nil {
 		var err error
-		if mod, err = functions.Module("lsm_get", sandbox.KindWasm); err != nil {
+		kind := opts.PushdownRuntime
+		if kind == 0 {
+			kind = sandbox.KindWasm
+		}
+		if mod, err = functions.Module("lsm_get", kind); err != nil {
 			return nil, err
 		}
 	}

@@ -213,3 +213,29 @@ func TestSplitInMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestPinnedBytes checks the in-memory table metadata count: none for an
+// empty store; for tables, more than their filters (10 bits a key) and
+// less than the tables themselves.
+func TestPinnedBytes(t *testing.T) {
+	empty, err := Open(newMemFS(), "db", smallOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer empty.Close()
+	if n, err := empty.PinnedBytes(); err != nil || n != 0 {
+		t.Fatalf("empty store: %d, %v", n, err)
+	}
+	d, model := splitDB(t)
+	n, err := d.PinnedBytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size uint64
+	for _, l := range d.Metrics().Levels {
+		size += l.Size
+	}
+	if n < uint64(len(model))*10/8 || n >= size {
+		t.Fatalf("pinned %d bytes for %d keys in %d bytes of tables", n, len(model), size)
+	}
+}

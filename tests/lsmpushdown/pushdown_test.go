@@ -21,6 +21,7 @@ import (
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/ebpf"
 	"github.com/nearstore/nearstore/sandbox/wasm"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -29,8 +30,14 @@ const testNQN = "nqn.2026-11.io.nearstore:lsm-pushdown"
 
 var limits = sandbox.Limits{Time: 10 * time.Second}
 
+// runtimes makes one runtime of each kind lsm_get is built for.
+func runtimes(ctx context.Context) ([]sandbox.Runtime, error) {
+	wrt, err := wasm.NewRuntime(ctx, wasm.Options{})
+	return []sandbox.Runtime{wrt, ebpf.NewRuntime(ebpf.Options{})}, err
+}
+
 // mount starts a target on a memory volume and mounts offloadfs on it, as
-// the owner, with a host runtime for requests the target cannot run.
+// the owner, with host runtimes for requests the target cannot run.
 func mount(t *testing.T) *offloadfs.FS {
 	t.Helper()
 	ctx := context.Background()
@@ -41,10 +48,7 @@ func mount(t *testing.T) *offloadfs.FS {
 	t.Cleanup(func() { vol.Close() })
 	srv := testtarget.Start(t, testtarget.Config{
 		NQN: testNQN, Name: "lsm", Volume: vol, Limits: limits,
-		Runtimes: func() ([]sandbox.Runtime, error) {
-			wrt, err := wasm.NewRuntime(ctx, wasm.Options{})
-			return []sandbox.Runtime{wrt}, err
-		},
+		Runtimes: func() ([]sandbox.Runtime, error) { return runtimes(ctx) },
 	})
 	t.Cleanup(srv.Stop)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -63,17 +67,21 @@ func mount(t *testing.T) *offloadfs.FS {
 	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	hrt, err := wasm.NewRuntime(ctx, wasm.Options{})
+	hrts, err := runtimes(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { hrt.Close(context.Background()) })
+	t.Cleanup(func() {
+		for _, rt := range hrts {
+			rt.Close(context.Background())
+		}
+	})
 	fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{
 		CommitInterval: -1,
 		Logger:         slog.New(slog.DiscardHandler),
 		Remote:         ns,
 		Loader:         ctrl,
-		Runtimes:       []sandbox.Runtime{hrt},
+		Runtimes:       hrts,
 		FunctionLimits: limits,
 	})
 	if err != nil {
@@ -91,8 +99,14 @@ func mount(t *testing.T) *offloadfs.FS {
 // while writes make the store flush and compact all the time: one goroutine
 // writes and reads back what it wrote; others read keys written once,
 // which compactions keep moving between tables. No Get may return a wrong
-// value.
+// value. It runs lsm_get in each runtime it is built for.
 func TestPushdownGetUnderCompaction(t *testing.T) {
+	for _, kind := range []sandbox.Kind{sandbox.KindWasm, sandbox.KindEBPF} {
+		t.Run(kind.String(), func(t *testing.T) { testPushdownGetUnderCompaction(t, kind) })
+	}
+}
+
+func testPushdownGetUnderCompaction(t *testing.T, kind sandbox.Kind) {
 	fsys := mount(t)
 	ctx := context.Background()
 	opts := lsm.Options{
@@ -104,6 +118,7 @@ func TestPushdownGetUnderCompaction(t *testing.T) {
 		BlockCacheSize:        16 << 10, // mostly misses: Gets go to disk
 		Logger:                slog.New(slog.DiscardHandler),
 		Pusher:                fsys,
+		PushdownRuntime:       kind,
 		CacheSampleRate:       0.05,
 	}
 	d, err := lsm.Open(fsys.VFS(), "db", opts)

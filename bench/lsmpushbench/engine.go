@@ -83,15 +83,15 @@ func (e pebbleEngine) Close() error {
 // pebbleMetaCache is what Pebble's block cache gets beyond kv/lsm's:
 // Pebble keeps index and filter blocks in its cache, kv/lsm keeps them
 // pinned outside it, and a benchmark database's are well under this.
-const pebbleMetaCache = 1 << 20
+const pebbleMetaCache = 2 << 20
 
-// openEngine opens the store of mode: kv/lsm (plain or pushdown at
-// sampling rate rate) or Pebble, both on the file system.
-func (e *env) openEngine(mode string, rate float64) (engine, error) {
-	if mode == ModePebble {
+// openEngine opens the store of v's mode: kv/lsm (plain or pushdown, in
+// v's runtime at v's sampling rate) or Pebble, both on the file system.
+func (e *env) openEngine(v variant) (engine, error) {
+	if v.Mode == ModePebble {
 		c := pebble.NewCache(e.cfg.BlockCache + pebbleMetaCache)
 		po := &pebble.Options{
-			FS: pebbleFS{e.fsys}, Cache: c, MemTableSize: 2 << 20, LBaseMaxBytes: 1 << 20,
+			FS: pebbleFS{e.fsys}, Cache: c, MemTableSize: memTableSize, LBaseMaxBytes: lbaseMaxBytes,
 			Logger: pebbleLog{},
 		}
 		for i := range po.Levels {
@@ -111,7 +111,7 @@ func (e *env) openEngine(mode string, rate float64) (engine, error) {
 		}
 		return pebbleEngine{d, c}, nil
 	}
-	d, err := lsm.Open(e.fsys.VFS(), dbDir, e.options(mode, rate))
+	d, err := lsm.Open(e.fsys.VFS(), dbDir, e.options(v))
 	if err != nil {
 		return nil, err
 	}

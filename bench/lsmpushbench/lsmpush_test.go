@@ -32,23 +32,34 @@ func TestValuesCheck(t *testing.T) {
 }
 
 func TestBars(t *testing.T) {
+	pt := func(mode, rt string, threads int, ops float64) Point {
+		return Point{Workload: "C", variant: variant{Dist: DistUniform, Mode: mode, Runtime: rt, SampleRate: 0.01, Threads: threads},
+			OpsPerSec: ops, RoundTrips: 2, HostCPU: 10, TargetCPU: 10, Runs: []Trial{{CheckedReads: 5}}}
+	}
+	pd := pt(ModePushdown, "ebpf", 64, 250)
+	pd.RoundTrips, pd.HostCPU = 1, 5
 	rep := &Report{Points: []Point{
-		{Workload: "C", Mode: ModePlain, OpsPerSec: 100, RoundTrips: 2, HostCPU: 10, TargetCPU: 10,
-			Runs: []Trial{{CheckedReads: 5}}},
-		{Workload: "C", Mode: ModePushdown, SampleRate: 0.01, OpsPerSec: 250, RoundTrips: 1, HostCPU: 5, TargetCPU: 10,
-			Runs: []Trial{{CheckedReads: 5}}},
+		pt(ModePlain, "", 8, 80), pt(ModePlain, "", 64, 100), // saturated at 64
+		pt(ModePushdown, "ebpf", 8, 90), pd,
+		pt(ModePushdown, "wasm", 64, 150),
+		{Workload: "C", variant: variant{Dist: DistZipfian, Mode: ModePlain, Threads: 64}, OpsPerSec: 1000}, // not uniform
 	}}
 	bs := bars(rep)
-	if len(bs) != 4 {
-		t.Fatalf("%d bars", len(bs))
+	if len(bs) != 7 {
+		t.Fatalf("%d bars: %+v", len(bs), bs)
 	}
-	for _, b := range bs {
-		if !b.Met {
-			t.Errorf("bar %q not met: %v", b.What, b.Got)
+	for i, b := range bs[:3] {
+		if !b.Met || !strings.Contains(b.What, "(ebpf)") {
+			t.Errorf("bar %d %q: met %v, got %v", i, b.What, b.Met, b.Got)
 		}
 	}
-	rep.Points[1].OpsPerSec = 150
-	if bars(rep)[0].Met {
-		t.Error("1.5x met the 2x bar")
+	if bs[0].Got != 2.5 {
+		t.Errorf("ebpf / plain at saturation = %v, want 2.5", bs[0].Got)
+	}
+	if w := bs[3]; w.Met || w.Got != 1.5 || !strings.Contains(w.What, "(wasm)") {
+		t.Errorf("wasm's 1.5x: %+v", w)
+	}
+	if last := bs[len(bs)-1]; !last.Met || last.Got != 25 {
+		t.Errorf("checked reads bar: %+v", last)
 	}
 }

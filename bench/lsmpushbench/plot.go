@@ -13,12 +13,13 @@ import (
 	"github.com/nearstore/nearstore/bench/report"
 )
 
-// label names a point: the mode, and pushdown's sampling rate.
-func (p Point) label() string {
-	if p.Mode == ModePushdown {
-		return fmt.Sprintf("pushdown %g%%", 100*p.SampleRate)
+// label names a variant: the mode, and pushdown's runtime and sampling
+// rate.
+func (v variant) label() string {
+	if v.Mode == ModePushdown {
+		return fmt.Sprintf("pushdown %s %g%%", v.Runtime, 100*v.SampleRate)
 	}
-	return p.Mode
+	return v.Mode
 }
 
 // Print writes the report as a table, then the bars.
@@ -26,11 +27,11 @@ func Print(w io.Writer, rep *Report) error {
 	t := &report.TableWriter{W: w}
 	ld := rep.Load
 	t.Printf("kv/lsm Gets over NVMe/TCP, %s, %d threads, %d runs of %gs per point (medians)\n", rep.Volume, rep.Threads, rep.Repeat, rep.RunSecs)
-	t.Printf("database: %d records of %d bytes, tables per level %v, %.1f MiB of tables; block cache %.1f MiB (%.1f%% of the tables; indexes and filters always in memory)\n",
-		ld.Records, ld.ValueSize, ld.Levels, float64(ld.TableBytes)/(1<<20), float64(ld.BlockCache)/(1<<20), 100*ld.CacheRatio)
-	t.Printf("%-4s %-16s %10s %9s %9s %9s %8s %9s %9s %9s %7s\n", "wl", "mode", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "cmds/op", "host µs", "tgt µs", "net B/op", "hit %")
+	t.Printf("database: %d records of %d bytes, tables per level %v, %.1f MiB of tables; indexes and filters %.2f MiB, pinned in memory; block cache %.1f MiB (%.1f%% of the data blocks)\n",
+		ld.Records, ld.ValueSize, ld.Levels, float64(ld.TableBytes)/(1<<20), float64(ld.PinnedBytes)/(1<<20), float64(ld.BlockCache)/(1<<20), 100*ld.CacheRatio)
+	t.Printf("%-4s %-8s %-22s %5s %10s %9s %9s %9s %8s %9s %9s %9s %7s\n", "wl", "keys", "mode", "thr", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "cmds/op", "host µs", "tgt µs", "net B/op", "hit %")
 	for _, p := range rep.Points {
-		t.Printf("%-4s %-16s %10.0f %9.0f %9.0f %9.0f %8.2f %9.1f %9.1f %9.0f %7.1f\n", p.Workload, p.label(), p.OpsPerSec,
+		t.Printf("%-4s %-8s %-22s %5d %10.0f %9.0f %9.0f %9.0f %8.2f %9.1f %9.1f %9.0f %7.1f\n", p.Workload, p.Dist, p.label(), p.Threads, p.OpsPerSec,
 			p.P50Micros, p.P99Micros, p.P999Micros, p.RoundTrips, p.HostCPU, p.TargetCPU, p.NetBytes, 100*p.CacheHitRate)
 	}
 	if t.Err != nil {
@@ -45,30 +46,36 @@ func SavePlot(file string, rep *Report) error {
 	if rep == nil || len(rep.Points) == 0 {
 		return errors.New("bench: nothing to plot")
 	}
-	var wls []string
+	type group struct{ wl, dist string }
+	var wls []group
 	for _, p := range rep.Points {
-		if len(wls) == 0 || wls[len(wls)-1] != p.Workload {
-			wls = append(wls, p.Workload)
+		g := group{p.Workload, p.Dist}
+		if len(wls) == 0 || wls[len(wls)-1] != g {
+			wls = append(wls, g)
 		}
 	}
+	threads := map[int]bool{}
+	for _, p := range rep.Points {
+		threads[p.Threads] = true
+	}
 	var plots []*plot.Plot
-	for _, wl := range wls {
+	for _, g := range wls {
 		p := plot.New()
-		dist := "uniform"
-		if wl == "D" {
-			dist = "latest"
-		}
-		p.Title.Text = fmt.Sprintf("YCSB %s %s, on offloadfs over NVMe/TCP (%s)", wl, dist, rep.Volume)
+		p.Title.Text = fmt.Sprintf("YCSB %s %s, on offloadfs over NVMe/TCP (%s)", g.wl, g.dist, rep.Volume)
 		p.Y.Label.Text = "Gets+updates per second (median)"
 		p.Y.Tick.Marker = report.KiloTicks{}
 		var vals plotter.Values
 		var names []string
 		for _, pt := range rep.Points {
-			if pt.Workload != wl {
+			if pt.Workload != g.wl || pt.Dist != g.dist {
 				continue
 			}
 			vals = append(vals, pt.OpsPerSec)
-			names = append(names, fmt.Sprintf("%s\n%.2f cmds/op", pt.label(), pt.RoundTrips))
+			name := pt.label()
+			if len(threads) > 1 {
+				name += fmt.Sprintf(" ×%d", pt.Threads)
+			}
+			names = append(names, fmt.Sprintf("%s\n%.2f cmds/op", name, pt.RoundTrips))
 		}
 		bars, err := plotter.NewBarChart(vals, vg.Points(30))
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nearstore/nearstore/bench/lsmpushbench"
+	"github.com/nearstore/nearstore/sandbox"
 )
 
 // lsmPushFlags are `bench lsm`'s flags for its NVMe/TCP modes (--mode):
@@ -16,6 +17,7 @@ import (
 // target process from simulated NAND (package bench/lsmpushbench).
 type lsmPushFlags struct {
 	mode, rates            string
+	dists, runtimes, conc  string
 	duration               time.Duration
 	clientCPUs, serverCPUs string
 }
@@ -25,22 +27,26 @@ Gets over NVMe/TCP: the records are loaded into kv/lsm (and Pebble, with
 mode pebble) on an offloadfs that a target in its own process serves from a
 simulated NAND SSD (90 µs reads); then each of --workloads (default C
 here; C: 100% reads, B: 95% reads and 5% updates, A: 50% reads and 50%
-updates, F: 50% reads and 50% read-modify-writes, all uniform, D: 95%
-reads of the latest records and 5% inserts; Load reports the load
+updates, F: 50% reads and 50% read-modify-writes, with --dist keys
+(uniform, zipfian), D: 95% reads of the latest records and 5% inserts; Load reports the load
 itself, once per store, one writer) runs for --duration per run with --threads Gets in flight, the
 modes interleaved run by run, --repeat times, every value read checked.
 plain is kv/lsm reading blocks on the host; pushdown splits each Get and
-sends its on-disk part as one lsm_get pushdown, with --sample-rates the
-cache-sampling sweep; pebble is Pebble v2 on the same offloadfs. It reports
+sends its on-disk part as one lsm_get pushdown, run at the target in each of
+--runtime (wasm, ebpf), with --sample-rates the cache-sampling sweep; pebble is Pebble v2 on the same offloadfs. It reports
 throughput, p50/p99/p99.9, NVMe commands, host and target CPU and network bytes
-per operation, and the block-cache hit rate; bars: pushdown at least 2x
-plain's YCSB C throughput with fewer round trips and less CPU per Get, and
+per operation, and the block-cache hit rate; --concurrency measures every
+variant at each number of Gets in flight. Bars, at each mode's best
+concurrency (saturation): pushdown at least 2x plain's YCSB C throughput with fewer round trips and less CPU per Get, and
 at least 1.5x Pebble's. --cache is the host's block cache (kv/lsm pins
 indexes and filters outside it).`
 
 func (f *lsmPushFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.mode, "mode", "", "NVMe/TCP modes to measure: plain, pushdown, pebble (comma-separated; see above)")
 	fs.StringVar(&f.rates, "sample-rates", "0.01", "with --mode pushdown: cache-sampling rates to sweep, comma-separated")
+	fs.StringVar(&f.dists, "dist", "uniform", "with --mode: key distributions of A, B, C and F: uniform, zipfian (comma-separated)")
+	fs.StringVar(&f.runtimes, "runtime", "wasm", "with --mode pushdown: runtimes lsm_get runs in at the target: wasm, ebpf (comma-separated)")
+	fs.StringVar(&f.conc, "concurrency", "", "with --mode: Gets in flight to sweep, comma-separated (default: --threads)")
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "with --mode: length of each timed run")
 	fs.StringVar(&f.clientCPUs, "client-cpus", "", "with --mode: pin this process (the host) to these CPUs (taskset list)")
 	fs.StringVar(&f.serverCPUs, "server-cpus", "", "with --mode: pin the target process to these CPUs (taskset list)")
@@ -83,6 +89,24 @@ func (f *lsmPushFlags) run(cmd *cobra.Command, g *globals, a lsmPushArgs) error 
 			return fmt.Errorf("--sample-rates: %q is not a rate in [0, 1]", r)
 		}
 		cfg.SampleRates = append(cfg.SampleRates, x)
+	}
+	cfg.Dists = splitList(f.dists)
+	for _, r := range splitList(f.runtimes) {
+		switch r {
+		case "wasm":
+			cfg.Runtimes = append(cfg.Runtimes, sandbox.KindWasm)
+		case "ebpf":
+			cfg.Runtimes = append(cfg.Runtimes, sandbox.KindEBPF)
+		default:
+			return fmt.Errorf("--runtime: %q: want wasm or ebpf", r)
+		}
+	}
+	for _, c := range splitList(f.conc) {
+		n, err := strconv.Atoi(c)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--concurrency: %q is not a positive number of Gets in flight", c)
+		}
+		cfg.Concurrency = append(cfg.Concurrency, n)
 	}
 	proc := procFlags{clientCPUs: f.clientCPUs, serverCPUs: f.serverCPUs}
 	var pinning string

@@ -18,13 +18,7 @@ import (
 // Every point has throughput, checked reads and ordered quantiles; the
 // loads wrote their records' bytes over the connection.
 func TestRunWriteWorkloads(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds nearstore and starts a target process")
-	}
-	bin := filepath.Join(t.TempDir(), "nearstore")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nearstore/nearstore/cmd/nearstore").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildNearstore(t)
 	rep, err := Run(context.Background(), Config{Records: 2000, ValueSize: 100, Modes: []string{ModePlain, ModePebble},
 		Workloads: []string{"load", "A", "F"}, Threads: 4, Duration: 300 * time.Millisecond, Repeat: 1, TargetExe: bin})
 	if err != nil {
@@ -67,13 +61,7 @@ func TestRunWriteWorkloads(t *testing.T) {
 // target; without sampling, in one command each; every variant read and
 // checked values, and the bars compare each runtime with plain.
 func TestRunPushdownVariants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds nearstore and starts a target process")
-	}
-	bin := filepath.Join(t.TempDir(), "nearstore")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nearstore/nearstore/cmd/nearstore").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := buildNearstore(t)
 	rep, err := Run(context.Background(), Config{Records: 3000, ValueSize: 100, Modes: []string{ModePlain, ModePushdown},
 		Workloads: []string{"C"}, Dists: []string{DistUniform, DistZipfian}, Runtimes: []sandbox.Kind{sandbox.KindWasm, sandbox.KindEBPF},
 		SampleRates: []float64{0, lsm.DefaultCacheSampleRate}, Concurrency: []int{1, 4}, BlockCache: 16 << 10,
@@ -107,4 +95,18 @@ func TestRunPushdownVariants(t *testing.T) {
 	if len(rep.Bars) != 2*3+1 {
 		t.Fatalf("bars %+v", rep.Bars)
 	}
+}
+
+// buildNearstore builds the nearstore binary the bench runs its target
+// with (skipped in -short mode).
+func buildNearstore(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds nearstore and starts a target process")
+	}
+	bin := filepath.Join(t.TempDir(), "nearstore")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/nearstore/nearstore/cmd/nearstore").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
 }

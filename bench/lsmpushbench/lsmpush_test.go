@@ -2,6 +2,8 @@ package lsmpushbench
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -61,5 +63,39 @@ func TestBars(t *testing.T) {
 	}
 	if last := bs[len(bs)-1]; !last.Met || last.Got != 25 {
 		t.Errorf("checked reads bar: %+v", last)
+	}
+}
+
+// TestSavePlot draws a report with a sampling sweep: a panel per workload
+// and distribution, and the sweep's panel only when two or more rates were
+// measured.
+func TestSavePlot(t *testing.T) {
+	var pts []Point
+	for _, wl := range []string{"C", "D"} {
+		dist := DistUniform
+		if wl == "D" {
+			dist = DistLatest
+		}
+		pts = append(pts, Point{Workload: wl, variant: variant{Dist: dist, Mode: ModePlain, Threads: 8}, OpsPerSec: 100})
+		for _, r := range []float64{0, 0.001, 0.01, 0.1} {
+			pts = append(pts, Point{Workload: wl, variant: variant{Dist: dist, Mode: ModePushdown, Runtime: "wasm", SampleRate: r, Threads: 8},
+				OpsPerSec: 100 + 1000*r})
+		}
+	}
+	rep := &Report{Volume: "sim:nand", Points: pts}
+	p, err := samplingPlot(rep)
+	if err != nil || p == nil {
+		t.Fatalf("sweep: %v, %v", p, err)
+	}
+	file := filepath.Join(t.TempDir(), "lsm.png")
+	if err := SavePlot(file, rep); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(file); err != nil || st.Size() < 1000 {
+		t.Fatalf("plot file: %v, %v", st, err)
+	}
+	one := &Report{Points: pts[:2]}
+	if p, err := samplingPlot(one); p != nil || err != nil {
+		t.Fatalf("one rate: %v, %v", p, err)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
@@ -86,6 +88,13 @@ func SavePlot(file string, rep *Report) error {
 		p.Y.Min = 0
 		plots = append(plots, p)
 	}
+	sweep, err := samplingPlot(rep)
+	if err != nil {
+		return err
+	}
+	if sweep != nil {
+		plots = append(plots, sweep)
+	}
 	return report.SaveByExtension(file, func(w io.Writer, format string) error {
 		width := vg.Length(len(rep.Points)/len(wls)) * 1.5 * vg.Inch
 		width = max(width, 6*vg.Inch)
@@ -109,4 +118,69 @@ func columnOf(ps []*plot.Plot) [][]*plot.Plot {
 		out[i] = []*plot.Plot{p}
 	}
 	return out
+}
+
+// samplingPlot draws the cache-sampling sweep as BPF-oF's Figure 8 does:
+// for each workload and key distribution, pushdown's throughput at each
+// sampling rate (its best over the runtimes and concurrencies measured)
+// relative to plain's best; nil when fewer than two rates were measured.
+func samplingPlot(rep *Report) (*plot.Plot, error) {
+	var rates []float64
+	type group struct{ wl, dist string }
+	var groups []group
+	bestOf := map[group]map[float64]float64{}
+	plain := map[group]float64{}
+	for _, pt := range rep.Points {
+		g := group{pt.Workload, pt.Dist}
+		switch pt.Mode {
+		case ModePlain:
+			plain[g] = max(plain[g], pt.OpsPerSec)
+		case ModePushdown:
+			if !slices.Contains(rates, pt.SampleRate) {
+				rates = append(rates, pt.SampleRate)
+			}
+			if bestOf[g] == nil {
+				bestOf[g] = map[float64]float64{}
+				groups = append(groups, g)
+			}
+			bestOf[g][pt.SampleRate] = max(bestOf[g][pt.SampleRate], pt.OpsPerSec)
+		}
+	}
+	if len(rates) < 2 {
+		return nil, nil
+	}
+	slices.Sort(rates)
+	p := plot.New()
+	p.Title.Text = "Cache sampling: pushdown throughput relative to plain kv/lsm (BPF-oF's Figure 8)"
+	p.Y.Label.Text = "pushdown / plain ops/s"
+	p.X.Label.Text = "sampling rate"
+	names := make([]string, len(rates))
+	for i, r := range rates {
+		names[i] = fmt.Sprintf("%g%%", 100*r)
+	}
+	p.NominalX(names...)
+	p.Add(plotter.NewGrid())
+	for i, g := range groups {
+		if plain[g] == 0 {
+			continue
+		}
+		var xy plotter.XYs
+		for j, r := range rates {
+			if v, ok := bestOf[g][r]; ok {
+				xy = append(xy, plotter.XY{X: float64(j), Y: v / plain[g]})
+			}
+		}
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return nil, fmt.Errorf("bench: plot: %w", err)
+		}
+		c := plotutil.Color(i)
+		line.Color, points.Color = c, c
+		points.Shape = plotutil.Shape(i)
+		p.Add(line, points)
+		p.Legend.Add(fmt.Sprintf("YCSB %s %s", g.wl, g.dist), line, points)
+	}
+	p.Legend.Top = true
+	p.Y.Min = 0
+	return p, nil
 }

@@ -164,3 +164,27 @@ func (p *snapshot) Range(ctx context.Context, fn func(key, value []byte) error) 
 }
 
 func (p *snapshot) Close() error { return p.snap.Close() }
+
+var _ chain.RangeScanner = (*Store)(nil)
+
+// Scan implements chain.RangeScanner with one bounded iterator.
+func (s *Store) Scan(ctx context.Context, start, end []byte, fn func(key, value []byte) error) error {
+	o := &lsm.IterOptions{LowerBound: userKey(start), UpperBound: userUpper}
+	if end != nil {
+		o.UpperBound = userKey(end)
+	}
+	it, err := s.db.NewIter(o)
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(it.Key()[1:], it.Value()); err != nil {
+			return err
+		}
+	}
+	return it.Error()
+}

@@ -71,10 +71,15 @@ func TestRouterShardsAcrossGroups(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	stops := map[string]func(){}
 	for _, id := range ids {
-		stop := startHost(t, r, id, groups)
-		t.Cleanup(stop)
+		stops[id] = startHost(t, r, id, groups)
 	}
+	t.Cleanup(func() {
+		for _, stop := range stops {
+			stop()
+		}
+	})
 	for _, g := range groups {
 		waitGroup(t, r.ctl, g, func(c cluster.Chain) bool { return len(c.Members) == 3 && c.Joining == "" })
 	}
@@ -97,15 +102,7 @@ func TestRouterShardsAcrossGroups(t *testing.T) {
 	if err := rt.Delete(ctx, []byte(keys[5])); err != nil {
 		t.Fatal(err)
 	}
-	for i, k := range keys {
-		v, found, err := rt.Get(ctx, []byte(k))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if want := i != 5; found != want || (found && string(v) != "v:"+k) {
-			t.Fatalf("get %q: %q found=%v", k, v, found)
-		}
-	}
+	checkAll(ctx, t, rt, keys, 5)
 	// Each key is in its own group's store only: read the groups directly.
 	for _, k := range keys[6:] {
 		owner := m.Group([]byte(k))
@@ -156,6 +153,65 @@ func TestRouterShardsAcrossGroups(t *testing.T) {
 		}
 		if !slices.Equal(gotKeys, want) {
 			t.Fatalf("scan [%q,%q) limit %d: %q, want %q", tc.start, tc.end, tc.limit, gotKeys, want)
+		}
+	}
+
+	// One lease per host: stopping host a takes it out of every group's
+	// chain, and every key stays readable and writable through the router.
+	stops["a"]()
+	delete(stops, "a")
+	for _, g := range groups {
+		waitGroup(t, r.ctl, g, func(c cluster.Chain) bool { return !slices.Contains(c.Members, "a") && len(c.Members) == 2 })
+	}
+	checkAll(ctx, t, rt, keys, 5)
+	if err := rt.Put(ctx, []byte(keys[5]), []byte("v:"+keys[5])); err != nil {
+		t.Fatal(err)
+	}
+	checkAll(ctx, t, rt, keys, -1)
+}
+
+func TestNewHostRefuses(t *testing.T) {
+	r := newRig(t)
+	mk := func(id, group string) *chain.Node {
+		st, err := lsmstore.Open(filepath.Join(r.dir, id+group), lsm.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.Close() })
+		n, err := chain.NewNode(chain.NodeConfig{ID: id, Group: group, Addr: "127.0.0.1:1", Store: st, Control: r.ctl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	a0, a0b, b1 := mk("a", "g0"), mk("a", "g0"), mk("b", "g1")
+	for _, tc := range []struct {
+		name  string
+		cfg   chain.HostConfig
+		nodes []*chain.Node
+	}{
+		{"no nodes", chain.HostConfig{ID: "a", Control: r.ctl}, nil},
+		{"no ID", chain.HostConfig{Control: r.ctl}, []*chain.Node{a0}},
+		{"no control plane", chain.HostConfig{ID: "a"}, []*chain.Node{a0}},
+		{"another node's replica", chain.HostConfig{ID: "a", Control: r.ctl}, []*chain.Node{a0, b1}},
+		{"a group twice", chain.HostConfig{ID: "a", Control: r.ctl}, []*chain.Node{a0, a0b}},
+	} {
+		if _, err := chain.NewHost(tc.cfg, tc.nodes...); err == nil {
+			t.Errorf("%s: accepted", tc.name)
+		}
+	}
+}
+
+// checkAll reads every key of keys but the one at index skip back.
+func checkAll(ctx context.Context, t *testing.T, rt *chain.Router, keys []string, skip int) {
+	t.Helper()
+	for i, k := range keys {
+		v, found, err := rt.Get(ctx, []byte(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i != skip; found != want || (found && string(v) != "v:"+k) {
+			t.Fatalf("get %q: %q found=%v", k, v, found)
 		}
 	}
 }

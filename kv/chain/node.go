@@ -278,17 +278,25 @@ func epochErr(have, got uint64) error {
 	return status.Errorf(codes.FailedPrecondition, "chain: epoch %d, request has %d", have, got)
 }
 
+// checkRequestLocked refuses a request for another group or routed by
+// another epoch.
+func (n *Node) checkRequestLocked(group string, epoch uint64) error {
+	if group != n.cfg.Group {
+		return status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, group)
+	}
+	if epoch != n.chain.Epoch {
+		return epochErr(n.chain.Epoch, epoch)
+	}
+	return nil
+}
+
 // Put implements the head's write: sequence, apply, ship, wait for the
 // commit point to pass it.
 func (n *Node) Put(ctx context.Context, req *chainpb.PutRequest) (*chainpb.PutResponse, error) {
 	n.mu.Lock()
-	if req.Group != n.cfg.Group {
+	if err := n.checkRequestLocked(req.Group, req.Epoch); err != nil {
 		n.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, req.Group)
-	}
-	if have := n.chain.Epoch; req.Epoch != have {
-		n.mu.Unlock()
-		return nil, epochErr(have, req.Epoch)
+		return nil, err
 	}
 	if n.chain.Head() != n.cfg.ID || n.copying {
 		n.mu.Unlock()
@@ -343,13 +351,9 @@ func (n *Node) admitRead(ctx context.Context) error {
 // and a write committed meanwhile makes the value a committed one.
 func (n *Node) Get(ctx context.Context, req *chainpb.GetRequest) (*chainpb.GetResponse, error) {
 	n.mu.Lock()
-	if req.Group != n.cfg.Group {
+	if err := n.checkRequestLocked(req.Group, req.Epoch); err != nil {
 		n.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, req.Group)
-	}
-	if have := n.chain.Epoch; req.Epoch != have {
-		n.mu.Unlock()
-		return nil, epochErr(have, req.Epoch)
+		return nil, err
 	}
 	_, _, member := n.chain.Neighbours(n.cfg.ID)
 	if !member || n.copying {
@@ -628,11 +632,8 @@ func (n *Node) Ship(st chainpb.Chain_ShipServer) error {
 func (n *Node) checkSender(m *chainpb.ShipMsg) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if m.Group != n.cfg.Group {
-		return status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, m.Group)
-	}
-	if m.Epoch != n.chain.Epoch {
-		return epochErr(n.chain.Epoch, m.Epoch)
+	if err := n.checkRequestLocked(m.Group, m.Epoch); err != nil {
+		return err
 	}
 	pred, _, member := n.chain.Neighbours(n.cfg.ID)
 	if !member && n.chain.Joining == n.cfg.ID {
@@ -742,13 +743,9 @@ var errStopScan = errors.New("chain: scan has its keys")
 // Scan reads a key range at the tail, where every write is committed.
 func (n *Node) Scan(ctx context.Context, req *chainpb.ScanRequest) (*chainpb.ScanResponse, error) {
 	n.mu.Lock()
-	if req.Group != n.cfg.Group {
+	if err := n.checkRequestLocked(req.Group, req.Epoch); err != nil {
 		n.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, req.Group)
-	}
-	if have := n.chain.Epoch; req.Epoch != have {
-		n.mu.Unlock()
-		return nil, epochErr(have, req.Epoch)
+		return nil, err
 	}
 	if !n.isTailLocked() || n.copying {
 		n.mu.Unlock()

@@ -151,6 +151,12 @@ func (p *snapshot) Range(ctx context.Context, fn func(key, value []byte) error) 
 	if err != nil {
 		return err
 	}
+	return eachUser(ctx, it, fn)
+}
+
+// eachUser calls fn for every user key of it (the 'u' prefix stripped)
+// and closes it.
+func eachUser(ctx context.Context, it *lsm.Iterator, fn func(key, value []byte) error) error {
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
@@ -177,14 +183,5 @@ func (s *Store) Scan(ctx context.Context, start, end []byte, fn func(key, value 
 	if err != nil {
 		return err
 	}
-	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fn(it.Key()[1:], it.Value()); err != nil {
-			return err
-		}
-	}
-	return it.Error()
+	return eachUser(ctx, it, fn)
 }

@@ -292,3 +292,40 @@ func (c *Control) WatchChain(ctx context.Context, group string) <-chan Chain {
 	}()
 	return out
 }
+
+// ShardMapKey is the etcd key of the cluster's shard map.
+func (c *Control) ShardMapKey() string { return c.prefix() + "shards" }
+
+// ErrNoShardMap: the cluster has no shard map in etcd yet.
+var ErrNoShardMap = errors.New("cluster: no shard map")
+
+// ShardMap returns the cluster's shard map, or ErrNoShardMap.
+func (c *Control) ShardMap(ctx context.Context) (ShardMap, error) {
+	resp, err := c.Client.Get(ctx, c.ShardMapKey())
+	if err != nil {
+		return ShardMap{}, fmt.Errorf("cluster: get shard map: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return ShardMap{}, ErrNoShardMap
+	}
+	return DecodeShardMap(resp.Kvs[0].Value)
+}
+
+// CreateShardMap writes m as the cluster's shard map unless it has one,
+// and returns the map in force. The put is one transaction conditional
+// on the key not existing, so two nodes setting up the same cluster agree
+// on the first writer's map.
+func (c *Control) CreateShardMap(ctx context.Context, m ShardMap) (ShardMap, error) {
+	b, err := EncodeShardMap(m)
+	if err != nil {
+		return ShardMap{}, err
+	}
+	key := c.ShardMapKey()
+	if _, err := c.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(b))).
+		Commit(); err != nil {
+		return ShardMap{}, fmt.Errorf("cluster: create shard map: %w", err)
+	}
+	return c.ShardMap(ctx)
+}

@@ -2,12 +2,17 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,7 +33,10 @@ func newClusterCmd(g *globals) *cobra.Command {
 membership, each replication group's chain and its epoch; nodes replicate a
 kv/lsm store by chain replication with request shipping.`,
 	}
-	cmd.AddCommand(newClusterEtcdCmd(g), newClusterNodeCmd(g), newClusterUpCmd(g), newClusterStatusCmd(), newClusterPutCmd(), newClusterGetCmd())
+	node := newNodeServeCmd(g, "node")
+	node.Short = "Run one storage node (the same as \"nearstore node serve\")"
+	cmd.AddCommand(newClusterEtcdCmd(g), node, newClusterUpCmd(g), newClusterStatusCmd(), newClusterPutCmd(), newClusterGetCmd(),
+		newClusterDelCmd(), newClusterScanCmd())
 	return cmd
 }
 
@@ -81,28 +89,57 @@ func newClusterEtcdCmd(g *globals) *cobra.Command {
 	return cmd
 }
 
-func newClusterNodeCmd(g *globals) *cobra.Command {
+// newNodeCmd is "nearstore node": the storage node process.
+func newNodeCmd(g *globals) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "node",
+		Short: "A storage node of the replicated KV cluster (docs/CLUSTER.md)",
+	}
+	cmd.AddCommand(newNodeServeCmd(g, "serve"))
+	return cmd
+}
+
+// newNodeServeCmd is "nearstore node serve", also reachable under its
+// older name "nearstore cluster node".
+func newNodeServeCmd(g *globals, use string) *cobra.Command {
 	var (
 		ef             etcdFlags
+		groups         []string
 		id, listen     string
 		data           string
 		readIOPS       float64
 		leaseTTL, memt int
 	)
 	cmd := &cobra.Command{
-		Use:   "node",
-		Short: "Run one storage node of a replication group (a kv/lsm store replicated by CRRS)",
-		Long: `node serves one replica of --group: it opens a kv/lsm store in --data, takes
-itself out of the group's chain, registers in etcd with a lease of
---lease-ttl seconds, and joins the chain through a COPY from the tail. It
+		Use:   use,
+		Short: "Run one storage node: a replica of each of its groups (kv/lsm stores replicated by CRRS)",
+		Long: `serve runs one storage node hosting a replica of --group (or of each of
+--groups): for each group it opens a kv/lsm store (in --data with --group, in
+--data/GROUP with --groups), takes itself out of the group's chain, and joins
+it through a COPY from the tail; the node registers in etcd once, with a
+lease of --lease-ttl seconds, and serves every group on one listener. It
 prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 (its lease is revoked); kill -9 leaves the lease to expire.`,
-		Example: `  nearstore cluster node --etcd http://127.0.0.1:2379 --id n1 --data /var/lib/nearstore/n1 --listen 127.0.0.1:7001`,
+		Example: `  nearstore node serve --etcd http://127.0.0.1:2379 --id n1 --data /var/lib/nearstore/n1 --groups g0,g1 --listen 127.0.0.1:7001`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			g.sig.set(signalsStop)
 			if id == "" || data == "" {
 				return usageErrorf("--id and --data are required")
+			}
+			dirOf := func(string) string { return data }
+			if cmd.Flags().Changed("groups") {
+				if cmd.Flags().Changed("group") {
+					return usageErrorf("give --group or --groups, not both")
+				}
+				dirOf = func(group string) string { return filepath.Join(data, group) }
+			} else {
+				groups = []string{ef.group}
+			}
+			for i, gr := range groups {
+				if gr == "" || strings.ContainsAny(gr, "/\\") || slices.Contains(groups[:i], gr) {
+					return usageErrorf("bad or repeated group %q", gr)
+				}
 			}
 			ctl, closeCtl, err := ef.control()
 			if err != nil {
@@ -110,24 +147,32 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 			}
 			defer closeCtl()
 			ctl.Log = g.logger()
-			st, err := lsmstore.Open(data, lsm.Options{MemTableSize: memt, Logger: g.logger()})
-			if err != nil {
-				return err
-			}
-			defer st.Close()
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
 			}
-			n, err := chain.NewNode(chain.NodeConfig{
-				ID: id, Group: ef.group, Addr: ln.Addr().String(), Store: st, Control: ctl,
-				LeaseTTL: leaseTTL, ReadIOPS: readIOPS, Log: g.logger(),
-			})
+			var nodes []*chain.Node
+			for _, gr := range groups {
+				st, err := lsmstore.Open(dirOf(gr), lsm.Options{MemTableSize: memt, Logger: g.logger()})
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				n, err := chain.NewNode(chain.NodeConfig{
+					ID: id, Group: gr, Addr: ln.Addr().String(), Store: st, Control: ctl,
+					LeaseTTL: leaseTTL, ReadIOPS: readIOPS, Log: g.logger(),
+				})
+				if err != nil {
+					return err
+				}
+				nodes = append(nodes, n)
+			}
+			h, err := chain.NewHost(chain.HostConfig{ID: id, Addr: ln.Addr().String(), Control: ctl, LeaseTTL: leaseTTL, Log: g.logger()}, nodes...)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "node %s serving on %s\n", id, ln.Addr())
-			err = n.Run(cmd.Context(), ln)
+			err = h.Run(cmd.Context(), ln)
 			if cmd.Context().Err() != nil {
 				return nil
 			}
@@ -135,11 +180,12 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 		},
 	}
 	ef.add(cmd)
+	cmd.Flags().StringSliceVar(&groups, "groups", nil, "replication groups this node hosts, comma-separated (instead of --group)")
 	cmd.Flags().StringVar(&id, "id", "", "node ID (required)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address of the node's chain service")
-	cmd.Flags().StringVar(&data, "data", "", "directory of the node's kv/lsm store (required)")
-	cmd.Flags().Float64Var(&readIOPS, "read-iops", 0, "model a device admitting this many store reads per second (0: unthrottled)")
-	cmd.Flags().IntVar(&leaseTTL, "lease-ttl", 2, "etcd lease in seconds: a dead node leaves the chain this long after")
+	cmd.Flags().StringVar(&data, "data", "", "directory of the node's kv/lsm stores (required)")
+	cmd.Flags().Float64Var(&readIOPS, "read-iops", 0, "model a device admitting this many store reads per second, per group (0: unthrottled)")
+	cmd.Flags().IntVar(&leaseTTL, "lease-ttl", 2, "etcd lease in seconds: a dead node leaves the chains this long after")
 	cmd.Flags().IntVar(&memt, "memtable-size", 0, "kv/lsm memtable size in bytes (0: the default)")
 	return cmd
 }
@@ -149,16 +195,19 @@ func newClusterUpCmd(g *globals) *cobra.Command {
 		ef       etcdFlags
 		dir      string
 		nodes    int
+		groups   int
 		readIOPS float64
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Start a local cluster: an embedded etcd and N nodes, each its own process",
-		Long: `up starts an embedded etcd in this process (or uses --etcd), creates the
-group's chain n1 → … → nN, and starts each node as a separate
-"nearstore cluster node" process with its store under --dir. It prints the
-etcd endpoint and each node's pid, then runs until interrupted, stopping the
-nodes on the way out.`,
+		Long: `up starts an embedded etcd in this process (or uses --etcd), writes the
+shard map (with --groups G: G groups g0…g(G-1), each holding an equal slice
+of the keys' first byte; else one group, --group, holding every key),
+creates each group's chain n1 → … → nN, and starts each node as a separate
+"nearstore node serve" process hosting every group, with its stores under
+--dir. It prints the etcd endpoint and each node's pid, then runs until
+interrupted, stopping the nodes on the way out.`,
 		Example: `  nearstore cluster up --dir /tmp/nearstore-cluster --nodes 3`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -167,6 +216,16 @@ nodes on the way out.`,
 			out := cmd.OutOrStdout()
 			if dir == "" || nodes < 1 {
 				return usageErrorf("--dir and --nodes >= 1 are required")
+			}
+			if groups < 0 || groups > 256 {
+				return usageErrorf("--groups must be 0 to 256")
+			}
+			gnames := []string{ef.group}
+			if groups > 0 {
+				gnames = gnames[:0]
+				for i := range groups {
+					gnames = append(gnames, fmt.Sprintf("g%d", i))
+				}
 			}
 			if ef.endpoints == "" {
 				e, err := cluster.StartEmbedded(ctx, cluster.EmbedConfig{Dir: filepath.Join(dir, "etcd")})
@@ -186,8 +245,17 @@ nodes on the way out.`,
 			for i := 1; i <= nodes; i++ {
 				ids = append(ids, fmt.Sprintf("n%d", i))
 			}
-			if _, err := ctl.CreateChain(ctx, ef.group, ids); err != nil {
+			m, err := cluster.UniformShards(gnames)
+			if err != nil {
 				return err
+			}
+			if _, err := ctl.CreateShardMap(ctx, m); err != nil {
+				return err
+			}
+			for _, gr := range gnames {
+				if _, err := ctl.CreateChain(ctx, gr, ids); err != nil {
+					return err
+				}
 			}
 			self, err := os.Executable()
 			if err != nil {
@@ -203,9 +271,10 @@ nodes on the way out.`,
 				}
 			}()
 			for _, id := range ids {
-				p := exec.Command(self, "cluster", "node", "--etcd", ef.endpoints, "--prefix", ef.prefix, "--group", ef.group,
+				p := exec.Command(self, "node", "serve", "--etcd", ef.endpoints, "--prefix", ef.prefix, "--groups", strings.Join(gnames, ","),
 					"--id", id, "--data", filepath.Join(dir, id), "--read-iops", fmt.Sprint(readIOPS), "--log-level", g.logLevel)
 				p.Stderr = os.Stderr
+				p.SysProcAttr = nodeProcAttr()
 				so, err := p.StdoutPipe()
 				if err != nil {
 					return err
@@ -226,7 +295,8 @@ nodes on the way out.`,
 	}
 	ef.add(cmd)
 	cmd.Flags().StringVar(&dir, "dir", "", "directory for etcd's and the nodes' data (required)")
-	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of nodes (the chain's length)")
+	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of nodes (each group's chain length)")
+	cmd.Flags().IntVar(&groups, "groups", 0, "number of replication groups g0…g(N-1) sharing the key space (0: one group, --group)")
 	cmd.Flags().Float64Var(&readIOPS, "read-iops", 0, "each node's modelled device read rate (0: unthrottled)")
 	return cmd
 }
@@ -235,8 +305,12 @@ func newClusterStatusCmd() *cobra.Command {
 	var ef etcdFlags
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Print the group's chain (epoch, members head to tail, joining node) and the live nodes",
-		Args:  cobra.NoArgs,
+		Short: "Print each group's chain (epoch, members head to tail, joining node), the shard map and the live nodes",
+		Long: `status prints one line per group ("group G epoch E chain A -> B -> C",
+then "(joining: N)" if a node is joining), then the shard map's ranges
+("shard [START, END) group G", keys in Go quoting), then the live nodes. A
+cluster without a shard map is the one group --group.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctl, closeCtl, err := ef.control()
 			if err != nil {
@@ -245,22 +319,40 @@ func newClusterStatusCmd() *cobra.Command {
 			defer closeCtl()
 			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
 			defer cancel()
-			c, err := ctl.Chain(ctx, ef.group)
-			if err != nil {
+			m, err := ctl.ShardMap(ctx)
+			switch {
+			case errors.Is(err, cluster.ErrNoShardMap):
+				m = cluster.ShardMap{Shards: []cluster.Shard{{Group: ef.group}}}
+			case err != nil:
 				return err
+			}
+			out := cmd.OutOrStdout()
+			for _, gr := range m.Groups() {
+				c, err := ctl.Chain(ctx, gr)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(out, "group %s epoch %d chain %s", c.Group, c.Epoch, strings.Join(c.Members, " -> "))
+				if c.Joining != "" {
+					fmt.Fprintf(out, " (joining: %s)", c.Joining)
+				}
+				fmt.Fprintln(out)
+			}
+			if m.Version > 0 {
+				for _, sh := range m.Shards {
+					end := "∞"
+					if len(sh.End) > 0 {
+						end = strconv.Quote(string(sh.End))
+					}
+					fmt.Fprintf(out, "shard [%q, %s) group %s\n", sh.Start, end, sh.Group)
+				}
 			}
 			nodes, err := ctl.Nodes(ctx)
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "group %s epoch %d chain %s", c.Group, c.Epoch, strings.Join(c.Members, " -> "))
-			if c.Joining != "" {
-				fmt.Fprintf(out, " (joining: %s)", c.Joining)
-			}
-			fmt.Fprintln(out)
-			for id, n := range nodes {
-				fmt.Fprintf(out, "node %s %s\n", id, n.Addr)
+			for _, id := range slices.Sorted(maps.Keys(nodes)) {
+				fmt.Fprintf(out, "node %s %s %s\n", id, nodes[id].Addr, strings.Join(nodes[id].Groups, ","))
 			}
 			return nil
 		},
@@ -274,27 +366,38 @@ func newClusterPutCmd() *cobra.Command {
 	var del bool
 	cmd := &cobra.Command{
 		Use:   "put KEY [VALUE]",
-		Short: "Write KEY through the group's chain (or delete it with --delete)",
+		Short: "Write KEY through its group's chain (or delete it with --delete)",
 		Args:  cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if del != (len(args) == 1) {
 				return usageErrorf("want KEY VALUE, or KEY with --delete")
 			}
-			cl, done, err := ef.client(cmd.Context(), chain.ReadCRRS)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			if del {
-				return cl.Delete(ctx, []byte(args[0]))
-			}
-			return cl.Put(ctx, []byte(args[0]), []byte(args[1]))
+			return ef.withClient(cmd.Context(), chain.ReadCRRS, func(ctx context.Context, cl kvClient) error {
+				if del {
+					return cl.Delete(ctx, []byte(args[0]))
+				}
+				return cl.Put(ctx, []byte(args[0]), []byte(args[1]))
+			})
 		},
 	}
 	ef.add(cmd)
 	cmd.Flags().BoolVar(&del, "delete", false, "delete KEY")
+	return cmd
+}
+
+func newClusterDelCmd() *cobra.Command {
+	var ef etcdFlags
+	cmd := &cobra.Command{
+		Use:   "del KEY",
+		Short: "Delete KEY through its group's chain",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ef.withClient(cmd.Context(), chain.ReadCRRS, func(ctx context.Context, cl kvClient) error {
+				return cl.Delete(ctx, []byte(args[0]))
+			})
+		},
+	}
+	ef.add(cmd)
 	return cmd
 }
 
@@ -303,29 +406,24 @@ func newClusterGetCmd() *cobra.Command {
 	var tail bool
 	cmd := &cobra.Command{
 		Use:   "get KEY",
-		Short: "Read KEY from a clean replica (CRRS), or from the tail with --tail; exit 1 if absent",
+		Short: "Read KEY from a clean replica of its group (CRRS), or from the tail with --tail; exit 1 if absent",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mode := chain.ReadCRRS
 			if tail {
 				mode = chain.ReadTail
 			}
-			cl, done, err := ef.client(cmd.Context(), mode)
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
-			defer cancel()
-			v, found, err := cl.Get(ctx, []byte(args[0]))
-			if err != nil {
-				return err
-			}
-			if !found {
-				return fmt.Errorf("%s: not found", args[0])
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s\n", v)
-			return nil
+			return ef.withClient(cmd.Context(), mode, func(ctx context.Context, cl kvClient) error {
+				v, found, err := cl.Get(ctx, []byte(args[0]))
+				if err != nil {
+					return err
+				}
+				if !found {
+					return fmt.Errorf("%s: not found", args[0])
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\n", v)
+				return nil
+			})
 		},
 	}
 	ef.add(cmd)
@@ -333,15 +431,73 @@ func newClusterGetCmd() *cobra.Command {
 	return cmd
 }
 
-func (f *etcdFlags) client(ctx context.Context, mode chain.ReadMode) (*chain.Client, func(), error) {
+func newClusterScanCmd() *cobra.Command {
+	var ef etcdFlags
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "scan [START [END]]",
+		Short: "Print the keys in [START, END) in key order, one \"KEY VALUE\" line each, read at each group's tail",
+		Args:  cobra.MaximumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var start, end []byte
+			if len(args) > 0 {
+				start = []byte(args[0])
+			}
+			if len(args) > 1 {
+				end = []byte(args[1])
+				if bytes.Compare(start, end) >= 0 {
+					return usageErrorf("START %q is not below END %q", start, end)
+				}
+			}
+			if limit < 0 {
+				return usageErrorf("--limit must be >= 0")
+			}
+			return ef.withClient(cmd.Context(), chain.ReadTail, func(ctx context.Context, cl kvClient) error {
+				kvs, err := cl.Scan(ctx, start, end, limit)
+				if err != nil {
+					return err
+				}
+				w := bufio.NewWriter(cmd.OutOrStdout())
+				for _, kv := range kvs {
+					fmt.Fprintf(w, "%s %s\n", kv.Key, kv.Value)
+				}
+				return w.Flush()
+			})
+		},
+	}
+	ef.add(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many keys (0: all)")
+	return cmd
+}
+
+// kvClient is what the KV commands need: chain.Router (a cluster with a
+// shard map) or chain.Client (one group).
+type kvClient interface {
+	Put(ctx context.Context, key, value []byte) error
+	Delete(ctx context.Context, key []byte) error
+	Get(ctx context.Context, key []byte) ([]byte, bool, error)
+	Scan(ctx context.Context, start, end []byte, limit int) ([]chain.KV, error)
+	Close() error
+}
+
+// withClient runs fn with a client routing by the cluster's shard map
+// (or, with none, to --group), within 30 seconds of retries.
+func (f *etcdFlags) withClient(ctx context.Context, mode chain.ReadMode, fn func(context.Context, kvClient) error) error {
 	ctl, closeCtl, err := f.control()
 	if err != nil {
-		return nil, nil, err
+		return err
 	}
-	cl, err := chain.NewClient(ctx, chain.ClientConfig{Control: ctl, Group: f.group, Reads: mode})
+	defer closeCtl()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var cl kvClient
+	cl, err = chain.NewRouter(ctx, chain.RouterConfig{Control: ctl, Reads: mode})
+	if errors.Is(err, cluster.ErrNoShardMap) {
+		cl, err = chain.NewClient(ctx, chain.ClientConfig{Control: ctl, Group: f.group, Reads: mode})
+	}
 	if err != nil {
-		closeCtl()
-		return nil, nil, err
+		return err
 	}
-	return cl, func() { cl.Close(); closeCtl() }, nil
+	defer cl.Close()
+	return fn(ctx, cl)
 }

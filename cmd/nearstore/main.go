@@ -160,7 +160,7 @@ func newRoot(g *globals) *cobra.Command {
 	root.AddCommand(newAuthCmd(g))
 	root.AddCommand(newTargetCmd(g), newDiscoverCmd(g), newIOCmd(g), newBenchCmd(g), newFuncCmd(g), newKVCmd(g), newFSCmd(g), newDemoCmd(g),
 		newLSMCmd(g), newOffloadCmd(g), newPrepCmd(g), newVersionCmd())
-	root.AddCommand(newClusterCmd(g))
+	root.AddCommand(newClusterCmd(g), newNodeCmd(g))
 	usageConventions(root)
 	return root
 }

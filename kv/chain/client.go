@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -224,4 +225,38 @@ func (c *Client) Get(ctx context.Context, key []byte) (value []byte, found bool,
 		}
 	})
 	return value, found, err
+}
+
+// Scan returns the live keys in [start, end) (end nil: no bound) in key
+// order, at most limit of them (limit <= 0: all), read at the tail, where
+// every write is committed; it pages through MaxScan keys per request.
+func (c *Client) Scan(ctx context.Context, start, end []byte, limit int) ([]KV, error) {
+	var out []KV
+	from := start
+	for {
+		want := MaxScan
+		if limit > 0 {
+			want = min(want, limit-len(out))
+		}
+		var r *chainpb.ScanResponse
+		err := c.retry(ctx, func(ctx context.Context) error {
+			s, epoch, err := c.stub(c.Chain().Tail())
+			if err != nil {
+				return err
+			}
+			r, err = s.Scan(ctx, &chainpb.ScanRequest{Group: c.cfg.Group, Epoch: epoch, Start: from, End: end, Limit: uint32(want)})
+			return err
+		})
+		if err != nil {
+			return out, err
+		}
+		for _, kv := range r.Kvs {
+			out = append(out, KV{Key: kv.Key, Value: kv.Value})
+		}
+		if !r.More || (limit > 0 && len(out) >= limit) || len(r.Kvs) == 0 {
+			return out, nil
+		}
+		// The next page starts just past the last key returned.
+		from = append(bytes.Clone(r.Kvs[len(r.Kvs)-1].Key), 0)
+	}
 }

@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -127,75 +128,48 @@ func (n *Node) notifyLocked() {
 	n.changed = make(chan struct{})
 }
 
-// errLeaseLost: the node's etcd lease expired while it ran (a long pause,
-// a partition from etcd); the cluster may have taken it out already.
-var errLeaseLost = errors.New("chain: lease lost")
-
-// Run serves on ln until ctx ends. Each incarnation of the node first
-// takes it out of its group's chain (what it holds may be behind the
-// chain, or hold writes the chain never committed; cluster.Remove keeps a
-// last member), then registers with a lease, follows the chain's
-// configuration, and reconciles it; it joins through a COPY from the tail.
-// A node that loses its lease stops serving and starts a new incarnation.
+// Run serves the node's group alone on ln until ctx ends: a Host of
+// this one node (its ID, Addr, Control and LeaseTTL).
 func (n *Node) Run(ctx context.Context, ln net.Listener) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srv := grpc.NewServer()
-	chainpb.RegisterChainServer(srv, n)
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	defer srv.Stop()
-	defer n.closeConns()
-	for {
-		err := n.incarnation(ctx, serveErr)
-		if !errors.Is(err, errLeaseLost) || ctx.Err() != nil {
-			return err
-		}
-		n.log.Warn("lease lost: leaving the chain and joining again")
-		n.mu.Lock()
-		n.chain = cluster.Chain{} // refuse everything until the next configuration
-		n.notifyLocked()
-		n.mu.Unlock()
+	h, err := NewHost(HostConfig{ID: n.cfg.ID, Addr: n.cfg.Addr, Control: n.cfg.Control, LeaseTTL: n.cfg.LeaseTTL, Log: n.cfg.Log}, n)
+	if err != nil {
+		return err
 	}
+	return h.Run(ctx, ln)
 }
 
-func (n *Node) incarnation(ctx context.Context, serveErr <-chan error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	ctl := n.cfg.Control
-	if _, _, err := ctl.Update(ctx, n.cfg.Group, func(c cluster.Chain) (cluster.Chain, bool, error) {
+// leave takes the node out of its group's chain, as each incarnation of
+// its host does before registering: what it holds may be behind the
+// chain, or hold writes the chain never committed (cluster.Remove keeps
+// a last member).
+func (n *Node) leave(ctx context.Context) error {
+	if _, _, err := n.cfg.Control.Update(ctx, n.cfg.Group, func(c cluster.Chain) (cluster.Chain, bool, error) {
 		next, ev := cluster.Remove(c, n.cfg.ID)
 		return next, len(ev) > 0, nil
 	}); err != nil && !errors.Is(err, cluster.ErrNoChain) {
 		return err
 	}
-	reg, err := ctl.Register(ctx, cluster.Node{ID: n.cfg.ID, Addr: n.cfg.Addr, Groups: []string{n.cfg.Group}}, n.cfg.LeaseTTL)
-	if err != nil {
-		return err
-	}
-	defer reg.Close()
+	return nil
+}
+
+// follow reconciles the group's chain and installs each configuration
+// until ctx ends; it stops the shipper on the way out and then refuses
+// everything until the next configuration.
+func (n *Node) follow(ctx context.Context) {
 	go func() {
-		if err := ctl.RunReconciler(ctx, n.cfg.Group, time.Second); err != nil && ctx.Err() == nil {
+		if err := n.cfg.Control.RunReconciler(ctx, n.cfg.Group, time.Second); err != nil && ctx.Err() == nil {
 			n.log.Error("reconciler", "err", err)
 		}
 	}()
-	watch := ctl.WatchChain(ctx, n.cfg.Group)
-	defer n.stopShipper()
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-serveErr:
-			return fmt.Errorf("chain: serve: %w", err)
-		case <-reg.Done():
-			return fmt.Errorf("%w: node %s", errLeaseLost, n.cfg.ID)
-		case c, ok := <-watch:
-			if !ok {
-				return ctx.Err()
-			}
-			n.setChain(ctx, c)
-		}
+	watch := n.cfg.Control.WatchChain(ctx, n.cfg.Group)
+	for c := range watch {
+		n.setChain(ctx, c)
 	}
+	n.stopShipper()
+	n.mu.Lock()
+	n.chain = cluster.Chain{}
+	n.notifyLocked()
+	n.mu.Unlock()
 }
 
 // setChain installs a new configuration: the commit point is recomputed
@@ -304,17 +278,25 @@ func epochErr(have, got uint64) error {
 	return status.Errorf(codes.FailedPrecondition, "chain: epoch %d, request has %d", have, got)
 }
 
+// checkRequestLocked refuses a request for another group or routed by
+// another epoch.
+func (n *Node) checkRequestLocked(group string, epoch uint64) error {
+	if group != n.cfg.Group {
+		return status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, group)
+	}
+	if epoch != n.chain.Epoch {
+		return epochErr(n.chain.Epoch, epoch)
+	}
+	return nil
+}
+
 // Put implements the head's write: sequence, apply, ship, wait for the
 // commit point to pass it.
 func (n *Node) Put(ctx context.Context, req *chainpb.PutRequest) (*chainpb.PutResponse, error) {
 	n.mu.Lock()
-	if req.Group != n.cfg.Group {
+	if err := n.checkRequestLocked(req.Group, req.Epoch); err != nil {
 		n.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, req.Group)
-	}
-	if req.Epoch != n.chain.Epoch {
-		n.mu.Unlock()
-		return nil, epochErr(n.chain.Epoch, req.Epoch)
+		return nil, err
 	}
 	if n.chain.Head() != n.cfg.ID || n.copying {
 		n.mu.Unlock()
@@ -369,13 +351,9 @@ func (n *Node) admitRead(ctx context.Context) error {
 // and a write committed meanwhile makes the value a committed one.
 func (n *Node) Get(ctx context.Context, req *chainpb.GetRequest) (*chainpb.GetResponse, error) {
 	n.mu.Lock()
-	if req.Group != n.cfg.Group {
+	if err := n.checkRequestLocked(req.Group, req.Epoch); err != nil {
 		n.mu.Unlock()
-		return nil, status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, req.Group)
-	}
-	if req.Epoch != n.chain.Epoch {
-		n.mu.Unlock()
-		return nil, epochErr(n.chain.Epoch, req.Epoch)
+		return nil, err
 	}
 	_, _, member := n.chain.Neighbours(n.cfg.ID)
 	if !member || n.copying {
@@ -654,11 +632,8 @@ func (n *Node) Ship(st chainpb.Chain_ShipServer) error {
 func (n *Node) checkSender(m *chainpb.ShipMsg) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if m.Group != n.cfg.Group {
-		return status.Errorf(codes.NotFound, "chain: node %s does not serve group %q", n.cfg.ID, m.Group)
-	}
-	if m.Epoch != n.chain.Epoch {
-		return epochErr(n.chain.Epoch, m.Epoch)
+	if err := n.checkRequestLocked(m.Group, m.Epoch); err != nil {
+		return err
 	}
 	pred, _, member := n.chain.Neighbours(n.cfg.ID)
 	if !member && n.chain.Joining == n.cfg.ID {
@@ -747,4 +722,75 @@ func (n *Node) sendAcks(ctx context.Context, st chainpb.Chain_ShipServer, last *
 		}
 		last = a
 	}
+}
+
+// RangeScanner is what Scan needs of a Store beyond the Store interface:
+// the live keys in [start, end) in key order (end nil: no bound), fn
+// called for each until it returns an error, which Scan returns (wrapped
+// or not). It may run beside writes. A Store without it is scanned
+// through a Snapshot.
+type RangeScanner interface {
+	Scan(ctx context.Context, start, end []byte, fn func(key, value []byte) error) error
+}
+
+// MaxScan is the most keys one Scan RPC returns; a client asks again
+// from past the last key for more.
+const MaxScan = 1000
+
+// errStopScan ends a scan that has its keys.
+var errStopScan = errors.New("chain: scan has its keys")
+
+// Scan reads a key range at the tail, where every write is committed.
+func (n *Node) Scan(ctx context.Context, req *chainpb.ScanRequest) (*chainpb.ScanResponse, error) {
+	n.mu.Lock()
+	if err := n.checkRequestLocked(req.Group, req.Epoch); err != nil {
+		n.mu.Unlock()
+		return nil, err
+	}
+	if !n.isTailLocked() || n.copying {
+		n.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "chain: node %s is not the tail of epoch %d", n.cfg.ID, n.chain.Epoch)
+	}
+	rs, ok := n.cfg.Store.(RangeScanner)
+	var snap Snapshot
+	if !ok {
+		// Taken under mu, so no write runs (the Snapshot contract).
+		var err error
+		if snap, err = n.cfg.Store.Snapshot(); err != nil {
+			n.mu.Unlock()
+			return nil, status.Errorf(codes.Internal, "chain: scan: %v", err)
+		}
+		defer snap.Close()
+	}
+	n.mu.Unlock()
+	limit := int(req.Limit)
+	if limit <= 0 || limit > MaxScan {
+		limit = MaxScan
+	}
+	end := req.End
+	if len(end) == 0 {
+		end = nil
+	}
+	resp := &chainpb.ScanResponse{}
+	fn := func(k, v []byte) error {
+		if bytes.Compare(k, req.Start) < 0 || (end != nil && bytes.Compare(k, end) >= 0) {
+			return nil
+		}
+		if len(resp.Kvs) == limit {
+			resp.More = true
+			return errStopScan
+		}
+		resp.Kvs = append(resp.Kvs, &chainpb.KV{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+		return nil
+	}
+	var err error
+	if rs != nil {
+		err = rs.Scan(ctx, req.Start, end, fn)
+	} else {
+		err = snap.Range(ctx, fn)
+	}
+	if err != nil && !errors.Is(err, errStopScan) {
+		return nil, status.Errorf(codes.Internal, "chain: scan: %v", err)
+	}
+	return resp, nil
 }

@@ -17,36 +17,7 @@ import (
 // "cluster up", then status, put, get and a missing key from other
 // processes, then SIGINT stops it cleanly.
 func TestClusterUp(t *testing.T) {
-	up := exec.Command(clitest.Binary(t), "cluster", "up", "--dir", filepath.Join(t.TempDir(), "c"), "--nodes", "3", "--log-level", "warn")
-	up.Stderr = os.Stderr
-	out, err := up.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		up.Process.Kill()
-		up.Wait()
-	}()
-	rd := bufio.NewReader(out)
-	var endpoint string
-	for i := range 4 {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("cluster up line %d: %q %v", i, line, err)
-		}
-		if i == 0 {
-			f := strings.Fields(line)
-			if len(f) != 2 || f[0] != "etcd" {
-				t.Fatalf("first line %q", line)
-			}
-			endpoint = f[1]
-		} else if !strings.HasPrefix(line, "node n") || !strings.Contains(line, "(pid ") {
-			t.Fatalf("line %q", line)
-		}
-	}
+	up, endpoint := startUp(t, "--nodes", "3")
 	run := func(args ...string) clitest.Result {
 		return clitest.Run(t, 60*time.Second, nil, nil, append(args, "--etcd", endpoint)...)
 	}
@@ -94,5 +65,107 @@ func TestClusterUp(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("cluster up still running 30s after SIGINT")
+	}
+}
+
+// startUp starts "cluster up" with args and returns it and its etcd
+// endpoint, once it printed every node's line.
+func startUp(t *testing.T, args ...string) (*exec.Cmd, string) {
+	t.Helper()
+	up := exec.Command(clitest.Binary(t), append([]string{"cluster", "up", "--dir", filepath.Join(t.TempDir(), "c"), "--log-level", "warn"}, args...)...)
+	up.Stderr = os.Stderr
+	out, err := up.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := up.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// SIGINT stops the nodes cleanly; kill -9 if it hangs.
+		up.Process.Signal(syscall.SIGINT)
+		done := make(chan struct{})
+		go func() { up.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			up.Process.Kill()
+			<-done
+		}
+	})
+	rd := bufio.NewReader(out)
+	var endpoint string
+	for i := range 4 {
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatalf("cluster up line %d: %q %v", i, line, err)
+		}
+		if i == 0 {
+			f := strings.Fields(line)
+			if len(f) != 2 || f[0] != "etcd" {
+				t.Fatalf("first line %q", line)
+			}
+			endpoint = f[1]
+		} else if !strings.HasPrefix(line, "node n") || !strings.Contains(line, "(pid ") {
+			t.Fatalf("line %q", line)
+		}
+	}
+	return up, endpoint
+}
+
+// TestClusterUpSharded runs three groups on three nodes: keys spread over
+// the groups by the shard map, and put, get, del and scan route by it.
+func TestClusterUpSharded(t *testing.T) {
+	_, endpoint := startUp(t, "--nodes", "3", "--groups", "3")
+	run := func(args ...string) clitest.Result {
+		return clitest.Run(t, 60*time.Second, nil, nil, append(args, "--etcd", endpoint)...)
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		r := run("cluster", "status")
+		whole := r.Code == 0 && !strings.Contains(r.Stdout, "joining")
+		for _, g := range []string{"g0", "g1", "g2"} {
+			whole = whole && strings.Contains(r.Stdout, "group "+g+" ") && strings.Count(r.Stdout, "->") == 6
+		}
+		if whole {
+			if !strings.Contains(r.Stdout, `shard ["", "U") group g0`) || !strings.Contains(r.Stdout, `shard ["\xaa", ∞) group g2`) {
+				t.Fatalf("status shard map: %s", r.Stdout)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status never showed three whole chains: %+v", r)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// One key in each group's range ('U' = 0x55 and 0xaa are the bounds).
+	keys := []string{"Apple", "Zebra", "\xc0tail"}
+	for _, k := range keys {
+		if r := run("cluster", "put", k, "v-"+k); r.Code != 0 {
+			t.Fatalf("put %q: %+v", k, r)
+		}
+	}
+	for _, k := range keys {
+		if r := run("cluster", "get", k); r.Code != 0 || r.Stdout != "v-"+k+"\n" {
+			t.Fatalf("get %q: %+v", k, r)
+		}
+	}
+	if r := run("cluster", "scan"); r.Code != 0 || r.Stdout != "Apple v-Apple\nZebra v-Zebra\n\xc0tail v-\xc0tail\n" {
+		t.Fatalf("scan: %+v", r)
+	}
+	if r := run("cluster", "scan", "B", "\xff", "--limit", "1"); r.Code != 0 || r.Stdout != "Zebra v-Zebra\n" {
+		t.Fatalf("scan from B limit 1: %+v", r)
+	}
+	if r := run("cluster", "scan", "b", "a"); r.Code != 2 {
+		t.Fatalf("scan with START above END: %+v", r)
+	}
+	if r := run("cluster", "del", "Zebra"); r.Code != 0 {
+		t.Fatalf("del: %+v", r)
+	}
+	if r := run("cluster", "get", "Zebra"); r.Code != 1 {
+		t.Fatalf("get after del: %+v", r)
+	}
+	if r := run("cluster", "scan"); r.Code != 0 || r.Stdout != "Apple v-Apple\n\xc0tail v-\xc0tail\n" {
+		t.Fatalf("scan after del: %+v", r)
 	}
 }

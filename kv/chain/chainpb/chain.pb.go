@@ -703,6 +703,135 @@ func (x *ShipAck) GetCommitted() uint64 {
 	return 0
 }
 
+type ScanRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,2,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Start         []byte                 `protobuf:"bytes,3,opt,name=start,proto3" json:"start,omitempty"`
+	End           []byte                 `protobuf:"bytes,4,opt,name=end,proto3" json:"end,omitempty"`
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanRequest) Reset() {
+	*x = ScanRequest{}
+	mi := &file_chain_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanRequest) ProtoMessage() {}
+
+func (x *ScanRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_chain_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
+func (*ScanRequest) Descriptor() ([]byte, []int) {
+	return file_chain_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ScanRequest) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *ScanRequest) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *ScanRequest) GetStart() []byte {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetEnd() []byte {
+	if x != nil {
+		return x.End
+	}
+	return nil
+}
+
+func (x *ScanRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ScanResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kvs   []*KV                  `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
+	// more: the range holds keys past the last one returned.
+	More          bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScanResponse) Reset() {
+	*x = ScanResponse{}
+	mi := &file_chain_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScanResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScanResponse) ProtoMessage() {}
+
+func (x *ScanResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_chain_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
+func (*ScanResponse) Descriptor() ([]byte, []int) {
+	return file_chain_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ScanResponse) GetKvs() []*KV {
+	if x != nil {
+		return x.Kvs
+	}
+	return nil
+}
+
+func (x *ScanResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 var File_chain_proto protoreflect.FileDescriptor
 
 const file_chain_proto_rawDesc = "" +
@@ -750,11 +879,21 @@ const file_chain_proto_rawDesc = "" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\"A\n" +
 	"\aShipAck\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x1c\n" +
-	"\tcommitted\x18\x02 \x01(\x04R\tcommitted2\xcb\x01\n" +
+	"\tcommitted\x18\x02 \x01(\x04R\tcommitted\"w\n" +
+	"\vScanRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
+	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
+	"\x05start\x18\x03 \x01(\fR\x05start\x12\x10\n" +
+	"\x03end\x18\x04 \x01(\fR\x03end\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"I\n" +
+	"\fScanResponse\x12%\n" +
+	"\x03kvs\x18\x01 \x03(\v2\x13.nearstore.chain.KVR\x03kvs\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more2\x90\x02\n" +
 	"\x05Chain\x12@\n" +
 	"\x03Put\x12\x1b.nearstore.chain.PutRequest\x1a\x1c.nearstore.chain.PutResponse\x12@\n" +
 	"\x03Get\x12\x1b.nearstore.chain.GetRequest\x1a\x1c.nearstore.chain.GetResponse\x12>\n" +
-	"\x04Ship\x12\x18.nearstore.chain.ShipMsg\x1a\x18.nearstore.chain.ShipAck(\x010\x01B1Z/github.com/nearstore/nearstore/kv/chain/chainpbb\x06proto3"
+	"\x04Ship\x12\x18.nearstore.chain.ShipMsg\x1a\x18.nearstore.chain.ShipAck(\x010\x01\x12C\n" +
+	"\x04Scan\x12\x1c.nearstore.chain.ScanRequest\x1a\x1d.nearstore.chain.ScanResponseB1Z/github.com/nearstore/nearstore/kv/chain/chainpbb\x06proto3"
 
 var (
 	file_chain_proto_rawDescOnce sync.Once
@@ -768,19 +907,21 @@ func file_chain_proto_rawDescGZIP() []byte {
 	return file_chain_proto_rawDescData
 }
 
-var file_chain_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_chain_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_chain_proto_goTypes = []any{
-	(*PutRequest)(nil),  // 0: nearstore.chain.PutRequest
-	(*PutResponse)(nil), // 1: nearstore.chain.PutResponse
-	(*GetRequest)(nil),  // 2: nearstore.chain.GetRequest
-	(*GetResponse)(nil), // 3: nearstore.chain.GetResponse
-	(*KV)(nil),          // 4: nearstore.chain.KV
-	(*ShipMsg)(nil),     // 5: nearstore.chain.ShipMsg
-	(*Hello)(nil),       // 6: nearstore.chain.Hello
-	(*Write)(nil),       // 7: nearstore.chain.Write
-	(*CopyChunk)(nil),   // 8: nearstore.chain.CopyChunk
-	(*CopyDone)(nil),    // 9: nearstore.chain.CopyDone
-	(*ShipAck)(nil),     // 10: nearstore.chain.ShipAck
+	(*PutRequest)(nil),   // 0: nearstore.chain.PutRequest
+	(*PutResponse)(nil),  // 1: nearstore.chain.PutResponse
+	(*GetRequest)(nil),   // 2: nearstore.chain.GetRequest
+	(*GetResponse)(nil),  // 3: nearstore.chain.GetResponse
+	(*KV)(nil),           // 4: nearstore.chain.KV
+	(*ShipMsg)(nil),      // 5: nearstore.chain.ShipMsg
+	(*Hello)(nil),        // 6: nearstore.chain.Hello
+	(*Write)(nil),        // 7: nearstore.chain.Write
+	(*CopyChunk)(nil),    // 8: nearstore.chain.CopyChunk
+	(*CopyDone)(nil),     // 9: nearstore.chain.CopyDone
+	(*ShipAck)(nil),      // 10: nearstore.chain.ShipAck
+	(*ScanRequest)(nil),  // 11: nearstore.chain.ScanRequest
+	(*ScanResponse)(nil), // 12: nearstore.chain.ScanResponse
 }
 var file_chain_proto_depIdxs = []int32{
 	6,  // 0: nearstore.chain.ShipMsg.hello:type_name -> nearstore.chain.Hello
@@ -788,17 +929,20 @@ var file_chain_proto_depIdxs = []int32{
 	8,  // 2: nearstore.chain.ShipMsg.chunk:type_name -> nearstore.chain.CopyChunk
 	9,  // 3: nearstore.chain.ShipMsg.done:type_name -> nearstore.chain.CopyDone
 	4,  // 4: nearstore.chain.CopyChunk.kvs:type_name -> nearstore.chain.KV
-	0,  // 5: nearstore.chain.Chain.Put:input_type -> nearstore.chain.PutRequest
-	2,  // 6: nearstore.chain.Chain.Get:input_type -> nearstore.chain.GetRequest
-	5,  // 7: nearstore.chain.Chain.Ship:input_type -> nearstore.chain.ShipMsg
-	1,  // 8: nearstore.chain.Chain.Put:output_type -> nearstore.chain.PutResponse
-	3,  // 9: nearstore.chain.Chain.Get:output_type -> nearstore.chain.GetResponse
-	10, // 10: nearstore.chain.Chain.Ship:output_type -> nearstore.chain.ShipAck
-	8,  // [8:11] is the sub-list for method output_type
-	5,  // [5:8] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	4,  // 5: nearstore.chain.ScanResponse.kvs:type_name -> nearstore.chain.KV
+	0,  // 6: nearstore.chain.Chain.Put:input_type -> nearstore.chain.PutRequest
+	2,  // 7: nearstore.chain.Chain.Get:input_type -> nearstore.chain.GetRequest
+	5,  // 8: nearstore.chain.Chain.Ship:input_type -> nearstore.chain.ShipMsg
+	11, // 9: nearstore.chain.Chain.Scan:input_type -> nearstore.chain.ScanRequest
+	1,  // 10: nearstore.chain.Chain.Put:output_type -> nearstore.chain.PutResponse
+	3,  // 11: nearstore.chain.Chain.Get:output_type -> nearstore.chain.GetResponse
+	10, // 12: nearstore.chain.Chain.Ship:output_type -> nearstore.chain.ShipAck
+	12, // 13: nearstore.chain.Chain.Scan:output_type -> nearstore.chain.ScanResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_chain_proto_init() }
@@ -818,7 +962,7 @@ func file_chain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chain_proto_rawDesc), len(file_chain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

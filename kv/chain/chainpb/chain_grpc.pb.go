@@ -27,6 +27,7 @@ const (
 	Chain_Put_FullMethodName  = "/nearstore.chain.Chain/Put"
 	Chain_Get_FullMethodName  = "/nearstore.chain.Chain/Get"
 	Chain_Ship_FullMethodName = "/nearstore.chain.Chain/Ship"
+	Chain_Scan_FullMethodName = "/nearstore.chain.Chain/Scan"
 )
 
 // ChainClient is the client API for Chain service.
@@ -43,6 +44,10 @@ type ChainClient interface {
 	// COPY (chunks, then done), then writes in sequence order. The
 	// successor answers the Hello with its state and then sends acks.
 	Ship(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ShipMsg, ShipAck], error)
+	// Scan returns the live keys in [start, end) (end empty: no upper
+	// bound) in key order, at most limit of them (0: the node's cap); only
+	// the tail answers it, whose every write is committed.
+	Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error)
 }
 
 type chainClient struct {
@@ -86,6 +91,16 @@ func (c *chainClient) Ship(ctx context.Context, opts ...grpc.CallOption) (grpc.B
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Chain_ShipClient = grpc.BidiStreamingClient[ShipMsg, ShipAck]
 
+func (c *chainClient) Scan(ctx context.Context, in *ScanRequest, opts ...grpc.CallOption) (*ScanResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScanResponse)
+	err := c.cc.Invoke(ctx, Chain_Scan_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ChainServer is the server API for Chain service.
 // All implementations must embed UnimplementedChainServer
 // for forward compatibility.
@@ -100,6 +115,10 @@ type ChainServer interface {
 	// COPY (chunks, then done), then writes in sequence order. The
 	// successor answers the Hello with its state and then sends acks.
 	Ship(grpc.BidiStreamingServer[ShipMsg, ShipAck]) error
+	// Scan returns the live keys in [start, end) (end empty: no upper
+	// bound) in key order, at most limit of them (0: the node's cap); only
+	// the tail answers it, whose every write is committed.
+	Scan(context.Context, *ScanRequest) (*ScanResponse, error)
 	mustEmbedUnimplementedChainServer()
 }
 
@@ -118,6 +137,9 @@ func (UnimplementedChainServer) Get(context.Context, *GetRequest) (*GetResponse,
 }
 func (UnimplementedChainServer) Ship(grpc.BidiStreamingServer[ShipMsg, ShipAck]) error {
 	return status.Error(codes.Unimplemented, "method Ship not implemented")
+}
+func (UnimplementedChainServer) Scan(context.Context, *ScanRequest) (*ScanResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Scan not implemented")
 }
 func (UnimplementedChainServer) mustEmbedUnimplementedChainServer() {}
 func (UnimplementedChainServer) testEmbeddedByValue()               {}
@@ -183,6 +205,24 @@ func _Chain_Ship_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Chain_ShipServer = grpc.BidiStreamingServer[ShipMsg, ShipAck]
 
+func _Chain_Scan_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScanRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChainServer).Scan(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Chain_Scan_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChainServer).Scan(ctx, req.(*ScanRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Chain_ServiceDesc is the grpc.ServiceDesc for Chain service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -197,6 +237,10 @@ var Chain_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Get",
 			Handler:    _Chain_Get_Handler,
+		},
+		{
+			MethodName: "Scan",
+			Handler:    _Chain_Scan_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

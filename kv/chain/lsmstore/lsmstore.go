@@ -151,6 +151,12 @@ func (p *snapshot) Range(ctx context.Context, fn func(key, value []byte) error) 
 	if err != nil {
 		return err
 	}
+	return eachUser(ctx, it, fn)
+}
+
+// eachUser calls fn for every user key of it (the 'u' prefix stripped)
+// and closes it.
+func eachUser(ctx context.Context, it *lsm.Iterator, fn func(key, value []byte) error) error {
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
 		if err := ctx.Err(); err != nil {
@@ -164,3 +170,18 @@ func (p *snapshot) Range(ctx context.Context, fn func(key, value []byte) error) 
 }
 
 func (p *snapshot) Close() error { return p.snap.Close() }
+
+var _ chain.RangeScanner = (*Store)(nil)
+
+// Scan implements chain.RangeScanner with one bounded iterator.
+func (s *Store) Scan(ctx context.Context, start, end []byte, fn func(key, value []byte) error) error {
+	o := &lsm.IterOptions{LowerBound: userKey(start), UpperBound: userUpper}
+	if end != nil {
+		o.UpperBound = userKey(end)
+	}
+	it, err := s.db.NewIter(o)
+	if err != nil {
+		return err
+	}
+	return eachUser(ctx, it, fn)
+}

@@ -26,7 +26,7 @@
  * A loop iteration costs far more than a few ALU operations in both
  * runtimes (wasm leaves its compiled code at every back-edge to check for
  * a timeout; eBPF counts backward jumps), so every loop looks at many
- * bytes per iteration: up to 512 with wasm SIMD (built with -msimd128, see
+ * bytes per iteration: up to 1024 with wasm SIMD (built with -msimd128, see
  * scripts/build-functions.sh), 8 at a time otherwise (eBPF has no SIMD).
  */
 #include "nearstore.h"
@@ -155,7 +155,7 @@ NS_INLINE void copy(u8 *d, const u8 *s, u32 n)
  * its first, middle and last bytes splatted (f, c, l), which must all
  * match at their distances (0, mid, m - 1) from a candidate, and head,
  * its first 16 bytes (zero past m) for the comparison. Two bytes are not
- * enough in text: 'e' and 'n' seven bytes apart, say, are in most 512-byte
+ * enough in text: 'e' and 'n' seven bytes apart, say, are in most 1024-byte
  * blocks of English, and every candidate costs a loop iteration; three
  * leave few false candidates.
  */
@@ -163,7 +163,41 @@ struct pattern {
 	const u8 *p;
 	u32 m, mid;
 	v128_t f, c, l, head;
+	/* rare: of the three, the byte least common in text (r, splatted)
+	 * is rare enough to screen 1 KiB blocks by itself, at distance dr. */
+	int rare;
+	u32 dr;
+	v128_t r;
 };
+
+/*
+ * commonness ranks a byte by how often it occurs in English text: space
+ * and the commonest lowercase letters high, anything else 0. It is a
+ * switch, not a loop over a table: wasm leaves its compiled code at every
+ * loop iteration.
+ */
+NS_INLINE u32 commonness(u8 b)
+{
+	switch (b) {
+	case ' ': return 16;
+	case 'e': return 15;
+	case 't': return 14;
+	case 'a': return 13;
+	case 'o': return 12;
+	case 'i': return 11;
+	case 'n': return 10;
+	case 's': return 9;
+	case 'h': return 8;
+	case 'r': return 7;
+	case 'd': return 6;
+	case 'l': return 5;
+	case 'c': return 4;
+	case 'u': return 3;
+	case 'm': return 2;
+	case 'w': return 1;
+	default: return 0;
+	}
+}
 
 /* prepare sets k up for pat[0, m), m > 0; pat's input ends at in_end. */
 NS_INLINE void prepare(struct pattern *k, const u8 *pat, u32 m, const u8 *in_end)
@@ -174,6 +208,14 @@ NS_INLINE void prepare(struct pattern *k, const u8 *pat, u32 m, const u8 *in_end
 	k->f = wasm_i8x16_splat((signed char)pat[0]);
 	k->c = wasm_i8x16_splat((signed char)pat[m / 2]);
 	k->l = wasm_i8x16_splat((signed char)pat[m - 1]);
+	u32 dr = 0;
+	if (commonness(pat[m / 2]) < commonness(pat[dr]))
+		dr = m / 2;
+	if (commonness(pat[m - 1]) < commonness(pat[dr]))
+		dr = m - 1;
+	k->dr = dr;
+	k->r = wasm_i8x16_splat((signed char)pat[dr]);
+	k->rare = commonness(pat[dr]) == 0;
 	if (in_end - pat >= 16) {
 		k->head = wasm_v128_load(pat);
 		return;
@@ -213,28 +255,43 @@ NS_INLINE int match(const u8 *t, u32 j, u32 n, const struct pattern *k)
 	return (ne & 0xffff) == 0 && same(t + j + 16, k->p + 16, k->m - 16);
 }
 
+/* rare_in reports whether the rare byte is at distance dr from one of
+ * the 1024 positions from p: one i8x16.eq per 16 positions. */
+NS_INLINE int rare_in(const u8 *p, const struct pattern *k)
+{
+	const u8 *q = p + k->dr;
+	v128_t any[4];
+#pragma clang loop unroll(full)
+	for (u32 x = 0; x < 4; x++)
+		any[x] = wasm_i8x16_eq(wasm_v128_load(q + 16 * x), k->r);
+#pragma clang loop unroll(full)
+	for (u32 x = 4; x < 64; x++)
+		any[x % 4] = wasm_v128_or(any[x % 4], wasm_i8x16_eq(wasm_v128_load(q + 16 * x), k->r));
+	return wasm_v128_any_true(wasm_v128_or(wasm_v128_or(any[0], any[1]), wasm_v128_or(any[2], any[3])));
+}
+
 /* find_pat returns the first position in [i, lim) where the pattern
  * occurs in t, or lim; lim = n - m + 1 keeps every load inside t[0, n).
- * It looks at 512 positions per iteration (the unrolled loop is one
- * straight run of code), and at a block's 64 positions at a time only
- * when the block holds a candidate. */
+ * It looks at 1024 positions per iteration (the unrolled loop is one
+ * straight run of code): with a rare byte in the pattern, a block
+ * without it is passed over after one comparison per 16 positions;
+ * otherwise the block's candidates are found with three, and its 64
+ * positions at a time only when the block holds a candidate. */
 NS_INLINE u32 find_pat(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *k)
 {
-	for (; i + 512 <= lim; i += 512) {
+	for (; i + 1024 <= lim; i += 1024) {
 		const u8 *p = t + i;
-		v128_t g[8];
+		if (k->rare && !rare_in(p, k))
+			continue;
+		v128_t g[16];
 #pragma clang loop unroll(full)
-		for (u32 x = 0; x < 8; x++)
+		for (u32 x = 0; x < 16; x++)
 			g[x] = wasm_v128_or(wasm_v128_or(cand(p + 64 * x, k), cand(p + 64 * x + 16, k)),
 					    wasm_v128_or(cand(p + 64 * x + 32, k), cand(p + 64 * x + 48, k)));
-		v128_t any = wasm_v128_or(wasm_v128_or(wasm_v128_or(g[0], g[1]), wasm_v128_or(g[2], g[3])),
-					  wasm_v128_or(wasm_v128_or(g[4], g[5]), wasm_v128_or(g[6], g[7])));
-		if (!wasm_v128_any_true(any))
-			continue;
 		/* The 64-position groups that hold a candidate, usually one. */
 		u32 groups = 0;
 #pragma clang loop unroll(full)
-		for (u32 x = 0; x < 8; x++)
+		for (u32 x = 0; x < 16; x++)
 			groups |= (u32)wasm_v128_any_true(g[x]) << x;
 		for (; groups; groups &= groups - 1) {
 			u32 q = i + 64 * (u32)__builtin_ctz(groups);

@@ -65,10 +65,25 @@ NS_INLINE u32 eq16(const u8 *p, v128_t b)
 	return (u32)wasm_i8x16_bitmask(wasm_i8x16_eq(wasm_v128_load(p), b));
 }
 
-/* find_byte returns the index of the first b in p[i, n), or n. */
+/* eq64 is the bitmask of the bytes of p[0, 64) equal to b (splatted). */
+NS_INLINE u64 eq64(const u8 *p, v128_t b)
+{
+	return (u64)eq16(p, b) | (u64)eq16(p + 16, b) << 16 | (u64)eq16(p + 32, b) << 32 | (u64)eq16(p + 48, b) << 48;
+}
+
+/* find_byte returns the index of the first b in p[i, n), or n. The first
+ * 128 bytes are looked at without a loop: a row's end is usually there. */
 NS_INLINE u32 find_byte(const u8 *p, u32 i, u32 n, u8 b)
 {
 	v128_t bb = wasm_i8x16_splat((signed char)b);
+	if (i + 128 <= n) {
+		u64 lo = eq64(p + i, bb), hi = eq64(p + i + 64, bb);
+		if (lo)
+			return i + (u32)__builtin_ctzll(lo);
+		if (hi)
+			return i + 64 + (u32)__builtin_ctzll(hi);
+		i += 128;
+	}
 	for (; i + 64 <= n; i += 64) {
 		v128_t e0 = wasm_i8x16_eq(wasm_v128_load(p + i), bb);
 		v128_t e1 = wasm_i8x16_eq(wasm_v128_load(p + i + 16), bb);
@@ -97,10 +112,20 @@ NS_INLINE u32 find_byte(const u8 *p, u32 i, u32 n, u8 b)
 	return i;
 }
 
-/* row_start returns the index after the last '\n' in t[lo, i), or lo. */
+/* row_start returns the index after the last '\n' in t[lo, i), or lo.
+ * The 128 bytes before i are looked at without a loop: a row's start is
+ * usually there. */
 NS_INLINE u32 row_start(const u8 *t, u32 lo, u32 i)
 {
 	v128_t nl = wasm_i8x16_splat('\n');
+	if (i - lo >= 128) {
+		u64 hi = eq64(t + i - 64, nl), lo2 = eq64(t + i - 128, nl);
+		if (hi)
+			return i - (u32)__builtin_clzll(hi);
+		if (lo2)
+			return i - 64 - (u32)__builtin_clzll(lo2);
+		i -= 128;
+	}
 	for (; i - lo >= 64; i -= 64) {
 		const u8 *p = t + i - 64;
 		v128_t e0 = wasm_i8x16_eq(wasm_v128_load(p), nl);
@@ -135,6 +160,16 @@ NS_INLINE void copy(u8 *d, const u8 *s, u32 n)
 		u32 i = 0;
 		for (; i < n; i++)
 			d[i] = s[i];
+		return;
+	}
+	if (n <= 128) {
+		/* A row: eight 16-byte copies without a loop, the last ones
+		 * overlapping (the same bytes to the same places). */
+#pragma clang loop unroll(full)
+		for (u32 k = 0; k < 8; k++) {
+			u32 o = 16 * k < n - 16 ? 16 * k : n - 16;
+			wasm_v128_store(d + o, wasm_v128_load(s + o));
+		}
 		return;
 	}
 	u32 i = 0;
@@ -256,8 +291,8 @@ NS_INLINE int match(const u8 *t, u32 j, u32 n, const struct pattern *k)
 }
 
 /* rare_in reports whether the rare byte is at distance dr from one of
- * the 1024 positions from p: one i8x16.eq per 16 positions. */
-NS_INLINE int rare_in(const u8 *p, const struct pattern *k)
+ * the 16 * loads positions from p: one i8x16.eq per 16 positions. */
+NS_INLINE int rare_in(const u8 *p, const struct pattern *k, u32 loads)
 {
 	const u8 *q = p + k->dr;
 	v128_t any[4];
@@ -265,42 +300,63 @@ NS_INLINE int rare_in(const u8 *p, const struct pattern *k)
 	for (u32 x = 0; x < 4; x++)
 		any[x] = wasm_i8x16_eq(wasm_v128_load(q + 16 * x), k->r);
 #pragma clang loop unroll(full)
-	for (u32 x = 4; x < 64; x++)
+	for (u32 x = 4; x < loads; x++)
 		any[x % 4] = wasm_v128_or(any[x % 4], wasm_i8x16_eq(wasm_v128_load(q + 16 * x), k->r));
 	return wasm_v128_any_true(wasm_v128_or(wasm_v128_or(any[0], any[1]), wasm_v128_or(any[2], any[3])));
 }
 
+/* find_block returns the first position in [i, i + 1024) where the
+ * pattern occurs in t, or lim (i + 1024 <= lim, as find_pat): the
+ * block's candidates found with three i8x16.eq per 16 positions, and its
+ * 64 positions at a time only when the block holds a candidate. */
+static u32 find_block(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *k)
+{
+	const u8 *p = t + i;
+	v128_t g[16];
+#pragma clang loop unroll(full)
+	for (u32 x = 0; x < 16; x++)
+		g[x] = wasm_v128_or(wasm_v128_or(cand(p + 64 * x, k), cand(p + 64 * x + 16, k)),
+				    wasm_v128_or(cand(p + 64 * x + 32, k), cand(p + 64 * x + 48, k)));
+	/* The 64-position groups that hold a candidate, usually one. */
+	u32 groups = 0;
+#pragma clang loop unroll(full)
+	for (u32 x = 0; x < 16; x++)
+		groups |= (u32)wasm_v128_any_true(g[x]) << x;
+	for (; groups; groups &= groups - 1) {
+		u32 q = i + 64 * (u32)__builtin_ctz(groups);
+		for (u64 hit = cand64(t + q, k); hit; hit &= hit - 1) {
+			u32 j = q + (u32)__builtin_ctzll(hit);
+			if (match(t, j, n, k))
+				return j;
+		}
+	}
+	return lim;
+}
+
 /* find_pat returns the first position in [i, lim) where the pattern
  * occurs in t, or lim; lim = n - m + 1 keeps every load inside t[0, n).
- * It looks at 1024 positions per iteration (the unrolled loop is one
- * straight run of code): with a rare byte in the pattern, a block
- * without it is passed over after one comparison per 16 positions;
- * otherwise the block's candidates are found with three, and its 64
- * positions at a time only when the block holds a candidate. */
+ * Each loop iteration is one straight run of code: with a rare byte in
+ * the pattern, 2048 positions, passed over after one comparison per 16
+ * positions when the rare byte is not among them; otherwise 1024
+ * positions (find_block). */
 NS_INLINE u32 find_pat(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *k)
 {
-	for (; i + 1024 <= lim; i += 1024) {
-		const u8 *p = t + i;
-		if (k->rare && !rare_in(p, k))
-			continue;
-		v128_t g[16];
-#pragma clang loop unroll(full)
-		for (u32 x = 0; x < 16; x++)
-			g[x] = wasm_v128_or(wasm_v128_or(cand(p + 64 * x, k), cand(p + 64 * x + 16, k)),
-					    wasm_v128_or(cand(p + 64 * x + 32, k), cand(p + 64 * x + 48, k)));
-		/* The 64-position groups that hold a candidate, usually one. */
-		u32 groups = 0;
-#pragma clang loop unroll(full)
-		for (u32 x = 0; x < 16; x++)
-			groups |= (u32)wasm_v128_any_true(g[x]) << x;
-		for (; groups; groups &= groups - 1) {
-			u32 q = i + 64 * (u32)__builtin_ctz(groups);
-			for (u64 hit = cand64(t + q, k); hit; hit &= hit - 1) {
-				u32 j = q + (u32)__builtin_ctzll(hit);
-				if (match(t, j, n, k))
-					return j;
-			}
+	if (k->rare)
+		for (; i + 2048 <= lim; i += 2048) {
+			if (!rare_in(t + i, k, 128))
+				continue;
+			u32 j = find_block(t, i, lim, n, k);
+			if (j == lim)
+				j = find_block(t, i + 1024, lim, n, k);
+			if (j != lim)
+				return j;
 		}
+	for (; i + 1024 <= lim; i += 1024) {
+		if (k->rare && !rare_in(t + i, k, 64))
+			continue;
+		u32 j = find_block(t, i, lim, n, k);
+		if (j != lim)
+			return j;
 	}
 	for (; i + 16 <= lim; i += 16)
 		for (u32 hit = wasm_i8x16_bitmask(cand(t + i, k)); hit; hit &= hit - 1) {

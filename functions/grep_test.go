@@ -82,8 +82,8 @@ func grepEdgeCases() []struct{ name, pat, text string } {
 	}
 	// A match in every position of the last partial blocks of a scan,
 	// for each width a runtime uses (8 for the scalar scan, 16, 64 and
-	// 512 for wasm's SIMD one).
-	for _, size := range []int{7, 8, 9, 15, 16, 17, 63, 64, 65, 79, 80, 81, 511, 512, 513, 527, 528, 529, 575, 576, 577} {
+	// 1024 and 2048 for wasm's SIMD one).
+	for _, size := range []int{7, 8, 9, 15, 16, 17, 63, 64, 65, 79, 80, 81, 1023, 1024, 1025, 1039, 1040, 1041, 1087, 1088, 1089, 2047, 2048, 2049, 3071, 3072, 3073} {
 		for _, m := range []int{1, 2, 3, 16, 17} {
 			pat := strings.Repeat("p", m)
 			for pos := max(0, size-20-m); pos+m <= size; pos++ {
@@ -91,6 +91,22 @@ func grepEdgeCases() []struct{ name, pat, text string } {
 				copy(text[pos:], pat)
 				cases = append(cases, struct{ name, pat, text string }{
 					fmt.Sprintf("tail %d/len %d/at %d", size, m, pos), pat, string(text),
+				})
+			}
+		}
+	}
+	// wasm screens 2 KiB and 1 KiB blocks for the pattern's rarest byte
+	// (here q, in text of the common e) at its distance from the match:
+	// a match in every position around a block's end, with q first, in
+	// the middle or last.
+	for _, pat := range []string{"qee", "eqe", "eeq", "qeeeeeeeeeeeeeeeee", "eeeeeeeeqeeeeeeeee", "eeeeeeeeeeeeeeeeeq"} {
+		for _, end := range []int{1024, 2048, 3072} {
+			for pos := end - len(pat) - 2; pos <= end+2; pos++ {
+				text := []byte(strings.Repeat("e", 4200))
+				copy(text[pos:], pat)
+				text[1500] = '\n'
+				cases = append(cases, struct{ name, pat, text string }{
+					fmt.Sprintf("rare byte/%s/at %d", pat, pos), pat, string(text),
 				})
 			}
 		}

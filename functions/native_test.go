@@ -19,6 +19,25 @@ func u64s(xs ...uint64) []byte {
 	return b
 }
 
+// u64Run is n u64s counting up from base, but for element at, which is x.
+func u64Run(n int, base uint64, at int, x uint64) []byte {
+	xs := make([]uint64, n)
+	for i := range xs {
+		xs[i] = base + uint64(i)
+	}
+	xs[at] = x
+	return u64s(xs...)
+}
+
+// u64RunSum is the sum (mod 2^64) of u64Run's elements.
+func u64RunSum(n int, base uint64, at int, x uint64) uint64 {
+	var sum uint64
+	for i := range n {
+		sum += base + uint64(i)
+	}
+	return sum - (base + uint64(at)) + x
+}
+
 func u32s(xs ...uint32) []byte {
 	var b []byte
 	for _, x := range xs {
@@ -85,6 +104,15 @@ var computeCases = []computeCase{
 	{"stats64 one", "stats64", u64s(7), 32, u64s(1, 7, 7, 7), 0},
 	{"stats64 many", "stats64", u64s(5, 1, 9, 3), 64, u64s(4, 18, 1, 9), 0},
 	{"stats64 wraps", "stats64", u64s(^uint64(0), 2), 32, u64s(2, 1, 2, ^uint64(0)), 0},
+	// Past the 128 elements of wasm's SIMD block, with the top bit set
+	// and clear on either side of min and max (a signed compare would
+	// swap them), in both lanes and in the scalar tail.
+	{"stats64 top bit, min in a block", "stats64", u64Run(300, 0x8000000000000000, 5, 0x7fffffffffffffff), 32,
+		u64s(300, u64RunSum(300, 0x8000000000000000, 5, 0x7fffffffffffffff), 0x7fffffffffffffff, 0x8000000000000000+299), 0},
+	{"stats64 top bit, max in a block", "stats64", u64Run(257, 0x7fffffffffffff00, 130, ^uint64(0)), 32,
+		u64s(257, u64RunSum(257, 0x7fffffffffffff00, 130, ^uint64(0)), 0x7fffffffffffff00, ^uint64(0)), 0},
+	{"stats64 top bit, min in the tail", "stats64", u64Run(131, 0x8000000000000001, 130, 0), 32,
+		u64s(131, u64RunSum(131, 0x8000000000000001, 130, 0), 0, 0x8000000000000001+129), 0},
 	{"stats64 ragged", "stats64", make([]byte, 9), 32, nil, EINVAL},
 	{"stats64 small out", "stats64", u64s(1), 31, nil, ERANGE},
 	{"stats32 empty", "stats32", nil, 32, u64s(0, 0, 0, 0), 0},

@@ -30,7 +30,7 @@ done
 # auto-vectorize, which would change the other modules for nothing.
 wasm_flags() {
 	case $1 in
-	grep) echo -msimd128 ;;
+	grep | stats64) echo -msimd128 ;;
 	esac
 }
 

@@ -125,7 +125,7 @@ run includes flushing what the host cache holds dirty).
 
 The report gives the medians, the speedup over B, where each mode's calls
 ran, and the goals: λ within 5% of the better of K and T, and, on a
-10gbit link with a cold cache, λ at least 2x B for stats64 and grep.`,
+10gbit link with a cold cache, λ at least 2.3x B for stats64 and grep.`,
 		Example: `  nearstore bench lambda --app stats64 --size 256MiB --warm 0 --plot docs/img/lambda-stats64-cold.png
   nearstore bench lambda --app grep --warm 0.5 --warm-order random --json
   nearstore bench lambda --app stats64 --link 10gbit --modes B,lambda --repeat 5

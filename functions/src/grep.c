@@ -26,7 +26,7 @@
  * A loop iteration costs far more than a few ALU operations in both
  * runtimes (wasm leaves its compiled code at every back-edge to check for
  * a timeout; eBPF counts backward jumps), so every loop looks at many
- * bytes per iteration: up to 512 with wasm SIMD (built with -msimd128, see
+ * bytes per iteration: up to 1024 with wasm SIMD (built with -msimd128, see
  * scripts/build-functions.sh), 8 at a time otherwise (eBPF has no SIMD).
  */
 #include "nearstore.h"
@@ -65,10 +65,25 @@ NS_INLINE u32 eq16(const u8 *p, v128_t b)
 	return (u32)wasm_i8x16_bitmask(wasm_i8x16_eq(wasm_v128_load(p), b));
 }
 
-/* find_byte returns the index of the first b in p[i, n), or n. */
+/* eq64 is the bitmask of the bytes of p[0, 64) equal to b (splatted). */
+NS_INLINE u64 eq64(const u8 *p, v128_t b)
+{
+	return (u64)eq16(p, b) | (u64)eq16(p + 16, b) << 16 | (u64)eq16(p + 32, b) << 32 | (u64)eq16(p + 48, b) << 48;
+}
+
+/* find_byte returns the index of the first b in p[i, n), or n. The first
+ * 128 bytes are looked at without a loop: a row's end is usually there. */
 NS_INLINE u32 find_byte(const u8 *p, u32 i, u32 n, u8 b)
 {
 	v128_t bb = wasm_i8x16_splat((signed char)b);
+	if (i + 128 <= n) {
+		u64 lo = eq64(p + i, bb), hi = eq64(p + i + 64, bb);
+		if (lo)
+			return i + (u32)__builtin_ctzll(lo);
+		if (hi)
+			return i + 64 + (u32)__builtin_ctzll(hi);
+		i += 128;
+	}
 	for (; i + 64 <= n; i += 64) {
 		v128_t e0 = wasm_i8x16_eq(wasm_v128_load(p + i), bb);
 		v128_t e1 = wasm_i8x16_eq(wasm_v128_load(p + i + 16), bb);
@@ -97,10 +112,20 @@ NS_INLINE u32 find_byte(const u8 *p, u32 i, u32 n, u8 b)
 	return i;
 }
 
-/* row_start returns the index after the last '\n' in t[lo, i), or lo. */
+/* row_start returns the index after the last '\n' in t[lo, i), or lo.
+ * The 128 bytes before i are looked at without a loop: a row's start is
+ * usually there. */
 NS_INLINE u32 row_start(const u8 *t, u32 lo, u32 i)
 {
 	v128_t nl = wasm_i8x16_splat('\n');
+	if (i - lo >= 128) {
+		u64 hi = eq64(t + i - 64, nl), lo2 = eq64(t + i - 128, nl);
+		if (hi)
+			return i - (u32)__builtin_clzll(hi);
+		if (lo2)
+			return i - 64 - (u32)__builtin_clzll(lo2);
+		i -= 128;
+	}
 	for (; i - lo >= 64; i -= 64) {
 		const u8 *p = t + i - 64;
 		v128_t e0 = wasm_i8x16_eq(wasm_v128_load(p), nl);
@@ -137,6 +162,16 @@ NS_INLINE void copy(u8 *d, const u8 *s, u32 n)
 			d[i] = s[i];
 		return;
 	}
+	if (n <= 128) {
+		/* A row: eight 16-byte copies without a loop, the last ones
+		 * overlapping (the same bytes to the same places). */
+#pragma clang loop unroll(full)
+		for (u32 k = 0; k < 8; k++) {
+			u32 o = 16 * k < n - 16 ? 16 * k : n - 16;
+			wasm_v128_store(d + o, wasm_v128_load(s + o));
+		}
+		return;
+	}
 	u32 i = 0;
 	for (; i + 64 <= n; i += 64) {
 		wasm_v128_store(d + i, wasm_v128_load(s + i));
@@ -155,7 +190,7 @@ NS_INLINE void copy(u8 *d, const u8 *s, u32 n)
  * its first, middle and last bytes splatted (f, c, l), which must all
  * match at their distances (0, mid, m - 1) from a candidate, and head,
  * its first 16 bytes (zero past m) for the comparison. Two bytes are not
- * enough in text: 'e' and 'n' seven bytes apart, say, are in most 512-byte
+ * enough in text: 'e' and 'n' seven bytes apart, say, are in most 1024-byte
  * blocks of English, and every candidate costs a loop iteration; three
  * leave few false candidates.
  */
@@ -163,7 +198,41 @@ struct pattern {
 	const u8 *p;
 	u32 m, mid;
 	v128_t f, c, l, head;
+	/* rare: of the three, the byte least common in text (r, splatted)
+	 * is rare enough to screen 1 KiB blocks by itself, at distance dr. */
+	int rare;
+	u32 dr;
+	v128_t r;
 };
+
+/*
+ * commonness ranks a byte by how often it occurs in English text: space
+ * and the commonest lowercase letters high, anything else 0. It is a
+ * switch, not a loop over a table: wasm leaves its compiled code at every
+ * loop iteration.
+ */
+NS_INLINE u32 commonness(u8 b)
+{
+	switch (b) {
+	case ' ': return 16;
+	case 'e': return 15;
+	case 't': return 14;
+	case 'a': return 13;
+	case 'o': return 12;
+	case 'i': return 11;
+	case 'n': return 10;
+	case 's': return 9;
+	case 'h': return 8;
+	case 'r': return 7;
+	case 'd': return 6;
+	case 'l': return 5;
+	case 'c': return 4;
+	case 'u': return 3;
+	case 'm': return 2;
+	case 'w': return 1;
+	default: return 0;
+	}
+}
 
 /* prepare sets k up for pat[0, m), m > 0; pat's input ends at in_end. */
 NS_INLINE void prepare(struct pattern *k, const u8 *pat, u32 m, const u8 *in_end)
@@ -174,6 +243,14 @@ NS_INLINE void prepare(struct pattern *k, const u8 *pat, u32 m, const u8 *in_end
 	k->f = wasm_i8x16_splat((signed char)pat[0]);
 	k->c = wasm_i8x16_splat((signed char)pat[m / 2]);
 	k->l = wasm_i8x16_splat((signed char)pat[m - 1]);
+	u32 dr = 0;
+	if (commonness(pat[m / 2]) < commonness(pat[dr]))
+		dr = m / 2;
+	if (commonness(pat[m - 1]) < commonness(pat[dr]))
+		dr = m - 1;
+	k->dr = dr;
+	k->r = wasm_i8x16_splat((signed char)pat[dr]);
+	k->rare = commonness(pat[dr]) == 0;
 	if (in_end - pat >= 16) {
 		k->head = wasm_v128_load(pat);
 		return;
@@ -213,37 +290,73 @@ NS_INLINE int match(const u8 *t, u32 j, u32 n, const struct pattern *k)
 	return (ne & 0xffff) == 0 && same(t + j + 16, k->p + 16, k->m - 16);
 }
 
+/* rare_in reports whether the rare byte is at distance dr from one of
+ * the 16 * loads positions from p: one i8x16.eq per 16 positions. */
+NS_INLINE int rare_in(const u8 *p, const struct pattern *k, u32 loads)
+{
+	const u8 *q = p + k->dr;
+	v128_t any[4];
+#pragma clang loop unroll(full)
+	for (u32 x = 0; x < 4; x++)
+		any[x] = wasm_i8x16_eq(wasm_v128_load(q + 16 * x), k->r);
+#pragma clang loop unroll(full)
+	for (u32 x = 4; x < loads; x++)
+		any[x % 4] = wasm_v128_or(any[x % 4], wasm_i8x16_eq(wasm_v128_load(q + 16 * x), k->r));
+	return wasm_v128_any_true(wasm_v128_or(wasm_v128_or(any[0], any[1]), wasm_v128_or(any[2], any[3])));
+}
+
+/* find_block returns the first position in [i, i + 1024) where the
+ * pattern occurs in t, or lim (i + 1024 <= lim, as find_pat): the
+ * block's candidates found with three i8x16.eq per 16 positions, and its
+ * 64 positions at a time only when the block holds a candidate. */
+static u32 find_block(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *k)
+{
+	const u8 *p = t + i;
+	v128_t g[16];
+#pragma clang loop unroll(full)
+	for (u32 x = 0; x < 16; x++)
+		g[x] = wasm_v128_or(wasm_v128_or(cand(p + 64 * x, k), cand(p + 64 * x + 16, k)),
+				    wasm_v128_or(cand(p + 64 * x + 32, k), cand(p + 64 * x + 48, k)));
+	/* The 64-position groups that hold a candidate, usually one. */
+	u32 groups = 0;
+#pragma clang loop unroll(full)
+	for (u32 x = 0; x < 16; x++)
+		groups |= (u32)wasm_v128_any_true(g[x]) << x;
+	for (; groups; groups &= groups - 1) {
+		u32 q = i + 64 * (u32)__builtin_ctz(groups);
+		for (u64 hit = cand64(t + q, k); hit; hit &= hit - 1) {
+			u32 j = q + (u32)__builtin_ctzll(hit);
+			if (match(t, j, n, k))
+				return j;
+		}
+	}
+	return lim;
+}
+
 /* find_pat returns the first position in [i, lim) where the pattern
  * occurs in t, or lim; lim = n - m + 1 keeps every load inside t[0, n).
- * It looks at 512 positions per iteration (the unrolled loop is one
- * straight run of code), and at a block's 64 positions at a time only
- * when the block holds a candidate. */
+ * Each loop iteration is one straight run of code: with a rare byte in
+ * the pattern, 2048 positions, passed over after one comparison per 16
+ * positions when the rare byte is not among them; otherwise 1024
+ * positions (find_block). */
 NS_INLINE u32 find_pat(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *k)
 {
-	for (; i + 512 <= lim; i += 512) {
-		const u8 *p = t + i;
-		v128_t g[8];
-#pragma clang loop unroll(full)
-		for (u32 x = 0; x < 8; x++)
-			g[x] = wasm_v128_or(wasm_v128_or(cand(p + 64 * x, k), cand(p + 64 * x + 16, k)),
-					    wasm_v128_or(cand(p + 64 * x + 32, k), cand(p + 64 * x + 48, k)));
-		v128_t any = wasm_v128_or(wasm_v128_or(wasm_v128_or(g[0], g[1]), wasm_v128_or(g[2], g[3])),
-					  wasm_v128_or(wasm_v128_or(g[4], g[5]), wasm_v128_or(g[6], g[7])));
-		if (!wasm_v128_any_true(any))
-			continue;
-		/* The 64-position groups that hold a candidate, usually one. */
-		u32 groups = 0;
-#pragma clang loop unroll(full)
-		for (u32 x = 0; x < 8; x++)
-			groups |= (u32)wasm_v128_any_true(g[x]) << x;
-		for (; groups; groups &= groups - 1) {
-			u32 q = i + 64 * (u32)__builtin_ctz(groups);
-			for (u64 hit = cand64(t + q, k); hit; hit &= hit - 1) {
-				u32 j = q + (u32)__builtin_ctzll(hit);
-				if (match(t, j, n, k))
-					return j;
-			}
+	if (k->rare)
+		for (; i + 2048 <= lim; i += 2048) {
+			if (!rare_in(t + i, k, 128))
+				continue;
+			u32 j = find_block(t, i, lim, n, k);
+			if (j == lim)
+				j = find_block(t, i + 1024, lim, n, k);
+			if (j != lim)
+				return j;
 		}
+	for (; i + 1024 <= lim; i += 1024) {
+		if (k->rare && !rare_in(t + i, k, 64))
+			continue;
+		u32 j = find_block(t, i, lim, n, k);
+		if (j != lim)
+			return j;
 	}
 	for (; i + 16 <= lim; i += 16)
 		for (u32 hit = wasm_i8x16_bitmask(cand(t + i, k)); hit; hit &= hit - 1) {

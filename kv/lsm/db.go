@@ -64,6 +64,8 @@ type DB struct {
 	tc   *tableCache
 	pd   *pushState // nil: no pushdown
 
+	offloadCtr offloadCounters
+
 	// visibleSeq is the highest seq readers may see.
 	visibleSeq atomic.Uint64
 	// logSeq is the highest seq assigned; written by the commit leader.
@@ -144,6 +146,9 @@ type commitReq struct {
 // in the old one is never appended to.
 func Open(vfsys vfs.FS, dir string, opts Options) (*DB, error) {
 	opts.setDefaults()
+	if err := checkOffload(opts.Offload); err != nil {
+		return nil, err
+	}
 	d := &DB{
 		fs:        vfsys,
 		dir:       dir,

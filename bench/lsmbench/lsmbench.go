@@ -166,9 +166,9 @@ type Phase struct {
 	// NVMe/TCP connection (both ways, through settling for Load and
 	// fillrandom) per key and value byte written; ReadsCompacting the
 	// reads made while a compaction ran and ReadP99Compacting their
-	// p99; Offloaded and OffloadLocal the store's compactions run at the
-	// engine and those it ran itself after the engine did not (totals
-	// so far).
+	// p99; Offloaded and OffloadLocal the store's compactions and
+	// flushes run at the engine and those it ran itself after the engine
+	// did not (totals so far).
 	NetPerByteWritten float64 `json:"net_bytes_per_byte_written,omitempty"`
 	ReadsCompacting   uint64  `json:"reads_compacting,omitempty"`
 	ReadP99Compacting float64 `json:"read_p99_us_compacting,omitempty"`

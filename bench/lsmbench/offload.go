@@ -38,12 +38,15 @@ const (
 	// OffloadCompaction: compactions at the engine
 	// (lsm.OffloadOptions.Compaction).
 	OffloadCompaction = "compaction"
+	// OffloadRecycle: compactions, and flushes from the WAL (log
+	// recycling, lsm.OffloadOptions.Recycle), at the engine.
+	OffloadRecycle = "compaction+recycle"
 	// OffloadPebble: Pebble v2 on offloadfs, everything on the host.
 	OffloadPebble = "pebble"
 )
 
 // OffloadModes are the modes --offload knows, in report order.
-var OffloadModes = []string{OffloadNone, OffloadCompaction, OffloadPebble}
+var OffloadModes = []string{OffloadNone, OffloadCompaction, OffloadRecycle, OffloadPebble}
 
 // Bars of issue 22, for the fullest offload mode measured against none
 // on Load: throughput at least MinOffloadSpeedup times, host CPU per
@@ -268,7 +271,7 @@ func openOffloadEngine(ctx context.Context, cfg *OffloadConfig, mode string) (_ 
 			TargetFileSize: cfg.TargetFileSize, LBaseMaxBytes: cfg.LBaseMaxBytes,
 		}
 		if mode != OffloadNone {
-			o.Offload = &lsm.OffloadOptions{FS: env.fsys, Peer: env.peer, Compaction: true}
+			o.Offload = &lsm.OffloadOptions{FS: env.fsys, Peer: env.peer, Compaction: true, Recycle: mode == OffloadRecycle}
 		}
 		d, err := lsm.Open(env.fsys.VFS(), "db", o)
 		if err != nil {
@@ -372,7 +375,7 @@ func (m *meteredEngine) end(p *Phase) {
 	m.mu.Unlock()
 	if d, ok := m.engine.(ourEngine); ok {
 		om := d.d.OffloadMetrics()
-		p.Offloaded, p.OffloadLocal = om.Compactions, om.LocalCompactions
+		p.Offloaded, p.OffloadLocal = om.Compactions+om.Flushes, om.LocalCompactions+om.LocalFlushes
 	}
 }
 

@@ -79,6 +79,8 @@ type DB struct {
 	wal    vfs.File
 	walNum uint64
 	walBuf []byte
+	// walSize is the bytes written to the WAL file (walBuf's follow).
+	walSize uint64
 
 	// manifestMu serializes version changes: it is held from computing a
 	// new version to installing it.
@@ -791,11 +793,15 @@ func (d *DB) commitGroup(group []*commitReq, self *commitReq) {
 	buf := d.walBuf
 	walStart := len(buf)
 	n := 0
+	recycle := d.opts.Offload != nil && d.opts.Offload.Recycle
 	for _, r := range group {
 		if len(r.ents) == 0 {
 			continue
 		}
 		r.b.setSeq(seq + 1)
+		if recycle {
+			mem.walRefs = append(mem.walRefs, walRef{seq: seq + 1, off: d.walSize + uint64(len(buf))})
+		}
 		seq += SeqNum(len(r.ents))
 		buf = appendRecord(buf, r.b.data)
 		n++
@@ -875,7 +881,8 @@ func (d *DB) writeWALBuffer() error {
 	if len(d.walBuf) == 0 {
 		return nil
 	}
-	_, err := d.wal.Write(d.walBuf)
+	n, err := d.wal.Write(d.walBuf)
+	d.walSize += uint64(n)
 	d.walBuf = d.walBuf[:0]
 	if err != nil {
 		return fmt.Errorf("lsm: write WAL %s: %w", logFileName(d.walNum), err)
@@ -966,7 +973,7 @@ func (d *DB) rotateLocked(capacity int) error {
 	if cerr := d.wal.Close(); cerr != nil {
 		d.log.Warn("close WAL", "file", logFileName(d.walNum), "err", cerr)
 	}
-	d.wal, d.walNum = f, num
+	d.wal, d.walNum, d.walSize = f, num, 0
 	d.imm = append(d.imm, d.mem)
 	d.mem = newMemTable(capacity, num)
 	d.publishReadStateLocked()
@@ -1034,7 +1041,7 @@ func (d *DB) flushLoop() {
 
 // flush writes m to an L0 table and installs it, dropping m from imm.
 func (d *DB) flush(m *memTable, snaps []SeqNum) error {
-	meta, err := d.writeL0(context.Background(), m, snaps)
+	meta, err := d.writeL0Table(context.Background(), m, snaps)
 	if err != nil {
 		return err
 	}

@@ -45,6 +45,9 @@ type OffloadOptions struct {
 	Peer offloadfs.Peer
 	// Compaction sends compactions to Peer.
 	Compaction bool
+	// Recycle sends flushes to Peer as the WAL offsets of the memtable's
+	// entries (recycle.go).
+	Recycle bool
 }
 
 // TaskOffloader runs a registered task on a peer over files, as
@@ -62,12 +65,16 @@ type OffloadMetrics struct {
 	// BytesRead and BytesWritten are the offloaded compactions' input
 	// and output bytes: what did not cross the network.
 	BytesRead, BytesWritten uint64
+	// Flushes wrote their L0 table at the engine from the WAL;
+	// LocalFlushes were written here after the engine did not.
+	Flushes, LocalFlushes uint64
 }
 
 // offloadCounters are OffloadMetrics' running totals.
 type offloadCounters struct {
 	compactions, local, rejected atomic.Uint64
 	bytesRead, bytesWritten      atomic.Uint64
+	flushes, localFlushes        atomic.Uint64
 }
 
 // OffloadMetrics returns the offload counters.
@@ -76,12 +83,13 @@ func (d *DB) OffloadMetrics() OffloadMetrics {
 	return OffloadMetrics{
 		Compactions: c.compactions.Load(), LocalCompactions: c.local.Load(), Rejected: c.rejected.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
+		Flushes: c.flushes.Load(), LocalFlushes: c.localFlushes.Load(),
 	}
 }
 
 // checkOffload checks Options.Offload at Open.
 func checkOffload(o *OffloadOptions) error {
-	if o == nil || !o.Compaction {
+	if o == nil || !(o.Compaction || o.Recycle) {
 		return nil
 	}
 	if o.FS == nil || o.Peer == nil {

@@ -1,5 +1,5 @@
 // Package lsmoffload_test kills the processes of an OffloadDB store at
-// random points of its offloaded compactions: the host (this test binary
+// random points of its offloaded flushes and compactions: the host (this test binary
 // started again in the role LSMOFFLOAD_ROLE=host, writing synced
 // records), the engine (the target process, `nearstore target serve
 // --offload`, whose engine runs the compactions), or both. After a
@@ -71,9 +71,10 @@ func value(i int) []byte {
 }
 
 // hostMain is the host: it mounts the file system, opens the store with
-// compaction offload to the engine at LSMOFFLOAD_ENGINE, and writes
-// records with Sync until killed, printing "ack N" once record N is
-// durable and "offloaded N" as the engine's compactions add up.
+// compaction offload and log recycling to the engine at
+// LSMOFFLOAD_ENGINE, and writes records with Sync until killed, printing
+// "ack N" once record N is durable and "offloaded N" as the engine's
+// compactions and flushes add up.
 func hostMain() error {
 	ctx := context.Background()
 	ctrl, err := host.Connect(ctx, os.Getenv("LSMOFFLOAD_TARGET"), testNQN, host.Options{HostNQN: ownerNQN, IOQueues: 2})
@@ -93,7 +94,7 @@ func hostMain() error {
 		return err
 	}
 	opts := storeOptions()
-	opts.Offload = &lsm.OffloadOptions{FS: fsys, Peer: peer, Compaction: true}
+	opts.Offload = &lsm.OffloadOptions{FS: fsys, Peer: peer, Compaction: true, Recycle: true}
 	d, err := lsm.Open(fsys.VFS(), "db", opts)
 	if err != nil {
 		return err
@@ -104,7 +105,8 @@ func hostMain() error {
 			return err
 		}
 		fmt.Println("ack", i)
-		if n := d.OffloadMetrics().Compactions; n != reported {
+		if m := d.OffloadMetrics(); m.Compactions+m.Flushes != reported {
+			n := m.Compactions + m.Flushes
 			reported = n
 			fmt.Println("offloaded", n)
 		}
@@ -211,12 +213,12 @@ func (tg *target) mount(ctx context.Context) (*offloadfs.FS, func()) {
 	}
 }
 
-// TestKillDuringOffloadedCompactions: for each of host, engine and both,
+// TestKillDuringOffloadedTasks: for each of host, engine and both,
 // a few times, the victim is killed at a random moment after the engine
-// has run some compactions, while more run; then everything restarts and
+// has run some flushes and compactions, while more run; then everything restarts and
 // every acknowledged record reads back, the store opens, and fsck is
 // clean before and after.
-func TestKillDuringOffloadedCompactions(t *testing.T) {
+func TestKillDuringOffloadedTasks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and kills processes")
 	}
@@ -255,11 +257,11 @@ func killRound(t *testing.T, bin, victim string, rng *rand.Rand) {
 	h := start(t, cmd)
 	acked := -1
 	offloaded := 0
-	killAfter := 1 + rng.IntN(4) // offloaded compactions before the kill
+	killAfter := 1 + rng.IntN(8) // offloaded flushes and compactions before the kill
 	for offloaded < killAfter {
 		line, ok := <-h.lines
 		if !ok {
-			t.Fatalf("the host ended after %d acks and %d offloaded compactions", acked+1, offloaded)
+			t.Fatalf("the host ended after %d acks and %d offloaded tasks", acked+1, offloaded)
 		}
 		if n, ok := strings.CutPrefix(line, "ack "); ok {
 			acked, _ = strconv.Atoi(n)
@@ -308,7 +310,7 @@ func killRound(t *testing.T, bin, victim string, rng *rand.Rand) {
 	if victim != "host" {
 		tg.start()
 	}
-	t.Logf("%s killed after %d acknowledged writes and %d offloaded compactions", victim, acked+1, offloaded)
+	t.Logf("%s killed after %d acknowledged writes and %d offloaded flushes and compactions", victim, acked+1, offloaded)
 
 	fsys, unmount := tg.mount(ctx)
 	defer unmount()

@@ -7,6 +7,10 @@
 //     into the preallocated outputs as the lsm.CompactArgs say, and
 //     returns the new tables as an encoded lsm.VersionEdit holding only
 //     their NewFiles, in output order. The host checks and logs it.
+//   - lsm.flush (lsm.FlushTaskName): log recycling; reads the granted
+//     WAL and writes the memtable's L0 table, whose entries the
+//     lsm.FlushArgs locate in it, into the preallocated output; returns
+//     the table (or none) as an encoded lsm.VersionEdit.
 package offloadtask
 
 import (
@@ -20,7 +24,36 @@ import (
 
 // Register adds kv/lsm's tasks to r.
 func Register(r *offload.Registry) error {
-	return r.Register(lsm.CompactTaskName, compact)
+	if err := r.Register(lsm.CompactTaskName, compact); err != nil {
+		return err
+	}
+	return r.Register(lsm.FlushTaskName, flush)
+}
+
+// flush is lsm.flush.
+func flush(ctx context.Context, env *offload.Env, args []byte) ([]byte, error) {
+	a, err := lsm.DecodeFlushArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	if env.NumFiles() != 2 || env.Writable(0) || !env.Writable(1) {
+		return nil, fmt.Errorf("lsm.flush: want the WAL, read-only, then the output; got %d files", env.NumFiles())
+	}
+	wal := make([]byte, env.Size(0))
+	for off := 0; off < len(wal); off += readAhead {
+		if _, err := env.ReadAt(ctx, 0, wal[off:min(off+readAhead, len(wal))], int64(off)); err != nil {
+			return nil, err
+		}
+	}
+	meta, err := lsm.RunFlush(ctx, a, wal, &envFile{ctx: ctx, env: env, i: 1})
+	if err != nil {
+		return nil, err
+	}
+	var e lsm.VersionEdit
+	if meta != nil {
+		e.NewFiles = []lsm.NewFile{{Level: 0, Meta: meta}}
+	}
+	return e.Encode(nil), nil
 }
 
 // compact is lsm.compact.

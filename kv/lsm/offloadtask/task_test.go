@@ -135,9 +135,11 @@ func TestCompactionOffload(t *testing.T) {
 		adm             offload.Admission
 		offloaded       bool // compactions run at the engine
 		rejected, local bool
+		recycle         bool // flushes too, from the WAL
 	}{
+		{name: "recycle", tasks: lsmTasks, adm: offload.Admission{Policy: offload.PolicyNone}, offloaded: true, recycle: true},
 		{name: "engine", tasks: lsmTasks, adm: offload.Admission{Policy: offload.PolicyNone}, offloaded: true},
-		{name: "rejected", tasks: lsmTasks, adm: offload.Admission{Policy: offload.PolicyCPU, CPUThreshold: 0.5}, rejected: true, local: true},
+		{name: "rejected", tasks: lsmTasks, adm: offload.Admission{Policy: offload.PolicyCPU, CPUThreshold: 0.5}, rejected: true, local: true, recycle: true},
 		{name: "unknown task", tasks: func(*testing.T) *offload.Registry { return offload.NewRegistry() },
 			adm: offload.Admission{Policy: offload.PolicyNone}, local: true},
 	} {
@@ -145,7 +147,7 @@ func TestCompactionOffload(t *testing.T) {
 			r := newRig(t)
 			peer := r.engine(tc.tasks(t), tc.adm)
 			opts := storeOptions()
-			opts.Offload = &lsm.OffloadOptions{FS: r.fsys, Peer: peer, Compaction: true}
+			opts.Offload = &lsm.OffloadOptions{FS: r.fsys, Peer: peer, Compaction: true, Recycle: tc.recycle}
 			d, err := lsm.Open(r.fsys.VFS(), "db", opts)
 			if err != nil {
 				t.Fatal(err)
@@ -165,6 +167,12 @@ func TestCompactionOffload(t *testing.T) {
 			}
 			if got := m.LocalCompactions > 0; got != tc.local {
 				t.Errorf("local compactions: %d, want some: %v", m.LocalCompactions, tc.local)
+			}
+			if got := m.Flushes > 0; got != (tc.recycle && tc.offloaded) {
+				t.Errorf("flushes at the engine: %d, want some: %v", m.Flushes, tc.recycle && tc.offloaded)
+			}
+			if got := m.LocalFlushes > 0; got != (tc.recycle && tc.local) {
+				t.Errorf("flushes here after the engine did not: %d, want some: %v", m.LocalFlushes, tc.recycle && tc.local)
 			}
 			if got := m.Rejected > 0; got != tc.rejected {
 				t.Errorf("rejected: %d, want some: %v", m.Rejected, tc.rejected)
@@ -186,9 +194,9 @@ func TestCompactionOffload(t *testing.T) {
 	}
 }
 
-// writeRandom writes n random sets and deletes over a small key space,
-// taking a snapshot halfway, and returns the final model, the snapshot's
-// and the snapshot.
+// writeRandom writes n random sets, deletes and a few range deletions
+// over a small key space, taking a snapshot halfway, and returns the
+// final model, the snapshot's and the snapshot.
 func writeRandom(t *testing.T, d *lsm.DB, n int) (final, atSnap map[string]string, snap *lsm.Snapshot) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	model := map[string]string{}
@@ -198,6 +206,21 @@ func writeRandom(t *testing.T, d *lsm.DB, n int) (final, atSnap map[string]strin
 			atSnap = maps.Clone(model)
 		}
 		k := fmt.Sprintf("key%05d", rng.IntN(2000))
+		if i%500 == 499 {
+			end := fmt.Sprintf("key%05d", rng.IntN(2000))
+			if end < k {
+				k, end = end, k
+			}
+			if err := d.DeleteRange([]byte(k), []byte(end), nil); err != nil {
+				t.Fatal(err)
+			}
+			for mk := range model {
+				if mk >= k && mk < end {
+					delete(model, mk)
+				}
+			}
+			continue
+		}
 		if rng.IntN(10) == 0 {
 			if err := d.Delete([]byte(k), nil); err != nil {
 				t.Fatal(err)

@@ -41,12 +41,16 @@ const (
 	// OffloadRecycle: compactions, and flushes from the WAL (log
 	// recycling, lsm.OffloadOptions.Recycle), at the engine.
 	OffloadRecycle = "compaction+recycle"
+	// OffloadAll: compactions and flushes at the engine, and the L0
+	// cache (lsm.OffloadOptions.L0CacheBytes: a memtable per L0 table
+	// L0's compaction trigger allows).
+	OffloadAll = "all"
 	// OffloadPebble: Pebble v2 on offloadfs, everything on the host.
 	OffloadPebble = "pebble"
 )
 
 // OffloadModes are the modes --offload knows, in report order.
-var OffloadModes = []string{OffloadNone, OffloadCompaction, OffloadRecycle, OffloadPebble}
+var OffloadModes = []string{OffloadNone, OffloadCompaction, OffloadRecycle, OffloadAll, OffloadPebble}
 
 // Bars of issue 22, for the fullest offload mode measured against none
 // on Load: throughput at least MinOffloadSpeedup times, host CPU per
@@ -188,6 +192,11 @@ func (e *offloadEnv) close() error {
 
 const offloadNQN = "nqn.2026-11.io.nearstore:bench-lsm-offload"
 
+// l0CacheTables is the L0 cache's budget in memtables in mode all:
+// kv/lsm's default L0 compaction trigger, so that L0 is cached whole
+// between its compactions.
+const l0CacheTables = 4
+
 // startOffloadEnv starts a target with its offload engine on a fresh
 // simulated NAND volume, connects, makes and mounts a file system.
 func startOffloadEnv(ctx context.Context, cfg *OffloadConfig) (_ *offloadEnv, err error) {
@@ -271,7 +280,10 @@ func openOffloadEngine(ctx context.Context, cfg *OffloadConfig, mode string) (_ 
 			TargetFileSize: cfg.TargetFileSize, LBaseMaxBytes: cfg.LBaseMaxBytes,
 		}
 		if mode != OffloadNone {
-			o.Offload = &lsm.OffloadOptions{FS: env.fsys, Peer: env.peer, Compaction: true, Recycle: mode == OffloadRecycle}
+			o.Offload = &lsm.OffloadOptions{FS: env.fsys, Peer: env.peer, Compaction: true, Recycle: mode == OffloadRecycle || mode == OffloadAll}
+		}
+		if mode == OffloadAll {
+			o.Offload.L0CacheBytes = l0CacheTables * cfg.MemTable
 		}
 		d, err := lsm.Open(env.fsys.VFS(), "db", o)
 		if err != nil {

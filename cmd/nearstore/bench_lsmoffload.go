@@ -20,15 +20,16 @@ type lsmOffloadFlags struct {
 	clientCPUs, serverCPUs *string
 }
 
-const lsmOffloadHelp = `With --offload (none, compaction, compaction+recycle, pebble;
+const lsmOffloadHelp = `With --offload (none, compaction, compaction+recycle, all, pebble;
 comma-separated) it runs the
 OffloadDB experiment instead: each mode's store on an offloadfs that a
 target in its own process serves from a simulated NAND SSD, with the
 target's offload engine in its process (target serve --offload); none
 is kv/lsm compacting on the host, compaction sends its compactions to the
 engine, compaction+recycle its flushes too (log recycling: the engine
-writes each L0 table from the WAL), pebble is Pebble v2 on the same kind
-of file system. Each store
+writes each L0 table from the WAL), all adds the L0 cache (flushed
+memtables, four memtables' worth, answer Gets in their L0 tables' place),
+pebble is Pebble v2 on the same kind of file system. Each store
 gets a fresh target; the modes take turns going first. Load, then
 --workloads (default A,fillrandom here) as above, reporting in addition
 the bytes over the host's NVMe/TCP connection per byte written, reads'
@@ -39,7 +40,7 @@ least 1.4x, host CPU per write lower, network bytes per byte written at
 most 0.6x.`
 
 func (f *lsmOffloadFlags) add(fs *pflag.FlagSet, push *lsmPushFlags) {
-	fs.StringVar(&f.modes, "offload", "", "OffloadDB modes to measure side by side: none, compaction, compaction+recycle, pebble (comma-separated; see above)")
+	fs.StringVar(&f.modes, "offload", "", "OffloadDB modes to measure side by side: none, compaction, compaction+recycle, all, pebble (comma-separated; see above)")
 	f.clientCPUs, f.serverCPUs = &push.clientCPUs, &push.serverCPUs
 }
 

@@ -99,19 +99,21 @@ type DB struct {
 
 	mu sync.Mutex
 	// Guarded by mu:
-	mem         *memTable
-	imm         []*memTable // oldest first
-	current     *Version
-	nextFileNum uint64
-	snapshots   map[SeqNum]int
-	flushing    bool
-	compactions int
-	manual      bool // a manual compaction has the compaction slots
-	closed      bool
-	bgErr       error
-	changed     chan struct{} // closed and replaced when background state changes
-	obsolete    []uint64      // tables no version holds, to delete
-	m           counters
+	mem          *memTable
+	imm          []*memTable // oldest first
+	current      *Version
+	nextFileNum  uint64
+	snapshots    map[SeqNum]int
+	flushing     bool
+	compactions  int
+	manual       bool // a manual compaction has the compaction slots
+	closed       bool
+	bgErr        error
+	changed      chan struct{} // closed and replaced when background state changes
+	obsolete     []uint64      // tables no version holds, to delete
+	l0cache      []cachedMem   // oldest first
+	l0cacheBytes int64
+	m            counters
 
 	bgWG sync.WaitGroup
 }
@@ -479,6 +481,7 @@ func (d *DB) installLocked(v *Version) {
 	v.refs.Store(1)
 	old := d.current
 	d.current = v
+	d.pruneL0CacheLocked(v)
 	d.publishReadStateLocked()
 	if old != nil {
 		d.unrefVersionLocked(old)
@@ -489,7 +492,7 @@ func (d *DB) installLocked(v *Version) {
 // publishReadStateLocked makes the current memtables and version what new
 // reads see. Call it, with mu held, whenever mem, imm or current change.
 func (d *DB) publishReadStateLocked() {
-	rs := readState{mems: make([]*memTable, 0, len(d.imm)+1), v: d.current}
+	rs := readState{mems: make([]*memTable, 0, len(d.imm)+1), v: d.current, l0mem: d.l0CacheMapLocked()}
 	if d.mem != nil {
 		rs.mems = append(rs.mems, d.mem)
 	}
@@ -1061,6 +1064,7 @@ func (d *DB) flush(m *memTable, snaps []SeqNum) error {
 	}
 	err = d.logAndApply(e, func() {
 		d.imm = d.imm[1:]
+		d.cacheL0Locked(m, meta)
 		d.m.flushes++
 		if meta != nil {
 			d.m.flushBytes += meta.Size
@@ -1197,6 +1201,8 @@ func (d *DB) Close() error {
 type readState struct {
 	mems []*memTable
 	v    *Version
+	// l0mem are the L0 cache's memtables, by their L0 table (l0cache.go).
+	l0mem map[uint64]*memTable
 }
 
 // loadReadState returns what a read sees now, holding a reference to its
@@ -1270,6 +1276,15 @@ func (d *DB) getAt(key []byte, snap SeqNum) ([]byte, error) {
 		if level == 0 {
 			for _, f := range files {
 				if !f.userRange().contains(key) {
+					continue
+				}
+				if m := rs.l0mem[f.FileNum]; m != nil {
+					// The table's memtable, in its place.
+					tomb = max(tomb, maxCovering(m.tombstones(), key, snap))
+					if ikey, val, ok := m.get(key, snap); ok {
+						d.offloadCtr.l0CacheHits.Add(1)
+						return resolve(ikey, val)
+					}
 					continue
 				}
 				if v, ok, err := probe(f); ok || err != nil {

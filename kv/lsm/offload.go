@@ -48,6 +48,10 @@ type OffloadOptions struct {
 	// Recycle sends flushes to Peer as the WAL offsets of the memtable's
 	// entries (recycle.go).
 	Recycle bool
+	// L0CacheBytes, if positive, keeps flushed memtables up to this many
+	// bytes in memory, answering Gets in their L0 tables' place until
+	// the tables leave L0 (l0cache.go).
+	L0CacheBytes int64
 }
 
 // TaskOffloader runs a registered task on a peer over files, as
@@ -68,6 +72,12 @@ type OffloadMetrics struct {
 	// Flushes wrote their L0 table at the engine from the WAL;
 	// LocalFlushes were written here after the engine did not.
 	Flushes, LocalFlushes uint64
+	// L0CacheHits are Gets a cached memtable answered in its table's
+	// place; L0CacheFull the flushes that did not fit the cache (ordinary
+	// flushes); L0CacheTables and L0CacheBytes what it holds now.
+	L0CacheHits, L0CacheFull uint64
+	L0CacheTables            int
+	L0CacheBytes             int64
 }
 
 // offloadCounters are OffloadMetrics' running totals.
@@ -75,12 +85,17 @@ type offloadCounters struct {
 	compactions, local, rejected atomic.Uint64
 	bytesRead, bytesWritten      atomic.Uint64
 	flushes, localFlushes        atomic.Uint64
+	l0CacheHits, l0CacheFull     atomic.Uint64
 }
 
 // OffloadMetrics returns the offload counters.
 func (d *DB) OffloadMetrics() OffloadMetrics {
 	c := &d.offloadCtr
+	d.mu.Lock()
+	tables, bytes := len(d.l0cache), d.l0cacheBytes
+	d.mu.Unlock()
 	return OffloadMetrics{
+		L0CacheHits: c.l0CacheHits.Load(), L0CacheFull: c.l0CacheFull.Load(), L0CacheTables: tables, L0CacheBytes: bytes,
 		Compactions: c.compactions.Load(), LocalCompactions: c.local.Load(), Rejected: c.rejected.Load(),
 		BytesRead: c.bytesRead.Load(), BytesWritten: c.bytesWritten.Load(),
 		Flushes: c.flushes.Load(), LocalFlushes: c.localFlushes.Load(),
@@ -90,7 +105,7 @@ func (d *DB) OffloadMetrics() OffloadMetrics {
 // checkOffload checks Options.Offload at Open.
 func checkOffload(o *OffloadOptions) error {
 	if o == nil || !(o.Compaction || o.Recycle) {
-		return nil
+		return nil // the L0 cache needs no engine
 	}
 	if o.FS == nil || o.Peer == nil {
 		return errors.New("lsm: open: Options.Offload needs an FS and a Peer")

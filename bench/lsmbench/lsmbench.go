@@ -164,12 +164,15 @@ type Phase struct {
 	Seconds float64 `json:"seconds"`
 	// With --offload: NetPerByteWritten is the bytes over the host's
 	// NVMe/TCP connection (both ways, through settling for Load and
-	// fillrandom) per key and value byte written; ReadsCompacting the
+	// fillrandom) per key and value byte written; TargetCPUus the target
+	// process's CPU time (its engine's included) per operation over the
+	// same span; ReadsCompacting the
 	// reads made while a compaction ran and ReadP99Compacting their
 	// p99; Offloaded and OffloadLocal the store's compactions and
 	// flushes run at the engine and those it ran itself after the engine
 	// did not (totals so far).
 	NetPerByteWritten float64 `json:"net_bytes_per_byte_written,omitempty"`
+	TargetCPUus       float64 `json:"target_cpu_us_per_op,omitempty"`
 	ReadsCompacting   uint64  `json:"reads_compacting,omitempty"`
 	ReadP99Compacting float64 `json:"read_p99_us_compacting,omitempty"`
 	Offloaded         uint64  `json:"offloaded_compactions,omitempty"`
@@ -235,6 +238,7 @@ func medianPhases(runs [][]Phase) []Phase {
 			Seconds:       report.MedianOf(ps, func(p Phase) float64 { return p.Seconds }),
 
 			NetPerByteWritten: report.MedianOf(ps, func(p Phase) float64 { return p.NetPerByteWritten }),
+			TargetCPUus:       report.MedianOf(ps, func(p Phase) float64 { return p.TargetCPUus }),
 			ReadsCompacting:   uint64(report.MedianOf(ps, func(p Phase) float64 { return float64(p.ReadsCompacting) })),
 			ReadP99Compacting: report.MedianOf(ps, func(p Phase) float64 { return p.ReadP99Compacting }),
 			Offloaded:         uint64(report.MedianOf(ps, func(p Phase) float64 { return float64(p.Offloaded) })),

@@ -175,6 +175,7 @@ func modeOf(engine string) string {
 // offloadEnv is one store's target process, the host's connection to it,
 // its file system and the engine's client.
 type offloadEnv struct {
+	pid     int // the target's
 	ctrl    *host.Controller
 	fsys    *offloadfs.FS
 	peer    *offload.Client
@@ -225,6 +226,7 @@ func startOffloadEnv(ctx context.Context, cfg *OffloadConfig) (_ *offloadEnv, er
 		return nil, err
 	}
 	e.closers = append(e.closers, p.Stop)
+	e.pid = p.Pid()
 	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
 		return nil, err
 	}
@@ -313,6 +315,7 @@ type meteredEngine struct {
 	written  atomic.Uint64 // key and value bytes set
 	net0     uint64
 	written0 uint64
+	tcpu0    time.Duration // the target's CPU time at begin
 	mu       sync.Mutex
 	during   *hist.Histogram // reads while compacting, this phase
 }
@@ -369,6 +372,7 @@ func (m *meteredEngine) netBytes() uint64 {
 // begin implements meter.
 func (m *meteredEngine) begin() {
 	m.net0, m.written0 = m.netBytes(), m.written.Load()
+	m.tcpu0, _ = harness.ProcCPU(strconv.Itoa(m.env.pid))
 	m.mu.Lock()
 	m.during = hist.New()
 	m.mu.Unlock()
@@ -378,6 +382,9 @@ func (m *meteredEngine) begin() {
 func (m *meteredEngine) end(p *Phase) {
 	if w := m.written.Load() - m.written0; w > 0 {
 		p.NetPerByteWritten = float64(m.netBytes()-m.net0) / float64(w)
+	}
+	if t, err := harness.ProcCPU(strconv.Itoa(m.env.pid)); err == nil && p.Ops > 0 {
+		p.TargetCPUus = float64((t - m.tcpu0).Microseconds()) / float64(p.Ops)
 	}
 	m.mu.Lock()
 	if m.during.Count() > 0 {

@@ -192,10 +192,10 @@ func (rep *Report) Print(w io.Writer) error {
 		offload = offload || p.NetPerByteWritten > 0
 	}
 	if offload {
-		t.Printf("\noffload detail: NVMe/TCP bytes per byte written, reads during compactions, compactions at the engine / on the host after it did not\n")
+		t.Printf("\noffload detail: NVMe/TCP bytes per byte written, target CPU per op, reads during compactions, tasks at the engine / on the host after it did not\n")
 		for _, p := range rep.Phases {
-			t.Printf("%-18s %-10s net/B %6.2f  reads %7d p99 %9.1f µs  offloaded %d local %d\n", p.Engine, p.Workload,
-				p.NetPerByteWritten, p.ReadsCompacting, p.ReadP99Compacting, p.Offloaded, p.OffloadLocal)
+			t.Printf("%-18s %-10s net/B %6.2f  target %7.1f µs/op  reads %7d p99 %9.1f µs  offloaded %d local %d\n", p.Engine, p.Workload,
+				p.NetPerByteWritten, p.TargetCPUus, p.ReadsCompacting, p.ReadP99Compacting, p.Offloaded, p.OffloadLocal)
 		}
 	}
 	t.Printf("\nload detail: write amplification by level (L0 = flushes), stalls, settling\n")

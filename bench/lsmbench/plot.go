@@ -105,15 +105,23 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 	tp.X.Min, tp.X.Max = -0.6, float64(len(workloads))-0.4
 	tp.Y.Max = max(top, 1) * 1.2
 
+	// The second chart: write amplification on Load, or, for the
+	// offload experiment, NVMe/TCP bytes per byte written on Load.
+	second := func(p Phase) float64 { return p.WriteAmp }
 	wp := plot.New()
 	wp.Title.Text = "Write amplification on Load\n(bytes written ÷ bytes loaded)"
 	wp.Y.Label.Text = "write amplification"
+	if slices.ContainsFunc(rep.Phases, func(p Phase) bool { return p.NetPerByteWritten > 0 }) {
+		second = func(p Phase) float64 { return p.NetPerByteWritten }
+		wp.Title.Text = "Network traffic on Load\n(NVMe/TCP bytes ÷ bytes written)"
+		wp.Y.Label.Text = "bytes per byte written"
+	}
 	wp.Y.Min = 0
 	wp.Add(plotter.NewGrid())
 	xy := plotter.XYLabels{}
 	var wtop float64
 	for i, e := range engines {
-		wa := byKey[e+"/load"].WriteAmp
+		wa := second(byKey[e+"/load"])
 		wtop = max(wtop, wa)
 		vs := make(plotter.Values, len(engines))
 		vs[i] = wa
@@ -136,7 +144,11 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	wp.Add(l)
-	wp.NominalX(engines...)
+	short := make([]string, len(engines))
+	for i, e := range engines {
+		short[i] = strings.TrimPrefix(e, "kv/lsm:") // offload modes
+	}
+	wp.NominalX(short...)
 	wp.X.Min, wp.X.Max = -0.6, float64(len(engines))-0.4
 	wp.Y.Max = max(wtop, 1) * 1.25
 	return []*plot.Plot{tp, wp}, nil

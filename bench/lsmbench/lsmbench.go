@@ -162,6 +162,21 @@ type Phase struct {
 	// compactions, GC) over the phase, per operation, in µs.
 	CPUus   float64 `json:"cpu_us_per_op"`
 	Seconds float64 `json:"seconds"`
+	// With --offload: NetPerByteWritten is the bytes over the host's
+	// NVMe/TCP connection (both ways, through settling for Load and
+	// fillrandom) per key and value byte written; TargetCPUus the target
+	// process's CPU time (its engine's included) per operation over the
+	// same span; ReadsCompacting the
+	// reads made while a compaction ran and ReadP99Compacting their
+	// p99; Offloaded and OffloadLocal the store's compactions and
+	// flushes run at the engine and those it ran itself after the engine
+	// did not (totals so far).
+	NetPerByteWritten float64 `json:"net_bytes_per_byte_written,omitempty"`
+	TargetCPUus       float64 `json:"target_cpu_us_per_op,omitempty"`
+	ReadsCompacting   uint64  `json:"reads_compacting,omitempty"`
+	ReadP99Compacting float64 `json:"read_p99_us_compacting,omitempty"`
+	Offloaded         uint64  `json:"offloaded_compactions,omitempty"`
+	OffloadLocal      uint64  `json:"offload_local_compactions,omitempty"`
 }
 
 // Report is a run's result: the configuration, each run's phases, their
@@ -221,6 +236,13 @@ func medianPhases(runs [][]Phase) []Phase {
 			ScanEntries:   report.MedianOf(ps, func(p Phase) float64 { return p.ScanEntries }),
 			LevelWriteAmp: medianLevels(ps),
 			Seconds:       report.MedianOf(ps, func(p Phase) float64 { return p.Seconds }),
+
+			NetPerByteWritten: report.MedianOf(ps, func(p Phase) float64 { return p.NetPerByteWritten }),
+			TargetCPUus:       report.MedianOf(ps, func(p Phase) float64 { return p.TargetCPUus }),
+			ReadsCompacting:   uint64(report.MedianOf(ps, func(p Phase) float64 { return float64(p.ReadsCompacting) })),
+			ReadP99Compacting: report.MedianOf(ps, func(p Phase) float64 { return p.ReadP99Compacting }),
+			Offloaded:         uint64(report.MedianOf(ps, func(p Phase) float64 { return float64(p.Offloaded) })),
+			OffloadLocal:      uint64(report.MedianOf(ps, func(p Phase) float64 { return float64(p.OffloadLocal) })),
 		})
 	}
 	return out
@@ -391,33 +413,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return ourEngine{d: d, path: p}, err
 		},
 		func() (engine, error) {
-			c := pebble.NewCache(cfg.Cache)
-			var stalls, stallNanos atomic.Uint64
-			var stallStart atomic.Int64
-			po := &pebble.Options{Cache: c, MemTableSize: uint64(cfg.MemTable), Logger: pebbleLog{cfg.Logger},
-				EventListener: &pebble.EventListener{
-					WriteStallBegin: func(pebble.WriteStallBeginInfo) {
-						stalls.Add(1)
-						stallStart.Store(time.Now().UnixNano())
-					},
-					WriteStallEnd: func() {
-						if s := stallStart.Swap(0); s != 0 {
-							stallNanos.Add(uint64(time.Now().UnixNano() - s))
-						}
-					},
-				}}
-			if cfg.PebbleCompression == "none" {
-				for i := range po.Levels {
-					po.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
-				}
-			}
 			p := filepath.Join(runDir, "pebble")
-			d, err := pebble.Open(p, po)
-			if err != nil {
-				c.Unref()
-				return nil, err
-			}
-			return pebbleEngine{d: d, cache: c, path: p, stalls: &stalls, stallNanos: &stallNanos}, nil
+			return openPebble(&cfg, p, nil)
 		},
 	}
 	for run := 0; run < cfg.Repeat; run++ {
@@ -433,16 +430,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if err != nil {
 				return nil, err
 			}
-			var ps []Phase
-			// The label follows the engine's goroutines (flushes and
-			// compactions start from its calls), so a CPU profile splits
-			// by engine.
-			pprof.Do(ctx, pprof.Labels("engine", e.name()), func(ctx context.Context) {
-				ps, err = runEngine(ctx, &cfg, e, zipf)
-			})
-			if cerr := e.close(); err == nil && cerr != nil {
-				err = fmt.Errorf("%s close: %w", e.name(), cerr)
-			}
+			ps, err := runAndClose(ctx, &cfg, e, zipf)
 			if err != nil {
 				return nil, err
 			}
@@ -458,15 +446,82 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// runAndClose runs the load and workloads on e and closes it. A CPU
+// profile's samples carry the label engine=NAME: the label follows the
+// engine's goroutines (flushes and compactions start from its calls).
+func runAndClose(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (ps []Phase, err error) {
+	pprof.Do(ctx, pprof.Labels("engine", e.name()), func(ctx context.Context) {
+		ps, err = runEngine(ctx, cfg, e, zipf)
+	})
+	if cerr := e.close(); err == nil && cerr != nil {
+		err = fmt.Errorf("%s close: %w", e.name(), cerr)
+	}
+	return ps, err
+}
+
+// openPebble opens Pebble in dir with cfg's memtable, cache and
+// compression and a listener counting its write stalls; tweak, if set,
+// changes the options last (its file system).
+func openPebble(cfg *Config, dir string, tweak func(*pebble.Options)) (pebbleEngine, error) {
+	c := pebble.NewCache(cfg.Cache)
+	var stalls, stallNanos atomic.Uint64
+	var stallStart atomic.Int64
+	po := &pebble.Options{Cache: c, MemTableSize: uint64(cfg.MemTable), Logger: pebbleLog{cfg.Logger},
+		EventListener: &pebble.EventListener{
+			WriteStallBegin: func(pebble.WriteStallBeginInfo) {
+				stalls.Add(1)
+				stallStart.Store(time.Now().UnixNano())
+			},
+			WriteStallEnd: func() {
+				if s := stallStart.Swap(0); s != 0 {
+					stallNanos.Add(uint64(time.Now().UnixNano() - s))
+				}
+			},
+		}}
+	if cfg.PebbleCompression == "none" {
+		for i := range po.Levels {
+			po.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+		}
+	}
+	if tweak != nil {
+		tweak(po)
+	}
+	d, err := pebble.Open(dir, po)
+	if err != nil {
+		c.Unref()
+		return pebbleEngine{}, err
+	}
+	return pebbleEngine{d: d, cache: c, path: dir, stalls: &stalls, stallNanos: &stallNanos}, nil
+}
+
+// meter is an engine that measures more than runEngine does: begin is
+// called as each phase starts and end as it ends, to add its figures to
+// the phase; diskBytes is the store's size, for engines whose directory
+// is not on the local file system.
+type meter interface {
+	begin()
+	end(p *Phase)
+	diskBytes() (int64, error)
+}
+
 // runEngine loads e and runs the workloads on it.
 func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) ([]Phase, error) {
 	var phases []Phase
 	recordBytes := float64(ycsb.KeyLen + cfg.ValueSize)
 	ins := newInserter(cfg.Records)
 	count := &ins.acked
+	m, _ := e.(meter)
 	spaceAmp := func() (float64, error) {
-		n, err := dirBytes(e.dir())
+		size := func() (int64, error) { return dirBytes(e.dir()) }
+		if m != nil {
+			size = m.diskBytes
+		}
+		n, err := size()
 		return float64(n) / (float64(count.Load()) * recordBytes), err
+	}
+	begin, end := func() {}, func(*Phase) {}
+	if m != nil {
+		begin, end = m.begin, m.end
 	}
 	w0, err := procWchar()
 	if err != nil {
@@ -476,6 +531,7 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 	if err != nil {
 		return nil, err
 	}
+	begin()
 	h, el, err := runPhase(ctx, cfg.Threads, cfg.Records, func(i uint64, r *rand.Rand) error {
 		return e.set(ycsb.Key(i), randomValue(r, cfg.ValueSize))
 	}, func(done uint64) {
@@ -505,6 +561,7 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 		p.LevelWriteAmp = append(p.LevelWriteAmp, float64(b)/loaded)
 	}
 	p.Stalls, p.StallSeconds = wd.stalls, wd.stallTime.Seconds()
+	end(&p)
 	if p.SpaceAmp, err = spaceAmp(); err != nil {
 		return nil, err
 	}
@@ -534,6 +591,7 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 		if err != nil {
 			return nil, err
 		}
+		begin()
 		h, el, err := runPhase(ctx, cfg.Threads, ops, func(i uint64, r *rand.Rand) error {
 			op := wl.Choose(r)
 			if op == ycsb.Insert {
@@ -596,6 +654,7 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 		if n := scans.Load(); n > 0 {
 			p.ScanEntries = float64(scanned.Load()) / float64(n)
 		}
+		end(&p)
 		if p.SpaceAmp, err = spaceAmp(); err != nil {
 			return nil, err
 		}

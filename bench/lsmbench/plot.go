@@ -39,6 +39,9 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 	colors := [...]color.RGBA{
 		{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, // blue
 		{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}, // orange
+		{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}, // green
+		{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}, // red
+		{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}, // purple
 	}
 	sub := fmt.Sprintf("%d records of %d B, %d ops, %d threads, %s; medians of %d runs",
 		rep.Records, rep.ValueSize, rep.Ops, rep.Threads, rep.Dist, len(rep.Runs))
@@ -102,15 +105,23 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 	tp.X.Min, tp.X.Max = -0.6, float64(len(workloads))-0.4
 	tp.Y.Max = max(top, 1) * 1.2
 
+	// The second chart: write amplification on Load, or, for the
+	// offload experiment, NVMe/TCP bytes per byte written on Load.
+	second := func(p Phase) float64 { return p.WriteAmp }
 	wp := plot.New()
 	wp.Title.Text = "Write amplification on Load\n(bytes written ÷ bytes loaded)"
 	wp.Y.Label.Text = "write amplification"
+	if slices.ContainsFunc(rep.Phases, func(p Phase) bool { return p.NetPerByteWritten > 0 }) {
+		second = func(p Phase) float64 { return p.NetPerByteWritten }
+		wp.Title.Text = "Network traffic on Load\n(NVMe/TCP bytes ÷ bytes written)"
+		wp.Y.Label.Text = "bytes per byte written"
+	}
 	wp.Y.Min = 0
 	wp.Add(plotter.NewGrid())
 	xy := plotter.XYLabels{}
 	var wtop float64
 	for i, e := range engines {
-		wa := byKey[e+"/load"].WriteAmp
+		wa := second(byKey[e+"/load"])
 		wtop = max(wtop, wa)
 		vs := make(plotter.Values, len(engines))
 		vs[i] = wa
@@ -133,7 +144,11 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	wp.Add(l)
-	wp.NominalX(engines...)
+	short := make([]string, len(engines))
+	for i, e := range engines {
+		short[i] = strings.TrimPrefix(e, "kv/lsm:") // offload modes
+	}
+	wp.NominalX(short...)
 	wp.X.Min, wp.X.Max = -0.6, float64(len(engines))-0.4
 	wp.Y.Max = max(wtop, 1) * 1.25
 	return []*plot.Plot{tp, wp}, nil
@@ -178,20 +193,29 @@ func SavePlot(file string, rep *Report) error {
 func (rep *Report) Print(w io.Writer) error {
 	t := &report.TableWriter{W: w}
 	t.Printf("%d records of %d bytes, %d ops, %d threads, %s; medians of %d runs\n", rep.Records, rep.ValueSize, rep.Ops, rep.Threads, rep.Dist, len(rep.Runs))
-	t.Printf("%-8s %-10s %12s %10s %10s %10s %7s %7s %9s\n", "engine", "wl", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "w-amp", "s-amp", "CPU µs/op")
+	t.Printf("%-18s %-10s %12s %10s %10s %10s %7s %7s %9s\n", "engine", "wl", "ops/s", "p50 µs", "p99 µs", "p99.9 µs", "w-amp", "s-amp", "CPU µs/op")
+	offload := false
 	for _, p := range rep.Phases {
 		wa := ""
 		if p.WriteAmp > 0 {
 			wa = fmt.Sprintf("%.2f", p.WriteAmp)
 		}
-		t.Printf("%-8s %-10s %12.0f %10.1f %10.1f %10.1f %7s %7.2f %9.1f\n", p.Engine, p.Workload, p.OpsPerSec, p.P50us, p.P99us, p.P999us, wa, p.SpaceAmp, p.CPUus)
+		t.Printf("%-18s %-10s %12.0f %10.1f %10.1f %10.1f %7s %7.2f %9.1f\n", p.Engine, p.Workload, p.OpsPerSec, p.P50us, p.P99us, p.P999us, wa, p.SpaceAmp, p.CPUus)
+		offload = offload || p.NetPerByteWritten > 0
+	}
+	if offload {
+		t.Printf("\noffload detail: NVMe/TCP bytes per byte written, target CPU per op, reads during compactions, tasks at the engine / on the host after it did not\n")
+		for _, p := range rep.Phases {
+			t.Printf("%-18s %-10s net/B %6.2f  target %7.1f µs/op  reads %7d p99 %9.1f µs  offloaded %d local %d\n", p.Engine, p.Workload,
+				p.NetPerByteWritten, p.TargetCPUus, p.ReadsCompacting, p.ReadP99Compacting, p.Offloaded, p.OffloadLocal)
+		}
 	}
 	t.Printf("\nload detail: write amplification by level (L0 = flushes), stalls, settling\n")
 	for _, p := range rep.Phases {
 		if p.Workload != "load" {
 			continue
 		}
-		t.Printf("%-8s", p.Engine)
+		t.Printf("%-18s", p.Engine)
 		for l, wa := range p.LevelWriteAmp {
 			t.Printf(" L%d %.2f", l, wa)
 		}

@@ -220,6 +220,7 @@ func newBenchLSMCmd(g *globals) *cobra.Command {
 		cpuprof             string
 		asJSON              bool
 		push                lsmPushFlags
+		off                 lsmOffloadFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "lsm",
@@ -254,16 +255,20 @@ least 0.7x Pebble's throughput on Load, A and C, and at most 1.2x its
 write amplification on Load. --plot FILE draws the medians: throughput
 per workload for both engines, and write amplification on Load.
 
-` + lsmPushHelp,
+` + lsmPushHelp + "\n\n" + lsmOffloadHelp,
 		Example: `  nearstore bench lsm --records 2000000 --ops 200000 --workloads all --json
   nearstore bench lsm --records 200000 --ops 200000 --plot lsm.png
   nearstore bench lsm --records 200000 --ops 100000 --workloads fillrandom,readrandom,scan
-  nearstore bench lsm --mode plain,pushdown,pebble --workloads C,B,D --plot lsm-pushdown.png`,
+  nearstore bench lsm --mode plain,pushdown,pebble --workloads C,B,D --plot lsm-pushdown.png
+  nearstore bench lsm --offload none,compaction,pebble --plot lsm-offload.png`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if push.mode != "" {
 				return push.run(cmd, g, lsmPushArgs{records: cfg.Records, valueSize: cfg.ValueSize, threads: cfg.Threads,
 					repeat: cfg.Repeat, cache: cfg.Cache, workloads: workloads, cpuprof: cpuprof, asJSON: asJSON, plotFile: plotFile})
+			}
+			if off.modes != "" {
+				return off.run(cmd, g, cfg, workloads, cpuprof, asJSON, plotFile)
 			}
 			var err error
 			if cfg.Workloads, err = lsmbench.ParseWorkloads(workloads); err != nil {
@@ -303,5 +308,6 @@ per workload for both engines, and write amplification on Load.
 		"Pebble's block compression: none (as kv/lsm's tables) or snappy (Pebble's default)")
 	f.IntVar(&cfg.Repeat, "repeat", lsmbench.DefaultRepeat, "runs; engines alternate going first, and the report gives medians")
 	push.add(f)
+	off.add(f, &push)
 	return cmd
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/kv/lsm/offloadtask"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offload/prep"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -85,10 +86,13 @@ func (e *engineFlags) config(dev offload.Device, log *slog.Logger, reg prometheu
 }
 
 // engineTasks are the tasks every engine of this binary runs: the
-// standard ones and OffloadPrep's.
+// standard ones, OffloadPrep's and kv/lsm's (OffloadDB).
 func engineTasks() (*offload.Registry, error) {
 	r := offload.StandardTasks()
 	if err := prep.Register(r); err != nil {
+		return nil, err
+	}
+	if err := offloadtask.Register(r); err != nil {
 		return nil, err
 	}
 	return r, nil

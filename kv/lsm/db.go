@@ -64,6 +64,8 @@ type DB struct {
 	tc   *tableCache
 	pd   *pushState // nil: no pushdown
 
+	offloadCtr offloadCounters
+
 	// visibleSeq is the highest seq readers may see.
 	visibleSeq atomic.Uint64
 	// logSeq is the highest seq assigned; written by the commit leader.
@@ -77,6 +79,8 @@ type DB struct {
 	wal    vfs.File
 	walNum uint64
 	walBuf []byte
+	// walSize is the bytes written to the WAL file (walBuf's follow).
+	walSize uint64
 
 	// manifestMu serializes version changes: it is held from computing a
 	// new version to installing it.
@@ -95,19 +99,21 @@ type DB struct {
 
 	mu sync.Mutex
 	// Guarded by mu:
-	mem         *memTable
-	imm         []*memTable // oldest first
-	current     *Version
-	nextFileNum uint64
-	snapshots   map[SeqNum]int
-	flushing    bool
-	compactions int
-	manual      bool // a manual compaction has the compaction slots
-	closed      bool
-	bgErr       error
-	changed     chan struct{} // closed and replaced when background state changes
-	obsolete    []uint64      // tables no version holds, to delete
-	m           counters
+	mem          *memTable
+	imm          []*memTable // oldest first
+	current      *Version
+	nextFileNum  uint64
+	snapshots    map[SeqNum]int
+	flushing     bool
+	compactions  int
+	manual       bool // a manual compaction has the compaction slots
+	closed       bool
+	bgErr        error
+	changed      chan struct{} // closed and replaced when background state changes
+	obsolete     []uint64      // tables no version holds, to delete
+	l0cache      []cachedMem   // oldest first
+	l0cacheBytes int64
+	m            counters
 
 	bgWG sync.WaitGroup
 }
@@ -144,6 +150,9 @@ type commitReq struct {
 // in the old one is never appended to.
 func Open(vfsys vfs.FS, dir string, opts Options) (*DB, error) {
 	opts.setDefaults()
+	if err := checkOffload(opts.Offload); err != nil {
+		return nil, err
+	}
 	d := &DB{
 		fs:        vfsys,
 		dir:       dir,
@@ -472,6 +481,7 @@ func (d *DB) installLocked(v *Version) {
 	v.refs.Store(1)
 	old := d.current
 	d.current = v
+	d.pruneL0CacheLocked(v)
 	d.publishReadStateLocked()
 	if old != nil {
 		d.unrefVersionLocked(old)
@@ -482,7 +492,7 @@ func (d *DB) installLocked(v *Version) {
 // publishReadStateLocked makes the current memtables and version what new
 // reads see. Call it, with mu held, whenever mem, imm or current change.
 func (d *DB) publishReadStateLocked() {
-	rs := readState{mems: make([]*memTable, 0, len(d.imm)+1), v: d.current}
+	rs := readState{mems: make([]*memTable, 0, len(d.imm)+1), v: d.current, l0mem: d.l0CacheMapLocked()}
 	if d.mem != nil {
 		rs.mems = append(rs.mems, d.mem)
 	}
@@ -786,11 +796,15 @@ func (d *DB) commitGroup(group []*commitReq, self *commitReq) {
 	buf := d.walBuf
 	walStart := len(buf)
 	n := 0
+	recycle := d.opts.Offload != nil && d.opts.Offload.Recycle
 	for _, r := range group {
 		if len(r.ents) == 0 {
 			continue
 		}
 		r.b.setSeq(seq + 1)
+		if recycle {
+			mem.walRefs = append(mem.walRefs, walRef{seq: seq + 1, off: d.walSize + uint64(len(buf))})
+		}
 		seq += SeqNum(len(r.ents))
 		buf = appendRecord(buf, r.b.data)
 		n++
@@ -870,7 +884,8 @@ func (d *DB) writeWALBuffer() error {
 	if len(d.walBuf) == 0 {
 		return nil
 	}
-	_, err := d.wal.Write(d.walBuf)
+	n, err := d.wal.Write(d.walBuf)
+	d.walSize += uint64(n)
 	d.walBuf = d.walBuf[:0]
 	if err != nil {
 		return fmt.Errorf("lsm: write WAL %s: %w", logFileName(d.walNum), err)
@@ -961,7 +976,7 @@ func (d *DB) rotateLocked(capacity int) error {
 	if cerr := d.wal.Close(); cerr != nil {
 		d.log.Warn("close WAL", "file", logFileName(d.walNum), "err", cerr)
 	}
-	d.wal, d.walNum = f, num
+	d.wal, d.walNum, d.walSize = f, num, 0
 	d.imm = append(d.imm, d.mem)
 	d.mem = newMemTable(capacity, num)
 	d.publishReadStateLocked()
@@ -1029,7 +1044,7 @@ func (d *DB) flushLoop() {
 
 // flush writes m to an L0 table and installs it, dropping m from imm.
 func (d *DB) flush(m *memTable, snaps []SeqNum) error {
-	meta, err := d.writeL0(context.Background(), m, snaps)
+	meta, err := d.writeL0Table(context.Background(), m, snaps)
 	if err != nil {
 		return err
 	}
@@ -1049,6 +1064,7 @@ func (d *DB) flush(m *memTable, snaps []SeqNum) error {
 	}
 	err = d.logAndApply(e, func() {
 		d.imm = d.imm[1:]
+		d.cacheL0Locked(m, meta)
 		d.m.flushes++
 		if meta != nil {
 			d.m.flushBytes += meta.Size
@@ -1185,6 +1201,8 @@ func (d *DB) Close() error {
 type readState struct {
 	mems []*memTable
 	v    *Version
+	// l0mem are the L0 cache's memtables, by their L0 table (l0cache.go).
+	l0mem map[uint64]*memTable
 }
 
 // loadReadState returns what a read sees now, holding a reference to its
@@ -1258,6 +1276,15 @@ func (d *DB) getAt(key []byte, snap SeqNum) ([]byte, error) {
 		if level == 0 {
 			for _, f := range files {
 				if !f.userRange().contains(key) {
+					continue
+				}
+				if m := rs.l0mem[f.FileNum]; m != nil {
+					// The table's memtable, in its place.
+					tomb = max(tomb, maxCovering(m.tombstones(), key, snap))
+					if ikey, val, ok := m.get(key, snap); ok {
+						d.offloadCtr.l0CacheHits.Add(1)
+						return resolve(ikey, val)
+					}
 					continue
 				}
 				if v, ok, err := probe(f); ok || err != nil {

@@ -33,6 +33,10 @@
 //     knows nothing of the engine; picker.go: leveled picking by score,
 //     trivial moves, Compact.
 //   - metrics.go: Metrics, and Resident.
+//   - offload.go, offloadargs.go, recycle.go, l0cache.go: OffloadDB
+//     (Options.Offload): compactions and flushes (from the WAL) run as
+//     offload tasks at the storage node, whose side is package
+//     kv/lsm/offloadtask, and flushed memtables kept for Gets.
 //
 // Tests run on an in-memory vfs that keeps only synced bytes and synced
 // directory entries across a simulated crash (memfs_test.go); the model

@@ -12,6 +12,10 @@ type memTable struct {
 	points    *skiplist
 	rangeDels *skiplist
 	logNum    uint64
+	// walRefs, with log recycling, are where each batch applied to the
+	// memtable starts in its WAL, in seq order; appended by the commit
+	// leader while the memtable is mutable, read once it is not.
+	walRefs []walRef
 }
 
 // memTableOverhead is what a memtable's two skiplist heads take: two

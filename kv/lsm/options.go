@@ -94,6 +94,9 @@ type Options struct {
 	// cache, so that it does not go stale under pushdown (default
 	// DefaultCacheSampleRate; negative: none).
 	CacheSampleRate float64
+	// Offload, if set, runs flushes and compactions at an offload engine
+	// as its fields say (offload.go); nil: everything runs here.
+	Offload *OffloadOptions
 }
 
 // DefaultCacheSampleRate is Options.CacheSampleRate's default: 1% of

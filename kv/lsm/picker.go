@@ -318,7 +318,7 @@ func (d *DB) runCompaction(ctx context.Context, c *compaction) error {
 		}
 	}
 	d.mu.Unlock()
-	res, err := task.Run(ctx, d.taskEnv())
+	res, err := d.runCompactionTask(ctx, task)
 	if err == nil {
 		err = d.fs.SyncDir(d.dir)
 	}

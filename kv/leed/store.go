@@ -30,7 +30,8 @@ type Options struct {
 	// AvgValueSize sizes the logs at Format: the key log gets the share
 	// of the device that objects of this size need (default 1024).
 	AvgValueSize int
-	// MaxValueSize is the largest value, fixed at Format (default 64 KiB).
+	// MaxValueSize is the largest value, fixed at Format (default 64 KiB,
+	// at most 4 MiB - 1: value entries hold lengths in 22 bits).
 	MaxValueSize int
 	// ItemsPerSegment is how many objects a segment holds when the store
 	// is full, fixed at Format (default 450: chains of about three
@@ -180,18 +181,22 @@ func plan(size int64, o Options) (geometry, error) {
 	vReserve := 3 * maxEntry
 	kReserve := int64(kReserveMult * maxChainLen)
 	// Key log bytes per object when full: the chains' buckets (a segment
-	// of ItemsPerSegment keys, give or take the hash's spread), with 10%
-	// free for compaction to work in.
+	// of ItemsPerSegment keys, give or take the hash's spread), with 5%
+	// free for compaction to work in. Every byte of it is taken from the
+	// value log: at 256-byte values the key log is a tenth of the device.
 	chain := math.Ceil(float64(o.ItemsPerSegment)/itemsPerBucket) + 0.1
-	keyPerObj := chain * BucketSize / float64(o.ItemsPerSegment) * 1.1
+	keyPerObj := chain * BucketSize / float64(o.ItemsPerSegment) * 1.05
 	perObj := float64(entrySize(o.AvgValueSize)) + keyPerObj
 	objects := float64(usable-vReserve-kReserve*BucketSize) / perObj
 	if objects < 1 {
 		return geometry{}, fmt.Errorf("leed: device of %d bytes is too small", size)
 	}
 	segments := int64(math.Ceil(objects / float64(o.ItemsPerSegment)))
-	slots := int64(objects*keyPerObj/BucketSize) + 4*kReserve
-	slots = max(slots, int64(float64(segments)*chain)+4*kReserve)
+	// And the reserves ensureSpace keeps (twice kReserve and the chain
+	// being written), with room for one more chain.
+	extra := 2*kReserve + 2*maxChainLen
+	slots := int64(objects*keyPerObj/BucketSize) + extra
+	slots = max(slots, int64(float64(segments)*chain)+extra)
 	if slots > maxSlots {
 		return geometry{}, fmt.Errorf("leed: device of %d bytes needs %d key log slots, more than %d", size, slots, maxSlots)
 	}
@@ -452,18 +457,27 @@ func (s *Store) writeChain(ctx context.Context, c *Cost, bg bool, keep uint64, s
 	return uint32(phys)<<6 | uint32(n), nil
 }
 
-// writeValues appends already-encoded value entries (one or several,
-// back to back) at the value log's head and returns their physical
-// offset. bg allocations may use the reserve.
-func (s *Store) writeValues(ctx context.Context, c *Cost, bg bool, entries []byte) (int64, error) {
-	size := int64(len(entries))
+// writeValues appends already-encoded value entries at the value log's
+// head and returns the physical offset of each. Entries that do not fit
+// before the end of the lap go to its start, after a pad shorter than
+// one entry, so the log wastes less than one entry per lap. It writes
+// each contiguous run in one I/O (one, or two at a lap's end).
+// Foreground allocations leave two maximum entries free for compaction.
+func (s *Store) writeValues(ctx context.Context, c *Cost, bg bool, entries ...[]byte) ([]int64, error) {
 	s.vmu.Lock()
 	defer s.vmu.Unlock()
 	head := s.vhead.Load()
 	phys := int64(head % uint64(s.vcap))
-	pad := int64(0)
-	if phys+size > s.vcap {
-		pad = s.vcap - phys
+	offs := make([]int64, len(entries))
+	split, pad := len(entries), int64(0) // entries[split:] go to the lap's start
+	at, size := phys, int64(0)
+	for i, e := range entries {
+		if split == len(entries) && at+int64(len(e)) > s.vcap {
+			split, pad, at = i, s.vcap-at, 0
+		}
+		offs[i] = at
+		at += int64(len(e))
+		size += int64(len(e))
 	}
 	free := s.vcap - int64(head-s.vtail.Load())
 	need := pad + size
@@ -471,27 +485,34 @@ func (s *Store) writeValues(ctx context.Context, c *Cost, bg bool, entries []byt
 		need += 2 * entrySize(int(s.g.maxValue))
 	}
 	if free < need {
-		return 0, errNoSpace
+		return nil, errNoSpace
 	}
-	if pad >= entryHdrSize {
-		p := make([]byte, entryHdrSize)
-		le.PutUint32(p[4:], padSegment)
-		le.PutUint32(p[0:], crc(p[4:]))
-		if err := s.write(ctx, c, bg, p, s.g.valueLogOff+phys); err != nil {
-			return 0, err
+	run := func(es [][]byte, off int64) error {
+		if len(es) == 0 {
+			return nil
+		}
+		return s.write(ctx, c, bg, bytes.Join(es, nil), s.g.valueLogOff+off)
+	}
+	if err := run(entries[:split], phys); err != nil {
+		return nil, err
+	}
+	if split < len(entries) {
+		if pad >= entryHdrSize {
+			p := make([]byte, entryHdrSize)
+			putEntryHdr(p, padSegment, 0)
+			le.PutUint32(p[0:], crc(p[4:]))
+			if err := s.write(ctx, c, bg, p, s.g.valueLogOff+s.vcap-pad); err != nil {
+				return nil, err
+			}
+		}
+		if err := run(entries[split:], 0); err != nil {
+			return nil, err
 		}
 	}
-	if pad > 0 {
-		head += uint64(pad)
-		phys = 0
-	}
-	if err := s.write(ctx, c, bg, entries, s.g.valueLogOff+phys); err != nil {
-		return 0, err
-	}
-	// vhead moves only once the entry is whole: chains record it, and
+	// vhead moves only once the entries are whole: chains record it, and
 	// recovery trusts every entry before the largest one recorded.
-	s.vhead.Store(head + uint64(size))
-	return phys, nil
+	s.vhead.Store(head + uint64(pad+size))
+	return offs, nil
 }
 
 // ensureSpace makes room, compacting if it must, for a value entry of
@@ -524,10 +545,15 @@ func (s *Store) ensureSpace(ctx context.Context, vneed, kneed int64) error {
 		if vok && kok {
 			// Low water, with enough dead data to be worth reclaiming: one
 			// sub-compaction, unless one already runs.
+			// The log compacted is the one at low water: moving the live
+			// values of a log with nothing dead in it frees nothing and
+			// rewrites every chain.
 			vdead := s.vcap - vfree - s.liveValue.Load()
 			kdead := slots - kfree - s.liveSlots.Load()
-			if (vfree < s.vcap/8 && vdead > s.vcap/16 || kfree < slots/8 && kdead > slots/16) && s.cmu.TryLock() {
-				_, err := s.compactOnce(ctx, vfree*slots < kfree*s.vcap)
+			vlow := vfree < s.vcap/8 && vdead > s.vcap/16
+			klow := kfree < slots/8 && kdead > slots/16
+			if (vlow || klow) && s.cmu.TryLock() {
+				_, err := s.compactOnce(ctx, vlow)
 				s.cmu.Unlock()
 				if err != nil {
 					return err
@@ -690,7 +716,7 @@ func (s *Store) putLocked(ctx context.Context, c *Cost, seg uint32, key, entry [
 		return err
 	}
 	items[i].vlen = uint32(len(entry) - entryHdrSize)
-	items[i].voff = voff
+	items[i].voff = voff[0]
 	e, err := s.writeChain(ctx, c, false, keepForeground, seg, items, seq)
 	if err != nil {
 		return err

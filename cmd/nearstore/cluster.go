@@ -16,8 +16,6 @@ import (
 
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/kv/chain"
-	"github.com/nearstore/nearstore/kv/chain/lsmstore"
-	"github.com/nearstore/nearstore/kv/lsm"
 )
 
 func newClusterCmd(g *globals) *cobra.Command {
@@ -88,6 +86,7 @@ func newClusterNodeCmd(g *globals) *cobra.Command {
 		data           string
 		readIOPS       float64
 		leaseTTL, memt int
+		ns             nodeStore
 	)
 	cmd := &cobra.Command{
 		Use:   "node",
@@ -110,11 +109,12 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 			}
 			defer closeCtl()
 			ctl.Log = g.logger()
-			st, err := lsmstore.Open(data, lsm.Options{MemTableSize: memt, Logger: g.logger()})
+			ns.memt = memt
+			st, closeStore, err := ns.open(cmd.Context(), data, g.logger())
 			if err != nil {
 				return err
 			}
-			defer st.Close()
+			defer closeStore()
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
@@ -141,6 +141,7 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 	cmd.Flags().Float64Var(&readIOPS, "read-iops", 0, "model a device admitting this many store reads per second (0: unthrottled)")
 	cmd.Flags().IntVar(&leaseTTL, "lease-ttl", 2, "etcd lease in seconds: a dead node leaves the chain this long after")
 	cmd.Flags().IntVar(&memt, "memtable-size", 0, "kv/lsm memtable size in bytes (0: the default)")
+	ns.flags(cmd.Flags())
 	return cmd
 }
 

@@ -54,7 +54,7 @@ func (s *Store) commit(ctx context.Context, ktail, vtail uint64) error {
 		return s.fail(fmt.Errorf("leed: compaction flush: %w", err))
 	}
 	s.ckptSeq++
-	c := checkpoint{seq: s.ckptSeq, ktail: ktail, vtail: vtail, khead: s.khead.Load(), vhead: s.vhead.Load()}
+	c := checkpoint{seq: s.ckptSeq, ktail: ktail, vtail: vtail, khead: s.khead.Load(), vhead: s.vhead.Load(), applied: s.appliedFloor}
 	if err := s.write(ctx, nil, true, c.marshal(), ckptOff+int64(s.ckptSeq%2)*BucketSize); err != nil {
 		return err
 	}

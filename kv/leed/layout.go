@@ -42,6 +42,8 @@ import (
 //	32  uint64   key log head (virtual slot) when written: every chain
 //	             before it was whole, so recovery's head is at least this
 //	40  uint64   value log head (virtual byte offset) likewise
+//	48  uint64   applied floor: the sequence number SetApplied recorded;
+//	             Applied() after recovery is at least this
 //
 // Bucket (one key log slot):
 //
@@ -208,6 +210,7 @@ type checkpoint struct {
 	seq          uint64
 	ktail, vtail uint64
 	khead, vhead uint64
+	applied      uint64
 }
 
 func (c checkpoint) marshal() []byte {
@@ -218,6 +221,7 @@ func (c checkpoint) marshal() []byte {
 	le.PutUint64(b[24:], c.vtail)
 	le.PutUint64(b[32:], c.khead)
 	le.PutUint64(b[40:], c.vhead)
+	le.PutUint64(b[48:], c.applied)
 	le.PutUint32(b[4:], crc(b[8:64]))
 	return b
 }
@@ -226,7 +230,7 @@ func unmarshalCheckpoint(b []byte) (checkpoint, bool) {
 	if len(b) < 64 || le.Uint32(b) != ckptMagic || le.Uint32(b[4:]) != crc(b[8:64]) {
 		return checkpoint{}, false
 	}
-	c := checkpoint{seq: le.Uint64(b[8:]), ktail: le.Uint64(b[16:]), vtail: le.Uint64(b[24:]), khead: le.Uint64(b[32:]), vhead: le.Uint64(b[40:])}
+	c := checkpoint{seq: le.Uint64(b[8:]), ktail: le.Uint64(b[16:]), vtail: le.Uint64(b[24:]), khead: le.Uint64(b[32:]), vhead: le.Uint64(b[40:]), applied: le.Uint64(b[48:])}
 	if c.khead < c.ktail || c.vhead < c.vtail {
 		return c, false
 	}

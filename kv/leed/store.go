@@ -123,8 +123,9 @@ type Store struct {
 	// ErrCorrupt. Nil when recovery found none; read-only after Open.
 	suspect []uint64
 
-	cmu     sync.Mutex // one compaction at a time
-	ckptSeq uint64     // guarded by cmu
+	cmu          sync.Mutex // one compaction at a time
+	ckptSeq      uint64     // guarded by cmu
+	appliedFloor uint64     // SetApplied's sequence number, in every checkpoint; guarded by cmu
 
 	kmu   sync.Mutex    // serializes chain writes: a crash tears at most the last
 	khead atomic.Uint64 // virtual slot after the last written chain; written under kmu
@@ -875,6 +876,37 @@ func (s *Store) Apply(ctx context.Context, op Op) (Cost, error) {
 		s.opSeq.Store(op.Seq)
 	}
 	return c, err
+}
+
+// Import stores value under key as part of copying another replica's
+// state (after Format, before SetApplied): it takes no sequence number
+// and its chain records none, so Applied() is what SetApplied sets.
+func (s *Store) Import(ctx context.Context, key, value []byte) (Cost, error) {
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	return s.put(ctx, key, value, PutAny, 0)
+}
+
+// SetApplied records, durably, that the store holds every operation up to
+// seq (the end of a copy of another replica): it writes a checkpoint
+// carrying seq, which recovery takes as a floor for Applied(), and
+// flushes. Later Apply calls continue at seq+1.
+func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	prev := s.appliedFloor
+	s.appliedFloor = seq
+	if err := s.commit(ctx, s.ktail.Load(), s.vtail.Load()); err != nil {
+		s.appliedFloor = prev
+		return err
+	}
+	s.opSeq.Store(seq)
+	return nil
 }
 
 // Applied is the sequence number of the last operation applied.

@@ -19,6 +19,7 @@ func newBenchLEEDCmd(_ *globals) *cobra.Command {
 		capacity                 int64
 		plotFile                 string
 		asJSON, baseline, quiet  bool
+		scaleOnly                bool
 		replicas                 chainbench.Config
 	)
 	cmd := &cobra.Command{
@@ -46,7 +47,7 @@ of "user<n>" followed by n.`,
 				return runLEEDReplicas(cmd, replicas, plotFile, asJSON, quiet)
 			}
 			cfg := leedbench.Config{Objects: objects, ValueSizes: sizes, Threads: threads, Duration: dur, Repeat: repeat,
-				ScaleObjects: scale, CapacityBytes: capacity, Baseline: baseline}
+				ScaleObjects: scale, ScaleOnly: scaleOnly, CapacityBytes: capacity, Baseline: baseline}
 			if !quiet {
 				cfg.Progress = cmd.ErrOrStderr()
 			}
@@ -84,6 +85,7 @@ of "user<n>" followed by n.`,
 	f.DurationVar(&dur, "duration", 3*time.Second, "length of each timed phase")
 	f.IntVar(&repeat, "repeat", 3, "runs of every phase, interleaved; the report gives medians")
 	f.IntSliceVar(&scale, "scale", []int{100000, 1000000}, "store sizes (objects) at which to measure memory per object")
+	f.BoolVar(&scaleOnly, "scale-only", false, "measure only memory per object at the --scale sizes (of the first --value-sizes size)")
 	f.Int64Var(&capacity, "capacity", 256<<20, "raw bytes of the store filled to measure usable capacity")
 	f.BoolVar(&baseline, "baseline", true, "also run kv/lsm on offloadfs over NVMe/TCP")
 	f.StringVar(&plotFile, "plot", "", "write throughput per workload to this file (.png, .svg or .pdf)")

@@ -882,9 +882,133 @@ func (s *Store) Apply(ctx context.Context, op Op) (Cost, error) {
 // state (after Format, before SetApplied): it takes no sequence number
 // and its chain records none, so Applied() is what SetApplied sets.
 func (s *Store) Import(ctx context.Context, key, value []byte) (Cost, error) {
+	return s.ImportBatch(ctx, []KV{{key, value}})
+}
+
+// KV is a key and its value, as ImportBatch takes them.
+type KV struct {
+	Key, Value []byte
+}
+
+// ImportBatch is Import of many objects at once, for loading a store or
+// copying another replica: it groups them by segment and, per segment,
+// reads the chain once, appends the segment's values in one write and
+// writes the chain once, so a batch of n objects over m segments costs
+// about 3m device I/Os rather than 3n. A key given twice keeps its last
+// value. On an error, the segments already written keep their objects.
+func (s *Store) ImportBatch(ctx context.Context, kvs []KV) (Cost, error) {
+	var c Cost
+	if err := s.writable(); err != nil {
+		return c, err
+	}
+	bySeg := map[uint32][]int{}
+	for i, kv := range kvs {
+		if err := checkKey(kv.Key); err != nil {
+			return c, err
+		}
+		if len(kv.Value) > int(s.g.maxValue) {
+			return c, fmt.Errorf("%w: %d bytes, at most %d", ErrValueSize, len(kv.Value), s.g.maxValue)
+		}
+		seg := s.segmentOf(kv.Key)
+		bySeg[seg] = append(bySeg[seg], i)
+	}
+	segs := make([]uint32, 0, len(bySeg))
+	for seg := range bySeg {
+		segs = append(segs, seg)
+	}
+	slices.Sort(segs)
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
-	return s.put(ctx, key, value, PutAny, 0)
+	for _, seg := range segs {
+		if err := ctx.Err(); err != nil {
+			return c, err
+		}
+		entries := make([][]byte, 0, len(bySeg[seg]))
+		keys := make([][]byte, 0, len(bySeg[seg]))
+		var vneed int64
+		for _, i := range bySeg[seg] {
+			e := make([]byte, entrySize(len(kvs[i].Value)))
+			encodeEntry(e, seg, kvs[i].Value)
+			entries = append(entries, e)
+			keys = append(keys, kvs[i].Key)
+			vneed += int64(len(e))
+		}
+		for {
+			mu := s.stripe(seg)
+			mu.RLock()
+			cur := int(s.segtbl[seg] & 63)
+			mu.RUnlock()
+			if err := s.ensureSpace(ctx, vneed, int64(min(maxChainLen, cur+chainLen(len(keys))))); err != nil {
+				return c, err
+			}
+			mu.Lock()
+			err := s.importLocked(ctx, &c, seg, keys, entries)
+			mu.Unlock()
+			if !errors.Is(err, errNoSpace) {
+				if err != nil {
+					return c, err
+				}
+				break
+			}
+		}
+	}
+	return c, nil
+}
+
+// importLocked stores keys[i] → entries[i] in seg, whose stripe the
+// caller holds: one chain read, one value write, one chain write.
+func (s *Store) importLocked(ctx context.Context, c *Cost, seg uint32, keys, entries [][]byte) error {
+	items, _, err := s.readChain(ctx, c, false, seg)
+	if err != nil {
+		return err
+	}
+	oldLen := int64(s.segtbl[seg] & 63)
+	// Keys new to the segment are appended; a key given twice in the
+	// batch keeps its last value (the earlier one is written, and dead).
+	idx := make([]int, len(keys))
+	orig := len(items)
+	replaced := map[int]bool{}
+	var oldBytes int64
+	for j, k := range keys {
+		i := find(items, k)
+		if i < 0 {
+			var it item
+			copy(it.key[:], k)
+			it.klen = uint8(len(k))
+			items = append(items, it)
+			i = len(items) - 1
+		} else if i < orig && !replaced[i] {
+			replaced[i] = true
+			oldBytes += entrySize(int(items[i].vlen))
+		}
+		idx[j] = i
+	}
+	if chainLen(len(items)) > maxChainLen {
+		return fmt.Errorf("%w: segment %d would hold %d keys, its chain can grow no longer", ErrFull, seg, len(items))
+	}
+	offs, err := s.writeValues(ctx, c, false, entries...)
+	if err != nil {
+		return err
+	}
+	last := map[int]int{} // item → the batch entry it ends with
+	for j, i := range idx {
+		items[i].vlen = uint32(len(entries[j]) - entryHdrSize)
+		items[i].voff = offs[j]
+		last[i] = j
+	}
+	var newBytes int64
+	for _, j := range last {
+		newBytes += int64(len(entries[j]))
+	}
+	e, err := s.writeChain(ctx, c, false, keepForeground, seg, items, 0)
+	if err != nil {
+		return err
+	}
+	s.segtbl[seg] = e
+	s.objects.Add(int64(len(items) - orig))
+	s.liveValue.Add(newBytes - oldBytes)
+	s.liveSlots.Add(int64(e&63) - oldLen)
+	return nil
 }
 
 // SetApplied records, durably, that the store holds every operation up to

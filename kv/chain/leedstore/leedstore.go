@@ -125,10 +125,12 @@ func (s *Store) Reset(ctx context.Context) error {
 func (s *Store) Import(ctx context.Context, kvs []chain.KV) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, kv := range kvs {
-		if _, err := s.st.Import(ctx, kv.Key, kv.Value); err != nil {
-			return fmt.Errorf("leedstore: import %q: %w", kv.Key, err)
-		}
+	batch := make([]leed.KV, len(kvs))
+	for i, kv := range kvs {
+		batch[i] = leed.KV{Key: kv.Key, Value: kv.Value}
+	}
+	if _, err := s.st.ImportBatch(ctx, batch); err != nil {
+		return fmt.Errorf("leedstore: import: %w", err)
 	}
 	return nil
 }

@@ -53,8 +53,9 @@ type Config struct {
 	// Repeat runs every phase this many times, interleaving the stores;
 	// the report gives medians.
 	Repeat int
-	// ScaleOnly measures only memory per object (no phases, no capacity).
-	ScaleOnly bool
+	// Only, if "scale" or "capacity", measures only memory per object or
+	// only usable capacity (no timed phases).
+	Only string
 	// ScaleObjects are the store sizes at which memory per object is
 	// measured, in this process on a RAM volume.
 	ScaleObjects []int
@@ -450,7 +451,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		KeyMapping: "16 bytes: FNV-1a 64 of YCSB's \"user<n>\" key, then n, both big-endian",
 	}}
 	for _, size := range cfg.ValueSizes {
-		if cfg.ScaleOnly {
+		if cfg.Only != "" {
 			break
 		}
 		if err := runSize(ctx, &cfg, r, size); err != nil {
@@ -458,6 +459,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	for _, size := range cfg.ValueSizes[:1] {
+		if cfg.Only == "capacity" {
+			break
+		}
 		for _, n := range cfg.ScaleObjects {
 			cfg.progress("memory per object: %d objects of %d bytes", n, size)
 			s, err := measureScale(ctx, n, size)
@@ -468,7 +472,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	for _, size := range cfg.ValueSizes {
-		if cfg.ScaleOnly {
+		if cfg.Only == "scale" {
 			break
 		}
 		cfg.progress("usable capacity: filling %d bytes with %d-byte values", cfg.CapacityBytes, size)

@@ -19,7 +19,7 @@ func newBenchLEEDCmd(_ *globals) *cobra.Command {
 		capacity                 int64
 		plotFile                 string
 		asJSON, baseline, quiet  bool
-		scaleOnly                bool
+		only                     string
 		replicas                 chainbench.Config
 	)
 	cmd := &cobra.Command{
@@ -43,11 +43,14 @@ of "user<n>" followed by n.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			if only != "" && only != "scale" && only != "capacity" {
+				return usageErrorf("--only %q: want scale or capacity", only)
+			}
 			if replicas.Nodes > 0 {
 				return runLEEDReplicas(cmd, replicas, plotFile, asJSON, quiet)
 			}
 			cfg := leedbench.Config{Objects: objects, ValueSizes: sizes, Threads: threads, Duration: dur, Repeat: repeat,
-				ScaleObjects: scale, ScaleOnly: scaleOnly, CapacityBytes: capacity, Baseline: baseline}
+				ScaleObjects: scale, Only: only, CapacityBytes: capacity, Baseline: baseline}
 			if !quiet {
 				cfg.Progress = cmd.ErrOrStderr()
 			}
@@ -85,7 +88,7 @@ of "user<n>" followed by n.`,
 	f.DurationVar(&dur, "duration", 3*time.Second, "length of each timed phase")
 	f.IntVar(&repeat, "repeat", 3, "runs of every phase, interleaved; the report gives medians")
 	f.IntSliceVar(&scale, "scale", []int{100000, 1000000}, "store sizes (objects) at which to measure memory per object")
-	f.BoolVar(&scaleOnly, "scale-only", false, "measure only memory per object at the --scale sizes (of the first --value-sizes size)")
+	f.StringVar(&only, "only", "", `"scale": measure only memory per object at the --scale sizes (of the first --value-sizes size); "capacity": only usable capacity`)
 	f.Int64Var(&capacity, "capacity", 256<<20, "raw bytes of the store filled to measure usable capacity")
 	f.BoolVar(&baseline, "baseline", true, "also run kv/lsm on offloadfs over NVMe/TCP")
 	f.StringVar(&plotFile, "plot", "", "write throughput per workload to this file (.png, .svg or .pdf)")

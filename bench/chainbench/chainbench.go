@@ -64,6 +64,10 @@ type Config struct {
 	Repeat   int
 	// ReadIOPS is each node's modelled device read rate (0: none).
 	ReadIOPS float64
+	// Store names the nodes' store in the report ("lsm" if empty);
+	// NodeArgs are more flags for every node (e.g. --store leed).
+	Store    string
+	NodeArgs []string
 	// Progress, if set, is told each stage.
 	Progress func(string)
 }
@@ -89,6 +93,9 @@ func (c *Config) defaults() {
 	}
 	if c.Repeat <= 0 {
 		c.Repeat = 3
+	}
+	if c.Store == "" {
+		c.Store = "lsm"
 	}
 }
 
@@ -124,6 +131,7 @@ type Report struct {
 		DurationSec  float64 `json:"duration_s"`
 		Repeat       int     `json:"repeat"`
 		ReadIOPS     float64 `json:"read_iops"`
+		Store        string  `json:"store"`
 	} `json:"config"`
 	Machine report.Machine     `json:"machine"`
 	Points  []Point            `json:"points"`
@@ -182,8 +190,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}()
 	for _, id := range ids {
 		progress("starting node " + id)
-		p := exec.CommandContext(ctx, cfg.Binary, "cluster", "node", "--etcd", e.Endpoints()[0], "--group", group, "--id", id,
-			"--data", filepath.Join(dir, id), "--read-iops", fmt.Sprint(cfg.ReadIOPS), "--log-level", "warn")
+		p := exec.CommandContext(ctx, cfg.Binary, append([]string{"cluster", "node", "--etcd", e.Endpoints()[0], "--group", group, "--id", id,
+			"--data", filepath.Join(dir, id), "--read-iops", fmt.Sprint(cfg.ReadIOPS), "--log-level", "warn"}, cfg.NodeArgs...)...)
 		p.Stderr = os.Stderr
 		out, err := p.StdoutPipe()
 		if err != nil {
@@ -225,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r := &Report{Machine: report.DescribeMachine(), Median: map[string]Summary{}}
 	r.Config.Nodes, r.Config.Keys, r.Config.ValueSize = cfg.Nodes, cfg.Keys, cfg.ValueSize
 	r.Config.ReadFraction, r.Config.Threads, r.Config.DurationSec = cfg.ReadFraction, cfg.Threads, cfg.Duration.Seconds()
-	r.Config.Repeat, r.Config.ReadIOPS = cfg.Repeat, cfg.ReadIOPS
+	r.Config.Repeat, r.Config.ReadIOPS, r.Config.Store = cfg.Repeat, cfg.ReadIOPS, cfg.Store
 	for run := range cfg.Repeat {
 		order := []string{"crrs", "tail"}
 		if run%2 == 1 {
@@ -363,8 +371,12 @@ func measure(ctx context.Context, c *chain.Client, cfg Config) (Point, error) {
 func WriteTable(w io.Writer, r *Report) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	t := &report.TableWriter{W: tw}
-	t.Printf("R = %d, %d keys of %d B, %.0f%% reads (Zipf), %d threads, %.1fs runs, node read IOPS %s\n\n",
-		r.Config.Nodes, r.Config.Keys, r.Config.ValueSize, 100*r.Config.ReadFraction, r.Config.Threads, r.Config.DurationSec, iopsLabel(r.Config.ReadIOPS))
+	store := r.Config.Store
+	if store == "" {
+		store = "lsm"
+	}
+	t.Printf("%s stores, R = %d, %d keys of %d B, %.0f%% reads (Zipf), %d threads, %.1fs runs, node read IOPS %s\n\n",
+		store, r.Config.Nodes, r.Config.Keys, r.Config.ValueSize, 100*r.Config.ReadFraction, r.Config.Threads, r.Config.DurationSec, iopsLabel(r.Config.ReadIOPS))
 	t.Printf("mode\trun\tops/s\tp50 µs\tp99 µs\tread p99 µs\treads at tail\tdirty redirects\t\n")
 	for _, p := range r.Points {
 		share := 0.0

@@ -53,6 +53,9 @@ type Config struct {
 	// Repeat runs every phase this many times, interleaving the stores;
 	// the report gives medians.
 	Repeat int
+	// Only, if "scale" or "capacity", measures only memory per object or
+	// only usable capacity (no timed phases).
+	Only string
 	// ScaleObjects are the store sizes at which memory per object is
 	// measured, in this process on a RAM volume.
 	ScaleObjects []int
@@ -448,11 +451,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		KeyMapping: "16 bytes: FNV-1a 64 of YCSB's \"user<n>\" key, then n, both big-endian",
 	}}
 	for _, size := range cfg.ValueSizes {
+		if cfg.Only != "" {
+			break
+		}
 		if err := runSize(ctx, &cfg, r, size); err != nil {
 			return r, err
 		}
 	}
 	for _, size := range cfg.ValueSizes[:1] {
+		if cfg.Only == "capacity" {
+			break
+		}
 		for _, n := range cfg.ScaleObjects {
 			cfg.progress("memory per object: %d objects of %d bytes", n, size)
 			s, err := measureScale(ctx, n, size)
@@ -463,6 +472,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	for _, size := range cfg.ValueSizes {
+		if cfg.Only == "scale" {
+			break
+		}
 		cfg.progress("usable capacity: filling %d bytes with %d-byte values", cfg.CapacityBytes, size)
 		c, err := measureCapacity(ctx, cfg.CapacityBytes, size)
 		if err != nil {
@@ -558,32 +570,32 @@ func measureScale(ctx context.Context, n, size int) (Scale, error) {
 		return Scale{}, err
 	}
 	defer s.Close()
-	threads := 4
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var failed atomic.Pointer[error]
-	for w := 0; w < threads; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			val := make([]byte, size)
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(n) || failed.Load() != nil {
-					return
-				}
-				value(val, uint64(i), 0)
-				if _, err := s.Put(ctx, Key(uint64(i)), val, leed.PutAny); err != nil {
-					err = fmt.Errorf("scale: record %d of %d: %w", i, n, err)
-					failed.CompareAndSwap(nil, &err)
-					return
-				}
-			}
-		}()
+	// Loaded in batches (leed.Store.ImportBatch: one chain read, value
+	// write and chain write per segment per batch), so 10M objects load
+	// in minutes; the index it builds is the one Puts would.
+	const batchSize = 250000
+	vals := make([]byte, batchSize*size)
+	for first := 0; first < n; first += batchSize {
+		if err := ctx.Err(); err != nil {
+			return Scale{}, err
+		}
+		m := min(batchSize, n-first)
+		batch := make([]leed.KV, m)
+		for j := range m {
+			i := uint64(first + j)
+			v := vals[j*size : (j+1)*size]
+			value(v, i, 0)
+			batch[j] = leed.KV{Key: Key(i), Value: v}
+		}
+		if _, err := s.ImportBatch(ctx, batch); err != nil {
+			return Scale{}, fmt.Errorf("scale: records %d to %d of %d: %w", first, first+m, n, err)
+		}
 	}
-	wg.Wait()
-	if e := failed.Load(); e != nil {
-		return Scale{}, *e
+	for i := uint64(0); i < uint64(n); i += max(1, uint64(n)/1000) {
+		got, _, err := s.Get(ctx, Key(i))
+		if err != nil || !valueOK(got, i, size) {
+			return Scale{}, fmt.Errorf("scale: record %d after loading: %v", i, err)
+		}
 	}
 	st := s.Stats()
 	return Scale{Objects: int(st.Objects), ValueSize: size, SegTblBytes: st.SegTblBytes, BytesPerObject: float64(st.SegTblBytes) / float64(st.Objects)}, nil

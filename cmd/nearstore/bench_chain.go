@@ -37,38 +37,7 @@ leaves the nodes unthrottled, sharing this machine's CPUs with the client.`,
   nearstore bench chain --read-iops 0 --duration 5s --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			out := cmd.OutOrStdout()
-			bin, err := os.Executable()
-			if err != nil {
-				return err
-			}
-			cfg.Binary = bin
-			if !quiet {
-				stderr := cmd.ErrOrStderr()
-				cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
-			}
-			rep, err := chainbench.Run(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else if err := chainbench.WriteTable(out, rep); err != nil {
-				return err
-			}
-			if plotFile != "" {
-				if err := chainbench.SavePlot(plotFile, rep); err != nil {
-					return err
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
-				}
-			}
-			return nil
+			return runChainBench(cmd, cfg, plotFile, asJSON, quiet)
 		},
 	}
 	f := cmd.Flags()
@@ -85,4 +54,41 @@ leaves the nodes unthrottled, sharing this machine's CPUs with the client.`,
 	f.BoolVar(&asJSON, "json", false, "print every run, the medians and the bar as JSON")
 	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
 	return cmd
+}
+
+// runChainBench runs chainbench with cfg (this binary as the nodes) and
+// prints its table or JSON, and its plot.
+func runChainBench(cmd *cobra.Command, cfg chainbench.Config, plotFile string, asJSON, quiet bool) error {
+	out := cmd.OutOrStdout()
+	bin, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg.Binary = bin
+	if !quiet {
+		stderr := cmd.ErrOrStderr()
+		cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
+	}
+	rep, err := chainbench.Run(cmd.Context(), cfg)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else if err := chainbench.WriteTable(out, rep); err != nil {
+		return err
+	}
+	if plotFile != "" {
+		if err := chainbench.SavePlot(plotFile, rep); err != nil {
+			return err
+		}
+		if !asJSON {
+			fmt.Fprintf(out, "\nplot: %s\n", plotFile)
+		}
+	}
+	return nil
 }

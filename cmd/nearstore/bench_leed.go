@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nearstore/nearstore/bench/chainbench"
 	"github.com/nearstore/nearstore/bench/leedbench"
 )
 
@@ -18,6 +19,8 @@ func newBenchLEEDCmd(_ *globals) *cobra.Command {
 		capacity                 int64
 		plotFile                 string
 		asJSON, baseline, quiet  bool
+		only                     string
+		replicas                 chainbench.Config
 	)
 	cmd := &cobra.Command{
 		Use:   "leed",
@@ -40,8 +43,14 @@ of "user<n>" followed by n.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
+			if only != "" && only != "scale" && only != "capacity" {
+				return usageErrorf("--only %q: want scale or capacity", only)
+			}
+			if replicas.Nodes > 0 {
+				return runLEEDReplicas(cmd, replicas, plotFile, asJSON, quiet)
+			}
 			cfg := leedbench.Config{Objects: objects, ValueSizes: sizes, Threads: threads, Duration: dur, Repeat: repeat,
-				ScaleObjects: scale, CapacityBytes: capacity, Baseline: baseline}
+				ScaleObjects: scale, Only: only, CapacityBytes: capacity, Baseline: baseline}
 			if !quiet {
 				cfg.Progress = cmd.ErrOrStderr()
 			}
@@ -79,10 +88,33 @@ of "user<n>" followed by n.`,
 	f.DurationVar(&dur, "duration", 3*time.Second, "length of each timed phase")
 	f.IntVar(&repeat, "repeat", 3, "runs of every phase, interleaved; the report gives medians")
 	f.IntSliceVar(&scale, "scale", []int{100000, 1000000}, "store sizes (objects) at which to measure memory per object")
+	f.StringVar(&only, "only", "", `"scale": measure only memory per object at the --scale sizes (of the first --value-sizes size); "capacity": only usable capacity`)
 	f.Int64Var(&capacity, "capacity", 256<<20, "raw bytes of the store filled to measure usable capacity")
 	f.BoolVar(&baseline, "baseline", true, "also run kv/lsm on offloadfs over NVMe/TCP")
 	f.StringVar(&plotFile, "plot", "", "write throughput per workload to this file (.png, .svg or .pdf)")
 	f.BoolVar(&asJSON, "json", false, "print every run, the medians and the bars as JSON")
 	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	f.IntVar(&replicas.Nodes, "replicas", 0, "instead, run LEED replicated by CRRS at R = this (bench chain's experiment with --store leed nodes): CRRS reads against tail-only reads")
+	f.IntVar(&replicas.Keys, "replica-keys", 10000, "with --replicas: keys loaded")
+	f.Float64Var(&replicas.ReadIOPS, "read-iops", 2000, "with --replicas: each node's modelled device read rate (0: unthrottled)")
+	f.Float64Var(&replicas.ReadFraction, "read-fraction", 0.95, "with --replicas: share of operations that are reads")
 	return cmd
+}
+
+// runLEEDReplicas is bench leed --replicas: bench chain's CRRS experiment
+// with every node's replica a LEED store, sharing its flags for
+// duration, repeat, threads and value size with bench leed's.
+func runLEEDReplicas(cmd *cobra.Command, cfg chainbench.Config, plotFile string, asJSON, quiet bool) error {
+	f := cmd.Flags()
+	cfg.Duration, _ = f.GetDuration("duration")
+	cfg.Repeat, _ = f.GetInt("repeat")
+	if f.Changed("threads") {
+		cfg.Threads, _ = f.GetInt("threads")
+	}
+	if sizes, _ := f.GetIntSlice("value-sizes"); f.Changed("value-sizes") && len(sizes) > 0 {
+		cfg.ValueSize = sizes[0]
+	}
+	cfg.Store = "leed"
+	cfg.NodeArgs = []string{"--store", "leed", "--leed-size", "256MiB"}
+	return runChainBench(cmd, cfg, plotFile, asJSON, quiet)
 }

@@ -21,8 +21,6 @@ import (
 
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/kv/chain"
-	"github.com/nearstore/nearstore/kv/chain/lsmstore"
-	"github.com/nearstore/nearstore/kv/lsm"
 )
 
 func newClusterCmd(g *globals) *cobra.Command {
@@ -109,6 +107,7 @@ func newNodeServeCmd(g *globals, use string) *cobra.Command {
 		data           string
 		readIOPS       float64
 		leaseTTL, memt int
+		ns             nodeStore
 	)
 	cmd := &cobra.Command{
 		Use:   use,
@@ -147,17 +146,18 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 			}
 			defer closeCtl()
 			ctl.Log = g.logger()
+			ns.memt = memt
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return err
 			}
 			var nodes []*chain.Node
 			for _, gr := range groups {
-				st, err := lsmstore.Open(dirOf(gr), lsm.Options{MemTableSize: memt, Logger: g.logger()})
+				st, closeStore, err := ns.open(cmd.Context(), dirOf(gr), g.logger())
 				if err != nil {
 					return err
 				}
-				defer st.Close()
+				defer closeStore()
 				n, err := chain.NewNode(chain.NodeConfig{
 					ID: id, Group: gr, Addr: ln.Addr().String(), Store: st, Control: ctl,
 					LeaseTTL: leaseTTL, ReadIOPS: readIOPS, Log: g.logger(),
@@ -187,6 +187,7 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 	cmd.Flags().Float64Var(&readIOPS, "read-iops", 0, "model a device admitting this many store reads per second, per group (0: unthrottled)")
 	cmd.Flags().IntVar(&leaseTTL, "lease-ttl", 2, "etcd lease in seconds: a dead node leaves the chains this long after")
 	cmd.Flags().IntVar(&memt, "memtable-size", 0, "kv/lsm memtable size in bytes (0: the default)")
+	ns.flags(cmd.Flags())
 	return cmd
 }
 

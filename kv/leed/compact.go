@@ -54,7 +54,7 @@ func (s *Store) commit(ctx context.Context, ktail, vtail uint64) error {
 		return s.fail(fmt.Errorf("leed: compaction flush: %w", err))
 	}
 	s.ckptSeq++
-	c := checkpoint{seq: s.ckptSeq, ktail: ktail, vtail: vtail, khead: s.khead.Load(), vhead: s.vhead.Load()}
+	c := checkpoint{seq: s.ckptSeq, ktail: ktail, vtail: vtail, khead: s.khead.Load(), vhead: s.vhead.Load(), applied: s.appliedFloor}
 	if err := s.write(ctx, nil, true, c.marshal(), ckptOff+int64(s.ckptSeq%2)*BucketSize); err != nil {
 		return err
 	}
@@ -156,6 +156,8 @@ func (s *Store) compactValues(ctx context.Context) (bool, error) {
 	maxEntry := entrySize(int(s.g.maxValue))
 	phys := int64(tail % uint64(s.vcap))
 	free := s.vcap - int64(head-tail)
+	// What it reads must fit in the free space, with the pad (shorter
+	// than one entry) that a lap's end may take.
 	n := min(int64(vCompactMax), s.vcap-phys, int64(head-tail), free-maxEntry)
 	if n <= 0 {
 		return false, fmt.Errorf("leed: value log compaction has no room to move entries (%d bytes free)", free)
@@ -207,7 +209,10 @@ func (s *Store) compactValues(ctx context.Context) (bool, error) {
 		if handled[p.seg] {
 			continue
 		}
-		_, err := s.moveValues(ctx, p.seg, entries[i:])
+		err := s.keyRoomForMove(ctx)
+		if err == nil {
+			_, err = s.moveValues(ctx, p.seg, entries[i:])
+		}
 		if err != nil {
 			if errors.Is(err, errNoSpace) {
 				committed = tail + uint64(p.phys-phys)
@@ -222,6 +227,27 @@ func (s *Store) compactValues(ctx context.Context) (bool, error) {
 	}
 	s.compactedBytes.Add(int64(committed - tail))
 	return true, s.commit(ctx, s.ktail.Load(), committed)
+}
+
+// keyRoomForMove makes sure the key log can take the chain a value move
+// rewrites, compacting the key log if it must, or returns errNoSpace.
+// Moving values without that room would leave their new copies dead at
+// the value log's head. The caller holds cmu and no stripe.
+func (s *Store) keyRoomForMove(ctx context.Context) error {
+	need := uint64(maxChainLen + keepValueMoves)
+	for range 4 {
+		if uint64(s.g.slots)-(s.khead.Load()-s.ktail.Load()) >= need {
+			return nil
+		}
+		advanced, err := s.compactKeys(ctx)
+		if err != nil {
+			return err
+		}
+		if !advanced {
+			break
+		}
+	}
+	return errNoSpace
 }
 
 // moveValues moves seg's live entries among es to the value log's head,
@@ -245,9 +271,9 @@ func (s *Store) moveValues(ctx context.Context, seg uint32, es []pending) (int64
 	for i := range items {
 		at[items[i].voff] = i
 	}
-	var moved []byte
+	var moved [][]byte
 	var which []int
-	var rel []int64
+	var bytesMoved int64
 	for _, p := range es {
 		if p.seg != seg {
 			continue
@@ -256,19 +282,19 @@ func (s *Store) moveValues(ctx context.Context, seg uint32, es []pending) (int64
 		if !ok || int64(items[i].vlen)+entryHdrSize != int64(len(p.buf)) {
 			continue // dead
 		}
-		rel = append(rel, int64(len(moved)))
 		which = append(which, i)
-		moved = append(moved, p.buf...)
+		moved = append(moved, p.buf)
+		bytesMoved += int64(len(p.buf))
 	}
 	if len(moved) == 0 {
 		return 0, nil
 	}
-	base, err := s.writeValues(ctx, nil, true, moved)
+	offs, err := s.writeValues(ctx, nil, true, moved...)
 	if err != nil {
 		return 0, err
 	}
 	for j, i := range which {
-		items[i].voff = base + rel[j]
+		items[i].voff = offs[j]
 	}
 	old := s.segtbl[seg]
 	e, err := s.writeChain(ctx, nil, true, keepValueMoves, seg, items, h0.opSeq)
@@ -277,5 +303,5 @@ func (s *Store) moveValues(ctx context.Context, seg uint32, es []pending) (int64
 	}
 	s.segtbl[seg] = e
 	s.liveSlots.Add(int64(e&63) - int64(old&63))
-	return int64(len(moved)), nil
+	return bytesMoved, nil
 }

@@ -41,11 +41,27 @@ func FuzzValueEntry(f *testing.F) {
 	e := make([]byte, entrySize(5))
 	encodeEntry(e, 4, []byte("hello"))
 	f.Add(e)
+	big := make([]byte, entrySize(300))
+	encodeEntry(big, padSegment-1, make([]byte, 300))
+	f.Add(big)
+	f.Add(make([]byte, entryHdrSize))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) < entryHdrSize || !checkEntry(data) {
 			return
 		}
 		h := decodeEntryHdr(data)
-		_ = h
+		if h.segment > padSegment || h.vlen > maxValueLen {
+			t.Fatalf("header decodes out of range: %+v", h)
+		}
+		if h.segment == padSegment {
+			return
+		}
+		if int(h.vlen) == len(data)-entryHdrSize {
+			again := make([]byte, len(data))
+			encodeEntry(again, h.segment, data[entryHdrSize:])
+			if string(again) != string(data) {
+				t.Fatalf("entry does not round-trip")
+			}
+		}
 	})
 }

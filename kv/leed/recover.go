@@ -45,6 +45,7 @@ func (s *Store) recover(ctx context.Context) error {
 		return fmt.Errorf("%w: both checkpoints fail their checksums", ErrCorrupt)
 	}
 	s.ckptSeq = a.seq
+	s.appliedFloor = a.applied
 	s.ktail.Store(a.ktail)
 	s.vtail.Store(a.vtail)
 
@@ -162,7 +163,7 @@ func (s *Store) recover(ctx context.Context) error {
 	}
 	s.khead.Store(head)
 	s.vhead.Store(vhead)
-	s.opSeq.Store(opSeq)
+	s.opSeq.Store(max(opSeq, a.applied))
 	s.objects.Store(objects)
 	s.liveValue.Store(live)
 	s.liveSlots.Store(liveSlots)

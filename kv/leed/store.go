@@ -30,7 +30,8 @@ type Options struct {
 	// AvgValueSize sizes the logs at Format: the key log gets the share
 	// of the device that objects of this size need (default 1024).
 	AvgValueSize int
-	// MaxValueSize is the largest value, fixed at Format (default 64 KiB).
+	// MaxValueSize is the largest value, fixed at Format (default 64 KiB,
+	// at most 4 MiB - 1: value entries hold lengths in 22 bits).
 	MaxValueSize int
 	// ItemsPerSegment is how many objects a segment holds when the store
 	// is full, fixed at Format (default 450: chains of about three
@@ -122,8 +123,9 @@ type Store struct {
 	// ErrCorrupt. Nil when recovery found none; read-only after Open.
 	suspect []uint64
 
-	cmu     sync.Mutex // one compaction at a time
-	ckptSeq uint64     // guarded by cmu
+	cmu          sync.Mutex // one compaction at a time
+	ckptSeq      uint64     // guarded by cmu
+	appliedFloor uint64     // SetApplied's sequence number, in every checkpoint; guarded by cmu
 
 	kmu   sync.Mutex    // serializes chain writes: a crash tears at most the last
 	khead atomic.Uint64 // virtual slot after the last written chain; written under kmu
@@ -180,18 +182,22 @@ func plan(size int64, o Options) (geometry, error) {
 	vReserve := 3 * maxEntry
 	kReserve := int64(kReserveMult * maxChainLen)
 	// Key log bytes per object when full: the chains' buckets (a segment
-	// of ItemsPerSegment keys, give or take the hash's spread), with 10%
-	// free for compaction to work in.
+	// of ItemsPerSegment keys, give or take the hash's spread), with 5%
+	// free for compaction to work in. Every byte of it is taken from the
+	// value log: at 256-byte values the key log is a tenth of the device.
 	chain := math.Ceil(float64(o.ItemsPerSegment)/itemsPerBucket) + 0.1
-	keyPerObj := chain * BucketSize / float64(o.ItemsPerSegment) * 1.1
+	keyPerObj := chain * BucketSize / float64(o.ItemsPerSegment) * 1.05
 	perObj := float64(entrySize(o.AvgValueSize)) + keyPerObj
 	objects := float64(usable-vReserve-kReserve*BucketSize) / perObj
 	if objects < 1 {
 		return geometry{}, fmt.Errorf("leed: device of %d bytes is too small", size)
 	}
 	segments := int64(math.Ceil(objects / float64(o.ItemsPerSegment)))
-	slots := int64(objects*keyPerObj/BucketSize) + 4*kReserve
-	slots = max(slots, int64(float64(segments)*chain)+4*kReserve)
+	// And the reserves ensureSpace keeps (twice kReserve and the chain
+	// being written), with room for one more chain.
+	extra := 2*kReserve + 2*maxChainLen
+	slots := int64(objects*keyPerObj/BucketSize) + extra
+	slots = max(slots, int64(float64(segments)*chain)+extra)
 	if slots > maxSlots {
 		return geometry{}, fmt.Errorf("leed: device of %d bytes needs %d key log slots, more than %d", size, slots, maxSlots)
 	}
@@ -452,18 +458,27 @@ func (s *Store) writeChain(ctx context.Context, c *Cost, bg bool, keep uint64, s
 	return uint32(phys)<<6 | uint32(n), nil
 }
 
-// writeValues appends already-encoded value entries (one or several,
-// back to back) at the value log's head and returns their physical
-// offset. bg allocations may use the reserve.
-func (s *Store) writeValues(ctx context.Context, c *Cost, bg bool, entries []byte) (int64, error) {
-	size := int64(len(entries))
+// writeValues appends already-encoded value entries at the value log's
+// head and returns the physical offset of each. Entries that do not fit
+// before the end of the lap go to its start, after a pad shorter than
+// one entry, so the log wastes less than one entry per lap. It writes
+// each contiguous run in one I/O (one, or two at a lap's end).
+// Foreground allocations leave two maximum entries free for compaction.
+func (s *Store) writeValues(ctx context.Context, c *Cost, bg bool, entries ...[]byte) ([]int64, error) {
 	s.vmu.Lock()
 	defer s.vmu.Unlock()
 	head := s.vhead.Load()
 	phys := int64(head % uint64(s.vcap))
-	pad := int64(0)
-	if phys+size > s.vcap {
-		pad = s.vcap - phys
+	offs := make([]int64, len(entries))
+	split, pad := len(entries), int64(0) // entries[split:] go to the lap's start
+	at, size := phys, int64(0)
+	for i, e := range entries {
+		if split == len(entries) && at+int64(len(e)) > s.vcap {
+			split, pad, at = i, s.vcap-at, 0
+		}
+		offs[i] = at
+		at += int64(len(e))
+		size += int64(len(e))
 	}
 	free := s.vcap - int64(head-s.vtail.Load())
 	need := pad + size
@@ -471,27 +486,34 @@ func (s *Store) writeValues(ctx context.Context, c *Cost, bg bool, entries []byt
 		need += 2 * entrySize(int(s.g.maxValue))
 	}
 	if free < need {
-		return 0, errNoSpace
+		return nil, errNoSpace
 	}
-	if pad >= entryHdrSize {
-		p := make([]byte, entryHdrSize)
-		le.PutUint32(p[4:], padSegment)
-		le.PutUint32(p[0:], crc(p[4:]))
-		if err := s.write(ctx, c, bg, p, s.g.valueLogOff+phys); err != nil {
-			return 0, err
+	run := func(es [][]byte, off int64) error {
+		if len(es) == 0 {
+			return nil
+		}
+		return s.write(ctx, c, bg, bytes.Join(es, nil), s.g.valueLogOff+off)
+	}
+	if err := run(entries[:split], phys); err != nil {
+		return nil, err
+	}
+	if split < len(entries) {
+		if pad >= entryHdrSize {
+			p := make([]byte, entryHdrSize)
+			putEntryHdr(p, padSegment, 0)
+			le.PutUint32(p[0:], crc(p[4:]))
+			if err := s.write(ctx, c, bg, p, s.g.valueLogOff+s.vcap-pad); err != nil {
+				return nil, err
+			}
+		}
+		if err := run(entries[split:], 0); err != nil {
+			return nil, err
 		}
 	}
-	if pad > 0 {
-		head += uint64(pad)
-		phys = 0
-	}
-	if err := s.write(ctx, c, bg, entries, s.g.valueLogOff+phys); err != nil {
-		return 0, err
-	}
-	// vhead moves only once the entry is whole: chains record it, and
+	// vhead moves only once the entries are whole: chains record it, and
 	// recovery trusts every entry before the largest one recorded.
-	s.vhead.Store(head + uint64(size))
-	return phys, nil
+	s.vhead.Store(head + uint64(pad+size))
+	return offs, nil
 }
 
 // ensureSpace makes room, compacting if it must, for a value entry of
@@ -524,10 +546,15 @@ func (s *Store) ensureSpace(ctx context.Context, vneed, kneed int64) error {
 		if vok && kok {
 			// Low water, with enough dead data to be worth reclaiming: one
 			// sub-compaction, unless one already runs.
+			// The log compacted is the one at low water: moving the live
+			// values of a log with nothing dead in it frees nothing and
+			// rewrites every chain.
 			vdead := s.vcap - vfree - s.liveValue.Load()
 			kdead := slots - kfree - s.liveSlots.Load()
-			if (vfree < s.vcap/8 && vdead > s.vcap/16 || kfree < slots/8 && kdead > slots/16) && s.cmu.TryLock() {
-				_, err := s.compactOnce(ctx, vfree*slots < kfree*s.vcap)
+			vlow := vfree < s.vcap/8 && vdead > s.vcap/16
+			klow := kfree < slots/8 && kdead > slots/16
+			if (vlow || klow) && s.cmu.TryLock() {
+				_, err := s.compactOnce(ctx, vlow)
 				s.cmu.Unlock()
 				if err != nil {
 					return err
@@ -690,7 +717,7 @@ func (s *Store) putLocked(ctx context.Context, c *Cost, seg uint32, key, entry [
 		return err
 	}
 	items[i].vlen = uint32(len(entry) - entryHdrSize)
-	items[i].voff = voff
+	items[i].voff = voff[0]
 	e, err := s.writeChain(ctx, c, false, keepForeground, seg, items, seq)
 	if err != nil {
 		return err
@@ -849,6 +876,161 @@ func (s *Store) Apply(ctx context.Context, op Op) (Cost, error) {
 		s.opSeq.Store(op.Seq)
 	}
 	return c, err
+}
+
+// Import stores value under key as part of copying another replica's
+// state (after Format, before SetApplied): it takes no sequence number
+// and its chain records none, so Applied() is what SetApplied sets.
+func (s *Store) Import(ctx context.Context, key, value []byte) (Cost, error) {
+	return s.ImportBatch(ctx, []KV{{key, value}})
+}
+
+// KV is a key and its value, as ImportBatch takes them.
+type KV struct {
+	Key, Value []byte
+}
+
+// ImportBatch is Import of many objects at once, for loading a store or
+// copying another replica: it groups them by segment and, per segment,
+// reads the chain once, appends the segment's values in one write and
+// writes the chain once, so a batch of n objects over m segments costs
+// about 3m device I/Os rather than 3n. A key given twice keeps its last
+// value. On an error, the segments already written keep their objects.
+func (s *Store) ImportBatch(ctx context.Context, kvs []KV) (Cost, error) {
+	var c Cost
+	if err := s.writable(); err != nil {
+		return c, err
+	}
+	bySeg := map[uint32][]int{}
+	for i, kv := range kvs {
+		if err := checkKey(kv.Key); err != nil {
+			return c, err
+		}
+		if len(kv.Value) > int(s.g.maxValue) {
+			return c, fmt.Errorf("%w: %d bytes, at most %d", ErrValueSize, len(kv.Value), s.g.maxValue)
+		}
+		seg := s.segmentOf(kv.Key)
+		bySeg[seg] = append(bySeg[seg], i)
+	}
+	segs := make([]uint32, 0, len(bySeg))
+	for seg := range bySeg {
+		segs = append(segs, seg)
+	}
+	slices.Sort(segs)
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	for _, seg := range segs {
+		if err := ctx.Err(); err != nil {
+			return c, err
+		}
+		entries := make([][]byte, 0, len(bySeg[seg]))
+		keys := make([][]byte, 0, len(bySeg[seg]))
+		var vneed int64
+		for _, i := range bySeg[seg] {
+			e := make([]byte, entrySize(len(kvs[i].Value)))
+			encodeEntry(e, seg, kvs[i].Value)
+			entries = append(entries, e)
+			keys = append(keys, kvs[i].Key)
+			vneed += int64(len(e))
+		}
+		for {
+			mu := s.stripe(seg)
+			mu.RLock()
+			cur := int(s.segtbl[seg] & 63)
+			mu.RUnlock()
+			if err := s.ensureSpace(ctx, vneed, int64(min(maxChainLen, cur+chainLen(len(keys))))); err != nil {
+				return c, err
+			}
+			mu.Lock()
+			err := s.importLocked(ctx, &c, seg, keys, entries)
+			mu.Unlock()
+			if !errors.Is(err, errNoSpace) {
+				if err != nil {
+					return c, err
+				}
+				break
+			}
+		}
+	}
+	return c, nil
+}
+
+// importLocked stores keys[i] → entries[i] in seg, whose stripe the
+// caller holds: one chain read, one value write, one chain write.
+func (s *Store) importLocked(ctx context.Context, c *Cost, seg uint32, keys, entries [][]byte) error {
+	items, _, err := s.readChain(ctx, c, false, seg)
+	if err != nil {
+		return err
+	}
+	oldLen := int64(s.segtbl[seg] & 63)
+	// Keys new to the segment are appended; a key given twice in the
+	// batch keeps its last value (the earlier one is written, and dead).
+	idx := make([]int, len(keys))
+	orig := len(items)
+	replaced := map[int]bool{}
+	var oldBytes int64
+	for j, k := range keys {
+		i := find(items, k)
+		if i < 0 {
+			var it item
+			copy(it.key[:], k)
+			it.klen = uint8(len(k))
+			items = append(items, it)
+			i = len(items) - 1
+		} else if i < orig && !replaced[i] {
+			replaced[i] = true
+			oldBytes += entrySize(int(items[i].vlen))
+		}
+		idx[j] = i
+	}
+	if chainLen(len(items)) > maxChainLen {
+		return fmt.Errorf("%w: segment %d would hold %d keys, its chain can grow no longer", ErrFull, seg, len(items))
+	}
+	offs, err := s.writeValues(ctx, c, false, entries...)
+	if err != nil {
+		return err
+	}
+	last := map[int]int{} // item → the batch entry it ends with
+	for j, i := range idx {
+		items[i].vlen = uint32(len(entries[j]) - entryHdrSize)
+		items[i].voff = offs[j]
+		last[i] = j
+	}
+	var newBytes int64
+	for _, j := range last {
+		newBytes += int64(len(entries[j]))
+	}
+	e, err := s.writeChain(ctx, c, false, keepForeground, seg, items, 0)
+	if err != nil {
+		return err
+	}
+	s.segtbl[seg] = e
+	s.objects.Add(int64(len(items) - orig))
+	s.liveValue.Add(newBytes - oldBytes)
+	s.liveSlots.Add(int64(e&63) - oldLen)
+	return nil
+}
+
+// SetApplied records, durably, that the store holds every operation up to
+// seq (the end of a copy of another replica): it writes a checkpoint
+// carrying seq, which recovery takes as a floor for Applied(), and
+// flushes. Later Apply calls continue at seq+1.
+func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	s.cmu.Lock()
+	defer s.cmu.Unlock()
+	prev := s.appliedFloor
+	s.appliedFloor = seq
+	if err := s.commit(ctx, s.ktail.Load(), s.vtail.Load()); err != nil {
+		s.appliedFloor = prev
+		return err
+	}
+	s.opSeq.Store(seq)
+	return nil
 }
 
 // Applied is the sequence number of the last operation applied.

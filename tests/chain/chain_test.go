@@ -41,9 +41,16 @@ type testCluster struct {
 	dir      string
 	mu       sync.Mutex
 	procs    map[string]*exec.Cmd
+	args     []string // more flags of every "nearstore cluster node"
 }
 
 func newCluster(t *testing.T, ids ...string) *testCluster {
+	t.Helper()
+	return newClusterWith(t, nil, ids...)
+}
+
+// newClusterWith starts a cluster whose nodes take the flags args too.
+func newClusterWith(t *testing.T, args []string, ids ...string) *testCluster {
 	t.Helper()
 	e, err := cluster.StartEmbedded(context.Background(), cluster.EmbedConfig{Dir: t.TempDir()})
 	if err != nil {
@@ -55,7 +62,7 @@ func newCluster(t *testing.T, ids ...string) *testCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	c := &testCluster{t: t, endpoint: e.Endpoints()[0], ctl: &cluster.Control{Client: cli}, dir: t.TempDir(), procs: map[string]*exec.Cmd{}}
+	c := &testCluster{t: t, endpoint: e.Endpoints()[0], ctl: &cluster.Control{Client: cli}, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, args: args}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -78,8 +85,8 @@ func newCluster(t *testing.T, ids ...string) *testCluster {
 // across restarts) and waits for it to serve.
 func (c *testCluster) start(id string) {
 	c.t.Helper()
-	p := exec.Command(clitest.Binary(c.t), "cluster", "node", "--etcd", c.endpoint, "--group", group, "--id", id,
-		"--data", filepath.Join(c.dir, id), "--lease-ttl", "2", "--log-level", "warn")
+	p := exec.Command(clitest.Binary(c.t), append([]string{"cluster", "node", "--etcd", c.endpoint, "--group", group, "--id", id,
+		"--data", filepath.Join(c.dir, id), "--lease-ttl", "2", "--log-level", "warn"}, c.args...)...)
 	p.Stderr = os.Stderr
 	out, err := p.StdoutPipe()
 	if err != nil {
@@ -215,65 +222,72 @@ func TestKillNodeUnderLoad(t *testing.T) {
 		{"tail", cluster.Chain.Tail},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c := newCluster(t, "n1", "n2", "n3")
-			ctx := context.Background()
-			writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer writer.Close()
-			before := c.waitChain(func(cluster.Chain) bool { return true })
-			victim := tt.pick(before)
-			tailReader, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group, Reads: chain.ReadTail})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tailReader.Close()
-
-			l := startLoad(t, writer, tailReader)
-			l.waitAcked(t, 300)
-			c.kill(victim)
-			after := c.waitChain(func(ch cluster.Chain) bool {
-				return ch.Epoch > before.Epoch && !slices.Contains(ch.Members, victim) && len(ch.Members) == 2
-			})
-			want := slices.DeleteFunc(slices.Clone(before.Members), func(m string) bool { return m == victim })
-			if !slices.Equal(after.Members, want) {
-				t.Fatalf("after killing %s the chain is %v, want %v", victim, after.Members, want)
-			}
-			l.waitAcked(t, l.n.Load()+300)
-			acked := l.finish()
-			t.Logf("killed %s (%s): %d writes acknowledged, %d failed attempts; chain %v epoch %d",
-				tt.name, victim, len(acked), l.fails.Load(), after.Members, after.Epoch)
-
-			// Every acknowledged write is at the new tail.
-			checkAll(t, tailReader, acked)
-
-			// The killed node restarts on its old directory and rejoins
-			// as the tail through COPY; it then serves the same data.
-			c.start(victim)
-			joined := c.waitChain(func(ch cluster.Chain) bool {
-				return len(ch.Members) == 3 && ch.Tail() == victim && ch.Joining == ""
-			})
-			l2 := startLoad(t, writer, tailReader)
-			l2.waitAcked(t, 100)
-			for k, v := range l2.finish() {
-				acked[k] = v
-			}
-			if err := tailReader.Put(ctx, []byte("last"), []byte("x")); err != nil {
-				t.Fatal(err)
-			}
-			acked["last"] = "x"
-			checkAll(t, tailReader, acked) // the rejoined node is the tail
-			crrs, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer crrs.Close()
-			checkAll(t, crrs, acked)
-			if s := crrs.Stats(); s.ReadsAtTail == s.Reads {
-				t.Fatalf("CRRS reads all went to the tail: %+v", s)
-			}
-			t.Logf("rejoined: chain %v epoch %d", joined.Members, joined.Epoch)
+			killUnderLoad(t, newCluster(t, "n1", "n2", "n3"), tt.name, tt.pick)
 		})
 	}
+}
+
+// killUnderLoad kills the member pick names while two writers load the
+// chain, checks that every acknowledged write is at the new tail, then
+// restarts the member and checks that it rejoins as the tail through
+// COPY and serves the same data, to tail-only and CRRS readers.
+func killUnderLoad(t *testing.T, c *testCluster, name string, pick func(cluster.Chain) string) {
+	ctx := context.Background()
+	writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	before := c.waitChain(func(cluster.Chain) bool { return true })
+	victim := pick(before)
+	tailReader, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group, Reads: chain.ReadTail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tailReader.Close()
+
+	l := startLoad(t, writer, tailReader)
+	l.waitAcked(t, 300)
+	c.kill(victim)
+	after := c.waitChain(func(ch cluster.Chain) bool {
+		return ch.Epoch > before.Epoch && !slices.Contains(ch.Members, victim) && len(ch.Members) == 2
+	})
+	want := slices.DeleteFunc(slices.Clone(before.Members), func(m string) bool { return m == victim })
+	if !slices.Equal(after.Members, want) {
+		t.Fatalf("after killing %s the chain is %v, want %v", victim, after.Members, want)
+	}
+	l.waitAcked(t, l.n.Load()+300)
+	acked := l.finish()
+	t.Logf("killed %s (%s): %d writes acknowledged, %d failed attempts; chain %v epoch %d",
+		name, victim, len(acked), l.fails.Load(), after.Members, after.Epoch)
+
+	// Every acknowledged write is at the new tail.
+	checkAll(t, tailReader, acked)
+
+	// The killed node restarts on its old directory and rejoins
+	// as the tail through COPY; it then serves the same data.
+	c.start(victim)
+	joined := c.waitChain(func(ch cluster.Chain) bool {
+		return len(ch.Members) == 3 && ch.Tail() == victim && ch.Joining == ""
+	})
+	l2 := startLoad(t, writer, tailReader)
+	l2.waitAcked(t, 100)
+	for k, v := range l2.finish() {
+		acked[k] = v
+	}
+	if err := tailReader.Put(ctx, []byte("last"), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	acked["last"] = "x"
+	checkAll(t, tailReader, acked) // the rejoined node is the tail
+	crrs, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer crrs.Close()
+	checkAll(t, crrs, acked)
+	if s := crrs.Stats(); s.ReadsAtTail == s.Reads {
+		t.Fatalf("CRRS reads all went to the tail: %+v", s)
+	}
+	t.Logf("rejoined: chain %v epoch %d", joined.Members, joined.Epoch)
 }

@@ -107,7 +107,7 @@ func (c *Client) Grantee(ctx context.Context) (string, error) {
 
 // RunTask implements offloadfs.Peer.
 func (c *Client) RunTask(ctx context.Context, r offloadfs.TaskRequest) (offloadfs.TaskResult, error) {
-	req := Request{Task: r.Task, Args: r.Args, Client: c.opts.Name}
+	req := Request{Task: r.Task, Module: r.Module, Args: r.Args, Client: c.opts.Name}
 	for _, f := range r.Files {
 		req.Files = append(req.Files, File{File: f.File, Write: f.Write, ContentTag: f.ContentTag, Bypass: f.Bypass})
 	}

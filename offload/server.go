@@ -156,7 +156,7 @@ func (e *remoteError) Error() string {
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
 func requestFromPB(r *offloadpb.RunRequest) (Request, error) {
-	req := Request{Task: r.GetTask(), Args: r.GetArgs(), Client: r.GetClient(), Token: r.GetToken()}
+	req := Request{Task: r.GetTask(), Module: r.GetModule(), Args: r.GetArgs(), Client: r.GetClient(), Token: r.GetToken()}
 	if len(r.GetFiles()) > pushdown.MaxFiles {
 		return req, errors.Join(ErrBadRequest, errors.New("too many files"))
 	}
@@ -181,7 +181,7 @@ func requestFromPB(r *offloadpb.RunRequest) (Request, error) {
 }
 
 func requestToPB(req Request) *offloadpb.RunRequest {
-	r := &offloadpb.RunRequest{Task: req.Task, Args: req.Args, Client: req.Client, Token: req.Token}
+	r := &offloadpb.RunRequest{Task: req.Task, Module: req.Module, Args: req.Args, Client: req.Client, Token: req.Token}
 	for _, f := range req.Files {
 		pf := &offloadpb.File{
 			Inode: f.ID, Version: f.Version, Size: f.Size, Mode: offloadpb.Mode_MODE_READ,

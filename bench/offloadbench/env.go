@@ -62,7 +62,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 	if e.engineAddr, err = freeAddr(ip); err != nil {
 		return nil, err
 	}
-	args := []string{"target", "serve", "--log-level", "warn", "--listen", addr, "--nqn", offloadNQN,
+	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", offloadNQN,
 		"--volume", "mem:" + strconv.FormatInt(size, 10), "--offload", e.engineAddr}
 	for _, a := range engineArgs {
 		args = append(args, strings.Replace(a, "--", "--offload-", 1))

@@ -13,7 +13,8 @@ import (
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
-// taskWasm is testdata/wasm/task.c built: args[0] picks what it does.
+// taskWasm is testdata/wasm/task.c built: args[0], a letter, picks what
+// it does.
 //
 //go:embed testdata/wasm/task.wasm
 var taskWasm []byte
@@ -31,7 +32,7 @@ func TestWasmTaskCopy(t *testing.T) {
 			b := r.write("b", 70_000, 2)
 			res, err := r.fsys.OffloadModule(ctx, c, "wasm-copy", taskWasm, []offloadfs.OffloadFile{
 				{In: r.open("a")}, {Out: "ab", Reserve: 1 << 20}, {In: r.open("b")},
-			}, []byte{0})
+			}, []byte("c"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -60,15 +61,15 @@ func TestWasmTaskOutsideGrant(t *testing.T) {
 			for _, tc := range []struct {
 				mode byte
 				want offload.WasmErr
-			}{{1, offload.WasmOutsideGrant}, {2, offload.WasmOutsideGrant}, {3, offload.WasmOutsideGrant}, {4, offload.WasmBadMemory}} {
+			}{{'r', offload.WasmOutsideGrant}, {'w', offload.WasmOutsideGrant}, {'f', offload.WasmOutsideGrant}, {'m', offload.WasmBadMemory}} {
 				res, err := r.fsys.OffloadModule(ctx, c, "wasm-hostile", taskWasm, []offloadfs.OffloadFile{
 					{In: r.open("a")}, {Out: "out", Reserve: 4096},
 				}, []byte{tc.mode})
 				if err != nil {
-					t.Fatalf("mode %d: %v", tc.mode, err)
+					t.Fatalf("mode %c: %v", tc.mode, err)
 				}
 				if got := offload.WasmErr(int32(binary.LittleEndian.Uint32(res.Output))); got != tc.want {
-					t.Fatalf("mode %d: status %d, want %d", tc.mode, got, tc.want)
+					t.Fatalf("mode %c: status %d, want %d", tc.mode, got, tc.want)
 				}
 			}
 			mustEqual(t, "a", r.contents(r.fsys, "a"), a)
@@ -89,7 +90,7 @@ func TestWasmTaskNeverEnds(t *testing.T) {
 	r.write("a", 5000, 1)
 	_, err := r.fsys.OffloadModule(ctx, c, "wasm-spin", taskWasm, []offloadfs.OffloadFile{
 		{In: r.open("a")}, {Out: "spun", Reserve: 4096},
-	}, []byte{5})
+	}, []byte("s"))
 	if !errors.Is(err, offload.ErrTaskEnded) {
 		t.Fatalf("%v, want ErrTaskEnded", err)
 	}
@@ -98,7 +99,7 @@ func TestWasmTaskNeverEnds(t *testing.T) {
 	}
 	if _, err := r.fsys.OffloadModule(ctx, c, "wasm-copy", taskWasm, []offloadfs.OffloadFile{
 		{In: r.open("a")}, {Out: "copied", Reserve: 8192},
-	}, []byte{0}); err != nil {
+	}, []byte("c")); err != nil {
 		t.Fatalf("the next task: %v", err)
 	}
 	fsck(t, r.fsys)
@@ -121,7 +122,7 @@ func TestWasmTaskBadModules(t *testing.T) {
 		"empty wasm":  {0, 'a', 's', 'm', 1, 0, 0, 0},
 		"wasi import": wasi, // refused for the import, though it lacks run too
 	} {
-		_, err := r.fsys.OffloadModule(ctx, c, "bad", m, []offloadfs.OffloadFile{{In: r.open("a")}}, []byte{0})
+		_, err := r.fsys.OffloadModule(ctx, c, "bad", m, []offloadfs.OffloadFile{{In: r.open("a")}}, []byte("c"))
 		if !errors.Is(err, offload.ErrBadRequest) {
 			t.Errorf("%s: %v, want ErrBadRequest", name, err)
 		} else {
@@ -129,7 +130,7 @@ func TestWasmTaskBadModules(t *testing.T) {
 		}
 	}
 	_, c2 := r.engine(onPeer, offload.Config{WasmMemory: -1})
-	if _, err := r.fsys.OffloadModule(ctx, c2, "copy", taskWasm, []offloadfs.OffloadFile{{In: r.open("a")}}, []byte{0}); !errors.Is(err, offload.ErrUnknownTask) {
+	if _, err := r.fsys.OffloadModule(ctx, c2, "copy", taskWasm, []offloadfs.OffloadFile{{In: r.open("a")}}, []byte("c")); !errors.Is(err, offload.ErrUnknownTask) {
 		t.Errorf("an engine without wasm: %v, want ErrUnknownTask", err)
 	}
 }

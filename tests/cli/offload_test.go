@@ -73,7 +73,7 @@ func TestOffloadWasm(t *testing.T) {
 		run("", "fs", "fsck")
 	}
 
-	got := run("", "offload", "run", "wasm-copy", "--module", module, "--args", "\x00", "--engine", eaddr,
+	got := run("", "offload", "run", "wasm-copy", "--module", module, "--args", "c", "--engine", eaddr,
 		"--in", "/a", "--in", "/b", "--out", "/ab:64KiB")
 	if !strings.Contains(got, "ran on the engine") || !strings.Contains(got, "/ab: 13 bytes") {
 		t.Fatalf("offload run --module (copy): %q", got)
@@ -81,16 +81,16 @@ func TestOffloadWasm(t *testing.T) {
 	if cat := run("", "fs", "cat", "/ab"); cat != "first\nsecond\n" {
 		t.Fatalf("fs cat /ab: %q", cat)
 	}
-	for _, mode := range []string{"\x01", "\x02"} { // read past the end; write the input
+	for _, mode := range []string{"r", "w"} { // read past the end; write the input
 		got := run("", "offload", "run", "wasm-hostile", "--module", module, "--args", mode, "--engine", eaddr,
 			"--in", "/a", "--out", "/hostile:4KiB")
 		if !strings.Contains(got, "output ffffffff") {
-			t.Fatalf("mode %x: %q, want status -1 (outside the grant)", mode, got)
+			t.Fatalf("mode %s: %q, want status -1 (outside the grant)", mode, got)
 		}
 	}
 	intact()
 
-	r := clitest.Run(t, time.Minute, nil, nil, append([]string{"offload", "run", "wasm-spin", "--module", module, "--args", "\x05",
+	r := clitest.Run(t, time.Minute, nil, nil, append([]string{"offload", "run", "wasm-spin", "--module", module, "--args", "s",
 		"--engine", eaddr, "--in", "/a", "--out", "/spun:4KiB"}, tgt...)...)
 	if r.Code == 0 || !strings.Contains(r.Stderr, "run has ended") {
 		t.Fatalf("a module that never ends: exit %d, stderr %q", r.Code, r.Stderr)

@@ -1,13 +1,14 @@
 // A wasm offload task for offload's tests (offload/wasm.go states the
-// ABI). args[0] picks what it does:
+// ABI). args[0], a letter (so a command line can pass it), picks what
+// it does:
 //
-//   0  copy: the inputs, end to end, into the first writable file; the
+//   c  copy: the inputs, end to end, into the first writable file; the
 //      output is the bytes copied, 8 bytes little-endian
-//   1  reads one byte past file 0's end; the output is the status (i32 LE)
-//   2  writes one byte into file 0 (an input); the output is the status
-//   3  reads file 99, which no request has; the output is the status
-//   4  reads into memory it does not have; the output is the status
-//   5  never ends
+//   r  reads one byte past file 0's end; the output is the status (i32 LE)
+//   w  writes one byte into file 0 (an input); the output is the status
+//   f  reads file 99, which no request has; the output is the status
+//   m  reads into memory it does not have; the output is the status
+//   s  never ends
 //
 // Built by build.sh; the .wasm beside it is committed.
 
@@ -62,12 +63,12 @@ __attribute__((export_name("run"))) i32 run(void) {
 	u8 mode = 0;
 	if (offload_args(&mode, 1) < 1) return 3;
 	switch (mode) {
-	case 0: return copy();
-	case 1: return out32(offload_read(0, offload_size(0), buf, 1)) ? 2 : 0;
-	case 2: return out32(offload_write(0, 0, buf, 1)) ? 2 : 0;
-	case 3: return out32(offload_read(99, 0, buf, 1)) ? 2 : 0;
-	case 4: return out32(offload_read(0, 0, (u8 *)0x7ffffff0, 4096)) ? 2 : 0;
-	case 5: for (volatile int spin = 1; spin;) {} return 0;
+	case 'c': return copy();
+	case 'r': return out32(offload_read(0, offload_size(0), buf, 1)) ? 2 : 0;
+	case 'w': return out32(offload_write(0, 0, buf, 1)) ? 2 : 0;
+	case 'f': return out32(offload_read(99, 0, buf, 1)) ? 2 : 0;
+	case 'm': return out32(offload_read(0, 0, (u8 *)0x7ffffff0, 4096)) ? 2 : 0;
+	case 's': for (volatile int spin = 1; spin;) {} return 0;
 	}
 	return 4;
 }

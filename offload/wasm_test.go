@@ -85,7 +85,8 @@ func TestWasmTaskOutsideGrant(t *testing.T) {
 // runs the next task.
 func TestWasmTaskNeverEnds(t *testing.T) {
 	r := newRig(t)
-	_, c := r.engine(onPeer, offload.Config{TaskTimeout: 300 * time.Millisecond})
+	// Long enough for the copy after it on a loaded machine.
+	_, c := r.engine(onPeer, offload.Config{TaskTimeout: 2 * time.Second})
 	ctx := context.Background()
 	r.write("a", 5000, 1)
 	_, err := r.fsys.OffloadModule(ctx, c, "wasm-spin", taskWasm, []offloadfs.OffloadFile{

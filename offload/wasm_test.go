@@ -23,28 +23,24 @@ var taskWasm []byte
 // inputs into its output on either kind of engine, as the Go copy task
 // does, and the output is committed under its name.
 func TestWasmTaskCopy(t *testing.T) {
-	for _, kind := range []engineKind{onPeer, inTarget} {
-		t.Run(kind.String(), func(t *testing.T) {
-			r := newRig(t)
-			_, c := r.engine(kind, offload.Config{})
-			ctx := context.Background()
-			a := r.write("a", 100_003, 1)
-			b := r.write("b", 70_000, 2)
-			res, err := r.fsys.OffloadModule(ctx, c, "wasm-copy", taskWasm, []offloadfs.OffloadFile{
-				{In: r.open("a")}, {Out: "ab", Reserve: 1 << 20}, {In: r.open("b")},
-			}, []byte("c"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := append(append([]byte{}, a...), b...)
-			if res.Local || len(res.Output) != 8 || binary.LittleEndian.Uint64(res.Output) != uint64(len(want)) {
-				t.Fatalf("local %v, output %x; want %d bytes copied on the engine", res.Local, res.Output, len(want))
-			}
-			mustEqual(t, "ab", r.contents(r.fsys, "ab"), want)
-			mustEqual(t, "a", r.contents(r.fsys, "a"), a)
-			fsck(t, r.fsys)
-		})
-	}
+	eachKind(t, func(t *testing.T, r *rig, c *offload.Client) {
+		ctx := context.Background()
+		a := r.write("a", 100_003, 1)
+		b := r.write("b", 70_000, 2)
+		res, err := r.fsys.OffloadModule(ctx, c, "wasm-copy", taskWasm, []offloadfs.OffloadFile{
+			{In: r.open("a")}, {Out: "ab", Reserve: 1 << 20}, {In: r.open("b")},
+		}, []byte("c"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(append([]byte{}, a...), b...)
+		if res.Local || len(res.Output) != 8 || binary.LittleEndian.Uint64(res.Output) != uint64(len(want)) {
+			t.Fatalf("local %v, output %x; want %d bytes copied on the engine", res.Local, res.Output, len(want))
+		}
+		mustEqual(t, "ab", r.contents(r.fsys, "ab"), want)
+		mustEqual(t, "a", r.contents(r.fsys, "a"), a)
+		fsck(t, r.fsys)
+	})
 }
 
 // TestWasmTaskOutsideGrant: offload_read and offload_write refuse a wasm
@@ -52,30 +48,38 @@ func TestWasmTaskCopy(t *testing.T) {
 // input, a file the request does not have, memory the module does not
 // have — with a status the module sees, and nothing changes.
 func TestWasmTaskOutsideGrant(t *testing.T) {
+	eachKind(t, func(t *testing.T, r *rig, c *offload.Client) {
+		ctx := context.Background()
+		a := r.write("a", 5000, 1)
+		for _, tc := range []struct {
+			mode byte
+			want offload.WasmErr
+		}{{'r', offload.WasmOutsideGrant}, {'w', offload.WasmOutsideGrant}, {'f', offload.WasmOutsideGrant}, {'m', offload.WasmBadMemory}} {
+			res, err := r.fsys.OffloadModule(ctx, c, "wasm-hostile", taskWasm, []offloadfs.OffloadFile{
+				{In: r.open("a")}, {Out: "out", Reserve: 4096},
+			}, []byte{tc.mode})
+			if err != nil {
+				t.Fatalf("mode %c: %v", tc.mode, err)
+			}
+			if got := offload.WasmErr(int32(binary.LittleEndian.Uint32(res.Output))); got != tc.want {
+				t.Fatalf("mode %c: status %d, want %d", tc.mode, got, tc.want)
+			}
+		}
+		mustEqual(t, "a", r.contents(r.fsys, "a"), a)
+		if rep := fsck(t, r.fsys); rep.Orphans != 0 {
+			t.Fatalf("%d orphans", rep.Orphans)
+		}
+	})
+}
+
+// eachKind runs f on a fresh rig with an engine of each kind (default
+// configuration) and its client.
+func eachKind(t *testing.T, f func(t *testing.T, r *rig, c *offload.Client)) {
 	for _, kind := range []engineKind{onPeer, inTarget} {
 		t.Run(kind.String(), func(t *testing.T) {
 			r := newRig(t)
 			_, c := r.engine(kind, offload.Config{})
-			ctx := context.Background()
-			a := r.write("a", 5000, 1)
-			for _, tc := range []struct {
-				mode byte
-				want offload.WasmErr
-			}{{'r', offload.WasmOutsideGrant}, {'w', offload.WasmOutsideGrant}, {'f', offload.WasmOutsideGrant}, {'m', offload.WasmBadMemory}} {
-				res, err := r.fsys.OffloadModule(ctx, c, "wasm-hostile", taskWasm, []offloadfs.OffloadFile{
-					{In: r.open("a")}, {Out: "out", Reserve: 4096},
-				}, []byte{tc.mode})
-				if err != nil {
-					t.Fatalf("mode %c: %v", tc.mode, err)
-				}
-				if got := offload.WasmErr(int32(binary.LittleEndian.Uint32(res.Output))); got != tc.want {
-					t.Fatalf("mode %c: status %d, want %d", tc.mode, got, tc.want)
-				}
-			}
-			mustEqual(t, "a", r.contents(r.fsys, "a"), a)
-			if rep := fsck(t, r.fsys); rep.Orphans != 0 {
-				t.Fatalf("%d orphans", rep.Orphans)
-			}
+			f(t, r, c)
 		})
 	}
 }

@@ -17,12 +17,7 @@ import (
 // whose output directory is missing fails before anything runs and
 // leaves the file system clean; offload engines lists the engine.
 func TestOffload(t *testing.T) {
-	addr := newTarget(t)
-	tgt := []string{"-a", addr, "-n", testNQN}
-	run := runOK(t, addr)
-	run("", "fs", "mkfs")
-	run("first\n", "fs", "put", "-", "/a")
-	run("second\n", "fs", "put", "-", "/b")
+	tgt, run := offloadFS(t)
 
 	eaddr := startEngine(t, tgt, "--host-nqn", "nqn.2026-11.io.nearstore:offload:cli")
 
@@ -56,12 +51,7 @@ func TestOffload(t *testing.T) {
 // never ends is stopped and leaves no output. The file system stays
 // clean and the committed files intact throughout.
 func TestOffloadWasm(t *testing.T) {
-	addr := newTarget(t)
-	tgt := []string{"-a", addr, "-n", testNQN}
-	run := runOK(t, addr)
-	run("", "fs", "mkfs")
-	run("first\n", "fs", "put", "-", "/a")
-	run("second\n", "fs", "put", "-", "/b")
+	tgt, run := offloadFS(t)
 	module := filepath.Join("..", "..", "offload", "testdata", "wasm", "task.wasm")
 
 	eaddr := startEngine(t, tgt, "--task-timeout", "2s", "--host-nqn", "nqn.2026-11.io.nearstore:offload:cli-wasm")
@@ -124,4 +114,17 @@ func startEngine(t *testing.T, tgt []string, args ...string) string {
 	}
 	// "offload engine on ADDR, reaching ..."
 	return strings.TrimSuffix(strings.Fields(sc.Text())[3], ",")
+}
+
+// offloadFS starts a target with a fresh file system holding /a
+// ("first\n") and /b ("second\n"), and returns the flags that name it
+// and runOK's runner for it.
+func offloadFS(t *testing.T) ([]string, func(stdin string, args ...string) string) {
+	t.Helper()
+	addr := newTarget(t)
+	run := runOK(t, addr)
+	run("", "fs", "mkfs")
+	run("first\n", "fs", "put", "-", "/a")
+	run("second\n", "fs", "put", "-", "/b")
+	return []string{"-a", addr, "-n", testNQN}, run
 }

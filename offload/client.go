@@ -50,6 +50,7 @@ func Dial(addr string, opts ClientOptions) (*Client, error) {
 	}
 	conn, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(streamWindow), grpc.WithInitialConnWindowSize(connWindow),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(maxMessage), grpc.MaxCallSendMsgSize(maxMessage)))
 	if err != nil {
 		return nil, fmt.Errorf("offload: dial %s: %w", addr, err)
@@ -106,7 +107,7 @@ func (c *Client) Grantee(ctx context.Context) (string, error) {
 
 // RunTask implements offloadfs.Peer.
 func (c *Client) RunTask(ctx context.Context, r offloadfs.TaskRequest) (offloadfs.TaskResult, error) {
-	req := Request{Task: r.Task, Args: r.Args, Client: c.opts.Name}
+	req := Request{Task: r.Task, Module: r.Module, Args: r.Args, Client: c.opts.Name}
 	for _, f := range r.Files {
 		req.Files = append(req.Files, File{File: f.File, Write: f.Write, ContentTag: f.ContentTag, Bypass: f.Bypass})
 	}

@@ -32,6 +32,10 @@ type Config struct {
 	CacheBytes int64
 	// Admission is the admission policy.
 	Admission Admission
+	// WasmMemory bounds a wasm task's memory, in bytes (default 256 MiB,
+	// at most 4 GiB); negative: the engine runs registered tasks only
+	// and refuses modules.
+	WasmMemory int64
 	// TaskTimeout ends a task that runs longer (default 5 minutes).
 	TaskTimeout time.Duration
 	// CPU samples the machine's CPU use, 0 to 1, for PolicyCPU (default:
@@ -51,6 +55,7 @@ type Engine struct {
 	blocks  uint64
 	adm     *admission
 	cache   *Cache
+	wasm    *wasmHost // nil: no wasm tasks
 	running atomic.Int64
 	log     *slog.Logger
 
@@ -103,6 +108,14 @@ func NewEngine(cfg Config) (*Engine, error) {
 		cfg: cfg, bs: uint64(bs), blocks: uint64(cfg.Device.Size()) / uint64(bs),
 		adm: adm, cache: NewCache(cfg.CacheBytes), log: cfg.Logger, stop: make(chan struct{}),
 	}
+	if cfg.WasmMemory >= 0 {
+		if cfg.WasmMemory == 0 {
+			cfg.WasmMemory = defaultWasmMemory
+		}
+		if e.wasm, err = newWasmHost(cfg.WasmMemory); err != nil {
+			return nil, err
+		}
+	}
 	if adm.cfg.Policy == PolicyCPU {
 		sample := cfg.CPU
 		if sample == nil {
@@ -132,12 +145,16 @@ func (e *Engine) sampleCPU(sample func() float64) {
 	}
 }
 
-// Close stops the CPU sampler. Tasks running go on to their ends.
+// Close stops the CPU sampler and ends wasm tasks still running; Go
+// tasks running go on to their ends.
 func (e *Engine) Close() {
 	select {
 	case <-e.stop:
 	default:
 		close(e.stop)
+		if e.wasm != nil {
+			e.wasm.close()
+		}
 	}
 	e.wg.Wait()
 }
@@ -174,9 +191,9 @@ func (e *Engine) ReleaseToken(id uint64) { e.adm.release(id) }
 // turned away (ErrRejected) before it touches anything, its I/O confined
 // to its files, and over when Run returns.
 func (e *Engine) Run(ctx context.Context, req Request) (Result, error) {
-	task, ok := e.cfg.Tasks.Lookup(req.Task)
-	if !ok {
-		return Result{}, fmt.Errorf("%w: %q", ErrUnknownTask, req.Task)
+	task, err := e.lookup(ctx, &req)
+	if err != nil {
+		return Result{}, err
 	}
 	if err := e.validate(req.Files); err != nil {
 		e.cfg.Metrics.task(req.Task, "error")
@@ -204,6 +221,25 @@ func (e *Engine) Run(ctx context.Context, req Request) (Result, error) {
 		e.adm.ran(req.Client)
 	}
 	return res, err
+}
+
+// lookup returns req's task: its module compiled, or the task registered
+// under its name. A wasm task is named "wasm" in metrics and errors,
+// whatever name it was sent with: names of modules are the client's to
+// choose, and metrics' labels must stay few.
+func (e *Engine) lookup(ctx context.Context, req *Request) (Task, error) {
+	if len(req.Module) == 0 {
+		task, ok := e.cfg.Tasks.Lookup(req.Task)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownTask, req.Task)
+		}
+		return task, nil
+	}
+	req.Task = "wasm"
+	if e.wasm == nil {
+		return nil, fmt.Errorf("%w: this engine runs no wasm tasks", ErrUnknownTask)
+	}
+	return e.wasm.task(ctx, req.Module)
 }
 
 // run runs an admitted task.

@@ -17,6 +17,18 @@ import (
 // (MaxOutput) or a request's files and arguments, with room to spare.
 const maxMessage = 64 << 20
 
+// Flow-control windows, fixed rather than grown by gRPC's bandwidth
+// estimate (which starts at 64 KiB): a task's result is megabytes sent
+// at once, and a client whose process is busy (a host decoding images
+// on one core) may not get to the connection for milliseconds at a
+// time; with a window of a whole result the engine hands the result to
+// the kernel and gets on with its next task instead of waiting, 64 KiB
+// at a time, for the client to read.
+const (
+	streamWindow = 16 << 20
+	connWindow   = 64 << 20
+)
+
 // Server serves an engine over gRPC.
 type Server struct {
 	offloadpb.UnimplementedEngineServer
@@ -26,7 +38,8 @@ type Server struct {
 
 // NewServer returns a gRPC server for e.
 func NewServer(e *Engine) *Server {
-	s := &Server{e: e, srv: grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage))}
+	s := &Server{e: e, srv: grpc.NewServer(grpc.MaxRecvMsgSize(maxMessage), grpc.MaxSendMsgSize(maxMessage),
+		grpc.InitialWindowSize(streamWindow), grpc.InitialConnWindowSize(connWindow))}
 	offloadpb.RegisterEngineServer(s.srv, s)
 	return s
 }
@@ -143,7 +156,7 @@ func (e *remoteError) Error() string {
 func (e *remoteError) Unwrap() error { return e.sentinel }
 
 func requestFromPB(r *offloadpb.RunRequest) (Request, error) {
-	req := Request{Task: r.GetTask(), Args: r.GetArgs(), Client: r.GetClient(), Token: r.GetToken()}
+	req := Request{Task: r.GetTask(), Module: r.GetModule(), Args: r.GetArgs(), Client: r.GetClient(), Token: r.GetToken()}
 	if len(r.GetFiles()) > pushdown.MaxFiles {
 		return req, errors.Join(ErrBadRequest, errors.New("too many files"))
 	}
@@ -168,7 +181,7 @@ func requestFromPB(r *offloadpb.RunRequest) (Request, error) {
 }
 
 func requestToPB(req Request) *offloadpb.RunRequest {
-	r := &offloadpb.RunRequest{Task: req.Task, Args: req.Args, Client: req.Client, Token: req.Token}
+	r := &offloadpb.RunRequest{Task: req.Task, Module: req.Module, Args: req.Args, Client: req.Client, Token: req.Token}
 	for _, f := range req.Files {
 		pf := &offloadpb.File{
 			Inode: f.ID, Version: f.Version, Size: f.Size, Mode: offloadpb.Mode_MODE_READ,

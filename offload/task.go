@@ -95,7 +95,11 @@ type File struct {
 
 // Request is a task to run.
 type Request struct {
-	Task   string
+	// Task names a registered task, or, with Module, only labels it.
+	Task string
+	// Module, if not empty, is the task: a wasm module (wasm.go states
+	// what it may import and must export).
+	Module []byte
 	Files  []File
 	Args   []byte
 	Client string // names the client, for fairness

@@ -66,9 +66,12 @@ type TaskFile struct {
 
 // TaskRequest is what a Peer is asked to run.
 type TaskRequest struct {
-	Task  string
-	Files []TaskFile
-	Args  []byte
+	Task string
+	// Module, if not empty, is the task itself, a wasm module the peer
+	// runs (Task then only names it).
+	Module []byte
+	Files  []TaskFile
+	Args   []byte
 }
 
 // TaskResult is what a task returned.
@@ -121,6 +124,22 @@ const (
 // directories must exist. It needs a read-write mount with a Remote (the
 // grants go through it). The result's Output is what the task returned.
 func (fsys *FS) Offload(ctx context.Context, peer Peer, task string, files []OffloadFile, args []byte) (*OffloadResult, error) {
+	return fsys.offload(ctx, peer, TaskRequest{Task: task, Args: args}, files)
+}
+
+// OffloadModule is Offload with the task sent along: module is a wasm
+// module the peer runs (package offload states what it may import),
+// named task in errors, under the same rules.
+func (fsys *FS) OffloadModule(ctx context.Context, peer Peer, task string, module []byte, files []OffloadFile, args []byte) (*OffloadResult, error) {
+	if len(module) == 0 {
+		return nil, fmt.Errorf("offloadfs: offload %s: no module: %w", task, iofs.ErrInvalid)
+	}
+	return fsys.offload(ctx, peer, TaskRequest{Task: task, Module: module, Args: args}, files)
+}
+
+// offload runs req (its files filled in here) on peer.
+func (fsys *FS) offload(ctx context.Context, peer Peer, req TaskRequest, files []OffloadFile) (*OffloadResult, error) {
+	task := req.Task
 	if fsys.syncer == nil {
 		return nil, fmt.Errorf("offloadfs: offload %s: %w", task, ErrNoRemote)
 	}
@@ -215,7 +234,7 @@ func (fsys *FS) Offload(ctx context.Context, peer Peer, task string, files []Off
 		}
 		grants = append(grants, g)
 	}
-	req := TaskRequest{Task: task, Args: args, Files: make([]TaskFile, len(files))}
+	req.Files = make([]TaskFile, len(files))
 	for i, f := range files {
 		in, write := outs[i], true
 		if f.In != nil {

@@ -7,7 +7,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/internal/harness"
@@ -26,6 +25,7 @@ import (
 // system's owner, mounted with the namespace as its Remote.
 type offloadEnv struct {
 	target     *proc.Process
+	peer       *proc.Process // nil without a peer
 	engineAddr string
 	peerAddr   string
 	ctrl       *host.Controller
@@ -62,7 +62,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 	if e.engineAddr, err = freeAddr(ip); err != nil {
 		return nil, err
 	}
-	args := []string{"target", "serve", "--log-level", "warn", "--listen", addr, "--nqn", offloadNQN,
+	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", offloadNQN,
 		"--volume", "mem:" + strconv.FormatInt(size, 10), "--offload", e.engineAddr}
 	for _, a := range engineArgs {
 		args = append(args, strings.Replace(a, "--", "--offload-", 1))
@@ -81,15 +81,15 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 		if e.peerAddr, err = freeAddr(link.LoopbackIP); err != nil {
 			return nil, err
 		}
-		p, err := proc.Start(ctx, proc.Spec{Name: "nearstore offload serve", Path: exe, Args: []string{
+		e.peer, err = proc.Start(ctx, proc.Spec{Name: "nearstore offload serve", Path: exe, Args: []string{
 			"offload", "serve", "--log-level", "warn", "--listen", e.peerAddr, "--addr", addr, "--nqn", offloadNQN,
 			"--host-nqn", "nqn.2026-11.io.nearstore:offload:bench-peer",
 		}})
 		if err != nil {
 			return nil, err
 		}
-		e.closers = append(e.closers, p.Stop)
-		if err := proc.WaitListening(ctx, e.peerAddr, p, 10*time.Second); err != nil {
+		e.closers = append(e.closers, e.peer.Stop)
+		if err := proc.WaitListening(ctx, e.peerAddr, e.peer, 10*time.Second); err != nil {
 			return nil, err
 		}
 	}
@@ -154,11 +154,17 @@ func (e *offloadEnv) Close() error {
 	return errors.Join(errs...)
 }
 
-// selfCPU returns this process's CPU time.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+// cpuTimes returns the CPU time so far of this process (the host), the
+// target process and the peer process (0 without one, or where /proc
+// cannot say).
+func (e *offloadEnv) cpuTimes() (host, target, peer time.Duration) {
+	host, _ = harness.ProcessCPU()
+	of := func(p *proc.Process) time.Duration {
+		if p == nil {
+			return 0
+		}
+		d, _ := harness.ProcCPU(strconv.Itoa(p.Pid()))
+		return d
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return host, of(e.target), of(e.peer)
 }

@@ -48,19 +48,32 @@ type PrepConfig struct {
 
 // PrepRun is one run of one mode.
 type PrepRun struct {
-	Mode          string         `json:"mode"`
-	Seconds       float64        `json:"seconds"`
-	ImagesPerSec  float64        `json:"images_per_second"`
-	HostCPUPerImg float64        `json:"host_cpu_ms_per_image"`
-	Ran           map[string]int `json:"ran"`
+	Mode         string  `json:"mode"`
+	Seconds      float64 `json:"seconds"`
+	ImagesPerSec float64 `json:"images_per_second"`
+	PrepCPU
+	Ran map[string]int `json:"ran"`
 }
+
+// PrepCPU is CPU time per image, in milliseconds, of each process: this
+// one (the host), the target (its engine included) and the peer. Their
+// sum against the host-only run's says what offloading costs in all;
+// the host's share says what it takes off the host.
+type PrepCPU struct {
+	Host   float64 `json:"host_cpu_ms_per_image"`
+	Target float64 `json:"target_cpu_ms_per_image"`
+	Peer   float64 `json:"peer_cpu_ms_per_image"`
+}
+
+// Total is the CPU per image of all three processes.
+func (c PrepCPU) Total() float64 { return c.Host + c.Target + c.Peer }
 
 // PrepMode is a mode's medians.
 type PrepMode struct {
-	Mode          string  `json:"mode"`
-	ImagesPerSec  float64 `json:"images_per_second"`
-	HostCPUPerImg float64 `json:"host_cpu_ms_per_image"`
-	Speedup       float64 `json:"speedup_over_host"`
+	Mode         string  `json:"mode"`
+	ImagesPerSec float64 `json:"images_per_second"`
+	PrepCPU
+	Speedup float64 `json:"speedup_over_host"`
 }
 
 // PrepReport is the benchmark's result.
@@ -153,29 +166,35 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 		}
 		for _, m := range order {
 			harness.Stage(cfg.Progress, "run %d/%d: %s", i+1, cfg.Repeat, m)
-			cpu0, t0 := selfCPU(), time.Now()
+			h0, t0c, p0 := env.cpuTimes()
+			t0 := time.Now()
 			st, err := r.Run(ctx, names, 0, m == "host" || m == "split", engines[m], func(uint64, []float32) {})
 			if err != nil {
 				return nil, fmt.Errorf("bench: prep %s: %w", m, err)
 			}
 			secs := time.Since(t0).Seconds()
+			h1, t1c, p1 := env.cpuTimes()
+			perImage := func(d time.Duration) float64 {
+				return float64(d) / float64(time.Millisecond) / float64(len(names))
+			}
 			rep.Runs = append(rep.Runs, PrepRun{
 				Mode: m, Seconds: secs, ImagesPerSec: float64(len(names)) / secs,
-				HostCPUPerImg: float64(selfCPU()-cpu0) / float64(time.Millisecond) / float64(len(names)),
-				Ran:           st.Images,
+				PrepCPU: PrepCPU{Host: perImage(h1 - h0), Target: perImage(t1c - t0c), Peer: perImage(p1 - p0)},
+				Ran:     st.Images,
 			})
 		}
 	}
 	var hostRate float64
 	for _, m := range cfg.Modes {
-		var rates, cpus []float64
+		var rates, host, target, peer []float64
 		for _, run := range rep.Runs {
 			if run.Mode == m {
 				rates = append(rates, run.ImagesPerSec)
-				cpus = append(cpus, run.HostCPUPerImg)
+				host, target, peer = append(host, run.Host), append(target, run.Target), append(peer, run.Peer)
 			}
 		}
-		pm := PrepMode{Mode: m, ImagesPerSec: report.Median(rates), HostCPUPerImg: report.Median(cpus)}
+		pm := PrepMode{Mode: m, ImagesPerSec: report.Median(rates),
+			PrepCPU: PrepCPU{Host: report.Median(host), Target: report.Median(target), Peer: report.Median(peer)}}
 		if m == "host" {
 			hostRate = pm.ImagesPerSec
 		}
@@ -204,9 +223,9 @@ func WritePrepTable(w io.Writer, r *PrepReport) error {
 	fmt.Fprintf(w, "OffloadPrep: %d images to %d×%d tensors, batches of %d, host on %d core(s), %s; medians of %d runs\n\n",
 		r.Images, r.Size, r.Size, r.Batch, r.HostProcs, r.Link, r.Repeat)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "mode\timages/s\thost CPU ms/image\t× host\t")
+	fmt.Fprintln(tw, "mode\timages/s\t× host\tCPU ms/image: host\ttarget\tpeer\tall\t")
 	for _, m := range r.Modes {
-		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t\n", m.Mode, m.ImagesPerSec, m.HostCPUPerImg, m.Speedup)
+		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.Mode, m.ImagesPerSec, m.Speedup, m.Host, m.Target, m.Peer, m.Total())
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -222,7 +241,7 @@ func SavePrepPlot(path string, r *PrepReport) error {
 	}
 	return report.SaveByExtension(path, func(w io.Writer, format string) error {
 		p := plot.New()
-		p.Title.Text = fmt.Sprintf("OffloadPrep: images/s by placement (host on %d core, %s, medians of %d)\nlabels: images/s, host CPU ms per image", r.HostProcs, r.Link, r.Repeat)
+		p.Title.Text = fmt.Sprintf("OffloadPrep: images/s by placement (host on %d core, %s, medians of %d)\nlabels: images/s, host CPU ms per image (all processes')", r.HostProcs, r.Link, r.Repeat)
 		p.Y.Label.Text = "images per second"
 		p.Y.Min = 0
 		vs := make(plotter.Values, len(r.Modes))
@@ -236,7 +255,7 @@ func SavePrepPlot(path string, r *PrepReport) error {
 			vs[i] = m.ImagesPerSec
 			names = append(names, m.Mode)
 			xy.XYs = append(xy.XYs, plotter.XY{X: float64(i), Y: m.ImagesPerSec + top*0.03})
-			xy.Labels = append(xy.Labels, fmt.Sprintf("%.1f\n%.2f ms", m.ImagesPerSec, m.HostCPUPerImg))
+			xy.Labels = append(xy.Labels, fmt.Sprintf("%.1f\n%.2f (%.2f) ms", m.ImagesPerSec, m.Host, m.Total()))
 		}
 		bars, err := report.Bars(vs, vg.Points(36), report.Blue)
 		if err != nil {

@@ -43,6 +43,11 @@ and the report says so).`,
 				return err
 			}
 			cfg.ServerCPUs = proc.serverCPUs
+			stopProfile, err := startCPUProfile(proc.cpuprof)
+			if err != nil {
+				return err
+			}
+			defer stopProfile()
 			cfg.Modes = splitList(modes)
 			cfg.Logger = benchLogger(cmd, g)
 			cfg.Progress = rf.stages(cmd)

@@ -240,6 +240,7 @@ func newOffloadRunCmd(g *globals) *cobra.Command {
 		engine    string
 		ins, outs []string
 		args      string
+		module    string
 		asJSON    bool
 		timeout   time.Duration
 	)
@@ -250,12 +251,21 @@ func newOffloadRunCmd(g *globals) *cobra.Command {
 --engine over the --in files (read) and the --out files (PATH:SIZE: the
 path the output gets, and the most bytes the task may write there). The
 files go to the task in the order given, inputs first. An output takes its
-name only when the task succeeds; a failed task leaves no trace.`,
+name only when the task succeeds; a failed task leaves no trace. With
+--module FILE the task is that wasm module, sent with the request (TASK
+only names it; offload/wasm.go states what the module may import).`,
 		Example: `  nearstore offload run copy --engine 127.0.0.1:7420 --in /a --in /b --out /ab:1MiB
   nearstore offload run crc32c --engine 127.0.0.1:7420 --in /a`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			task := a[0]
+			var mod []byte
+			if module != "" {
+				var err error
+				if mod, err = os.ReadFile(module); err != nil {
+					return usageErrorf("--module: %v", err)
+				}
+			}
 			var files []offloadfs.OffloadFile
 			for _, o := range outs {
 				p, size, ok := strings.Cut(o, ":")
@@ -308,7 +318,12 @@ name only when the task succeeds; a failed task leaves no trace.`,
 				return err
 			}
 			defer cl.Close()
-			res, err := fsys.Offload(ctx, cl, task, files, []byte(args))
+			var res *offloadfs.OffloadResult
+			if mod != nil {
+				res, err = fsys.OffloadModule(ctx, cl, task, mod, files, []byte(args))
+			} else {
+				res, err = fsys.Offload(ctx, cl, task, files, []byte(args))
+			}
 			if err != nil {
 				return fsDescribe(err)
 			}
@@ -339,6 +354,7 @@ name only when the task succeeds; a failed task leaves no trace.`,
 	f.StringArrayVar(&ins, "in", nil, "an input file (repeat)")
 	f.StringArrayVar(&outs, "out", nil, "an output: PATH:SIZE (repeat)")
 	f.StringVar(&args, "args", "", "the task's arguments")
+	f.StringVar(&module, "module", "", "run this wasm module as the task")
 	f.DurationVar(&timeout, "timeout", 0, "give up after this long (0: never)")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
@@ -355,28 +371,19 @@ func newOffloadEnginesCmd(g *globals) *cobra.Command {
 		Example: `  nearstore offload engines --engine 127.0.0.1:7420 --engine 10.0.0.3:7421`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			type row struct {
-				Addr string `json:"addr"`
-				offload.Info
-				Err string `json:"error,omitempty"`
-			}
-			var rows []row
-			var failed error
+			es := offload.NewEngines(offload.ClientOptions{})
+			defer es.Close()
 			for _, a := range engines {
-				c, err := offload.Dial(a, offload.ClientOptions{})
-				if err != nil {
+				if _, err := es.Add(a); err != nil {
 					return err
 				}
-				ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
-				in, err := c.Info(ctx)
-				cancel()
-				c.Close()
-				r := row{Addr: a, Info: in}
-				if err != nil {
-					r.Err = err.Error()
-					failed = errors.Join(failed, err)
-				}
-				rows = append(rows, r)
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), 5*time.Second)
+			rows := es.List(ctx)
+			cancel()
+			var failed error
+			for _, r := range rows {
+				failed = errors.Join(failed, r.Err)
 			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -389,8 +396,8 @@ func newOffloadEnginesCmd(g *globals) *cobra.Command {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "ENGINE\tHOST NQN\tPOLICY\tCPU\tRUNNING\tTOKENS FREE\tTASKS")
 			for _, r := range rows {
-				if r.Err != "" {
-					fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\n", r.Addr, r.Err)
+				if r.Err != nil {
+					fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\n", r.Addr, r.Error)
 					continue
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f%%\t%d\t%d\t%s\n", r.Addr, r.HostNQN, r.Policy, 100*r.CPU, r.Running, r.TokensFree, strings.Join(r.Tasks, ","))

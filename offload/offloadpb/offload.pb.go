@@ -238,7 +238,11 @@ type RunRequest struct {
 	// client names the client, for fairness accounting.
 	Client string `protobuf:"bytes,4,opt,name=client,proto3" json:"client,omitempty"`
 	// token is the token the client holds under the token policy.
-	Token         uint64 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	Token uint64 `protobuf:"varint,5,opt,name=token,proto3" json:"token,omitempty"`
+	// module, if not empty, is a wasm module to run as the task (task then
+	// only names it): it exports memory and run, and imports only the
+	// engine's offload_* functions (offload/wasm.go states the ABI).
+	Module        []byte `protobuf:"bytes,6,opt,name=module,proto3" json:"module,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -306,6 +310,13 @@ func (x *RunRequest) GetToken() uint64 {
 		return x.Token
 	}
 	return 0
+}
+
+func (x *RunRequest) GetModule() []byte {
+	if x != nil {
+		return x.Module
+	}
+	return nil
 }
 
 type RunReply struct {
@@ -710,14 +721,15 @@ const file_offload_proto_rawDesc = "" +
 	"\x04mode\x18\x05 \x01(\x0e2\x1a.nearstore.offload.v1.ModeR\x04mode\x12\x1f\n" +
 	"\vcontent_tag\x18\x06 \x01(\x04R\n" +
 	"contentTag\x12!\n" +
-	"\fbypass_cache\x18\a \x01(\bR\vbypassCache\"\x94\x01\n" +
+	"\fbypass_cache\x18\a \x01(\bR\vbypassCache\"\xac\x01\n" +
 	"\n" +
 	"RunRequest\x12\x12\n" +
 	"\x04task\x18\x01 \x01(\tR\x04task\x120\n" +
 	"\x05files\x18\x02 \x03(\v2\x1a.nearstore.offload.v1.FileR\x05files\x12\x12\n" +
 	"\x04args\x18\x03 \x01(\fR\x04args\x12\x16\n" +
 	"\x06client\x18\x04 \x01(\tR\x06client\x12\x14\n" +
-	"\x05token\x18\x05 \x01(\x04R\x05token\"\xc2\x01\n" +
+	"\x05token\x18\x05 \x01(\x04R\x05token\x12\x16\n" +
+	"\x06module\x18\x06 \x01(\fR\x06module\"\xc2\x01\n" +
 	"\bRunReply\x12\x16\n" +
 	"\x06output\x18\x01 \x01(\fR\x06output\x12\x18\n" +
 	"\awritten\x18\x02 \x03(\x04R\awritten\x12\x1d\n" +

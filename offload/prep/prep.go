@@ -87,6 +87,10 @@ func (o Options) TensorLen() int {
 	return 3 * o.Size * o.Size
 }
 
+// PixelLen is the number of bytes of one image's 8-bit pixels, what an
+// offloaded task returns per image: as many as TensorLen's values.
+func (o Options) PixelLen() int { return o.TensorLen() }
+
 // Transform is one image's random draws: the crop (in source pixels),
 // the flip, and the rotation about the crop's centre (radians).
 type Transform struct {
@@ -190,20 +194,18 @@ var ErrDecode = errors.New("prep: not a JPEG or PNG image")
 // pipeline allocate without limit.
 const maxPixels = 64 << 20
 
-// Apply writes the image, transformed by t, into dst (TensorLen values,
-// channel-major: all R, then G, then B), sampling bilinearly: each output
-// pixel maps back through the flip and the rotation into the crop.
-func (o Options) apply(src rgb, t Transform, dst []float32) {
+// apply writes the image, transformed by t, into dst as 8-bit pixels
+// (PixelLen values, channel-major: all R, then G, then B), sampling
+// bilinearly and rounding: each output pixel maps back through the flip
+// and the rotation into the crop. Rounding to 8 bits here is what
+// torchvision's RandomResizedCrop on a PIL image does too, and it makes
+// an offloaded image's result a quarter the size of its float tensor.
+func (o Options) apply(src rgb, t Transform, dst []uint8) {
 	s := o.Size
 	plane := s * s
 	cx, cy := t.X+t.W/2, t.Y+t.H/2
 	sx, sy := t.W/float64(s), t.H/float64(s)
 	cos, sin := math.Cos(t.Angle), math.Sin(t.Angle)
-	var scale, bias [3]float32
-	for c := range 3 {
-		scale[c] = 1 / (255 * o.Std[c])
-		bias[c] = -o.Mean[c] / o.Std[c]
-	}
 	for v := range s {
 		for u := range s {
 			// Output pixel centre, relative to the centre, in crop pixels.
@@ -216,11 +218,50 @@ func (o Options) apply(src rgb, t Transform, dst []float32) {
 			y := cy + du*sin + dv*cos - 0.5
 			r, g, b := src.bilinear(x, y)
 			k := v*s + u
-			dst[k] = r*scale[0] + bias[0]
-			dst[plane+k] = g*scale[1] + bias[1]
-			dst[2*plane+k] = b*scale[2] + bias[2]
+			dst[k] = uint8(r + 0.5)
+			dst[plane+k] = uint8(g + 0.5)
+			dst[2*plane+k] = uint8(b + 0.5)
 		}
 	}
+}
+
+// Normalizer turns 8-bit pixels into the normalised float32 tensor: a
+// table per channel of (v/255 - mean) / std for each byte value v, so a
+// value costs one lookup.
+type Normalizer struct {
+	plane int
+	lut   [3][256]float32
+}
+
+// Normalizer returns o's normalizer.
+func (o Options) Normalizer() *Normalizer {
+	o = o.withDefaults()
+	n := &Normalizer{plane: o.Size * o.Size}
+	for c := range 3 {
+		scale, bias := 1/(255*o.Std[c]), -o.Mean[c]/o.Std[c]
+		for v := range 256 {
+			n.lut[c][v] = float32(v)*scale + bias
+		}
+	}
+	return n
+}
+
+// Normalize writes pix (PixelLen bytes, CHW) normalised into dst (as
+// many values).
+func (n *Normalizer) Normalize(pix []uint8, dst []float32) error {
+	if len(pix) != 3*n.plane || len(dst) != len(pix) {
+		return fmt.Errorf("prep: normalising %d pixels into %d values, want %d", len(pix), len(dst), 3*n.plane)
+	}
+	for c := range 3 {
+		lut := &n.lut[c]
+		src := pix[c*n.plane : (c+1)*n.plane]
+		out := dst[c*n.plane : (c+1)*n.plane]
+		out = out[:len(src)] // one bounds check for the loop
+		for i, v := range src {
+			out[i] = lut[v]
+		}
+	}
+	return nil
 }
 
 // bilinear samples at (x, y), clamping to the edge.
@@ -243,13 +284,29 @@ func (m rgb) bilinear(x, y float64) (r, g, b float32) {
 
 // Process runs the pipeline on one encoded image, drawing its transform
 // from (seed, index), and writes its tensor into dst (TensorLen values).
+// It is ProcessPixels then Normalize.
 func (o Options) Process(data []byte, seed, index uint64, dst []float32) error {
+	o = o.withDefaults()
+	if len(dst) != 3*o.Size*o.Size {
+		return fmt.Errorf("prep: a tensor of %d values, want %d", len(dst), 3*o.Size*o.Size)
+	}
+	pix := make([]uint8, len(dst))
+	if err := o.ProcessPixels(data, seed, index, pix); err != nil {
+		return err
+	}
+	return o.Normalizer().Normalize(pix, dst)
+}
+
+// ProcessPixels runs the pipeline on one encoded image up to
+// normalisation, drawing its transform from (seed, index), and writes
+// its 8-bit CHW pixels into dst (PixelLen bytes).
+func (o Options) ProcessPixels(data []byte, seed, index uint64, dst []uint8) error {
 	o = o.withDefaults()
 	if err := o.check(); err != nil {
 		return err
 	}
 	if len(dst) != 3*o.Size*o.Size {
-		return fmt.Errorf("prep: a tensor of %d values, want %d", len(dst), 3*o.Size*o.Size)
+		return fmt.Errorf("prep: %d bytes of pixels, want %d", len(dst), 3*o.Size*o.Size)
 	}
 	cfg, _, err := image.DecodeConfig(bytes.NewReader(data))
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"image/png"
 	"log/slog"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/nearstore/nearstore/offload"
@@ -195,7 +196,7 @@ func TestTaskMatchesHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := prep.Floats(res.Output, o.TensorLen())
+	got, err := prep.Tensors(res.Output, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,5 +204,35 @@ func TestTaskMatchesHost(t *testing.T) {
 		if !equal(got[i], want[i]) {
 			t.Fatalf("image %d: the engine's tensor differs from the host's", i)
 		}
+	}
+}
+
+// TestTensors: a task's output decodes only as whole images, each
+// normalised as Process normalises.
+func TestTensors(t *testing.T) {
+	o := prep.Options{Size: 4}
+	data, _, err := prep.Synthetic(3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pix := make([]uint8, o.PixelLen())
+	if err := o.ProcessPixels(data, 5, 6, pix); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, o.TensorLen())
+	if err := o.Process(data, 5, 6, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := prep.Tensors(append(slices.Clone(pix), pix...), o)
+	if err != nil || len(got) != 2 || !equal(got[0], want) || !equal(got[1], want) {
+		t.Fatalf("two images: %d tensors, %v", len(got), err)
+	}
+	for _, n := range []int{1, o.PixelLen() - 1, o.PixelLen() + 1} {
+		if _, err := prep.Tensors(make([]byte, n), o); err == nil {
+			t.Errorf("%d bytes decoded", n)
+		}
+	}
+	if ts, err := prep.Tensors(nil, o); err != nil || len(ts) != 0 {
+		t.Errorf("no bytes: %d tensors, %v", len(ts), err)
 	}
 }

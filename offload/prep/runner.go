@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 
+	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -17,14 +19,17 @@ type Engine struct {
 }
 
 // Runner runs the pipeline over images in a file system, on the host,
-// on engines, or on both at once (split: whoever is free takes the next
-// batch).
+// on engines, or on both at once (split). Work is pulled, not dealt:
+// the host takes the next image whenever one of its workers is free, an
+// engine the next batch whenever one of its task slots is, so a faster
+// side does more and neither waits on the other's share.
 type Runner struct {
 	FS      *offloadfs.FS
 	Options Options
 	Seed    uint64
 	// Batch is how many images one offloaded task takes (8); InFlight
-	// how many tasks each engine has at once (2).
+	// how many tasks each engine has at once (4): enough that an engine
+	// works on the next batches while the host receives a result.
 	Batch, InFlight int
 }
 
@@ -36,9 +41,28 @@ type Stats struct {
 	Images map[string]int
 }
 
+// cursor hands out the images of a run in order, any number at a time.
+type cursor struct {
+	mu   sync.Mutex
+	next int
+	n    int
+}
+
+// take returns the next up to k images [lo, hi); ok is false when none
+// are left.
+func (c *cursor) take(k int) (lo, hi int, ok bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	lo = c.next
+	hi = min(lo+k, c.n)
+	c.next = hi
+	return lo, hi, lo < hi
+}
+
 // Run processes the images named (image i of names has index first+i)
-// on the host (if host) and on engines, and calls each with every
-// image's tensor, one call at a time, in no particular order.
+// on the host (if host: GOMAXPROCS workers, an image at a time) and on
+// engines (InFlight tasks of Batch images each), and calls each with
+// every image's tensor, one call at a time, in no particular order.
 func (r *Runner) Run(ctx context.Context, names []string, first uint64, host bool, engines []Engine, each func(index uint64, t []float32)) (Stats, error) {
 	if !host && len(engines) == 0 {
 		return Stats{}, errors.New("prep: nowhere to run: no host and no engine")
@@ -48,27 +72,16 @@ func (r *Runner) Run(ctx context.Context, names []string, first uint64, host boo
 		batch = 8
 	}
 	if inflight <= 0 {
-		inflight = 2
+		inflight = 4
 	}
-	tl := r.Options.TensorLen()
-	if uint64(batch*tl*4) > 32<<20 {
-		return Stats{}, fmt.Errorf("prep: a batch of %d tensors of %d values is too large for one task", batch, tl)
+	if uint64(batch)*uint64(r.Options.PixelLen()) > offload.MaxOutput {
+		return Stats{}, fmt.Errorf("prep: a batch of %d images of %d bytes is too large for one task", batch, r.Options.PixelLen())
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	type job struct{ lo, hi int }
-	jobs := make(chan job)
-	go func() {
-		defer close(jobs)
-		for lo := 0; lo < len(names); lo += batch {
-			select {
-			case jobs <- job{lo, min(lo+batch, len(names))}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
 	var (
+		cur   = &cursor{n: len(names)}
+		norm  = r.Options.Normalizer()
 		mu    sync.Mutex
 		stats = Stats{Images: map[string]int{}}
 		wg    sync.WaitGroup
@@ -81,29 +94,36 @@ func (r *Runner) Run(ctx context.Context, names []string, first uint64, host boo
 			each(first+uint64(lo+i), t)
 		}
 	}
-	worker := func(do func(job) (string, [][]float32, error)) {
-		defer wg.Done()
-		for j := range jobs {
-			where, ts, err := do(j)
-			if err != nil {
-				cancel(err)
-				return
+	worker := func(k int, do func(lo, hi int) (string, [][]float32, error)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				lo, hi, ok := cur.take(k)
+				if !ok {
+					return
+				}
+				where, ts, err := do(lo, hi)
+				if err != nil {
+					cancel(err)
+					return
+				}
+				deliver(where, lo, ts)
 			}
-			deliver(where, j.lo, ts)
-		}
+		}()
 	}
 	if host {
-		wg.Add(1)
-		go worker(func(j job) (string, [][]float32, error) {
-			ts, err := r.host(ctx, names[j.lo:j.hi], first+uint64(j.lo))
-			return "host", ts, err
-		})
+		for range runtime.GOMAXPROCS(0) {
+			worker(1, func(lo, _ int) (string, [][]float32, error) {
+				t, err := r.host(names[lo], first+uint64(lo), norm)
+				return "host", [][]float32{t}, err
+			})
+		}
 	}
 	for _, e := range engines {
 		for range inflight {
-			wg.Add(1)
-			go worker(func(j job) (string, [][]float32, error) {
-				ts, local, err := r.offload(ctx, e.Peer, names[j.lo:j.hi], first+uint64(j.lo))
+			worker(batch, func(lo, hi int) (string, [][]float32, error) {
+				ts, local, err := r.offload(ctx, e.Peer, names[lo:hi], first+uint64(lo))
 				if local {
 					return e.Name + " (local)", ts, err
 				}
@@ -118,21 +138,18 @@ func (r *Runner) Run(ctx context.Context, names []string, first uint64, host boo
 	return stats, nil
 }
 
-// host runs a batch here.
-func (r *Runner) host(ctx context.Context, names []string, first uint64) ([][]float32, error) {
-	ts := make([][]float32, len(names))
-	err := parallel(ctx, len(names), func(i int) error {
-		data, err := r.FS.ReadFile(names[i])
-		if err != nil {
-			return err
-		}
-		ts[i] = make([]float32, r.Options.TensorLen())
-		if err := r.Options.Process(data, r.Seed, first+uint64(i), ts[i]); err != nil {
-			return fmt.Errorf("%s: %w", names[i], err)
-		}
-		return nil
-	})
-	return ts, err
+// host runs one image here.
+func (r *Runner) host(name string, index uint64, norm *Normalizer) ([]float32, error) {
+	data, err := r.FS.ReadFile(name)
+	if err != nil {
+		return nil, err
+	}
+	pix := make([]uint8, r.Options.PixelLen())
+	if err := r.Options.ProcessPixels(data, r.Seed, index, pix); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	t := make([]float32, len(pix))
+	return t, norm.Normalize(pix, t)
 }
 
 // offload runs a batch as one task on peer.
@@ -150,9 +167,12 @@ func (r *Runner) offload(ctx context.Context, peer offloadfs.Peer, names []strin
 	if err != nil {
 		return nil, false, err
 	}
-	ts, err := Floats(res.Output, r.Options.TensorLen())
+	ts, err := Tensors(res.Output, r.Options)
 	if err == nil && len(ts) != len(names) {
-		err = fmt.Errorf("prep: %d tensors for %d images", len(ts), len(names))
+		err = fmt.Errorf("prep: %d images' pixels for %d images", len(ts), len(names))
 	}
-	return ts, res.Local, err
+	if err != nil {
+		return nil, res.Local, err
+	}
+	return ts, res.Local, nil
 }

@@ -2,9 +2,7 @@ package prep
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 
@@ -15,8 +13,10 @@ import (
 const TaskName = "prep"
 
 // Register adds the prep task to r: its files are the images (inputs),
-// its arguments EncodeArgs', and it returns the images' tensors end to
-// end, each TensorLen float32 values, little-endian.
+// its arguments EncodeArgs', and it returns the images' 8-bit pixels end
+// to end, each PixelLen bytes (ProcessPixels'), which the host normalises
+// (Normalizer): a quarter of the bytes of float tensors to send, receive
+// and copy.
 func Register(r *offload.Registry) error { return r.Register(TaskName, task) }
 
 func task(ctx context.Context, env *offload.Env, args []byte) ([]byte, error) {
@@ -25,11 +25,11 @@ func task(ctx context.Context, env *offload.Env, args []byte) ([]byte, error) {
 		return nil, err
 	}
 	n := env.NumFiles()
-	tl := o.TensorLen()
-	if uint64(n)*uint64(tl)*4 > offload.MaxOutput {
-		return nil, fmt.Errorf("prep: %d images of %d values do not fit a task's %d-byte output", n, tl, offload.MaxOutput)
+	pl := o.PixelLen()
+	if uint64(n)*uint64(pl) > offload.MaxOutput {
+		return nil, fmt.Errorf("prep: %d images of %d bytes do not fit a task's %d-byte output", n, pl, offload.MaxOutput)
 	}
-	out := make([]byte, n*tl*4)
+	out := make([]byte, n*pl)
 	err = parallel(ctx, n, func(i int) error {
 		size := env.Size(i)
 		if size < 0 || size > 64<<20 {
@@ -39,11 +39,9 @@ func task(ctx context.Context, env *offload.Env, args []byte) ([]byte, error) {
 		if _, err := env.ReadAt(ctx, i, data, 0); err != nil {
 			return err
 		}
-		t := make([]float32, tl)
-		if err := o.Process(data, seed, first+uint64(i), t); err != nil {
+		if err := o.ProcessPixels(data, seed, first+uint64(i), out[i*pl:(i+1)*pl]); err != nil {
 			return fmt.Errorf("image %d: %w", first+uint64(i), err)
 		}
-		putFloats(out[i*tl*4:], t)
 		return nil
 	})
 	if err != nil {
@@ -92,24 +90,20 @@ func parallel(ctx context.Context, n int, f func(i int) error) error {
 	return ferr
 }
 
-func putFloats(b []byte, fs []float32) {
-	for i, f := range fs {
-		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(f))
+// Tensors normalises a task's output, whole images of o.PixelLen bytes,
+// into one tensor each.
+func Tensors(b []byte, o Options) ([][]float32, error) {
+	pl := o.PixelLen()
+	if len(b)%pl != 0 {
+		return nil, fmt.Errorf("prep: %d bytes are not whole images of %d bytes", len(b), pl)
 	}
-}
-
-// Floats decodes a task's output into tensors of tl values each.
-func Floats(b []byte, tl int) ([][]float32, error) {
-	if tl <= 0 || len(b)%(4*tl) != 0 {
-		return nil, fmt.Errorf("prep: %d bytes are not whole tensors of %d values", len(b), tl)
-	}
-	out := make([][]float32, len(b)/(4*tl))
+	n := o.Normalizer()
+	out := make([][]float32, len(b)/pl)
 	for i := range out {
-		t := make([]float32, tl)
-		for j := range t {
-			t[j] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*(i*tl+j):]))
+		out[i] = make([]float32, pl)
+		if err := n.Normalize(b[i*pl:(i+1)*pl], out[i]); err != nil {
+			return nil, err
 		}
-		out[i] = t
 	}
 	return out, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -93,6 +94,9 @@ type queueConfig struct {
 	st     *stats
 	onFail func(error)
 	wg     *sync.WaitGroup
+	// pollSpin bounds the reader's polling while commands are in flight
+	// (tcp.PollReader); not positive: none.
+	pollSpin time.Duration
 }
 
 const framerBufSize = 64 << 10
@@ -101,7 +105,6 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 	q := &queue{
 		qid:    cfg.qid,
 		conn:   conn,
-		fr:     tcp.NewFramer(conn, tcp.RoleHost, framerBufSize),
 		log:    cfg.log.With("qid", cfg.qid),
 		st:     cfg.st,
 		inline: adminInline,
@@ -113,6 +116,12 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 		onFail: cfg.onFail,
 		wg:     cfg.wg,
 	}
+	// The reader polls only while a CID is taken: then an answer is due.
+	in := tcp.NewPollReader(conn, cfg.pollSpin, func() bool { return len(q.free) < cap(q.free) })
+	q.fr = tcp.NewFramer(struct {
+		io.Reader
+		io.Writer
+	}{in, conn}, tcp.RoleHost, framerBufSize)
 	q.w = tcp.NewWriter(q.fr)
 	for i := range cfg.cids {
 		q.free <- uint16(i)
@@ -682,9 +691,11 @@ func (q *queue) complete(c *Call, cqe nvme.Completion) {
 		q.st.errors.Add(1)
 		err = fmt.Errorf("host: %s: %w", describe(&c.Cmd, q.qid), err)
 	}
-	cid := c.Cmd.CID
+	// The CID is free before the call is delivered: a caller woken by the
+	// delivery that submits at once (a queue-depth-1 loop) finds it,
+	// rather than parking in acquire until the reader gets here.
+	q.free <- c.Cmd.CID
 	q.finish(c, cqe, err)
-	q.free <- cid
 }
 
 func (q *queue) handleData(h *tcp.Header) error {

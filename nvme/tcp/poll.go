@@ -41,6 +41,14 @@ type PollReader struct {
 
 	misses uint // spins in a row that ended without data
 	skip   uint // waits left to park without spinning
+
+	// One non-blocking read's buffer and outcome, and the function the
+	// raw connection calls to make it: made once, so a try allocates
+	// nothing.
+	buf    []byte
+	n      int
+	errno  error
+	readFn func(fd uintptr) bool
 }
 
 // DefaultPollSpin is the spin the target and the host use unless told
@@ -56,6 +64,7 @@ const maxMissShift = 6
 // TCP connection (any other connection is read as it is).
 func NewPollReader(c net.Conn, spin time.Duration, due func() bool) *PollReader {
 	p := &PollReader{conn: c, Spin: spin, Due: due}
+	p.readFn = p.readOnce
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			p.raw = raw
@@ -103,11 +112,10 @@ func (p *PollReader) Read(b []byte) (int, error) {
 // yet; n > 0 is data; anything else is for the connection's Read to
 // report.
 func (p *PollReader) try(b []byte) (n int, again bool) {
-	var errno error
-	err := p.raw.Read(func(fd uintptr) bool {
-		n, errno = syscall.Read(int(fd), b)
-		return true // never wait here: the caller decides
-	})
+	p.buf = b
+	err := p.raw.Read(p.readFn)
+	n, errno := p.n, p.errno
+	p.buf, p.errno = nil, nil
 	switch {
 	case err != nil:
 		return 0, false
@@ -117,4 +125,11 @@ func (p *PollReader) try(b []byte) (n int, again bool) {
 		return 0, false
 	}
 	return n, false
+}
+
+// readOnce is readFn: one read of buf, never waiting for the descriptor
+// to become readable (the caller decides whether to wait).
+func (p *PollReader) readOnce(fd uintptr) bool {
+	p.n, p.errno = syscall.Read(int(fd), p.buf)
+	return true
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -116,8 +117,11 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 		onFail: cfg.onFail,
 		wg:     cfg.wg,
 	}
-	// The reader polls only while a CID is taken: then an answer is due.
-	in := tcp.NewPollReader(conn, cfg.pollSpin, func() bool { return len(q.free) < cap(q.free) })
+	// The reader polls after every PDU, not only while a CID is taken: a
+	// caller at queue depth 1 submits its next command just after the
+	// reader delivered the last. An idle queue's spins miss, and the
+	// PollReader backs off.
+	in := tcp.NewPollReader(conn, cfg.pollSpin, nil)
 	q.fr = tcp.NewFramer(struct {
 		io.Reader
 		io.Writer
@@ -487,6 +491,33 @@ func (w *ctxWatch) release() {
 	if last {
 		w.stop()
 	}
+}
+
+// Await receives the next Call from done, polling the channel for up to
+// spin before it parks. A caller that submits again as soon as a call
+// completes (a queue-depth-1 loop) is then still running when the queue's
+// reader delivers, so the delivery costs no wake-up of a parked goroutine
+// (and of the thread to run it); spin bounds the CPU a slow answer costs.
+// spin <= 0 is a plain receive.
+func Await(done <-chan *Call, spin time.Duration) *Call {
+	if spin > 0 {
+		var end time.Time
+		for {
+			select {
+			case c := <-done:
+				return c
+			default:
+			}
+			now := time.Now()
+			if end.IsZero() {
+				end = now.Add(spin)
+			} else if now.After(end) {
+				break
+			}
+			runtime.Gosched()
+		}
+	}
+	return <-done
 }
 
 // do submits a command and waits for it.

@@ -33,6 +33,9 @@ type Config struct {
 	// Region bounds the bytes touched from the start of the device
 	// (default: all of it).
 	Region int64
+	// AwaitSpin bounds how long a queue's goroutine polls for the next
+	// completion before it parks (host.Await); 0: it parks at once.
+	AwaitSpin time.Duration
 	// Progress, when set, is called about five times a second with the
 	// time elapsed and the operations completed so far.
 	Progress func(elapsed time.Duration, ops int64)
@@ -247,7 +250,7 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	}
 	for inflight > 0 {
 		batch.Submit(ctx)
-		reap(<-done)
+		reap(host.Await(done, cfg.AwaitSpin))
 	drain:
 		for {
 			select {

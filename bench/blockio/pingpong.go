@@ -136,6 +136,13 @@ func pings(ctx context.Context, addr string, cfg Config, deadline time.Time, h *
 	defer c.Close()
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
+	// An error once ctx has ended is the interruption, not a failure.
+	failed := func(err error) error {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("bench: pingpong: %w", err)
+	}
 	req := make([]byte, pingSize)
 	n := uint32(cfg.BlockSize)
 	req[0], req[1], req[2], req[3] = byte(n), byte(n>>8), byte(n>>16), byte(n>>24)
@@ -144,15 +151,12 @@ func pings(ctx context.Context, addr string, cfg Config, deadline time.Time, h *
 	for range cfg.QueueDepth {
 		sent = append(sent, time.Now())
 		if _, err := c.Write(req); err != nil {
-			return fmt.Errorf("bench: pingpong: %w", err)
+			return failed(err)
 		}
 	}
 	for len(sent) > 0 {
 		if _, err := io.ReadFull(c, reply); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("bench: pingpong: %w", err)
+			return failed(err)
 		}
 		now := time.Now()
 		t0 := sent[0]
@@ -162,7 +166,7 @@ func pings(ctx context.Context, addr string, cfg Config, deadline time.Time, h *
 			h.Record(now.Sub(t0))
 			sent = append(sent, time.Now())
 			if _, err := c.Write(req); err != nil {
-				return fmt.Errorf("bench: pingpong: %w", err)
+				return failed(err)
 			}
 		}
 	}

@@ -493,31 +493,52 @@ func (w *ctxWatch) release() {
 	}
 }
 
-// Await receives the next Call from done, polling the channel for up to
-// spin before it parks. A caller that submits again as soon as a call
-// completes (a queue-depth-1 loop) is then still running when the queue's
-// reader delivers, so the delivery costs no wake-up of a parked goroutine
-// (and of the thread to run it); spin bounds the CPU a slow answer costs.
-// spin <= 0 is a plain receive.
-func Await(done <-chan *Call, spin time.Duration) *Call {
-	if spin > 0 {
-		var end time.Time
-		for {
-			select {
-			case c := <-done:
-				return c
-			default:
-			}
-			now := time.Now()
-			if end.IsZero() {
-				end = now.Add(spin)
-			} else if now.After(end) {
-				break
-			}
-			runtime.Gosched()
-		}
+// Awaiter receives completed Calls from a Done channel, polling the
+// channel for up to Spin before it parks. A caller that submits again as
+// soon as a call completes (a queue-depth-1 loop) is then still running
+// when the queue's reader delivers, so the delivery costs no wake-up of a
+// parked goroutine and of the thread to run it. It adapts as
+// tcp.PollReader does: after k waits in a row that the spin did not end,
+// the next 2^k-1 (at most 63) park at once, so a slow target or a loaded
+// machine soon costs next to nothing. An Awaiter is for one goroutine.
+type Awaiter struct {
+	// Spin bounds one wait's polling; 0 or less: a plain receive.
+	Spin time.Duration
+
+	misses, skip uint
+}
+
+// maxAwaitMissShift bounds the backoff: after many misses, one wait in 64
+// spins.
+const maxAwaitMissShift = 6
+
+// Await returns the next Call from done.
+func (a *Awaiter) Await(done <-chan *Call) *Call {
+	if a.Spin <= 0 {
+		return <-done
 	}
-	return <-done
+	if a.skip > 0 {
+		a.skip--
+		return <-done
+	}
+	var end time.Time
+	for {
+		select {
+		case c := <-done:
+			a.misses = 0
+			return c
+		default:
+		}
+		now := time.Now()
+		if end.IsZero() {
+			end = now.Add(a.Spin)
+		} else if now.After(end) {
+			a.misses++
+			a.skip = 1<<min(a.misses, maxAwaitMissShift) - 1
+			return <-done
+		}
+		runtime.Gosched()
+	}
 }
 
 // do submits a command and waits for it.

@@ -34,7 +34,7 @@ type Config struct {
 	// (default: all of it).
 	Region int64
 	// AwaitSpin bounds how long a queue's goroutine polls for the next
-	// completion before it parks (host.Await); 0: it parks at once.
+	// completion before it parks (host.Awaiter); 0: it parks at once.
 	AwaitSpin time.Duration
 	// Progress, when set, is called about five times a second with the
 	// time elapsed and the operations completed so far.
@@ -197,6 +197,7 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	random := cfg.Pattern[0] == 'r' && cfg.Pattern != "read"
 
 	done := make(chan *host.Call, cfg.QueueDepth)
+	await := host.Awaiter{Spin: cfg.AwaitSpin}
 	started := make(map[*host.Call]time.Time, cfg.QueueDepth)
 	batch := q.NewBatch()
 	inflight := 0
@@ -250,7 +251,7 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	}
 	for inflight > 0 {
 		batch.Submit(ctx)
-		reap(host.Await(done, cfg.AwaitSpin))
+		reap(await.Await(done))
 	drain:
 		for {
 			select {

@@ -10,7 +10,7 @@ import (
 // Awaiter through all of them (so through its backoff after misses).
 func TestAwaiter(t *testing.T) {
 	for _, spin := range []time.Duration{0, -time.Second, 50 * time.Microsecond, time.Second} {
-		a := &Awaiter{Spin: spin}
+		a := NewAwaiter(spin)
 		for _, delay := range []time.Duration{-1, 0, 5 * time.Millisecond, -1} {
 			done := make(chan *Call, 1)
 			want := &Call{}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -494,51 +493,32 @@ func (w *ctxWatch) release() {
 }
 
 // Awaiter receives completed Calls from a Done channel, polling the
-// channel for up to Spin before it parks. A caller that submits again as
-// soon as a call completes (a queue-depth-1 loop) is then still running
+// channel for a bounded time before it parks. A caller that submits again
+// as soon as a call completes (a queue-depth-1 loop) is then still running
 // when the queue's reader delivers, so the delivery costs no wake-up of a
-// parked goroutine and of the thread to run it. It adapts as
-// tcp.PollReader does: after k waits in a row that the spin did not end,
-// the next 2^k-1 (at most 63) park at once, so a slow target or a loaded
-// machine soon costs next to nothing. An Awaiter is for one goroutine.
-type Awaiter struct {
-	// Spin bounds one wait's polling; 0 or less: a plain receive.
-	Spin time.Duration
+// parked goroutine and of the thread to run it. The spin adapts as the
+// queue readers' does (tcp.Spinner), so a slow target or a loaded machine
+// soon costs next to nothing. An Awaiter is for one goroutine.
+type Awaiter struct{ spin tcp.Spinner }
 
-	misses, skip uint
-}
-
-// maxAwaitMissShift bounds the backoff: after many misses, one wait in 64
-// spins.
-const maxAwaitMissShift = 6
+// NewAwaiter returns an Awaiter that polls for at most spin per wait (0
+// or less: a plain receive).
+func NewAwaiter(spin time.Duration) *Awaiter { return &Awaiter{spin: tcp.Spinner{Spin: spin}} }
 
 // Await returns the next Call from done.
 func (a *Awaiter) Await(done <-chan *Call) *Call {
-	if a.Spin <= 0 {
-		return <-done
-	}
-	if a.skip > 0 {
-		a.skip--
-		return <-done
-	}
-	var end time.Time
-	for {
+	var c *Call
+	if a.spin.Poll(func() bool {
 		select {
-		case c := <-done:
-			a.misses = 0
-			return c
+		case c = <-done:
+			return true
 		default:
+			return false
 		}
-		now := time.Now()
-		if end.IsZero() {
-			end = now.Add(a.Spin)
-		} else if now.After(end) {
-			a.misses++
-			a.skip = 1<<min(a.misses, maxAwaitMissShift) - 1
-			return <-done
-		}
-		runtime.Gosched()
+	}) {
+		return c
 	}
+	return <-done
 }
 
 // do submits a command and waits for it.

@@ -197,7 +197,7 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	random := cfg.Pattern[0] == 'r' && cfg.Pattern != "read"
 
 	done := make(chan *host.Call, cfg.QueueDepth)
-	await := host.Awaiter{Spin: cfg.AwaitSpin}
+	await := host.NewAwaiter(cfg.AwaitSpin)
 	started := make(map[*host.Call]time.Time, cfg.QueueDepth)
 	batch := q.NewBatch()
 	inflight := 0

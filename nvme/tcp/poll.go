@@ -9,9 +9,9 @@ import (
 )
 
 // PollReader reads a connection the way a polled-mode NVMe/TCP queue does
-// (SPDK's, or Linux's with busy polling): while Due reports that the peer
-// owes an answer, Read first tries non-blocking reads for up to Spin before
-// it parks the goroutine in the runtime's poller.
+// (SPDK's, or Linux's with busy polling): while an answer is due (see
+// NewPollReader), Read first tries non-blocking reads for up to the spin
+// before it parks the goroutine in the runtime's poller.
 //
 // Why: on loopback, and in a virtual machine above all, most of a small
 // round trip's time is the wake-up of the thread that parked waiting for
@@ -20,11 +20,11 @@ import (
 // while the answer is a few microseconds away takes it without one. The
 // spin yields the processor between attempts (runtime.Gosched), so the
 // goroutine the last answer woke runs meanwhile on the same processor, and
-// it is bounded and adaptive: a wait that the spin did not end counts as a
-// miss, and after k misses in a row the next 2^k-1 waits (at most 63) park
-// at once. So a connection that goes idle, or a machine too loaded for the
-// peer to answer within Spin, soon costs next to nothing, and one good
-// spin restores polling.
+// it is bounded and adaptive (Spinner): after k waits in a row that the
+// spin did not end, the next 2^k-1 (at most 63) park at once. So a
+// connection that goes idle, or a machine too loaded for the peer to
+// answer within the spin, soon costs next to nothing, and one good spin
+// restores polling.
 //
 // A PollReader is for one reading goroutine, as a bufio.Reader is.
 //
@@ -34,21 +34,16 @@ import (
 type PollReader struct {
 	conn net.Conn
 	raw  syscall.RawConn // nil: the connection has no file descriptor to poll
-	// Spin bounds one wait's polling; 0 turns polling off.
-	Spin time.Duration
-	// Due reports whether an answer is expected soon (nil: always).
-	Due func() bool
+	spin Spinner
+	due  func() bool // whether an answer is expected soon (nil: always)
 
-	misses uint // spins in a row that ended without data
-	skip   uint // waits left to park without spinning
-
-	// One non-blocking read's buffer and outcome, and the function the
-	// raw connection calls to make it: made once, so a try allocates
-	// nothing.
+	// One non-blocking read's buffer and outcome, and the functions that
+	// make it: made once, so a poll allocates nothing.
 	buf    []byte
 	n      int
 	errno  error
 	readFn func(fd uintptr) bool
+	tryFn  func() bool
 }
 
 // DefaultPollSpin is the spin the target and the host use unless told
@@ -57,14 +52,56 @@ type PollReader struct {
 // miss costs little.
 const DefaultPollSpin = 50 * time.Microsecond
 
+// Spinner is the adaptive, bounded spin of polled waits (PollReader's, and
+// the host's Awaiter's): Poll tries for up to Spin, yielding the processor
+// between tries; a wait that the spin did not end is a miss, and after k
+// misses in a row the next 2^k-1 Polls (at most 63) give up at once. A hit
+// ends the streak. A Spinner is for one goroutine.
+type Spinner struct {
+	// Spin bounds one Poll; 0 or less: Poll never tries.
+	Spin time.Duration
+
+	misses uint // Polls in a row that ended without success
+	skip   uint // Polls left to give up at once
+}
+
 // maxMissShift bounds the backoff: after many misses, one wait in 64 spins.
 const maxMissShift = 6
 
-// NewPollReader reads c, polling for at most spin per wait when c is a
-// TCP connection (any other connection is read as it is).
+// Poll calls try until it reports true, for at most s.Spin, and reports
+// whether it did; false also when the backoff skips this wait.
+func (s *Spinner) Poll(try func() bool) bool {
+	if s.Spin <= 0 {
+		return false
+	}
+	if s.skip > 0 {
+		s.skip--
+		return false
+	}
+	var end time.Time
+	for {
+		if try() {
+			s.misses = 0
+			return true
+		}
+		now := time.Now()
+		if end.IsZero() {
+			end = now.Add(s.Spin)
+		} else if now.After(end) {
+			s.misses++
+			s.skip = 1<<min(s.misses, maxMissShift) - 1
+			return false
+		}
+		runtime.Gosched()
+	}
+}
+
+// NewPollReader reads c, polling for at most spin per wait (0 or less:
+// never) when c is a TCP connection (any other connection is read as it
+// is), and only while due reports that an answer is expected (nil: always).
 func NewPollReader(c net.Conn, spin time.Duration, due func() bool) *PollReader {
-	p := &PollReader{conn: c, Spin: spin, Due: due}
-	p.readFn = p.readOnce
+	p := &PollReader{conn: c, spin: Spinner{Spin: spin}, due: due}
+	p.readFn, p.tryFn = p.readOnce, p.tryOnce
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			p.raw = raw
@@ -75,56 +112,36 @@ func NewPollReader(c net.Conn, spin time.Duration, due func() bool) *PollReader 
 
 // Read reads into b, polling first as the type's comment says.
 func (p *PollReader) Read(b []byte) (int, error) {
-	if p.raw == nil || p.Spin <= 0 || len(b) == 0 || (p.Due != nil && !p.Due()) {
+	if p.raw == nil || len(b) == 0 || (p.due != nil && !p.due()) {
 		return p.conn.Read(b)
 	}
-	if p.skip > 0 {
-		p.skip--
-		return p.conn.Read(b)
+	p.buf = b
+	polled := p.spin.Poll(p.tryFn)
+	n := p.n
+	p.buf, p.n, p.errno = nil, 0, nil
+	if polled && n > 0 {
+		return n, nil
 	}
-	var end time.Time
-	for {
-		n, again := p.try(b)
-		if !again {
-			if end.IsZero() || n > 0 {
-				p.misses = 0 // data was there, or came during the spin
-			}
-			if n > 0 {
-				return n, nil
-			}
-			// EOF, an error, a deadline, a closed connection: the
-			// connection's Read says which, as it would without polling.
-			return p.conn.Read(b)
-		}
-		now := time.Now()
-		if end.IsZero() {
-			end = now.Add(p.Spin)
-		} else if now.After(end) {
-			p.misses++
-			p.skip = 1<<min(p.misses, maxMissShift) - 1
-			return p.conn.Read(b)
-		}
-		runtime.Gosched()
-	}
+	// Nothing yet, or EOF, an error, a deadline, a closed connection:
+	// the connection's Read waits, or says which, as without polling.
+	return p.conn.Read(b)
 }
 
-// try makes one non-blocking read. again reports that nothing was there
-// yet; n > 0 is data; anything else is for the connection's Read to
-// report.
-func (p *PollReader) try(b []byte) (n int, again bool) {
-	p.buf = b
-	err := p.raw.Read(p.readFn)
-	n, errno := p.n, p.errno
-	p.buf, p.errno = nil, nil
-	switch {
-	case err != nil:
-		return 0, false
-	case errors.Is(errno, syscall.EAGAIN), errors.Is(errno, syscall.EINTR):
-		return 0, true
-	case errno != nil || n <= 0:
-		return 0, false
+// tryOnce makes one non-blocking read into p.buf. It reports false if
+// nothing was there yet, and true if the read settled the wait: p.n > 0
+// bytes, or (p.n 0) anything for the connection's Read to report.
+func (p *PollReader) tryOnce() bool {
+	if err := p.raw.Read(p.readFn); err != nil {
+		p.n = 0
+		return true
 	}
-	return n, false
+	switch {
+	case errors.Is(p.errno, syscall.EAGAIN), errors.Is(p.errno, syscall.EINTR):
+		return false
+	case p.errno != nil || p.n <= 0:
+		p.n = 0
+	}
+	return true
 }
 
 // readOnce is readFn: one read of buf, never waiting for the descriptor

@@ -152,3 +152,44 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// TestSpinner checks Poll's outcomes and its backoff: after k misses in a
+// row the next 2^k-1 Polls give up without trying, and a hit ends the
+// streak.
+func TestSpinner(t *testing.T) {
+	calls := 0
+	never := func() bool { calls++; return false }
+	always := func() bool { calls++; return true }
+
+	var off Spinner
+	if off.Poll(always) || calls != 0 {
+		t.Fatalf("a zero Spinner polled (%d calls)", calls)
+	}
+	s := Spinner{Spin: 10 * time.Microsecond}
+	if !s.Poll(always) || calls != 1 {
+		t.Fatalf("a ready try: want true after 1 call, got %d calls", calls)
+	}
+	for k := 1; k <= 8; k++ {
+		calls = 0
+		if s.Poll(never) || calls == 0 {
+			t.Fatalf("miss %d: want false after trying, got %d calls", k, calls)
+		}
+		skips := 1<<min(k, maxMissShift) - 1
+		calls = 0
+		for i := range skips {
+			if s.Poll(always) || calls != 0 {
+				t.Fatalf("miss %d, wait %d: want a skip, got %d calls", k, i, calls)
+			}
+		}
+	}
+	if !s.Poll(always) {
+		t.Fatal("after the skips: want a try")
+	}
+	calls = 0
+	if s.Poll(never) || calls == 0 {
+		t.Fatal("a hit did not end the streak: the next miss was skipped")
+	}
+	if s.skip != 1 {
+		t.Errorf("first miss after a hit: %d skips, want 1", s.skip)
+	}
+}

@@ -113,7 +113,7 @@ func (a *association) dial(ctx context.Context, qid uint16, cids int) (*queue, e
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true) // Go's default already, but say it: latency matters more than packets
 	}
-	q := newQueue(conn, queueConfig{qid: qid, cids: cids, log: c.log, st: &c.st, onFail: a.fail, wg: &a.wg})
+	q := newQueue(conn, queueConfig{qid: qid, cids: cids, log: c.log, st: &c.st, onFail: a.fail, wg: &a.wg, pollSpin: c.opts.PollSpin})
 	if err := q.handshake(ctx, c.opts.HeaderDigest, c.opts.DataDigest); err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("host: queue %d: %w", qid, err)

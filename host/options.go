@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme/auth"
+	"github.com/nearstore/nearstore/nvme/tcp"
 )
 
 // ErrConnectionLost is wrapped by the error of every command that was in
@@ -121,6 +122,11 @@ type Options struct {
 	DHCHAPGroups []auth.DHGroup
 	// Logger receives connection and reconnection events. Default: discard.
 	Logger *slog.Logger
+	// PollSpin bounds how long a queue's reader polls the connection
+	// before it parks while commands are in flight (tcp.PollReader), which
+	// spares a queue-depth-1 round trip the reader's wake-up. Default
+	// tcp.DefaultPollSpin; negative: never poll.
+	PollSpin time.Duration
 }
 
 // withDefaults fills zero fields. It generates the host identity once, so
@@ -169,6 +175,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.PollSpin == 0 {
+		o.PollSpin = tcp.DefaultPollSpin
 	}
 	if o.DHCHAPCtrlSecret != "" && o.DHCHAPSecret == "" {
 		return o, errors.New("host: DHCHAPCtrlSecret needs DHCHAPSecret: bidirectional authentication authenticates the host too")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -93,6 +94,9 @@ type queueConfig struct {
 	st     *stats
 	onFail func(error)
 	wg     *sync.WaitGroup
+	// pollSpin bounds the reader's polling while commands are in flight
+	// (tcp.PollReader); not positive: none.
+	pollSpin time.Duration
 }
 
 const framerBufSize = 64 << 10
@@ -101,7 +105,6 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 	q := &queue{
 		qid:    cfg.qid,
 		conn:   conn,
-		fr:     tcp.NewFramer(conn, tcp.RoleHost, framerBufSize),
 		log:    cfg.log.With("qid", cfg.qid),
 		st:     cfg.st,
 		inline: adminInline,
@@ -113,6 +116,15 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 		onFail: cfg.onFail,
 		wg:     cfg.wg,
 	}
+	// The reader polls after every PDU, not only while a CID is taken: a
+	// caller at queue depth 1 submits its next command just after the
+	// reader delivered the last. An idle queue's spins miss, and the
+	// PollReader backs off.
+	in := tcp.NewPollReader(conn, cfg.pollSpin, nil)
+	q.fr = tcp.NewFramer(struct {
+		io.Reader
+		io.Writer
+	}{in, conn}, tcp.RoleHost, framerBufSize)
 	q.w = tcp.NewWriter(q.fr)
 	for i := range cfg.cids {
 		q.free <- uint16(i)
@@ -480,6 +492,35 @@ func (w *ctxWatch) release() {
 	}
 }
 
+// Awaiter receives completed Calls from a Done channel, polling the
+// channel for a bounded time before it parks. A caller that submits again
+// as soon as a call completes (a queue-depth-1 loop) is then still running
+// when the queue's reader delivers, so the delivery costs no wake-up of a
+// parked goroutine and of the thread to run it. The spin adapts as the
+// queue readers' does (tcp.Spinner), so a slow target or a loaded machine
+// soon costs next to nothing. An Awaiter is for one goroutine.
+type Awaiter struct{ spin tcp.Spinner }
+
+// NewAwaiter returns an Awaiter that polls for at most spin per wait (0
+// or less: a plain receive).
+func NewAwaiter(spin time.Duration) *Awaiter { return &Awaiter{spin: tcp.Spinner{Spin: spin}} }
+
+// Await returns the next Call from done.
+func (a *Awaiter) Await(done <-chan *Call) *Call {
+	var c *Call
+	if a.spin.Poll(func() bool {
+		select {
+		case c = <-done:
+			return true
+		default:
+			return false
+		}
+	}) {
+		return c
+	}
+	return <-done
+}
+
 // do submits a command and waits for it.
 func (q *queue) do(ctx context.Context, cmd *nvme.Command, out, in []byte, forceInline bool) (nvme.Completion, error) {
 	c := &Call{Cmd: *cmd, Out: out, In: in, Done: make(chan *Call, 1)}
@@ -682,9 +723,11 @@ func (q *queue) complete(c *Call, cqe nvme.Completion) {
 		q.st.errors.Add(1)
 		err = fmt.Errorf("host: %s: %w", describe(&c.Cmd, q.qid), err)
 	}
-	cid := c.Cmd.CID
+	// The CID is free before the call is delivered: a caller woken by the
+	// delivery that submits at once (a queue-depth-1 loop) finds it,
+	// rather than parking in acquire until the reader gets here.
+	q.free <- c.Cmd.CID
 	q.finish(c, cqe, err)
-	q.free <- cid
 }
 
 func (q *queue) handleData(h *tcp.Header) error {

@@ -26,6 +26,7 @@ import (
 type conn struct {
 	srv  *Server
 	nc   net.Conn
+	in   *tcp.PollReader // nc, polled while the host's next PDU is due
 	f    *tcp.Framer
 	w    *tcp.Writer
 	sess session
@@ -67,7 +68,9 @@ func newConn(s *Server, c net.Conn) *conn {
 	q.ctx, q.cancel = context.WithCancel(s.ctx)
 	q.sess = session{srv: s, qp: q, log: s.log.With("remote", c.RemoteAddr().String()), local: c.LocalAddr()}
 	// The framer reads through flushingReader, so whatever the reader
-	// goroutine left buffered goes out before it can block on the socket.
+	// goroutine left buffered goes out before it can block on the socket,
+	// and flushingReader reads through a PollReader.
+	q.in = tcp.NewPollReader(c, s.cfg.PollSpin, nil)
 	q.f = tcp.NewFramer(struct {
 		io.Reader
 		io.Writer
@@ -104,7 +107,7 @@ func (r flushingReader) Read(p []byte) (int, error) {
 		// idle deadline; the flag cannot, and Shutdown waits for readers.
 		return 0, os.ErrDeadlineExceeded
 	}
-	return r.q.nc.Read(p)
+	return r.q.in.Read(p)
 }
 
 // serve runs the queue's reader until the connection ends.
@@ -253,7 +256,7 @@ func (q *conn) close() {
 // layer check the command, and then either asks for its data with an R2T
 // or runs it.
 func (q *conn) handleCapsule(h *tcp.Header) error {
-	r := newRequest(h.Command(), &q.srv.bufs)
+	r := q.srv.reqs.get(h.Command())
 	q.sqhd.Store((q.sqhd.Load() + 1) % uint32(max(q.depth, 1)))
 	var icd []byte
 	if h.DataLen > 0 {
@@ -508,15 +511,11 @@ func (q *conn) complete(r *request, c completion, onReader bool) {
 	q.sess.record(r, c)
 	cqe := nvme.Completion{DW0: c.dw0, DW1: c.dw1, SQHead: uint16(q.sqhd.Load()), SQID: q.sess.qid, CID: cid, Status: c.status}
 	chunk := q.srv.cfg.C2HChunk
-	send := q.w.Do
-	if onReader {
-		send = q.w.Defer
-	}
 	in := c.data
 	if !c.status.OK() {
 		in = nil
 	}
-	err := send(func(f *tcp.Framer) error {
+	write := func(f *tcp.Framer) error {
 		for off := 0; off < len(in); off += chunk {
 			end := min(off+chunk, len(in))
 			last := end == len(in)
@@ -530,8 +529,19 @@ func (q *conn) complete(r *request, c completion, onReader bool) {
 			}
 		}
 		return f.WriteCapsuleResp(&cqe)
-	})
+	}
+	// Called directly rather than through a method value, so that write
+	// and cqe stay on the stack: no allocation per completion.
+	var err error
+	if onReader {
+		err = q.w.Defer(write)
+	} else {
+		err = q.w.Do(write)
+	}
 	r.free(reqCompleting)
+	if onReader && r.dataTimer == nil {
+		q.srv.reqs.put(r) // only the reader ever held it
+	}
 	if err != nil {
 		q.close()
 	}

@@ -108,6 +108,37 @@ func newRequest(sqe nvme.Command, pool *bufPool) *request {
 	return &request{sqe: sqe, start: time.Now(), pool: pool}
 }
 
+// requestPool recycles requests so that the hot path allocates none per
+// command. A request goes back only when no goroutine but the queue's
+// reader ever held it: executed inline and completed by the reader, never
+// parked, never waiting for data with a timer armed (see conn.complete).
+// Any other request is left to the garbage collector, because something
+// may still hold a pointer to it (a timer's closure, an event completing
+// a parked command).
+type requestPool struct {
+	bufs *bufPool
+	p    sync.Pool
+}
+
+// get returns a request in reqNew for sqe.
+func (rp *requestPool) get(sqe nvme.Command) *request {
+	r, ok := rp.p.Get().(*request)
+	if !ok {
+		return newRequest(sqe, rp.bufs)
+	}
+	r.sqe, r.start = sqe, time.Now()
+	return r
+}
+
+// put takes back a freed request that nothing else holds.
+func (rp *requestPool) put(r *request) {
+	if r.current() != reqFree {
+		panic(fmt.Sprintf("target: request CID %d recycled in state %v", r.sqe.CID, r.current()))
+	}
+	*r = request{pool: rp.bufs}
+	rp.p.Put(r)
+}
+
 func (r *request) current() reqState { return reqState(r.state.Load()) }
 
 // to moves r from one state to the next, panicking if r is not in from or

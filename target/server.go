@@ -15,6 +15,7 @@ import (
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/auth"
+	"github.com/nearstore/nearstore/nvme/tcp"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 )
@@ -95,6 +96,12 @@ type Config struct {
 	// C2HChunk is the largest C2HData PDU sent (default 128 KiB): reads
 	// longer than this go out in several PDUs.
 	C2HChunk int
+	// PollSpin bounds how long a queue's reader polls the connection for
+	// the host's next PDU before it parks (tcp.PollReader), which spares a
+	// queue-depth-1 round trip the reader's wake-up; the spin backs off on
+	// a connection whose host keeps it waiting longer. Default
+	// tcp.DefaultPollSpin; negative: never poll.
+	PollSpin time.Duration
 	// MDTS is the maximum data transfer size as a power of two of 4 KiB
 	// pages (default 7: 512 KiB), which bounds the memory one command holds.
 	MDTS uint8
@@ -185,6 +192,9 @@ func (c *Config) setDefaults() {
 	if c.C2HChunk <= 0 {
 		c.C2HChunk = 128 << 10
 	}
+	if c.PollSpin == 0 {
+		c.PollSpin = tcp.DefaultPollSpin
+	}
 	if c.MDTS == 0 {
 		c.MDTS = 7
 	}
@@ -274,6 +284,7 @@ type Server struct {
 	// inflight counts commands executing, so Shutdown can wait for them.
 	inflight tracker
 	bufs     bufPool
+	reqs     requestPool // requests recycled, their buffers from bufs
 	disc     *subsystem
 	funcs    *functionTable
 	calls    *callLimiter
@@ -398,6 +409,7 @@ func New(cfg Config) (*Server, error) {
 		cmds:      newCommandSets(),
 	}
 	s.bufs.metrics = cfg.Metrics
+	s.reqs.bufs = &s.bufs
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if len(cfg.Subsystems) == 0 {
 		return nil, errors.New("target: no subsystems configured")

@@ -33,6 +33,9 @@ type Config struct {
 	// Region bounds the bytes touched from the start of the device
 	// (default: all of it).
 	Region int64
+	// AwaitSpin bounds how long a queue's goroutine polls for the next
+	// completion before it parks (host.Awaiter); 0: it parks at once.
+	AwaitSpin time.Duration
 	// Progress, when set, is called about five times a second with the
 	// time elapsed and the operations completed so far.
 	Progress func(elapsed time.Duration, ops int64)
@@ -54,6 +57,12 @@ type Result struct {
 	P99us      float64 `json:"p99_us"`
 	P999us     float64 `json:"p999_us"`
 	Errors     int64   `json:"errors"`
+	// ClientCPUus and ServerCPUus are the CPU time (user + system) per
+	// operation of the driving process and of the serving one, where known
+	// (0: not measured). A system whose two ends share a process
+	// (pingpong) has it all in ClientCPUus.
+	ClientCPUus float64 `json:"client_cpu_us_per_op,omitempty"`
+	ServerCPUus float64 `json:"server_cpu_us_per_op,omitempty"`
 }
 
 func (c *Config) check(ns *host.Namespace) error {
@@ -126,22 +135,8 @@ func Run(ctx context.Context, ns *host.Namespace, cfg Config) (Result, error) {
 	if ctx.Err() != nil {
 		elapsed = time.Since(start)
 	}
-	h := hist.New()
-	for _, q := range hists {
-		h.Merge(q)
-	}
-	n := cnt.ops.Load()
-	res := Result{
-		System: "nearstore", Pattern: cfg.Pattern, BlockSize: cfg.BlockSize,
-		QueueDepth: cfg.QueueDepth, Queues: cfg.Queues,
-		Seconds: elapsed.Seconds(), Ops: n,
-		IOPS:   float64(n) / elapsed.Seconds(),
-		MBps:   float64(n) * float64(cfg.BlockSize) / elapsed.Seconds() / 1e6,
-		P50us:  us(h.Quantile(0.50)),
-		P99us:  us(h.Quantile(0.99)),
-		P999us: us(h.Quantile(0.999)),
-		Errors: cnt.errs.Load(),
-	}
+	res := newResult("nearstore", cfg, elapsed, cnt.ops.Load(), hists)
+	res.Errors = cnt.errs.Load()
 	if err := ctx.Err(); err != nil {
 		// Interrupted: what completed is still a measurement, and
 		// commands cut off by the interrupt are not failures.
@@ -154,6 +149,25 @@ func Run(ctx context.Context, ns *host.Namespace, cfg Config) (Result, error) {
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+// newResult states n operations of cfg done in elapsed, with the latencies
+// the queues' histograms recorded.
+func newResult(system string, cfg Config, elapsed time.Duration, n int64, hists []*hist.Histogram) Result {
+	h := hist.New()
+	for _, q := range hists {
+		h.Merge(q)
+	}
+	return Result{
+		System: system, Pattern: cfg.Pattern, BlockSize: cfg.BlockSize,
+		QueueDepth: cfg.QueueDepth, Queues: cfg.Queues,
+		Seconds: elapsed.Seconds(), Ops: n,
+		IOPS:   float64(n) / elapsed.Seconds(),
+		MBps:   float64(n) * float64(cfg.BlockSize) / elapsed.Seconds() / 1e6,
+		P50us:  us(h.Quantile(0.50)),
+		P99us:  us(h.Quantile(0.99)),
+		P999us: us(h.Quantile(0.999)),
+	}
+}
 
 // blockIOCounts are the queues' shared counters.
 type blockIOCounts struct {
@@ -183,6 +197,7 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	random := cfg.Pattern[0] == 'r' && cfg.Pattern != "read"
 
 	done := make(chan *host.Call, cfg.QueueDepth)
+	await := host.NewAwaiter(cfg.AwaitSpin)
 	started := make(map[*host.Call]time.Time, cfg.QueueDepth)
 	batch := q.NewBatch()
 	inflight := 0
@@ -236,7 +251,7 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	}
 	for inflight > 0 {
 		batch.Submit(ctx)
-		reap(<-done)
+		reap(await.Await(done))
 	drain:
 		for {
 			select {

@@ -18,6 +18,7 @@ import (
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/nvme/tcp"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -53,6 +54,9 @@ type Nearstore struct {
 	// Logger receives the host library's connection events (default:
 	// discarded).
 	Logger *slog.Logger
+	// PollSpin is both ends' polling bound (target.Config.PollSpin,
+	// host.Options.PollSpin): 0 their default, negative none.
+	PollSpin time.Duration
 
 	proc *proc.Process
 	addr string
@@ -95,7 +99,7 @@ func (n *Nearstore) Start(ctx context.Context) error {
 	// The benchmark's own target, for its own hosts, on whatever address
 	// its link has: it admits any host rather than name them.
 	args := []string{"target", "serve", "--log-level", "warn", "--listen", n.addr, "--nqn", nearstoreNQN,
-		"--volume", "mem:" + strconv.FormatInt(n.Size, 10), "--allow-any-host"}
+		"--volume", "mem:" + strconv.FormatInt(n.Size, 10), "--poll-spin", n.PollSpin.String(), "--allow-any-host"}
 	n.proc, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: n.Exe, Args: args, CPUs: n.ServerCPUs})
 	if err != nil {
 		return err
@@ -107,7 +111,7 @@ func (n *Nearstore) Start(ctx context.Context) error {
 }
 
 func (n *Nearstore) connect(ctx context.Context, queues, depth int) (*host.Controller, *host.Namespace, error) {
-	ctrl, err := host.Connect(ctx, n.addr, nearstoreNQN, harness.HostOptions(host.Options{IOQueues: queues, QueueDepth: depth, Logger: n.Logger}))
+	ctrl, err := host.Connect(ctx, n.addr, nearstoreNQN, harness.HostOptions(host.Options{IOQueues: queues, QueueDepth: depth, Logger: n.Logger, PollSpin: n.PollSpin}))
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: nearstore: %w", err)
 	}
@@ -153,7 +157,17 @@ func (n *Nearstore) Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer ctrl.Close()
+	// The submitter polls for completions as the queue's readers poll the
+	// socket, and with the same bound.
+	switch {
+	case n.PollSpin == 0:
+		cfg.AwaitSpin = tcp.DefaultPollSpin
+	case n.PollSpin > 0:
+		cfg.AwaitSpin = n.PollSpin
+	}
+	cpu := startCPU(n.proc.Pid())
 	res, err := Run(ctx, ns, cfg)
+	cpu.stop(&res)
 	res.System = n.Name()
 	if err != nil {
 		select {
@@ -173,6 +187,40 @@ func (n *Nearstore) Close() error {
 	err := n.proc.Stop()
 	n.proc = nil
 	return err
+}
+
+// cpuMeter measures a run's CPU time per operation: this process's, and a
+// server process's when it has one.
+type cpuMeter struct {
+	pid          string
+	self, server time.Duration
+}
+
+// startCPU starts measuring; pid 0 is no server process.
+func startCPU(pid int) cpuMeter {
+	m := cpuMeter{}
+	m.self, _ = harness.ProcessCPU()
+	if pid > 0 {
+		m.pid = strconv.Itoa(pid)
+		m.server, _ = harness.ProcCPU(m.pid)
+	}
+	return m
+}
+
+// stop sets res's CPU per operation from the time used since startCPU.
+func (m cpuMeter) stop(res *Result) {
+	if res.Ops <= 0 {
+		return
+	}
+	perOp := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(res.Ops) }
+	if self, ok := harness.ProcessCPU(); ok {
+		res.ClientCPUus = perOp(self - m.self)
+	}
+	if m.pid != "" {
+		if srv, err := harness.ProcCPU(m.pid); err == nil {
+			res.ServerCPUus = perOp(srv - m.server)
+		}
+	}
 }
 
 // Point is one configuration of a block I/O comparison.
@@ -275,6 +323,8 @@ type Comparison struct {
 	Repeat   int             `json:"repeat"`
 	Duration float64         `json:"duration_s"`
 	Rows     []ComparisonRow `json:"rows"`
+	// Bars are issue 25's bars for the points measured (see Bars).
+	Bars []report.Bar `json:"bars"`
 }
 
 // ComparisonRow holds one point's runs and their medians, by system name.
@@ -363,6 +413,7 @@ func Compare(ctx context.Context, cfg CompareConfig) (*Comparison, error) {
 		}
 	}
 	started = 0
+	c.Bars = Bars(c)
 	return c, errors.Join(errs...)
 }
 
@@ -392,7 +443,59 @@ func MedianResult(rs []Result) Result {
 	m.P50us = pick(func(r Result) float64 { return r.P50us })
 	m.P99us = pick(func(r Result) float64 { return r.P99us })
 	m.P999us = pick(func(r Result) float64 { return r.P999us })
+	m.ClientCPUus = pick(func(r Result) float64 { return r.ClientCPUus })
+	m.ServerCPUus = pick(func(r Result) float64 { return r.ServerCPUus })
 	return m
+}
+
+// Bar thresholds (issue 25): at queue depth 1, a 4 KiB random read's
+// median latency and its IOPS against the baseline's; at queue depth 32,
+// IOPS against the baseline's.
+const (
+	barQD1P50us    = 40
+	barQD1Ratio    = 1.5
+	barQD32Ratio   = 2.0
+	barSubject     = "nearstore"
+	barBaseline    = "nbdkit"
+	barBarePattern = "randread"
+)
+
+// Bars returns the bars the comparison's points measure: for 4 KiB
+// random reads on one queue, at queue depth 1 nearstore's median p50 and
+// its IOPS over nbdkit's, at queue depth 32 its IOPS over nbdkit's. A bar
+// whose systems did not both run is left out.
+func Bars(c *Comparison) []report.Bar {
+	var bars []report.Bar
+	for _, r := range c.Rows {
+		p := r.Point
+		if p.Pattern != barBarePattern || p.BlockSize != 4096 || p.Queues != 1 {
+			continue
+		}
+		subj, ok := r.Median[barSubject]
+		if !ok || len(r.Runs[barSubject]) == 0 {
+			continue
+		}
+		base, hasBase := r.Median[barBaseline]
+		ratio := 0.0
+		if hasBase && base.IOPS > 0 {
+			ratio = subj.IOPS / base.IOPS
+		}
+		switch p.QueueDepth {
+		case 1:
+			bars = append(bars, report.Bar{What: "QD1 4 KiB randread: nearstore p50 µs", Want: fmt.Sprintf("<= %d", barQD1P50us),
+				Got: subj.P50us, Met: subj.P50us <= barQD1P50us})
+			if hasBase {
+				bars = append(bars, report.Bar{What: "QD1 4 KiB randread: nearstore / nbdkit IOPS", Want: fmt.Sprintf(">= %g", barQD1Ratio),
+					Got: ratio, Met: ratio >= barQD1Ratio})
+			}
+		case 32:
+			if hasBase {
+				bars = append(bars, report.Bar{What: "QD32 4 KiB randread: nearstore / nbdkit IOPS", Want: fmt.Sprintf(">= %g", barQD32Ratio),
+					Got: ratio, Met: ratio >= barQD32Ratio})
+			}
+		}
+	}
+	return bars
 }
 
 // WriteTable prints one line per point: each system's median IOPS, the

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/target"
@@ -48,9 +49,13 @@ func serveForTest(args []string) error {
 		return err
 	}
 	defer vol.Close()
+	spin, err := time.ParseDuration(flags["--poll-spin"])
+	if err != nil {
+		return err
+	}
 	srv, err := target.New(target.Config{Subsystems: []target.SubsystemConfig{{
 		NQN: flags["--nqn"], Namespaces: []target.NamespaceConfig{{Backend: vol, Name: vol.String()}},
-	}}})
+	}}, PollSpin: spin})
 	if err != nil {
 		return err
 	}
@@ -360,7 +365,14 @@ func benchLoopback(b *testing.B, pattern string, qd int) {
 		}
 	}
 	b.SetBytes(4096)
+	cpu0, _ := harness.ProcessCPU()
 	b.ResetTimer()
+	defer func() {
+		// Both ends' CPU per operation, the figure a loaded machine
+		// disturbs least.
+		cpu1, _ := harness.ProcessCPU()
+		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	}()
 	inflight := 0
 	for i := 0; i < min(qd, b.N); i++ {
 		submit(make([]byte, 4096))

@@ -131,10 +131,13 @@ func (n *Nbdkit) Run(ctx context.Context, cfg Config) (Result, error) {
 	out := filepath.Join(n.tmp, "run.json")
 	args := fioArgs(n.uri, cfg)
 	args = append(args, "--output="+out)
+	cpu := startCPU(n.proc.Pid())
 	res, err := n.fio(ctx, args, cfg.Duration, cfg.Progress)
 	if err != nil {
 		return Result{}, err
 	}
+	cpu.stop(&res)
+	res.ClientCPUus = 0 // the client is fio, not this process
 	res.System = n.Name()
 	res.Pattern, res.BlockSize, res.QueueDepth, res.Queues = cfg.Pattern, cfg.BlockSize, cfg.QueueDepth, cfg.Queues
 	return res, nil

@@ -100,6 +100,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 				MaxConnectionsPerAddr:    lim.MaxConnectionsPerAddr,
 				MaxIdle:                  lim.MaxIdle,
 				DataTimeout:              lim.DataTimeout,
+				PollSpin:                 lim.PollSpin,
 				MaxFunctionSize:          lim.MaxFunctionSize,
 				MaxFunctionsPerHost:      lim.MaxFunctionsPerHost,
 				MaxFunctionBytesPerHost:  lim.MaxFunctionBytesPerHost,
@@ -192,6 +193,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.IntVar(&lim.MaxConnectionsPerAddr, "max-connections-per-addr", 512, "open connections from one source IP address")
 	f.DurationVar(&lim.MaxIdle, "max-idle", 2*time.Minute, "keep-alive timeout of a host that asks for none (KATO 0)")
 	f.DurationVar(&lim.DataTimeout, "data-timeout", 30*time.Second, "how long a queue may keep the target waiting for data it said it would send")
+	f.DurationVar(&lim.PollSpin, "poll-spin", 0, "how long a queue's reader polls for the host's next command before it sleeps (0: the default, 50µs; negative: never)")
 	f.IntVar(&lim.MaxFunctionSize, "func-max-size", 4<<20, "storage functions: bytes of the largest module a host may load")
 	f.IntVar(&lim.MaxFunctionsPerHost, "func-max-per-host", 64, "storage functions: functions one host may keep loaded")
 	f.IntVar(&lim.MaxFunctionBytesPerHost, "func-max-bytes-per-host", 64<<20, "storage functions: bytes of modules one host may keep loaded")

@@ -349,7 +349,9 @@ func (f *Framer) writePDU(typ, flags uint8, hdr []byte, data []byte) error {
 	out := f.wbuf[:0]
 	out = append(out, hdr...)
 	if hd {
-		out = binary.LittleEndian.AppendUint32(out, CRC32C(hdr))
+		// The digest of the copy: hdr itself stays on its caller's
+		// stack (a CRC of it would make every header escape).
+		out = binary.LittleEndian.AppendUint32(out, CRC32C(out))
 	}
 	for len(data) > 0 && pdo > len(out) {
 		out = append(out, 0)

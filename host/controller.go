@@ -29,6 +29,7 @@ type Controller struct {
 
 	mu     sync.Mutex
 	assoc  *association  // nil while reconnecting
+	xfer   int           // the last association's largest transfer; 0 before the first
 	ready  chan struct{} // closed when assoc is set again, or reconnecting is given up
 	closed bool
 	gone   error           // set when reconnecting was given up (Options.ControllerLossTimeout)
@@ -402,6 +403,7 @@ func (c *Controller) publish(a *association) {
 		return
 	}
 	c.assoc = a
+	c.xfer = a.maxXfer
 	close(c.ready)
 	c.mu.Unlock()
 	if a.failed.Load() {
@@ -659,12 +661,17 @@ func (c *Controller) Identify() nvme.IdentifyController { return *c.id.Load() }
 func (c *Controller) CNTLID() uint16 { return c.id.Load().CNTLID }
 
 // MaxTransfer returns the largest data transfer of one command, in bytes
-// (from MDTS; 1 MiB when the controller sets no limit).
+// (from MDTS; 1 MiB when the controller sets no limit). While reconnecting
+// it returns the last association's limit, so a command split now fits
+// the controller it is sent to once the queue is back.
 func (c *Controller) MaxTransfer() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.assoc != nil {
+	switch {
+	case c.assoc != nil:
 		return c.assoc.maxXfer
+	case c.xfer != 0:
+		return c.xfer
 	}
 	return 1 << 20
 }

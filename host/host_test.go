@@ -547,6 +547,39 @@ func TestReconnectWaitAndGiveUp(t *testing.T) {
 	})
 }
 
+// TestMaxTransferWhileReconnecting checks that a request split while the
+// controller is away is split to the last association's MDTS, not to a
+// default larger than what the controller accepts when it is back.
+func TestMaxTransferWhileReconnecting(t *testing.T) {
+	checkGoroutines(t)
+	ft := newFakeTarget(t)
+	c := connectFake(t, ft, Options{ReconnectDelay: 10 * time.Millisecond, MaxReconnectWait: 100 * time.Millisecond})
+	var refuse sync.Mutex
+	refusing := true
+	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
+		refuse.Lock()
+		defer refuse.Unlock()
+		if refusing && cmd.Opcode == nvme.AdminFabrics && cmd.FabricsType() == nvme.FabricsConnect {
+			fc.respond(cmd.CID, nvme.StatusConnectControllerBusy, 0)
+			return true
+		}
+		return false
+	})
+	ft.killAll()
+	waitFor(t, 2*time.Second, "connection loss", func() bool { return c.Stats().ConnLosses == 1 })
+	if got := c.MaxTransfer(); got != 8*4096 {
+		t.Errorf("MaxTransfer while reconnecting = %d, want the last association's %d", got, 8*4096)
+	}
+	refuse.Lock()
+	refusing = false
+	refuse.Unlock()
+	ns := c.Namespaces()[0]
+	waitFor(t, 10*time.Second, "write after target recovers", func() bool {
+		_, err := ns.WriteAt(make([]byte, 3*8*4096), 0)
+		return err == nil
+	})
+}
+
 func TestCloseWhileReconnecting(t *testing.T) {
 	checkGoroutines(t)
 	ft := newFakeTarget(t)

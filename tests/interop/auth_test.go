@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -210,7 +209,7 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	cliAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(cliPort))
-	serveCLI(t, cliAddr, "target", "serve", "--listen", cliAddr, "--nqn", nqn, "--volume", "mem:16MiB",
+	clitest.Serve(t, cliAddr, "target", "serve", "--listen", cliAddr, "--nqn", nqn, "--volume", "mem:16MiB",
 		"--allow-host", hostNQN,
 		"--dhchap-secret", hostNQN+"="+authHostSecret, "--dhchap-ctrl-secret", hostNQN+"="+authCtrlSecret,
 		"--dhchap-hash", "sha384", "--dhchap-dhgroup", "ffdhe4096")
@@ -422,37 +421,5 @@ func TestOurHostToLinuxTargetAuth(t *testing.T) {
 	}
 	if _, err := g.Wait(ctx); err != nil {
 		t.Fatalf("guest: %v", err)
-	}
-}
-
-// serveCLI runs `nearstore ARGS...` (a target) as its own process until
-// the test ends, and waits until it accepts connections on addr.
-func serveCLI(t *testing.T, addr string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(clitest.Binary(t), args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	for i := 0; ; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-exited:
-			t.Fatalf("nearstore %s exited before listening:\n%s", strings.Join(args, " "), stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if i == 600 {
-			t.Fatalf("nearstore %s never listened", strings.Join(args, " "))
-		}
 	}
 }

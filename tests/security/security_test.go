@@ -9,7 +9,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,32 +36,8 @@ func freePort(t *testing.T) string {
 // accepts connections; it returns its address and metrics address.
 func serve(t *testing.T, args ...string) (addr, metrics string) {
 	addr, metrics = freePort(t), freePort(t)
-	cmd := exec.Command(clitest.Binary(t), append([]string{"target", "serve", "--listen", addr, "--nqn", subNQN,
+	exited := clitest.Serve(t, addr, append([]string{"target", "serve", "--listen", addr, "--nqn", subNQN,
 		"--volume", "mem:64MiB", "--metrics", metrics}, args...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	for i := 0; ; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-exited:
-			t.Fatal("target serve exited before listening")
-		default:
-		}
-		if i == 600 {
-			t.Fatal("target serve never listened")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	t.Cleanup(func() {
 		select {
 		case <-exited:

@@ -721,19 +721,11 @@ func BenchmarkComputeStats64_1MiB(b *testing.B) {
 		r := newRuntime(b, Options{})
 		m := loadBytes(b, r, mod, sandbox.Limits{})
 		ctx := context.Background()
-		inst, err := m.Acquire(ctx)
+		inst, err := sandbox.Prepare(ctx, m, in, 32)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer inst.Release()
-		ib, err := inst.Input(len(in))
-		if err != nil {
-			b.Fatal(err)
-		}
-		copy(ib, in)
-		if _, err := inst.Output(32); err != nil {
-			b.Fatal(err)
-		}
 		b.SetBytes(int64(len(in)))
 		for b.Loop() {
 			if _, err := inst.Compute(ctx, len(in), 32); err != nil {

@@ -752,44 +752,31 @@ func BenchmarkPushdownStep(b *testing.B) {
 			}
 		}
 	})
-	// A request of 7 steps driven by the runtime, as the executor runs
-	// it: ns/op is per request.
-	b.Run("drive-7", func(b *testing.B) {
-		f := make([]byte, 7*16)
-		for i := range 6 {
-			copy(f[16*i:], record(uint64(16*(i+1)), 1))
-		}
-		copy(f[16*6:], record(0, 1))
-		files := [][]byte{f}
-		for b.Loop() {
-			inst, err := m.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
+	// A request of 7 steps as the executor runs it, driven by the runtime
+	// (drive) and step by step (execute): ns/op is per request.
+	f := make([]byte, 7*16)
+	for i := range 6 {
+		copy(f[16*i:], record(uint64(16*(i+1)), 1))
+	}
+	copy(f[16*6:], record(0, 1))
+	files := [][]byte{f}
+	for _, run := range []struct {
+		name string
+		run  func(ctx context.Context, inst sandbox.Instance, files [][]byte, file uint32, off, n uint64) (int, error)
+	}{{"drive-7", drive}, {"step-7", execute}} {
+		b.Run(run.name, func(b *testing.B) {
+			for b.Loop() {
+				inst, err := m.Acquire(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if steps, err := run.run(ctx, inst, files, 0, 0, 16); err != nil || steps != 7 {
+					b.Fatal(steps, err)
+				}
+				inst.Release()
 			}
-			if steps, err := drive(ctx, inst, files, 0, 0, 16); err != nil || steps != 7 {
-				b.Fatal(steps, err)
-			}
-			inst.Release()
-		}
-	})
-	b.Run("step-7", func(b *testing.B) {
-		f := make([]byte, 7*16)
-		for i := range 6 {
-			copy(f[16*i:], record(uint64(16*(i+1)), 1))
-		}
-		copy(f[16*6:], record(0, 1))
-		files := [][]byte{f}
-		for b.Loop() {
-			inst, err := m.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if steps, err := execute(ctx, inst, files, 0, 0, 16); err != nil || steps != 7 {
-				b.Fatal(steps, err)
-			}
-			inst.Release()
-		}
-	})
+		})
+	}
 	b.Run("acquire-step-release", func(b *testing.B) {
 		for b.Loop() {
 			inst, err := m.Acquire(ctx)

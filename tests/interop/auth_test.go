@@ -81,20 +81,11 @@ func dmesgLines(res interop.Result, words ...string) []string {
 func TestLinuxAuthSelftest(t *testing.T) {
 	interop.RequireKernel(t, interop.KernelTrixie)
 	ctx := t.Context()
-	g, err := interop.Boot(ctx, interop.BootOptions{
+	res := interop.Run(ctx, t, "guest", interop.BootOptions{
 		Scenario: "auth-selftest",
 		Kernel:   interop.KernelTrixie,
 		Cmdline:  withAuthCmdline(nil),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
-	res, err := g.Wait(ctx)
-	if err != nil {
-		t.Fatalf("guest: %v", err)
-	}
-	t.Logf("guest passed in %s (log %s)", res.Duration.Round(time.Second), res.LogPath)
 
 	want := []struct{ hash, group string }{{"sha256", "null"}, {"sha512", "ffdhe2048"}}
 	if got := res.Values["auth_cases"]; got != fmt.Sprint(len(want)) {
@@ -234,7 +225,7 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 	}
 
 	ctx := t.Context()
-	g, err := interop.Boot(ctx, interop.BootOptions{
+	res := interop.Run(ctx, t, "guest", interop.BootOptions{
 		Scenario: "auth-host",
 		Kernel:   interop.KernelTrixie,
 		Cmdline: withAuthCmdline(map[string]string{
@@ -243,15 +234,6 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 			"host_key": authHostSecret, "ctrl_key": authCtrlSecret,
 		}),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
-	res, err := g.Wait(ctx)
-	if err != nil {
-		t.Fatalf("guest: %v", err)
-	}
-	t.Logf("guest passed in %s (log %s)", res.Duration.Round(time.Second), res.LogPath)
 
 	for i, tg := range tgts {
 		name := tg.hash + "/" + tg.group

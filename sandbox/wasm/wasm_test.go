@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -157,23 +158,11 @@ func checkChain(t *testing.T, m sandbox.Module) {
 		s := inst.Scratch()
 		got := []uint64{le.Uint64(s[0:]), le.Uint64(s[8:]), le.Uint64(s[16:]), le.Uint64(s[24:]), le.Uint64(s[32:])}
 		want := []uint64{4, 15, 16, 1, 32} // steps, sum, last cur_addr, cur_file, data_len
-		if steps != 4 || !equalU64(got, want) {
+		if steps != 4 || !slices.Equal(got, want) {
 			t.Fatalf("round %d (%s): %d steps, scratch %v; want 4 steps, %v", round, run.name, steps, got, want)
 		}
 		inst.Release()
 	}
-}
-
-func equalU64(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestChainPushdown(t *testing.T) {

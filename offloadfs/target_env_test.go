@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/stamptest"
 	"github.com/nearstore/nearstore/internal/testhost"
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
@@ -185,10 +185,5 @@ func (e *remoteEnv) stampAt(f *offloadfs.File, off int64) stamptest.Rec {
 
 // stampModule returns tests/offloadfs's stamp function built for eBPF.
 func stampModule(t testing.TB) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "tests", "offloadfs", "testdata", "stamp.o"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return testmodules.Read(t, "..", "tests", "offloadfs", "testdata", "stamp.o")
 }

@@ -1,7 +1,25 @@
-// Package testmodules holds wasm modules assembled by hand (there is no
-// wat2wasm here) that the tests of sandbox/wasm and tests/functions load
-// where a function must misbehave in a way the C functions never do.
+// Package testmodules gives tests their function modules: Read, for
+// the modules built into testdata directories, and wasm modules
+// assembled by hand (there is no wat2wasm here) for where a function must
+// misbehave in a way the C functions never do.
 package testmodules
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Read returns the file at filepath.Join(elem...), a module in a
+// testdata directory, failing t if it cannot.
+func Read(t testing.TB, elem ...string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(elem...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
 
 // Reveal is a C-layout module whose compute(in, in_len, out, out_cap)
 // copies out_cap bytes from in to out, whatever in_len says: it hands its

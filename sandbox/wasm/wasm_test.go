@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -31,12 +32,7 @@ func newRuntime(tb testing.TB, opts Options) *Runtime {
 }
 
 func readModule(tb testing.TB, name string) []byte {
-	tb.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name+".wasm"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
+	return testmodules.Read(tb, "testdata", name+".wasm")
 }
 
 func load(tb testing.TB, r *Runtime, name string, lim sandbox.Limits) *Module {

@@ -14,8 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/stamptest"
 	"github.com/nearstore/nearstore/internal/testhost"
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
@@ -153,14 +152,7 @@ func (e *env) connect(hostNQN string, queues int) (*host.Controller, *host.Names
 // syncRemote waits, with a deadline, until the target holds every change.
 func (e *env) syncRemote() { e.t.Helper(); stamptest.SyncRemote(e.t, e.fsys) }
 
-func readTestdata(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func readTestdata(t testing.TB, name string) []byte { return testmodules.Read(t, "testdata", name) }
 
 // delayRemote passes requests to a Remote after a random delay, and
 // returns their results after another, as a slow network would: the

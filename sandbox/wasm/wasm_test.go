@@ -381,6 +381,24 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
+// stepWants runs one 16-byte pushdown step of m and fails t unless it
+// fails with want.
+func stepWants(t *testing.T, m sandbox.Module, want error) {
+	t.Helper()
+	ctx := context.Background()
+	inst, err := m.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Release()
+	if _, err := inst.Data(16); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, want) {
+		t.Fatalf("pushdown: %v, want %v", err, want)
+	}
+}
+
 func TestHostile(t *testing.T) {
 	r := newRuntime(t, Options{InitTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
@@ -433,12 +451,7 @@ func TestHostile(t *testing.T) {
 		if _, err := sandbox.Compute(ctx, m, nil, 8); !errors.Is(err, sandbox.ErrMemory) {
 			t.Fatalf("compute: %v", err)
 		}
-		inst, _ := m.Acquire(ctx)
-		defer inst.Release()
-		inst.Data(16)
-		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, sandbox.ErrMemory) {
-			t.Fatalf("pushdown: %v", err)
-		}
+		stepWants(t, m, sandbox.ErrMemory)
 	})
 	t.Run("recursion", func(t *testing.T) {
 		m := load(t, r, "recurse", sandbox.Limits{Time: time.Second})
@@ -453,12 +466,7 @@ func TestHostile(t *testing.T) {
 		if _, err := sandbox.Compute(ctx, m, nil, 8); !errors.Is(err, sandbox.ErrOutput) {
 			t.Fatalf("compute: %v", err)
 		}
-		inst, _ := m.Acquire(ctx)
-		defer inst.Release()
-		inst.Data(16)
-		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, sandbox.ErrStep) {
-			t.Fatalf("pushdown: %v", err)
-		}
+		stepWants(t, m, sandbox.ErrStep)
 	})
 	t.Run("misc", func(t *testing.T) {
 		m := load(t, r, "misc", sandbox.Limits{})
@@ -466,12 +474,7 @@ func TestHostile(t *testing.T) {
 		if !errors.Is(err, ErrTrap) || !errors.Is(err, sandbox.ErrFunction) || !strings.Contains(err.Error(), "unreachable") {
 			t.Fatalf("compute: %v", err)
 		}
-		inst, _ := m.Acquire(ctx)
-		defer inst.Release()
-		inst.Data(16)
-		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, sandbox.ErrStep) {
-			t.Fatalf("pushdown: %v", err)
-		}
+		stepWants(t, m, sandbox.ErrStep)
 	})
 	t.Run("load", func(t *testing.T) {
 		stats := readModule(t, "stats64")

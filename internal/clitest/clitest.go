@@ -74,9 +74,10 @@ type Result struct {
 // to the test process's environment, and waits up to timeout.
 func Run(t testing.TB, timeout time.Duration, stdin io.Reader, env []string, args ...string) Result {
 	t.Helper()
+	bin := Binary(t) // built before the clock starts: timeout is the command's
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, Binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &o, &e

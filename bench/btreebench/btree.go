@@ -154,7 +154,7 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("bench: %d threads: want 1 to %d", t, MaxBTreeThreads)
 		}
 	}
-	if err := harness.RunLength(&c.Duration, 3 * time.Second, &c.Repeat); err != nil {
+	if err := harness.RunLength(&c.Duration, 3*time.Second, &c.Repeat); err != nil {
 		return err
 	}
 	if c.Device == "" {

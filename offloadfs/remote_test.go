@@ -18,6 +18,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/stamptest"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -95,7 +96,7 @@ func (e *remoteEnv) targetContent(f *offloadfs.File) []byte {
 	for off := int64(0); off < fi.Size(); off += chunk {
 		n := int(min(chunk, fi.Size()-off))
 		remote, ran := e.fsys.Stats().Remote, e.target.ran("lambda_read", "ok")
-		res, err := f.LambdaRead(context.Background(), e.fn, off, n, stampParams(2), n)
+		res, err := f.LambdaRead(context.Background(), e.fn, off, n, stamptest.Params(2, envBS), n)
 		if err != nil {
 			e.t.Fatalf("λ read [%d, +%d): %v", off, n, err)
 		}
@@ -216,7 +217,7 @@ func TestSyncCommittedOnly(t *testing.T) {
 	if _, _, err := e.ns.UpdateExtentMaps(ctx, []pushdown.MapUpdate{{File: pushdown.File{ID: gm.ID}, Remove: true}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{g}, host.Start{Length: stampSize}, stampScratch(-1, 0)); err != nil {
+	if _, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{g}, host.Start{Length: stamptest.Size}, stamptest.Scratch(-1, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if s := e.fsys.Stats(); s.Stale != 1 {
@@ -308,7 +309,7 @@ func TestSyncReplacesForeignMaps(t *testing.T) {
 	if v := e.held(ino); v != m.Version {
 		t.Fatalf("the target holds version %d, the file is at %d", v, m.Version)
 	}
-	if got := e.stampAt(f, 512); got != (stampRec{ino, 1, 512}) {
+	if got := e.stampAt(f, 512); got != (stamptest.Rec{Ino: ino, Gen: 1, Off: 512}) {
 		t.Fatalf("stamp %+v", got)
 	}
 	if s := e.fsys.Stats(); s.Remote != 1 || e.target.ran("pushdown", "ok") != 1 {
@@ -324,7 +325,7 @@ func TestPushdownWhereItRuns(t *testing.T) {
 	e := newRemoteEnv(t, func(o *offloadfs.Options) { o.Metrics = offloadfs.NewMetrics(reg) })
 	e.syncRemote()
 	f, ino := e.create("f", 7, 64<<10)
-	want := stampRec{ino, 7, 4096}
+	want := stamptest.Rec{Ino: ino, Gen: 7, Off: 4096}
 	if got := e.stampAt(f, 4096); got != want {
 		t.Fatalf("host: stamp %+v, want %+v", got, want)
 	}
@@ -346,20 +347,20 @@ func TestPushdownWhereItRuns(t *testing.T) {
 	// Two files in one request: the second read goes to file 1.
 	g, gino := e.create("g", 9, 8192)
 	e.syncRemote()
-	res, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f, g}, host.Start{Offset: 0, Length: stampSize}, stampScratch(4096, 1))
+	res, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f, g}, host.Start{Offset: 0, Length: stamptest.Size}, stamptest.Scratch(4096, 1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := parseStamp(res.Output[64:])
-	b, _ := parseStamp(res.Output[96:])
-	if a != (stampRec{ino, 7, 0}) || b != (stampRec{gino, 9, 4096}) {
+	a, _ := stamptest.Parse(res.Output[64:])
+	b, _ := stamptest.Parse(res.Output[96:])
+	if a != (stamptest.Rec{Ino: ino, Gen: 7, Off: 0}) || b != (stamptest.Rec{Ino: gino, Gen: 9, Off: 4096}) {
 		t.Fatalf("two files: %+v, %+v", a, b)
 	}
 	if e.target.ran("pushdown", "ok") != ran+2 {
 		t.Fatal("the two-file pushdown did not run at the target")
 	}
 	// Appending changes the map: until committed and pushed, host again.
-	if _, err := f.WriteAt(stamped(ino, 7, 8192, envBS)[:4096], 64<<10); err != nil {
+	if _, err := f.WriteAt(stamptest.Blocks(ino, 7, 0, 8192, envBS)[:4096], 64<<10); err != nil {
 		t.Fatal(err)
 	}
 	s = e.fsys.Stats()
@@ -397,7 +398,7 @@ func TestPushdownStaleAfterRestart(t *testing.T) {
 	e.syncRemote()
 	e.restart()
 	e.loadAgain()
-	if got := e.stampAt(f, 512); got != (stampRec{ino, 3, 512}) {
+	if got := e.stampAt(f, 512); got != (stamptest.Rec{Ino: ino, Gen: 3, Off: 512}) {
 		t.Fatalf("stamp %+v", got)
 	}
 	s := e.fsys.Stats()
@@ -418,7 +419,7 @@ func TestPushdownStaleAfterRestart(t *testing.T) {
 		}
 	}
 	ran := e.target.ran("pushdown", "ok")
-	if got := e.stampAt(f, 0); got != (stampRec{ino, 3, 0}) {
+	if got := e.stampAt(f, 0); got != (stamptest.Rec{Ino: ino, Gen: 3, Off: 0}) {
 		t.Fatalf("stamp %+v", got)
 	}
 	if e.target.ran("pushdown", "ok") != ran+1 {
@@ -432,7 +433,7 @@ func TestPushdownStaleAfterRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	fallbacks, refused := e.fsys.Stats().Fallbacks, e.target.ran("pushdown", "error")
-	if got := e.stampAt(f, 1024); got != (stampRec{ino, 3, 1024}) {
+	if got := e.stampAt(f, 1024); got != (stamptest.Rec{Ino: ino, Gen: 3, Off: 1024}) {
 		t.Fatalf("stamp %+v", got)
 	}
 	if s := e.fsys.Stats(); s.Fallbacks != fallbacks+1 || e.target.ran("pushdown", "error") != refused+1 {
@@ -460,13 +461,13 @@ func TestPushdownDiscarded(t *testing.T) {
 			if err := f.Truncate(0); err != nil {
 				t.Error(err)
 			}
-			if _, err := f.WriteAt(stamped(ino, 2, 8192, envBS), 0); err != nil {
+			if _, err := f.WriteAt(stamptest.Blocks(ino, 2, 0, 8192, envBS), 0); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	tap.beforePushdown.Store(&hook)
-	if got := e.stampAt(f, 4096); got != (stampRec{ino, 2, 4096}) {
+	if got := e.stampAt(f, 4096); got != (stamptest.Rec{Ino: ino, Gen: 2, Off: 4096}) {
 		t.Fatalf("stamp %+v, want generation 2", got)
 	}
 	if s := e.fsys.Stats(); s.Discarded != 1 || s.Fallbacks != 1 || s.Remote != 0 {
@@ -485,15 +486,15 @@ func TestLambdaReadAndWrite(t *testing.T) {
 	f, ino := e.create("f", 5, 16<<10)
 	check := func(where string) {
 		t.Helper()
-		res, err := f.LambdaRead(ctx, e.fn, 2048, 4096, stampParams(1), 1024)
+		res, err := f.LambdaRead(ctx, e.fn, 2048, 4096, stamptest.Params(1, envBS), 1024)
 		if err != nil {
 			t.Fatalf("%s: %v", where, err)
 		}
-		if len(res.Output) != 8*stampSize {
+		if len(res.Output) != 8*stamptest.Size {
 			t.Fatalf("%s: %d bytes of output", where, len(res.Output))
 		}
 		for i := range 8 {
-			if st, _ := parseStamp(res.Output[i*stampSize:]); st != (stampRec{ino, 5, uint64(2048 + 512*i)}) {
+			if st, _ := stamptest.Parse(res.Output[i*stamptest.Size:]); st != (stamptest.Rec{Ino: ino, Gen: 5, Off: uint64(2048 + 512*i)}) {
 				t.Fatalf("%s: block %d: %+v", where, i, st)
 			}
 		}
@@ -509,8 +510,8 @@ func TestLambdaReadAndWrite(t *testing.T) {
 	}
 
 	// λ write: the echo mode writes the data as given.
-	data := stamped(ino, 6, 1024, 512)
-	if n, err := f.LambdaWrite(ctx, e.fn, 8192, 1024, stampParams(2), data); err != nil || n != 1024 {
+	data := stamptest.Blocks(ino, 6, 0, 1024, 512)
+	if n, err := f.LambdaWrite(ctx, e.fn, 8192, 1024, stamptest.Params(2, envBS), data); err != nil || n != 1024 {
 		t.Fatalf("λ write at the target: %d, %v", n, err)
 	}
 	if e.target.ran("lambda_write", "ok") != 1 {
@@ -525,8 +526,8 @@ func TestLambdaReadAndWrite(t *testing.T) {
 	e.restart()
 	e.loadAgain()
 	stale := e.fsys.Stats().Stale
-	data = stamped(ino, 7, 512, 512)
-	if n, err := f.LambdaWrite(ctx, e.fn, 0, 1024, stampParams(2), data[:300]); err != nil || n != 300 {
+	data = stamptest.Blocks(ino, 7, 0, 512, 512)
+	if n, err := f.LambdaWrite(ctx, e.fn, 0, 1024, stamptest.Params(2, envBS), data[:300]); err != nil || n != 300 {
 		t.Fatalf("λ write on the host: %d, %v", n, err)
 	}
 	if s := e.fsys.Stats(); s.Stale != stale+1 || e.target.ran("lambda_write", "ok") != 0 || e.target.ran("lambda_write", "error") != 1 {
@@ -536,11 +537,11 @@ func TestLambdaReadAndWrite(t *testing.T) {
 	// Padded with zeroes to the block's end; the rest of the range keeps
 	// what it had.
 	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got[:300], data[:300]) || !bytes.Equal(got[300:512], make([]byte, 212)) ||
-		!bytes.Equal(got[512:], stamped(ino, 5, 1024, 512)[512:]) {
+		!bytes.Equal(got[512:], stamptest.Blocks(ino, 5, 0, 1024, 512)[512:]) {
 		t.Fatalf("λ write on the host: read back differs (%v)", err)
 	}
 	for _, c := range []struct{ off, n int }{{100, 512}, {0, 100}, {-512, 512}} {
-		if _, err := f.LambdaWrite(ctx, e.fn, int64(c.off), c.n, stampParams(2), nil); !errors.Is(err, iofs.ErrInvalid) {
+		if _, err := f.LambdaWrite(ctx, e.fn, int64(c.off), c.n, stamptest.Params(2, envBS), nil); !errors.Is(err, iofs.ErrInvalid) {
 			t.Errorf("λ write [%d, +%d): %v, want ErrInvalid", c.off, c.n, err)
 		}
 	}
@@ -554,8 +555,8 @@ func TestLambdaReadAndWrite(t *testing.T) {
 		return fi.Size()
 	}
 	old := size()
-	data = stamped(ino, 8, 512, 512)
-	if n, err := f.LambdaWrite(ctx, e.fn, 20<<10, 1024, stampParams(2), data); err != nil || n != 512 {
+	data = stamptest.Blocks(ino, 8, 0, 512, 512)
+	if n, err := f.LambdaWrite(ctx, e.fn, 20<<10, 1024, stamptest.Params(2, envBS), data); err != nil || n != 512 {
 		t.Fatalf("λ write past the end: %d, %v", n, err)
 	}
 	if got := size(); got != 21<<10 {
@@ -571,7 +572,7 @@ func TestLambdaReadAndWrite(t *testing.T) {
 		t.Fatal("λ write past the end: the grown bytes differ from zeroes and the output")
 	}
 	// Output longer than the range: an error, nothing written.
-	if _, err := f.LambdaWrite(ctx, e.fn, 0, 512, stampParams(2), make([]byte, 600)); !errors.Is(err, sandbox.ErrFunction) {
+	if _, err := f.LambdaWrite(ctx, e.fn, 0, 512, stamptest.Params(2, envBS), make([]byte, 600)); !errors.Is(err, sandbox.ErrFunction) {
 		t.Errorf("output over the range: %v", err)
 	}
 }
@@ -582,7 +583,7 @@ func TestFunctionErrorsMatch(t *testing.T) {
 	e := newRemoteEnv(t, nil)
 	f, _ := e.create("f", 1, 4096)
 	call := func() error {
-		_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: 0, Length: 16}, stampScratch(-1, 0))
+		_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: 0, Length: 16}, stamptest.Scratch(-1, 0))
 		return err
 	}
 	for _, where := range []struct {
@@ -600,7 +601,7 @@ func TestFunctionErrorsMatch(t *testing.T) {
 		}
 		e.syncRemote()
 	}
-	_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: 4090, Length: 32}, stampScratch(-1, 0))
+	_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: 4090, Length: 32}, stamptest.Scratch(-1, 0))
 	if !errors.Is(err, pushdown.ErrOutsideFile) {
 		t.Errorf("past the end: %v", err)
 	}

@@ -2,17 +2,17 @@ package offloadfs_test
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/stamptest"
 	"github.com/nearstore/nearstore/internal/testhost"
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/sandbox"
@@ -167,120 +167,23 @@ func (e *remoteEnv) held(ino uint64) uint64 {
 }
 
 // syncRemote waits, with a deadline, for the target to hold every change.
-func (e *remoteEnv) syncRemote() {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := e.fsys.SyncRemote(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-}
+func (e *remoteEnv) syncRemote() { e.t.Helper(); stamptest.SyncRemote(e.t, e.fsys) }
 
 // create writes a stamped file of n bytes, generation gen, and returns it
 // with its inode.
 func (e *remoteEnv) create(name string, gen uint64, n int) (*offloadfs.File, uint64) {
 	e.t.Helper()
-	f, err := e.fsys.Create(name)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { f.Close() })
-	ino := inoOf(e.t, f)
-	if _, err := f.WriteAt(stamped(ino, gen, n, envBS), 0); err != nil {
-		e.t.Fatal(err)
-	}
-	return f, ino
-}
-
-func inoOf(t testing.TB, f *offloadfs.File) uint64 {
-	t.Helper()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*offloadfs.FileInfo).Ino()
+	return stamptest.Create(e.t, e.fsys, name, gen, n, envBS)
 }
 
 // stampAt pushes the stamp function down on f at off and returns the
 // stamp it saw.
-func (e *remoteEnv) stampAt(f *offloadfs.File, off int64) stampRec {
+func (e *remoteEnv) stampAt(f *offloadfs.File, off int64) stamptest.Rec {
 	e.t.Helper()
-	res, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: uint64(off), Length: stampSize}, stampScratch(-1, 0))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	st, ok := parseStamp(res.Output[64:])
-	if !ok {
-		e.t.Fatalf("pushdown at %d returned no stamp: % x", off, res.Output[64:96])
-	}
-	return st
+	return stamptest.At(e.t, e.fsys, e.fn, f, off)
 }
 
 // stampModule returns tests/offloadfs's stamp function built for eBPF.
 func stampModule(t testing.TB) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "tests", "offloadfs", "testdata", "stamp.o"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// A stamp heads every device block of a test file: magic, inode,
-// generation, offset.
-const (
-	stampMagic = 0x504d4154534e // "NSTAMP"
-	stampSize  = 32
-)
-
-type stampRec struct{ ino, gen, off uint64 }
-
-func parseStamp(b []byte) (stampRec, bool) {
-	if len(b) < stampSize || binary.LittleEndian.Uint64(b) != stampMagic {
-		return stampRec{}, false
-	}
-	le := binary.LittleEndian
-	return stampRec{le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:])}, true
-}
-
-// stamped returns n bytes of file content whose every bs-byte block is
-// stamped with (ino, gen, its offset).
-func stamped(ino, gen uint64, n, bs int) []byte {
-	b := make([]byte, n)
-	for off := 0; off < n; off += bs {
-		blk := b[off:min(off+bs, n)]
-		for i := range blk {
-			blk[i] = byte(gen) ^ byte(i)
-		}
-		if len(blk) >= stampSize {
-			le := binary.LittleEndian
-			le.PutUint64(blk, stampMagic)
-			le.PutUint64(blk[8:], ino)
-			le.PutUint64(blk[16:], gen)
-			le.PutUint64(blk[24:], uint64(off))
-		}
-	}
-	return b
-}
-
-// stampScratch is the pushdown scratch of the stamp function: read the
-// start range's stamp, then (second >= 0) that of file's byte second.
-func stampScratch(second int64, file uint32) []byte {
-	s := make([]byte, 16)
-	v := ^uint64(0)
-	if second >= 0 {
-		v = uint64(second)
-	}
-	binary.LittleEndian.PutUint64(s, v)
-	binary.LittleEndian.PutUint32(s[8:], file)
-	return s
-}
-
-// stampParams is the stamp function's compute header: mode 1 returns
-// every block's stamp, mode 2 echoes its data.
-func stampParams(mode uint32) []byte {
-	p := make([]byte, 8)
-	binary.LittleEndian.PutUint32(p, mode)
-	binary.LittleEndian.PutUint32(p[4:], envBS)
-	return p
+	return testmodules.Read(t, "..", "tests", "offloadfs", "testdata", "stamp.o")
 }

@@ -39,17 +39,7 @@ func (v vfsFS) Stat(name string) (iofs.FileInfo, error) {
 	return v.fsys.Stat(name)
 }
 
-func (v vfsFS) List(dir string) ([]string, error) {
-	ents, err := v.fsys.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name()
-	}
-	return names, nil
-}
+func (v vfsFS) List(dir string) ([]string, error) { return vfs.Names(v.fsys.ReadDir(dir)) }
 
 // SyncDir commits: one transaction covers every directory.
 func (v vfsFS) SyncDir(string) error { return v.fsys.Sync(context.Background()) }

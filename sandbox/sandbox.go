@@ -305,22 +305,35 @@ type ProgramLoader interface {
 	LoadProgram(ctx context.Context, module []byte, program string, lim Limits) (Module, error)
 }
 
-// Compute runs m's compute entry on in and returns its output, copying
-// through a fresh instance: the convenient form for hosts and tests.
-func Compute(ctx context.Context, m Module, in []byte, outCap int) ([]byte, error) {
+// Prepare acquires an instance of m with in copied to its input and room
+// for outCap bytes of output, ready for Instance.Compute(ctx, len(in),
+// outCap); the caller releases it. Compute is Prepare and one call;
+// benchmarks prepare once and call in their loop.
+func Prepare(ctx context.Context, m Module, in []byte, outCap int) (Instance, error) {
 	inst, err := m.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer inst.Release()
 	ib, err := inst.Input(len(in))
+	if err == nil {
+		copy(ib, in)
+		_, err = inst.Output(outCap)
+	}
+	if err != nil {
+		inst.Release()
+		return nil, err
+	}
+	return inst, nil
+}
+
+// Compute runs m's compute entry on in and returns its output, copying
+// through a fresh instance: the convenient form for hosts and tests.
+func Compute(ctx context.Context, m Module, in []byte, outCap int) ([]byte, error) {
+	inst, err := Prepare(ctx, m, in, outCap)
 	if err != nil {
 		return nil, err
 	}
-	copy(ib, in)
-	if _, err := inst.Output(outCap); err != nil {
-		return nil, err
-	}
+	defer inst.Release()
 	n, err := inst.Compute(ctx, len(in), outCap)
 	if err != nil {
 		return nil, err

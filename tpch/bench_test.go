@@ -83,19 +83,11 @@ func BenchmarkScan(b *testing.B) {
 					b.Fatal(err)
 				}
 				defer m.Close(ctx)
-				inst, err := m.Acquire(ctx)
+				inst, err := sandbox.Prepare(ctx, m, in, outCap)
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer inst.Release()
-				ib, err := inst.Input(len(in))
-				if err != nil {
-					b.Fatal(err)
-				}
-				copy(ib, in)
-				if _, err := inst.Output(outCap); err != nil {
-					b.Fatal(err)
-				}
 				b.SetBytes(int64(len(in)))
 				for b.Loop() {
 					if _, err := inst.Compute(ctx, len(in), outCap); err != nil {

@@ -54,17 +54,7 @@ func (o osFS) Rename(oldname, newname string) error {
 
 func (o osFS) MkdirAll(dir string) error { return os.MkdirAll(o.path(dir), 0o755) }
 
-func (o osFS) List(dir string) ([]string, error) {
-	ents, err := os.ReadDir(o.path(dir))
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name()
-	}
-	return names, nil
-}
+func (o osFS) List(dir string) ([]string, error) { return Names(os.ReadDir(o.path(dir))) }
 
 func (o osFS) Stat(name string) (fs.FileInfo, error) { return os.Stat(o.path(name)) }
 

@@ -59,3 +59,17 @@ type File interface {
 	// reserve space return nil.
 	Preallocate(off, length int64) error
 }
+
+// Names returns the names of a directory listing, in its order, or err:
+// FS.List on top of an os.ReadDir-style call, as in
+// vfs.Names(os.ReadDir(dir)).
+func Names(ents []fs.DirEntry, err error) ([]string, error) {
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(ents))
+	for i, e := range ents {
+		names[i] = e.Name()
+	}
+	return names, nil
+}

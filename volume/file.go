@@ -273,10 +273,7 @@ func (v *fileVolume) wrap(op string, off int64, err error) error {
 // ReadAt reads p at off, through a bounce buffer if O_DIRECT alignment
 // requires.
 func (v *fileVolume) ReadAt(p []byte, off int64) (int, error) {
-	if v.closed.Load() {
-		return 0, ErrClosed
-	}
-	if err := checkRange(off, int64(len(p)), v.size); err != nil {
+	if err := checkIO(&v.closed, off, int64(len(p)), v.size); err != nil {
 		return 0, err
 	}
 	if len(p) == 0 {
@@ -297,10 +294,7 @@ func (v *fileVolume) ReadAt(p []byte, off int64) (int, error) {
 // WriteAt writes p at off, through a bounce buffer with read-modify-write
 // if O_DIRECT alignment requires.
 func (v *fileVolume) WriteAt(p []byte, off int64) (int, error) {
-	if v.closed.Load() {
-		return 0, ErrClosed
-	}
-	if err := checkRange(off, int64(len(p)), v.size); err != nil {
+	if err := checkIO(&v.closed, off, int64(len(p)), v.size); err != nil {
 		return 0, err
 	}
 	if len(p) == 0 {
@@ -344,21 +338,14 @@ func (v *fileVolume) pread(p []byte, off int64) error {
 // readBounce reads p at off through aligned bounce buffers, a piece at a
 // time.
 func (v *fileVolume) readBounce(p []byte, off int64) error {
-	bp := v.getBounce()
-	defer v.bounce.Put(bp)
-	buf := *bp
-	a := v.align
 	end := off + int64(len(p))
-	for pos := off; pos < end; {
-		w0 := alignDown(pos, a)
-		w1 := min(w0+int64(len(buf)), alignUp(end, a))
-		if err := v.pread(buf[:w1-w0], w0); err != nil {
+	return v.bounced(off, end, func(win []byte, pos, w0 int64) error {
+		if err := v.pread(win, w0); err != nil {
 			return err
 		}
-		n := copy(p[pos-off:], buf[pos-w0:min(end, w1)-w0])
-		pos += int64(n)
-	}
-	return nil
+		copy(p[pos-off:], win[pos-w0:min(end-w0, int64(len(win)))])
+		return nil
+	})
 }
 
 // writeBounce writes p at off through aligned bounce buffers. The partial
@@ -366,18 +353,13 @@ func (v *fileVolume) readBounce(p []byte, off int64) error {
 // exclusive stripe locks, so no concurrent write to the other bytes of those
 // blocks is lost.
 func (v *fileVolume) writeBounce(p []byte, off int64) error {
-	bp := v.getBounce()
-	defer v.bounce.Put(bp)
-	buf := *bp
 	a := v.align
 	end := off + int64(len(p))
-	for pos := off; pos < end; {
-		w0 := alignDown(pos, a)
-		w1 := min(w0+int64(len(buf)), alignUp(end, a))
+	return v.bounced(off, end, func(win []byte, pos, w0 int64) error {
+		w1 := w0 + int64(len(win))
 		dataEnd := min(end, w1)
 		head := pos > w0     // first block only partly ours
 		tail := dataEnd < w1 // last block only partly ours
-		win := buf[:w1-w0]
 		span := stripesFor(w0, w1)
 		excl := head || tail
 		v.lock(span, excl)
@@ -393,10 +375,27 @@ func (v *fileVolume) writeBounce(p []byte, off int64) error {
 			_, err = v.f.WriteAt(win, w0)
 		}
 		v.unlock(span, excl)
-		if err != nil {
+		return err
+	})
+}
+
+// bounced walks [off, end) in windows of the volume's alignment that fit
+// a pooled bounce buffer, calling step with each window's piece of the
+// buffer (win, which covers the volume from w0) and where the data starts
+// in it (pos); the next window starts where this one's data ends. The
+// first error from step ends the walk.
+func (v *fileVolume) bounced(off, end int64, step func(win []byte, pos, w0 int64) error) error {
+	bp := v.getBounce()
+	defer v.bounce.Put(bp)
+	buf := *bp
+	a := v.align
+	for pos := off; pos < end; {
+		w0 := alignDown(pos, a)
+		w1 := min(w0+int64(len(buf)), alignUp(end, a))
+		if err := step(buf[:w1-w0], pos, w0); err != nil {
 			return err
 		}
-		pos = dataEnd
+		pos = min(end, w1)
 	}
 	return nil
 }
@@ -489,10 +488,7 @@ type fallocMode struct {
 // to fallocate (devices demand it, and it keeps partial blocks out of the
 // page cache); the ends are written like any unaligned write.
 func (v *fileVolume) zero(op string, off, n int64, modes []fallocMode) error {
-	if v.closed.Load() {
-		return ErrClosed
-	}
-	if err := checkRange(off, n, v.size); err != nil {
+	if err := checkIO(&v.closed, off, n, v.size); err != nil {
 		return err
 	}
 	if n == 0 {

@@ -137,18 +137,13 @@ func (v *memVolume) InMemory() bool { return true }
 
 // ReadAt copies from the volume; unallocated chunks read as zeroes.
 func (v *memVolume) ReadAt(p []byte, off int64) (int, error) {
-	if v.closed.Load() {
-		return 0, ErrClosed
-	}
-	if err := checkRange(off, int64(len(p)), v.size); err != nil {
+	if err := checkIO(&v.closed, off, int64(len(p)), v.size); err != nil {
 		return 0, err
 	}
 	for done := 0; done < len(p); {
-		pos := off + int64(done)
-		co := int(pos & memChunkMask)
-		n := min(len(p)-done, memChunkSize-co)
+		i, co, n := chunkSpan(off+int64(done), len(p)-done)
 		dst := p[done : done+n]
-		if c := v.load(pos >> memChunkShift); c == nil {
+		if c := v.load(i); c == nil {
 			clear(dst)
 		} else {
 			c.mu.RLock()
@@ -160,19 +155,22 @@ func (v *memVolume) ReadAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// chunkSpan is the piece of an I/O at volume offset pos, with left bytes
+// to go, that lies in one chunk: the chunk's index, the offset in it and
+// the piece's length.
+func chunkSpan(pos int64, left int) (i int64, co, n int) {
+	co = int(pos & memChunkMask)
+	return pos >> memChunkShift, co, min(left, memChunkSize-co)
+}
+
 // WriteAt copies into the volume, allocating chunks as needed.
 func (v *memVolume) WriteAt(p []byte, off int64) (int, error) {
-	if v.closed.Load() {
-		return 0, ErrClosed
-	}
-	if err := checkRange(off, int64(len(p)), v.size); err != nil {
+	if err := checkIO(&v.closed, off, int64(len(p)), v.size); err != nil {
 		return 0, err
 	}
 	for done := 0; done < len(p); {
-		pos := off + int64(done)
-		co := int(pos & memChunkMask)
-		n := min(len(p)-done, memChunkSize-co)
-		c := v.chunk(pos >> memChunkShift)
+		i, co, n := chunkSpan(off+int64(done), len(p)-done)
+		c := v.chunk(i)
 		c.mu.Lock()
 		copy(c.data[co:], p[done:done+n])
 		c.mu.Unlock()
@@ -209,10 +207,7 @@ func (v *memVolume) Deallocate(off, n int64) error { return v.zero(off, n) }
 // zero makes the range read as zeroes. Whole chunks are dropped rather than
 // cleared, giving the memory back as a thin-provisioned device would.
 func (v *memVolume) zero(off, n int64) error {
-	if v.closed.Load() {
-		return ErrClosed
-	}
-	if err := checkRange(off, n, v.size); err != nil {
+	if err := checkIO(&v.closed, off, n, v.size); err != nil {
 		return err
 	}
 	for end := off + n; off < end; {

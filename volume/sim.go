@@ -182,10 +182,7 @@ func (v *simVolume) reserve(n int64, latency time.Duration) time.Time {
 // check fails fast, without charging the model, for commands the device
 // would reject.
 func (v *simVolume) check(off, n int64) error {
-	if v.mem.closed.Load() {
-		return ErrClosed
-	}
-	return checkRange(off, n, v.mem.size)
+	return checkIO(&v.mem.closed, off, n, v.mem.size)
 }
 
 // ReadAt reads from RAM and then waits until the model says the read is done.

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"sync/atomic"
 )
 
 // Volume is a block device: fixed size, byte-addressed, safe for concurrent
@@ -196,6 +197,16 @@ func (s *spec) boolParam(key string, def bool) (bool, error) {
 		return false, s.errorf("%s=%q is not a boolean (want 0 or 1)", key, v)
 	}
 	return b, nil
+}
+
+// checkIO is the check every volume makes before an I/O on [off, off+n):
+// a closed volume fails with ErrClosed, then the range must lie within
+// [0, size).
+func checkIO(closed *atomic.Bool, off, n, size int64) error {
+	if closed.Load() {
+		return ErrClosed
+	}
+	return checkRange(off, n, size)
 }
 
 // checkRange reports whether [off, off+n) lies within [0, size), without

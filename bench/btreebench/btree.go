@@ -154,17 +154,8 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("bench: %d threads: want 1 to %d", t, MaxBTreeThreads)
 		}
 	}
-	if c.Duration == 0 {
-		c.Duration = 3 * time.Second
-	}
-	if c.Duration < 0 {
-		return fmt.Errorf("bench: duration %v", c.Duration)
-	}
-	if c.Repeat == 0 {
-		c.Repeat = 3
-	}
-	if c.Repeat < 0 {
-		return fmt.Errorf("bench: repeat %d", c.Repeat)
+	if err := harness.RunLength(&c.Duration, 3*time.Second, &c.Repeat); err != nil {
+		return err
 	}
 	if c.Device == "" {
 		c.Device = DeviceNAND

@@ -123,17 +123,8 @@ func (c *Config) setDefaults() error {
 	if c.Iterations < 0 {
 		return fmt.Errorf("bench: %d iterations", c.Iterations)
 	}
-	if c.Duration == 0 {
-		c.Duration = time.Second
-	}
-	if c.Duration < 0 {
-		return fmt.Errorf("bench: duration %v", c.Duration)
-	}
-	if c.Repeat == 0 {
-		c.Repeat = 3
-	}
-	if c.Repeat < 0 {
-		return fmt.Errorf("bench: repeat %d", c.Repeat)
+	if err := harness.RunLength(&c.Duration, time.Second, &c.Repeat); err != nil {
+		return err
 	}
 	if c.Seed == 0 {
 		c.Seed = 0x6e656172 // "near"
@@ -584,23 +575,14 @@ func computeSubject(ctx context.Context, rt sandbox.Runtime, fn string, in []byt
 	if err != nil {
 		return nil, fmt.Errorf("bench: loading %s (%v): %w", fn, rt.Kind(), err)
 	}
-	inst, err := m.Acquire(ctx)
+	inst, err := sandbox.Prepare(ctx, m, in, outCap)
 	if err != nil {
 		_ = m.Close(ctx)
-		return nil, err
+		return nil, fmt.Errorf("bench: %s (%v) instance: %w", fn, rt.Kind(), err)
 	}
 	closeAll := func() {
 		inst.Release()
 		_ = m.Close(context.Background())
-	}
-	ib, err := inst.Input(len(in))
-	if err == nil {
-		copy(ib, in)
-		_, err = inst.Output(outCap)
-	}
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("bench: %s (%v) buffers: %w", fn, rt.Kind(), err)
 	}
 	var last int
 	return &computeCaller{

@@ -87,17 +87,12 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 					return fmt.Errorf("--sweep: %w", err)
 				}
 			}
-			var pinning string
-			if cfg.TargetExe, pinning, err = proc.setup(); err != nil {
-				return err
-			}
-			cfg.ServerCPUs = proc.serverCPUs
-			cfg.Logger = benchLogger(cmd, g)
-			stopProfile, err := startCPUProfile(proc.cpuprof)
+			bp, err := proc.start(cmd, g)
 			if err != nil {
 				return err
 			}
-			defer stopProfile()
+			defer bp.stopProfile()
+			cfg.TargetExe, cfg.ServerCPUs, cfg.Logger = bp.exe, proc.serverCPUs, bp.logger
 			if cfg.Progress = rf.stages(cmd); cfg.Progress != nil {
 				cfg.LoadProgress = loadBar("load ")
 				cfg.RunBar = rateBar("lookups/s")
@@ -106,7 +101,7 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 			if rep == nil || len(rep.Points) == 0 {
 				return err
 			}
-			rep.Machine.Pinning = pinning
+			rep.Machine.Pinning = bp.pinning
 			if err != nil {
 				// A sweep that failed part way prints what it
 				// measured, and no plot.

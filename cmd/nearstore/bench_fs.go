@@ -63,21 +63,16 @@ randwrite} 4k, each at 1 and 32 threads.`,
 					cfg.Cases = append(cfg.Cases, c)
 				}
 			}
-			var pinning string
-			if cfg.TargetExe, pinning, err = proc.setup(); err != nil {
-				return err
-			}
-			cfg.ServerCPUs = proc.serverCPUs
-			cfg.Logger = benchLogger(cmd, g)
-			stopProfile, err := startCPUProfile(proc.cpuprof)
+			bp, err := proc.start(cmd, g)
 			if err != nil {
 				return err
 			}
-			defer stopProfile()
+			defer bp.stopProfile()
+			cfg.TargetExe, cfg.ServerCPUs, cfg.Logger = bp.exe, proc.serverCPUs, bp.logger
 			cfg.Progress = rf.stages(cmd)
 			rep, err := fsbench.Run(ctx, cfg)
 			if rep != nil {
-				rep.Machine.Pinning = pinning
+				rep.Machine.Pinning = bp.pinning
 			}
 			if err != nil {
 				return err

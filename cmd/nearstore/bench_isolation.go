@@ -43,21 +43,16 @@ say).`,
 				return errors.New("--in-process: the target must run as its own process here")
 			}
 			cfg := isolationbench.Config{Duration: dur, Repeat: repeat, Looping: looping, TargetArgs: targetArgs}
-			var err error
-			if cfg.TargetExe, cfg.Pinning, err = proc.setup(); err != nil {
-				return err
-			}
-			cfg.ServerCPUs = proc.serverCPUs
-			cfg.Logger = benchLogger(cmd, g)
-			if !quiet {
-				cfg.Progress = func(s string) { fmt.Fprintf(cmd.ErrOrStderr(), "… %s\n", s) }
-			}
-			stopProfile, err := startCPUProfile(proc.cpuprof)
+			bp, err := proc.start(cmd, g)
 			if err != nil {
 				return err
 			}
+			cfg.TargetExe, cfg.Pinning, cfg.ServerCPUs, cfg.Logger = bp.exe, bp.pinning, proc.serverCPUs, bp.logger
+			if !quiet {
+				cfg.Progress = func(s string) { fmt.Fprintf(cmd.ErrOrStderr(), "… %s\n", s) }
+			}
 			rep, err := isolationbench.Run(cmd.Context(), cfg)
-			stopProfile()
+			bp.stopProfile()
 			if err != nil {
 				return err
 			}

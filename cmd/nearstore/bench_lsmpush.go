@@ -108,26 +108,20 @@ func (f *lsmPushFlags) run(cmd *cobra.Command, g *globals, a lsmPushArgs) error 
 		}
 		cfg.Concurrency = append(cfg.Concurrency, n)
 	}
-	proc := procFlags{clientCPUs: f.clientCPUs, serverCPUs: f.serverCPUs}
-	var pinning string
-	var err error
-	if cfg.TargetExe, pinning, err = proc.setup(); err != nil {
-		return err
-	}
-	cfg.ServerCPUs = f.serverCPUs
-	cfg.Logger = benchLogger(cmd, g)
-	stopProfile, err := startCPUProfile(a.cpuprof)
+	proc := procFlags{clientCPUs: f.clientCPUs, serverCPUs: f.serverCPUs, cpuprof: a.cpuprof}
+	bp, err := proc.start(cmd, g)
 	if err != nil {
 		return err
 	}
-	defer stopProfile()
+	defer bp.stopProfile()
+	cfg.TargetExe, cfg.ServerCPUs, cfg.Logger = bp.exe, f.serverCPUs, bp.logger
 	stderr := cmd.ErrOrStderr()
 	cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
 	rep, err := lsmpushbench.Run(cmd.Context(), cfg)
 	if rep == nil {
 		return err
 	}
-	rep.Machine.Pinning = pinning
+	rep.Machine.Pinning = bp.pinning
 	if err != nil { // a run failed: print what was measured, then the error
 		_ = lsmpushbench.Print(cmd.OutOrStdout(), rep)
 		return err

@@ -61,6 +61,30 @@ func (p *procFlags) setup() (exe, pinning string, err error) {
 	return exe, strings.Join(parts, "; "), nil
 }
 
+// benchProcess is what procFlags.start set up for one run: the target
+// binary ("" in process), the pinning as the report describes it, the
+// benchmark's logger, and the CPU profile, which the caller stops when the
+// run ends.
+type benchProcess struct {
+	exe, pinning string
+	logger       *slog.Logger
+	stopProfile  func()
+}
+
+// start is setup, then the logger (benchLogger) and the CPU profile
+// (--cpuprofile) every benchmark run with these flags needs.
+func (p *procFlags) start(cmd *cobra.Command, g *globals) (*benchProcess, error) {
+	exe, pinning, err := p.setup()
+	if err != nil {
+		return nil, err
+	}
+	bp := &benchProcess{exe: exe, pinning: pinning, logger: benchLogger(cmd, g)}
+	if bp.stopProfile, err = startCPUProfile(p.cpuprof); err != nil {
+		return nil, err
+	}
+	return bp, nil
+}
+
 // targetExe is the binary a benchmark runs as its separate target process
 // (this one), or "" with --in-process, where pinning the target cannot be
 // asked for.

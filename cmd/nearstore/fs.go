@@ -71,11 +71,15 @@ type fsSession struct {
 	ns     *host.Namespace
 	fsys   *offloadfs.FS
 	unlock func() // a read-write mount's local lock (lockLocalOwner)
+	closed bool
 }
 
 // fsMountOpts are what the commands vary of a mount.
 type fsMountOpts struct {
-	rw      bool
+	rw bool
+	// remote makes the namespace the file system's Remote too, for the
+	// commands that send work to the target (offload run, prep run).
+	remote  bool
 	host    host.Options
 	metrics *offloadfs.Metrics // nil: none
 }
@@ -94,6 +98,9 @@ func fsMount(ctx context.Context, g *globals, c *conn, o fsMountOpts) (*fsSessio
 		}
 	}
 	opts := offloadfs.Options{Logger: g.logger(), ReadOnly: !o.rw, TakeOver: g.takeOver, Metrics: o.metrics}
+	if o.remote {
+		opts.Remote = ns
+	}
 	fsys, err := offloadfs.Mount(ctx, ns, opts)
 	if err != nil {
 		unlock()
@@ -110,8 +117,13 @@ func fsMount(ctx context.Context, g *globals, c *conn, o fsMountOpts) (*fsSessio
 	return &fsSession{ctrl: ctrl, ns: ns, fsys: fsys, unlock: unlock}, nil
 }
 
-// close unmounts (committing a read-write mount) and disconnects.
+// close unmounts (committing a read-write mount) and disconnects; closing
+// again does nothing.
 func (s *fsSession) close() error {
+	if s.closed {
+		return nil
+	}
+	s.closed = true
 	err := s.fsys.Close()
 	s.ctrl.Close()
 	s.unlock()

@@ -15,8 +15,6 @@ import (
 	"github.com/nearstore/nearstore/bench/blockio"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"github.com/vbauerster/mpb/v8"
-	"github.com/vbauerster/mpb/v8/decor"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/iocheck"
@@ -323,14 +321,12 @@ func newBenchIOCmd(g *globals) *cobra.Command {
 					return err
 				}
 			}
-			var p *mpb.Progress
+			endBar := func() {}
 			if !quiet {
-				p, cfg.Progress = progressBar(cfg.Duration, fmt.Sprintf("%s %s qd%d×%d", cfg.Pattern, bs, cfg.QueueDepth, cfg.Queues))
+				cfg.Progress, endBar = rateBar("IOPS")(fmt.Sprintf("%s %s qd%d×%d", cfg.Pattern, bs, cfg.QueueDepth, cfg.Queues), cfg.Duration)
 			}
 			res, err := blockio.Run(cmd.Context(), ns, cfg)
-			if p != nil {
-				p.Wait()
-			}
+			endBar()
 			if errors.Is(err, context.Canceled) && res.Ops > 0 {
 				// Interrupted: what it measured so far is still worth
 				// printing; main turns the error into exit 130.
@@ -383,30 +379,6 @@ func checkOverwrite(ctx context.Context, c *conn, ns *host.Namespace, n int64, f
 		return fmt.Errorf("freeing namespace %d for writing: %w", c.nsid, err)
 	}
 	return nil
-}
-
-// progressBar shows elapsed time against the run's duration and the live
-// operation rate on stderr.
-func progressBar(d time.Duration, name string) (*mpb.Progress, func(time.Duration, int64)) {
-	p := mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(200*time.Millisecond))
-	total := d.Milliseconds()
-	var rate string
-	bar := p.AddBar(total,
-		mpb.PrependDecorators(decor.Name(name+" ")),
-		mpb.AppendDecorators(decor.Any(func(decor.Statistics) string { return rate })),
-	)
-	var lastOps int64
-	var lastT time.Duration
-	return p, func(el time.Duration, ops int64) {
-		if dt := el - lastT; dt > 0 {
-			rate = fmt.Sprintf(" %8.0f IOPS", float64(ops-lastOps)/dt.Seconds())
-		}
-		lastOps, lastT = ops, el
-		bar.SetCurrent(min(el.Milliseconds(), total))
-		if el >= d {
-			bar.SetTotal(total, true)
-		}
-	}
 }
 
 func printBlockIO(w io.Writer, rs []blockio.Result, asJSON bool) error {

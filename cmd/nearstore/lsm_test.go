@@ -29,26 +29,40 @@ func runNearstore(t *testing.T, args ...string) (string, error) {
 // TestLSMCommands drives "nearstore lsm" through a store's life: each
 // command opens and closes the store, so every step also checks recovery.
 func TestLSMCommands(t *testing.T) {
-	dir := t.TempDir()
-	steps := []struct {
-		args []string
-		want string // output, or "error" for a failing command
-	}{
-		{[]string{"put", "b", "2"}, ""},
-		{[]string{"put", "a", "1"}, ""},
-		{[]string{"put", "c", "3"}, ""},
-		{[]string{"get", "b"}, "2\n"},
-		{[]string{"del", "b"}, ""},
-		{[]string{"get", "b"}, "error"},
-		{[]string{"scan"}, "a\t1\nc\t3\n"},
-		{[]string{"scan", "--reverse", "--limit", "1"}, "c\t3\n"},
-		{[]string{"put", "d", "4"}, ""},
-		{[]string{"del", "c", "d"}, ""},
-		{[]string{"compact"}, ""},
-		{[]string{"scan", "--json"}, "{\"key\":\"a\",\"value\":\"1\"}\n{\"key\":\"d\",\"value\":\"4\"}\n"},
-	}
-	for _, s := range steps {
-		out, err := runNearstore(t, append(append([]string{"lsm"}, s.args...), "--dir", dir)...)
+	runLSMSteps(t, "--dir", t.TempDir())
+}
+
+// lsmLife is a store's life as both TestLSMCommands and
+// TestLSMCommandsOffloadfs drive it; want is a command's output, or
+// "error" for a failing command.
+var lsmLife = []struct {
+	args []string
+	want string
+}{
+	{[]string{"put", "b", "2"}, ""},
+	{[]string{"put", "a", "1"}, ""},
+	{[]string{"put", "c", "3"}, ""},
+	{[]string{"get", "b"}, "2\n"},
+	{[]string{"get", "b", "--json"}, "{\"key\":\"b\",\"value\":\"2\"}\n"},
+	{[]string{"del", "b"}, ""},
+	{[]string{"get", "b"}, "error"},
+	{[]string{"scan"}, "a\t1\nc\t3\n"},
+	{[]string{"scan", "--reverse", "--limit", "1"}, "c\t3\n"},
+	{[]string{"put", "d", "4"}, ""},
+	{[]string{"del", "c", "d"}, ""},
+	{[]string{"compact"}, ""},
+	{[]string{"put", "e", "5"}, ""}, // left in the log: get and scan replay it
+	{[]string{"scan", "--json"}, "{\"key\":\"a\",\"value\":\"1\"}\n{\"key\":\"d\",\"value\":\"4\"}\n{\"key\":\"e\",\"value\":\"5\"}\n"},
+	{[]string{"get", "e"}, "5\n"},
+}
+
+// runLSMSteps runs lsmLife, each command with the flag naming the store
+// (--dir or --fs-dir) set to where, then checks that stats reports
+// levels.
+func runLSMSteps(t *testing.T, flag, where string) {
+	t.Helper()
+	for _, s := range lsmLife {
+		out, err := runNearstore(t, append(append([]string{"lsm"}, s.args...), flag, where)...)
 		if s.want == "error" {
 			if err == nil {
 				t.Fatalf("lsm %v succeeded", s.args)
@@ -59,7 +73,7 @@ func TestLSMCommands(t *testing.T) {
 			t.Fatalf("lsm %v = %q, %v; want %q", s.args, out, err, s.want)
 		}
 	}
-	out, err := runNearstore(t, "lsm", "stats", "--json", "--dir", dir)
+	out, err := runNearstore(t, "lsm", "stats", "--json", flag, where)
 	if err != nil || !strings.Contains(out, "\"Levels\"") {
 		t.Fatalf("stats: %v\n%s", err, out)
 	}
@@ -86,37 +100,7 @@ func TestLSMCommandsOffloadfs(t *testing.T) {
 	if _, err := runNearstore(t, "lsm", "get", "a", "--fs-dir", "/db"); err == nil || !strings.Contains(err.Error(), "no store in /db") {
 		t.Fatalf("get before any put: %v; want no store in /db", err)
 	}
-	steps := []struct {
-		args []string
-		want string // output, or "error" for a failing command
-	}{
-		{[]string{"put", "b", "2"}, ""},
-		{[]string{"put", "a", "1"}, ""},
-		{[]string{"put", "c", "3"}, ""},
-		{[]string{"get", "b"}, "2\n"},
-		{[]string{"get", "b", "--json"}, "{\"key\":\"b\",\"value\":\"2\"}\n"},
-		{[]string{"del", "b"}, ""},
-		{[]string{"get", "b"}, "error"},
-		{[]string{"scan"}, "a\t1\nc\t3\n"},
-		{[]string{"put", "d", "4"}, ""},
-		{[]string{"del", "c", "d"}, ""},
-		{[]string{"compact"}, ""},
-		{[]string{"put", "e", "5"}, ""}, // left in the log: get and scan replay it
-		{[]string{"scan", "--json"}, "{\"key\":\"a\",\"value\":\"1\"}\n{\"key\":\"d\",\"value\":\"4\"}\n{\"key\":\"e\",\"value\":\"5\"}\n"},
-		{[]string{"get", "e"}, "5\n"},
-	}
-	for _, s := range steps {
-		out, err := runNearstore(t, append(append([]string{"lsm"}, s.args...), "--fs-dir", "/db")...)
-		if s.want == "error" {
-			if err == nil {
-				t.Fatalf("lsm %v succeeded", s.args)
-			}
-			continue
-		}
-		if err != nil || out != s.want {
-			t.Fatalf("lsm %v = %q, %v; want %q", s.args, out, err, s.want)
-		}
-	}
+	runLSMSteps(t, "--fs-dir", "/db")
 	// Reads change nothing on the target: the same files, the same sizes.
 	before, err := runNearstore(t, "fs", "ls", "-l", "/db")
 	if err != nil {
@@ -129,10 +113,6 @@ func TestLSMCommandsOffloadfs(t *testing.T) {
 	}
 	if after, err := runNearstore(t, "fs", "ls", "-l", "/db"); err != nil || after != before {
 		t.Fatalf("reads changed /db: %v\nbefore:\n%s\nafter:\n%s", err, before, after)
-	}
-	out, err := runNearstore(t, "lsm", "stats", "--json", "--fs-dir", "/db")
-	if err != nil || !strings.Contains(out, "\"Levels\"") {
-		t.Fatalf("stats: %v\n%s", err, out)
 	}
 	if _, err := runNearstore(t, "lsm", "scan", "--fs-dir", "/db", "--dir", t.TempDir()); err == nil {
 		t.Fatal("--dir with --fs-dir succeeded")

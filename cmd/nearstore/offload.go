@@ -98,6 +98,16 @@ func engineTasks() (*offload.Registry, error) {
 	return r, nil
 }
 
+// localEngine is the engine a host runs tasks on itself with (offload
+// run's fallback, prep run's host side): every task of engineTasks, on ns.
+func localEngine(ns *host.Namespace, log *slog.Logger) (*offload.Engine, error) {
+	tasks, err := engineTasks()
+	if err != nil {
+		return nil, err
+	}
+	return offload.NewEngine(offload.Config{HostNQN: "local", Device: ns, Tasks: tasks, Logger: log})
+}
+
 // serve runs an engine on listen until ctx ends; ready is called once it
 // listens.
 func serveEngine(ctx context.Context, cfg offload.Config, listen string, ready func(addr string)) error {
@@ -284,16 +294,12 @@ only names it; offload/wasm.go states what the module may import).`,
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			ctrl, ns, err := c.open(ctx, g, host.Options{})
+			sess, err := fsMount(ctx, g, &c, fsMountOpts{rw: true, remote: true})
 			if err != nil {
 				return err
 			}
-			defer ctrl.Close()
-			fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{Logger: g.logger(), TakeOver: g.takeOver, Remote: ns})
-			if err != nil {
-				return fmt.Errorf("mount offloadfs on namespace %d of %s: %w", c.nsid, c.nqn, err)
-			}
-			defer fsys.Close()
+			defer sess.close()
+			fsys := sess.fsys
 			var inputs []offloadfs.OffloadFile
 			for _, p := range ins {
 				f, err := fsys.Open(p)
@@ -304,11 +310,7 @@ only names it; offload/wasm.go states what the module may import).`,
 				inputs = append(inputs, offloadfs.OffloadFile{In: f})
 			}
 			files = append(inputs, files...)
-			tasks, err := engineTasks()
-			if err != nil {
-				return err
-			}
-			local, err := offload.NewEngine(offload.Config{HostNQN: "local", Device: ns, Tasks: tasks, Logger: g.logger()})
+			local, err := localEngine(sess.ns, g.logger())
 			if err != nil {
 				return err
 			}
@@ -327,8 +329,8 @@ only names it; offload/wasm.go states what the module may import).`,
 			if err != nil {
 				return fsDescribe(err)
 			}
-			if err := fsys.Close(); err != nil {
-				return fmt.Errorf("unmount (commit): %w", err)
+			if err := sess.close(); err != nil {
+				return err
 			}
 			rep := runReport{Task: task, Engine: engine, Where: "engine", Output: hex.EncodeToString(res.Output), Sizes: res.Sizes}
 			if res.Local {

@@ -118,16 +118,12 @@ split has this host and the engines take batches as they are free.`,
 			} else {
 				engines = nil
 			}
-			ctrl, ns, err := c.open(ctx, g, host.Options{IOQueues: 2})
+			sess, err := fsMount(ctx, g, &c, fsMountOpts{rw: true, remote: true, host: host.Options{IOQueues: 2}})
 			if err != nil {
 				return err
 			}
-			defer ctrl.Close()
-			fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{Logger: g.logger(), TakeOver: g.takeOver, Remote: ns})
-			if err != nil {
-				return fmt.Errorf("mount offloadfs on namespace %d of %s: %w", c.nsid, c.nqn, err)
-			}
-			defer fsys.Close()
+			defer sess.close()
+			fsys := sess.fsys
 			names, err := prep.List(fsys, dir)
 			if err != nil {
 				return fsDescribe(err)
@@ -138,11 +134,7 @@ split has this host and the engines take batches as they are free.`,
 			if len(names) == 0 {
 				return fmt.Errorf("no JPEG or PNG images in %s (make some with nearstore prep dataset)", fsPath(dir))
 			}
-			tasks, err := engineTasks()
-			if err != nil {
-				return err
-			}
-			local, err := offload.NewEngine(offload.Config{HostNQN: "local", Device: ns, Tasks: tasks, Logger: g.logger()})
+			local, err := localEngine(sess.ns, g.logger())
 			if err != nil {
 				return err
 			}

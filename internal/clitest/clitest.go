@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,9 +74,10 @@ type Result struct {
 // to the test process's environment, and waits up to timeout.
 func Run(t testing.TB, timeout time.Duration, stdin io.Reader, env []string, args ...string) Result {
 	t.Helper()
+	bin := Binary(t) // built before the clock starts: timeout is the command's
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, Binary(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	var o, e bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &o, &e
@@ -92,4 +94,39 @@ func Run(t testing.TB, timeout time.Duration, stdin io.Reader, env []string, arg
 		t.Fatalf("nearstore %s: still running after %v\nstderr: %s", strings.Join(args, " "), timeout, e.String())
 	}
 	return r
+}
+
+// Serve runs the binary with args as its own process until the test
+// ends and waits until it accepts connections on addr; the test fails,
+// showing what it printed to stderr, if it exits first or does not
+// listen within 30 seconds. The returned channel is closed when the
+// process exits, so a test can check that a server outlived it.
+func Serve(t testing.TB, addr string, args ...string) (exited <-chan struct{}) {
+	t.Helper()
+	cmd := exec.Command(Binary(t), args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	for i := 0; ; i++ {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return done
+		}
+		select {
+		case <-done:
+			t.Fatalf("nearstore %s exited before listening:\n%s", strings.Join(args, " "), stderr.String())
+		case <-time.After(50 * time.Millisecond):
+		}
+		if i == 600 {
+			t.Fatalf("nearstore %s never listened", strings.Join(args, " "))
+		}
+	}
 }

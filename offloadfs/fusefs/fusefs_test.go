@@ -70,6 +70,17 @@ func mountRW(t *testing.T, dev offloadfs.Device) *offloadfs.FS {
 	return fsys
 }
 
+// mountRO mounts dev read-only until the test ends.
+func mountRO(t *testing.T, dev offloadfs.Device) *offloadfs.FS {
+	t.Helper()
+	ro, err := offloadfs.MountReadOnly(context.Background(), dev, offloadfs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ro.Close() })
+	return ro
+}
+
 func randBytes(seed uint64, n int) []byte {
 	r := rand.New(rand.NewPCG(seed, 1))
 	b := make([]byte, n)
@@ -126,11 +137,7 @@ func TestFilesAgree(t *testing.T) {
 	if err := fsys.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ro, err := offloadfs.MountReadOnly(context.Background(), dev, offloadfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := mountRO(t, dev)
 	for name, b := range want {
 		f, err := ro.Open(name)
 		if err != nil {
@@ -359,11 +366,7 @@ func TestReadOnly(t *testing.T) {
 	if err := fsys.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ro, err := offloadfs.MountReadOnly(context.Background(), dev, offloadfs.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ro.Close()
+	ro := mountRO(t, dev)
 	dir, _ := serve(t, ro)
 	got, err := os.ReadFile(filepath.Join(dir, "kept"))
 	if err != nil || string(got) != "data" {

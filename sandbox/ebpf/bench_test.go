@@ -22,13 +22,11 @@ func BenchmarkStats64_1MiB(b *testing.B) {
 	b.Run("interp", func(b *testing.B) {
 		m := loadObj(b, "stats64.o", sandbox.Limits{})
 		ctx := context.Background()
-		inst, err := m.Acquire(ctx)
+		inst, err := sandbox.Prepare(ctx, m, in, 32)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer inst.Release()
-		ib, _ := inst.Input(len(in))
-		copy(ib, in)
 		ob, _ := inst.Output(32)
 		b.SetBytes(int64(len(in)))
 		b.ReportAllocs()

@@ -74,6 +74,20 @@ func marshal(t testing.TB, insns asm.Instructions) []byte {
 	return b.Bytes()
 }
 
+// fuzzLimits bound a fuzzed program's run: loops are expected, hangs
+// are not.
+func fuzzLimits() sandbox.Limits {
+	return sandbox.Limits{MaxInstructions: 20000, MaxBackJumps: 2000, Time: time.Second}
+}
+
+// fuzzProgram decodes fuzzed bytes as eBPF instructions, dropping a
+// partial last one; ok is false when they do not decode or hold none.
+func fuzzProgram(code []byte) (insns asm.Instructions, ok bool) {
+	code = code[:len(code)/8*8]
+	insns, err := asm.AppendInstructions(nil, bytes.NewReader(code), binary.LittleEndian, "linux")
+	return insns, err == nil && len(insns) > 0
+}
+
 // FuzzVerifierInterpreter feeds random instruction streams through the
 // verifier and runs what it accepts with small budgets, in an instance
 // whose regions are surrounded by guard bytes: nothing may panic, touch
@@ -84,11 +98,10 @@ func FuzzVerifierInterpreter(f *testing.F) {
 		f.Add(marshal(f, p))
 	}
 	rt := NewRuntime(Options{})
-	lim := sandbox.Limits{MaxInstructions: 20000, MaxBackJumps: 2000, Time: time.Second}
+	lim := fuzzLimits()
 	f.Fuzz(func(t *testing.T, code []byte) {
-		code = code[:len(code)/8*8]
-		insns, err := asm.AppendInstructions(nil, bytes.NewReader(code), binary.LittleEndian, "linux")
-		if err != nil || len(insns) == 0 {
+		insns, ok := fuzzProgram(code)
+		if !ok {
 			return
 		}
 		for _, entry := range []string{"pushdown", "compute"} {

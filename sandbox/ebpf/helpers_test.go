@@ -3,13 +3,12 @@ package ebpf
 import (
 	"context"
 	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf/asm"
 
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -24,14 +23,7 @@ func testRuntime() *Runtime {
 	return NewRuntime(Options{Interpreter: *interpreterOnly, TranslatePushdown: true})
 }
 
-func readObj(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func readObj(t testing.TB, name string) []byte { return testmodules.Read(t, "testdata", name) }
 
 // testTime replaces the default 100 ms call limit in tests that are not
 // about time: CI runs under the race detector on a shared machine, where

@@ -116,6 +116,22 @@ func grow(old, n, limit int) int {
 	return min(max(n, 2*old), limit)
 }
 
+// stepCtx writes the struct bpf_xrp a pushdown step sees into c (ctxSize
+// bytes, wherever the engine keeps it): every field zero but the data and
+// scratch pointers and the step's file, data length and offset, and
+// returns c. Both engines, the interpreter and the translation, start a
+// step with it.
+func stepCtx(c []byte, curFile uint32, curOffset uint64, n int) []byte {
+	clear(c)
+	le := binary.LittleEndian
+	le.PutUint64(c[ctxData:], dataAddr)
+	le.PutUint64(c[ctxScratch:], scratchAddr)
+	le.PutUint32(c[ctxCurFile:], curFile)
+	le.PutUint32(c[ctxDataLen:], uint32(n))
+	le.PutUint64(c[ctxCurAddr:], curOffset)
+	return c
+}
+
 // Step runs the pushdown entry on the first n bytes of Data.
 func (in *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (bool, []sandbox.Next, error) {
 	p := in.m.pushdown
@@ -129,14 +145,7 @@ func (in *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, 
 		return false, nil, fmt.Errorf("%w: step over %d bytes of data, but Data gave %d", sandbox.ErrMemory, n, len(in.data))
 	}
 	in.dataHigh = max(in.dataHigh, n)
-	c := in.ctx[:]
-	clear(c)
-	le := binary.LittleEndian
-	le.PutUint64(c[ctxData:], dataAddr)
-	le.PutUint64(c[ctxScratch:], scratchAddr)
-	le.PutUint32(c[ctxCurFile:], curFile)
-	le.PutUint32(c[ctxDataLen:], uint32(n))
-	le.PutUint64(c[ctxCurAddr:], curOffset)
+	c := stepCtx(in.ctx[:], curFile, curOffset, n)
 	in.regions[regionData].buf = in.data[:n]
 	in.regions[regionInput].buf = nil
 	in.regions[regionOutput].buf = nil

@@ -3,10 +3,8 @@ package ebpf
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf/asm"
 
@@ -129,11 +127,10 @@ func FuzzTranslation(f *testing.F) {
 	interp := NewRuntime(Options{Interpreter: true})
 	wasm := NewRuntime(Options{TranslatePushdown: true})
 	defer wasm.Close(context.Background())
-	lim := sandbox.Limits{MaxInstructions: 20000, MaxBackJumps: 2000, Time: time.Second}
+	lim := fuzzLimits()
 	f.Fuzz(func(t *testing.T, code []byte) {
-		code = code[:len(code)/8*8]
-		insns, err := asm.AppendInstructions(nil, bytes.NewReader(code), binary.LittleEndian, "linux")
-		if err != nil || len(insns) == 0 {
+		insns, ok := fuzzProgram(code)
+		if !ok {
 			return
 		}
 		for _, entry := range []string{"pushdown", "compute"} {

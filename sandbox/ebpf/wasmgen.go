@@ -3,6 +3,8 @@ package ebpf
 import (
 	"encoding/binary"
 	"math"
+
+	"github.com/nearstore/nearstore/internal/leb128"
 )
 
 // Translation of a verified program into WebAssembly, which wazero
@@ -192,12 +194,12 @@ func translatable(p *program) bool {
 type code []byte
 
 func (c *code) op(b ...byte) { *c = append(*c, b...) }
-func (c *code) u32(v uint32) { *c = appendU(*c, uint64(v)) }
+func (c *code) u32(v uint32) { *c = leb128.AppendUint(*c, uint64(v)) }
 func (c *code) get(l uint32) { c.op(wLocalGet); c.u32(l) }
 func (c *code) set(l uint32) { c.op(wLocalSet); c.u32(l) }
 func (c *code) tee(l uint32) { c.op(wLocalTee); c.u32(l) }
-func (c *code) i32(v int32)  { c.op(wI32Const); *c = appendS(*c, int64(v)) }
-func (c *code) i64(v int64)  { c.op(wI64Const); *c = appendS(*c, v) }
+func (c *code) i32(v int32)  { c.op(wI32Const); *c = leb128.AppendInt(*c, int64(v)) }
+func (c *code) i64(v int64)  { c.op(wI64Const); *c = leb128.AppendInt(*c, v) }
 func (c *code) call(f uint32) {
 	c.op(wCall)
 	c.u32(f)
@@ -209,37 +211,14 @@ func (c *code) mem(op byte, off uint32) {
 	c.u32(off)
 }
 
-func appendU(b []byte, v uint64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v != 0 {
-			b = append(b, c|0x80)
-			continue
-		}
-		return append(b, c)
-	}
-}
-
-func appendS(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
-
 func appendName(b []byte, s string) []byte {
-	b = appendU(b, uint64(len(s)))
+	b = leb128.AppendUint(b, uint64(len(s)))
 	return append(b, s...)
 }
 
 func appendSection(b []byte, id byte, body []byte) []byte {
 	b = append(b, id)
-	b = appendU(b, uint64(len(body)))
+	b = leb128.AppendUint(b, uint64(len(body)))
 	return append(b, body...)
 }
 
@@ -338,10 +317,10 @@ func translate(p *program, minPages, maxPages uint32, maxInsns, maxBack uint64) 
 
 	// The function body: locals then code.
 	var body []byte
-	body = appendU(body, 2)
-	body = appendU(body, numI64Loc)
+	body = leb128.AppendUint(body, 2)
+	body = leb128.AppendUint(body, numI64Loc)
 	body = append(body, wTypeI64)
-	body = appendU(body, numI32Loc)
+	body = leb128.AppendUint(body, numI32Loc)
 	body = append(body, wTypeI32)
 	body = append(body, c...)
 
@@ -349,37 +328,37 @@ func translate(p *program, minPages, maxPages uint32, maxInsns, maxBack uint64) 
 	// Types: 0 run (i64×5)->i64; 1 fault (i32 i64)->(); 2 check
 	// (i32 i64)->i64; 3 back (i32)->().
 	var ty []byte
-	ty = appendU(ty, 4)
+	ty = leb128.AppendUint(ty, 4)
 	ty = append(ty, 0x60, 5, wTypeI64, wTypeI64, wTypeI64, wTypeI64, wTypeI64, 1, wTypeI64)
 	ty = append(ty, 0x60, 2, wTypeI32, wTypeI64, 0)
 	ty = append(ty, 0x60, 2, wTypeI32, wTypeI64, 1, wTypeI64)
 	ty = append(ty, 0x60, 1, wTypeI32, 0)
 	m = appendSection(m, 1, ty)
 	var im []byte
-	im = appendU(im, 3)
+	im = leb128.AppendUint(im, 3)
 	for i, name := range []string{hostFault, hostCheck, hostBackJumps} {
 		im = appendName(im, hostModuleName)
 		im = appendName(im, name)
 		im = append(im, 0x00)
-		im = appendU(im, uint64(i+1))
+		im = leb128.AppendUint(im, uint64(i+1))
 	}
 	m = appendSection(m, 2, im)
 	m = appendSection(m, 3, []byte{1, 0})
 	var mem []byte
 	mem = append(mem, 1, 0x01)
-	mem = appendU(mem, uint64(minPages))
-	mem = appendU(mem, uint64(maxPages))
+	mem = leb128.AppendUint(mem, uint64(minPages))
+	mem = leb128.AppendUint(mem, uint64(maxPages))
 	m = appendSection(m, 5, mem)
 	var ex []byte
-	ex = appendU(ex, 2)
+	ex = leb128.AppendUint(ex, 2)
 	ex = appendName(ex, "run")
 	ex = append(ex, 0x00, 3)
 	ex = appendName(ex, "memory")
 	ex = append(ex, 0x02, 0)
 	m = appendSection(m, 7, ex)
 	var cs []byte
-	cs = appendU(cs, 1)
-	cs = appendU(cs, uint64(len(body)))
+	cs = leb128.AppendUint(cs, 1)
+	cs = leb128.AppendUint(cs, uint64(len(body)))
 	cs = append(cs, body...)
 	return appendSection(m, 10, cs)
 }

@@ -2,7 +2,6 @@ package ebpf
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -254,14 +253,7 @@ func (in *instance) stepWasm(ctx context.Context, w *wasmInst, curFile uint32, c
 	}
 	in.dataHigh = max(in.dataHigh, n)
 	buf := w.view()
-	c := buf[memCtx : memCtx+ctxSize]
-	clear(c)
-	le := binary.LittleEndian
-	le.PutUint64(c[ctxData:], dataAddr)
-	le.PutUint64(c[ctxScratch:], scratchAddr)
-	le.PutUint32(c[ctxCurFile:], curFile)
-	le.PutUint32(c[ctxDataLen:], uint32(n))
-	le.PutUint64(c[ctxCurAddr:], curOffset)
+	c := stepCtx(buf[memCtx:memCtx+ctxSize], curFile, curOffset, n)
 	w.mapRegions(buf, uint32(len(in.m.rodata)), uint32(n), 0, 0, true)
 	r0, err := in.callWasm(ctx, w, [5]uint64{ctxAddr})
 	if err != nil {

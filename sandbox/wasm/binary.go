@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/nearstore/nearstore/internal/leb128"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -114,13 +115,8 @@ func (r *reader) limits() (flags byte, min, max uint32, err error) {
 	return
 }
 
-func appendU32(b []byte, v uint32) []byte {
-	for v >= 0x80 {
-		b = append(b, byte(v)|0x80)
-		v >>= 7
-	}
-	return append(b, byte(v))
-}
+// appendU32 appends v as an unsigned LEB128.
+func appendU32(b []byte, v uint32) []byte { return leb128.AppendUint(b, uint64(v)) }
 
 // prepare checks what the runtime requires of a module's binary form before
 // wazero sees it, and returns the bytes to compile:

@@ -80,18 +80,6 @@ func (m *Module) HasCompute() bool { return m.hasCompute }
 // Limits returns the limits every call obeys (with defaults filled in).
 func (m *Module) Limits() sandbox.Limits { return m.lim }
 
-func sameTypes(a, b []api.ValueType) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // checkExports checks the exported functions and memory; the __heap_base
 // global is checked when instantiating (wazero does not describe exported
 // globals before that).
@@ -108,7 +96,7 @@ func (m *Module) checkExports() error {
 		if !ok {
 			return false, nil
 		}
-		if !sameTypes(f.ParamTypes(), params) || !sameTypes(f.ResultTypes(), results) {
+		if !slices.Equal(f.ParamTypes(), params) || !slices.Equal(f.ResultTypes(), results) {
 			return false, bad("export %q has type %s, want %s", name,
 				sig(f.ParamTypes(), f.ResultTypes()), sig(params, results))
 		}

@@ -3,6 +3,8 @@ package wasm
 import (
 	"errors"
 	"fmt"
+
+	"github.com/nearstore/nearstore/internal/leb128"
 )
 
 // The call stack of a wasm call is bounded by instrumenting the module
@@ -189,16 +191,7 @@ func appendRefund(b []byte, global uint32, cost uint64) []byte {
 }
 
 // appendS32 appends v as a signed LEB128.
-func appendS32(b []byte, v int32) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if (v == 0 && c&0x40 == 0) || (v == -1 && c&0x40 != 0) {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
-}
+func appendS32(b []byte, v int32) []byte { return leb128.AppendInt(b, int64(v)) }
 
 // walkCode decodes a function's instructions and returns how many there
 // are; if each is set, it is called with every instruction's opcode byte

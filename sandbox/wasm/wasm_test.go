@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -30,12 +32,7 @@ func newRuntime(tb testing.TB, opts Options) *Runtime {
 }
 
 func readModule(tb testing.TB, name string) []byte {
-	tb.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name+".wasm"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
+	return testmodules.Read(tb, "testdata", name+".wasm")
 }
 
 func load(tb testing.TB, r *Runtime, name string, lim sandbox.Limits) *Module {
@@ -157,23 +154,11 @@ func checkChain(t *testing.T, m sandbox.Module) {
 		s := inst.Scratch()
 		got := []uint64{le.Uint64(s[0:]), le.Uint64(s[8:]), le.Uint64(s[16:]), le.Uint64(s[24:]), le.Uint64(s[32:])}
 		want := []uint64{4, 15, 16, 1, 32} // steps, sum, last cur_addr, cur_file, data_len
-		if steps != 4 || !equalU64(got, want) {
+		if steps != 4 || !slices.Equal(got, want) {
 			t.Fatalf("round %d (%s): %d steps, scratch %v; want 4 steps, %v", round, run.name, steps, got, want)
 		}
 		inst.Release()
 	}
-}
-
-func equalU64(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestChainPushdown(t *testing.T) {
@@ -396,6 +381,24 @@ func TestMemoryLimit(t *testing.T) {
 	}
 }
 
+// stepWants runs one 16-byte pushdown step of m and fails t unless it
+// fails with want.
+func stepWants(t *testing.T, m sandbox.Module, want error) {
+	t.Helper()
+	ctx := context.Background()
+	inst, err := m.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Release()
+	if _, err := inst.Data(16); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, want) {
+		t.Fatalf("pushdown: %v, want %v", err, want)
+	}
+}
+
 func TestHostile(t *testing.T) {
 	r := newRuntime(t, Options{InitTimeout: 300 * time.Millisecond})
 	ctx := context.Background()
@@ -448,12 +451,7 @@ func TestHostile(t *testing.T) {
 		if _, err := sandbox.Compute(ctx, m, nil, 8); !errors.Is(err, sandbox.ErrMemory) {
 			t.Fatalf("compute: %v", err)
 		}
-		inst, _ := m.Acquire(ctx)
-		defer inst.Release()
-		inst.Data(16)
-		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, sandbox.ErrMemory) {
-			t.Fatalf("pushdown: %v", err)
-		}
+		stepWants(t, m, sandbox.ErrMemory)
 	})
 	t.Run("recursion", func(t *testing.T) {
 		m := load(t, r, "recurse", sandbox.Limits{Time: time.Second})
@@ -468,12 +466,7 @@ func TestHostile(t *testing.T) {
 		if _, err := sandbox.Compute(ctx, m, nil, 8); !errors.Is(err, sandbox.ErrOutput) {
 			t.Fatalf("compute: %v", err)
 		}
-		inst, _ := m.Acquire(ctx)
-		defer inst.Release()
-		inst.Data(16)
-		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, sandbox.ErrStep) {
-			t.Fatalf("pushdown: %v", err)
-		}
+		stepWants(t, m, sandbox.ErrStep)
 	})
 	t.Run("misc", func(t *testing.T) {
 		m := load(t, r, "misc", sandbox.Limits{})
@@ -481,12 +474,7 @@ func TestHostile(t *testing.T) {
 		if !errors.Is(err, ErrTrap) || !errors.Is(err, sandbox.ErrFunction) || !strings.Contains(err.Error(), "unreachable") {
 			t.Fatalf("compute: %v", err)
 		}
-		inst, _ := m.Acquire(ctx)
-		defer inst.Release()
-		inst.Data(16)
-		if _, _, err := inst.Step(ctx, 0, 0, 16); !errors.Is(err, sandbox.ErrStep) {
-			t.Fatalf("pushdown: %v", err)
-		}
+		stepWants(t, m, sandbox.ErrStep)
 	})
 	t.Run("load", func(t *testing.T) {
 		stats := readModule(t, "stats64")
@@ -721,19 +709,11 @@ func BenchmarkComputeStats64_1MiB(b *testing.B) {
 		r := newRuntime(b, Options{})
 		m := loadBytes(b, r, mod, sandbox.Limits{})
 		ctx := context.Background()
-		inst, err := m.Acquire(ctx)
+		inst, err := sandbox.Prepare(ctx, m, in, 32)
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer inst.Release()
-		ib, err := inst.Input(len(in))
-		if err != nil {
-			b.Fatal(err)
-		}
-		copy(ib, in)
-		if _, err := inst.Output(32); err != nil {
-			b.Fatal(err)
-		}
 		b.SetBytes(int64(len(in)))
 		for b.Loop() {
 			if _, err := inst.Compute(ctx, len(in), 32); err != nil {
@@ -760,44 +740,31 @@ func BenchmarkPushdownStep(b *testing.B) {
 			}
 		}
 	})
-	// A request of 7 steps driven by the runtime, as the executor runs
-	// it: ns/op is per request.
-	b.Run("drive-7", func(b *testing.B) {
-		f := make([]byte, 7*16)
-		for i := range 6 {
-			copy(f[16*i:], record(uint64(16*(i+1)), 1))
-		}
-		copy(f[16*6:], record(0, 1))
-		files := [][]byte{f}
-		for b.Loop() {
-			inst, err := m.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
+	// A request of 7 steps as the executor runs it, driven by the runtime
+	// (drive) and step by step (execute): ns/op is per request.
+	f := make([]byte, 7*16)
+	for i := range 6 {
+		copy(f[16*i:], record(uint64(16*(i+1)), 1))
+	}
+	copy(f[16*6:], record(0, 1))
+	files := [][]byte{f}
+	for _, run := range []struct {
+		name string
+		run  func(ctx context.Context, inst sandbox.Instance, files [][]byte, file uint32, off, n uint64) (int, error)
+	}{{"drive-7", drive}, {"step-7", execute}} {
+		b.Run(run.name, func(b *testing.B) {
+			for b.Loop() {
+				inst, err := m.Acquire(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if steps, err := run.run(ctx, inst, files, 0, 0, 16); err != nil || steps != 7 {
+					b.Fatal(steps, err)
+				}
+				inst.Release()
 			}
-			if steps, err := drive(ctx, inst, files, 0, 0, 16); err != nil || steps != 7 {
-				b.Fatal(steps, err)
-			}
-			inst.Release()
-		}
-	})
-	b.Run("step-7", func(b *testing.B) {
-		f := make([]byte, 7*16)
-		for i := range 6 {
-			copy(f[16*i:], record(uint64(16*(i+1)), 1))
-		}
-		copy(f[16*6:], record(0, 1))
-		files := [][]byte{f}
-		for b.Loop() {
-			inst, err := m.Acquire(ctx)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if steps, err := execute(ctx, inst, files, 0, 0, 16); err != nil || steps != 7 {
-				b.Fatal(steps, err)
-			}
-			inst.Release()
-		}
-	})
+		})
+	}
 	b.Run("acquire-step-release", func(b *testing.B) {
 		for b.Loop() {
 			inst, err := m.Acquire(ctx)

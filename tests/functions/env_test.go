@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -30,6 +28,7 @@ import (
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
 	"github.com/nearstore/nearstore/internal/testhost"
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -200,14 +199,7 @@ func (e *env) loadBytes(mod []byte) sandbox.ID {
 }
 
 // readTestdata returns a file of testdata.
-func readTestdata(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+func readTestdata(t testing.TB, name string) []byte { return testmodules.Read(t, "testdata", name) }
 
 // hostileModule returns testdata/hostile.c built for kind.
 func hostileModule(t testing.TB, kind sandbox.Kind) []byte {

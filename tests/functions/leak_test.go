@@ -7,30 +7,10 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
 )
-
-// revealModule is a wasm module whose compute(in, in_len, out, out_cap)
-// copies out_cap bytes from in to out whatever in_len says: it hands its
-// caller whatever its memory held past its input (assembled by hand; see
-// sandbox/wasm's tenant_test.go for the text form).
-func revealModule() []byte {
-	section := func(id byte, body ...byte) []byte { return append([]byte{id, byte(len(body))}, body...) }
-	name := func(s string) []byte { return append([]byte{byte(len(s))}, s...) }
-	exports := []byte{3}
-	exports = append(append(exports, name("memory")...), 2, 0)
-	exports = append(append(exports, name("__heap_base")...), 3, 0)
-	exports = append(append(exports, name("compute")...), 0, 0)
-	m := []byte{0, 'a', 's', 'm', 1, 0, 0, 0}
-	m = append(m, section(1, 1, 0x60, 4, 0x7f, 0x7f, 0x7f, 0x7f, 1, 0x7f)...)
-	m = append(m, section(3, 1, 0)...)
-	m = append(m, section(5, 1, 0, 2)...)
-	m = append(m, section(6, 1, 0x7f, 0, 0x41, 0x80, 0x08, 0x0b)...)
-	m = append(m, section(7, exports...)...)
-	m = append(m, section(10, 1, 14, 0, 0x20, 2, 0x20, 0, 0x20, 3, 0xfc, 0x0a, 0, 0, 0x20, 3, 0x0b)...)
-	return m
-}
 
 // TestNoLeakToTaskHost: issue 18's leak, end to end. The owner runs a
 // function over 8 KiB of its blocks; a task host then runs the same
@@ -50,7 +30,7 @@ func TestNoLeakToTaskHost(t *testing.T) {
 	if _, err := e.ns.WriteAt(mine, 3000*bs); err != nil {
 		t.Fatal(err)
 	}
-	fn := e.loadBytes(revealModule())
+	fn := e.loadBytes(testmodules.Reveal())
 	ownerFile := pushdown.File{Size: n, Extents: []pushdown.Extent{{LBA: 1000, Blocks: n / bs}}}
 	if _, err := e.ns.LambdaRead(ctx, fn, []pushdown.File{ownerFile}, host.Start{Length: n}, nil, 16); err != nil {
 		t.Fatal(err)

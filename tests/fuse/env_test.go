@@ -128,24 +128,11 @@ func (e *env) mkfs() {
 func (e *env) target() []string { return []string{"--addr", e.addr, "--nqn", testNQN} }
 
 // run runs `nearstore fs args...` with stdin and returns stdout, stderr and
-// the exit code (-1 if it did not exit).
+// the exit code; the test fails if it runs for more than 30 seconds.
 func (e *env) run(stdin []byte, args ...string) (string, string, int) {
 	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, e.bin, append(append([]string{"fs"}, args...), e.target()...)...)
-	var o, se bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(stdin), &o, &se
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		e.t.Fatalf("nearstore fs %s: %v", strings.Join(args, " "), err)
-	}
-	return o.String(), se.String(), code
+	r := clitest.Run(e.t, 30*time.Second, bytes.NewReader(stdin), nil, append(append([]string{"fs"}, args...), e.target()...)...)
+	return r.Stdout, r.Stderr, r.Code
 }
 
 // ok runs a command that must succeed and returns its stdout.

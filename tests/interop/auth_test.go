@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,20 +81,11 @@ func dmesgLines(res interop.Result, words ...string) []string {
 func TestLinuxAuthSelftest(t *testing.T) {
 	interop.RequireKernel(t, interop.KernelTrixie)
 	ctx := t.Context()
-	g, err := interop.Boot(ctx, interop.BootOptions{
+	res := interop.Run(ctx, t, "guest", interop.BootOptions{
 		Scenario: "auth-selftest",
 		Kernel:   interop.KernelTrixie,
 		Cmdline:  withAuthCmdline(nil),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
-	res, err := g.Wait(ctx)
-	if err != nil {
-		t.Fatalf("guest: %v", err)
-	}
-	t.Logf("guest passed in %s (log %s)", res.Duration.Round(time.Second), res.LogPath)
 
 	want := []struct{ hash, group string }{{"sha256", "null"}, {"sha512", "ffdhe2048"}}
 	if got := res.Values["auth_cases"]; got != fmt.Sprint(len(want)) {
@@ -210,7 +200,7 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	cliAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(cliPort))
-	serveCLI(t, cliAddr, "target", "serve", "--listen", cliAddr, "--nqn", nqn, "--volume", "mem:16MiB",
+	clitest.Serve(t, cliAddr, "target", "serve", "--listen", cliAddr, "--nqn", nqn, "--volume", "mem:16MiB",
 		"--allow-host", hostNQN,
 		"--dhchap-secret", hostNQN+"="+authHostSecret, "--dhchap-ctrl-secret", hostNQN+"="+authCtrlSecret,
 		"--dhchap-hash", "sha384", "--dhchap-dhgroup", "ffdhe4096")
@@ -235,7 +225,7 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 	}
 
 	ctx := t.Context()
-	g, err := interop.Boot(ctx, interop.BootOptions{
+	res := interop.Run(ctx, t, "guest", interop.BootOptions{
 		Scenario: "auth-host",
 		Kernel:   interop.KernelTrixie,
 		Cmdline: withAuthCmdline(map[string]string{
@@ -244,15 +234,6 @@ func TestLinuxHostToOurTargetAuth(t *testing.T) {
 			"host_key": authHostSecret, "ctrl_key": authCtrlSecret,
 		}),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Stop()
-	res, err := g.Wait(ctx)
-	if err != nil {
-		t.Fatalf("guest: %v", err)
-	}
-	t.Logf("guest passed in %s (log %s)", res.Duration.Round(time.Second), res.LogPath)
 
 	for i, tg := range tgts {
 		name := tg.hash + "/" + tg.group
@@ -422,37 +403,5 @@ func TestOurHostToLinuxTargetAuth(t *testing.T) {
 	}
 	if _, err := g.Wait(ctx); err != nil {
 		t.Fatalf("guest: %v", err)
-	}
-}
-
-// serveCLI runs `nearstore ARGS...` (a target) as its own process until
-// the test ends, and waits until it accepts connections on addr.
-func serveCLI(t *testing.T, addr string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(clitest.Binary(t), args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	for i := 0; ; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		select {
-		case <-exited:
-			t.Fatalf("nearstore %s exited before listening:\n%s", strings.Join(args, " "), stderr.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-		if i == 600 {
-			t.Fatalf("nearstore %s never listened", strings.Join(args, " "))
-		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -483,6 +484,25 @@ func (g *Guest) why() string {
 		return "; stopped"
 	}
 	return ""
+}
+
+// Run boots a guest with opts, waits for its scenario, stops it and
+// returns what it reported, failing t (with the console's tail) unless
+// the scenario passed; it logs the time taken under name ("guest",
+// "host guest").
+func Run(ctx context.Context, t testing.TB, name string, opts BootOptions) Result {
+	t.Helper()
+	g, err := Boot(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop()
+	res, err := g.Wait(ctx)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", name, err, g.Tail(80))
+	}
+	t.Logf("%s passed in %v (log %s)", name, res.Duration.Round(time.Second), res.LogPath)
+	return res
 }
 
 // Wait waits for QEMU to exit and parses the scenario's report. The error is

@@ -25,20 +25,10 @@ func TestLinuxSelftest(t *testing.T) {
 	defer cancel()
 
 	const nqn = "nqn.2024-01.io.nearstore:selftest"
-	g, err := Boot(ctx, BootOptions{
+	res := Run(ctx, t, "guest", BootOptions{
 		Scenario: "linux-selftest",
 		Cmdline:  map[string]string{"nqn": nqn, "ns_size_mb": "64"},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { g.Stop() })
-
-	res, err := g.Wait(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("guest passed in %v (log %s)", res.Duration.Round(time.Second), res.LogPath)
 
 	size, err := strconv.ParseInt(res.Values["dev_size"], 10, 64)
 	if err != nil || size != 64<<20 {
@@ -112,7 +102,7 @@ func TestLinuxTargetOverHostFwd(t *testing.T) {
 	})
 
 	t.Run("LinuxHostViaHostLoopback", func(t *testing.T) {
-		h, err := Boot(ctx, BootOptions{
+		res := Run(ctx, t, "host guest", BootOptions{
 			Scenario: "host-to-ours",
 			Cmdline: map[string]string{
 				"nqn":         nqn,
@@ -126,15 +116,6 @@ func TestLinuxTargetOverHostFwd(t *testing.T) {
 				"strict_io": "0",
 			},
 		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer h.Stop()
-		res, err := h.Wait(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("host guest passed in %v (log %s)", res.Duration.Round(time.Second), res.LogPath)
 		if len(res.Markers) != 1 {
 			t.Fatalf("markers = %v, want 1", res.Markers)
 		}

@@ -11,12 +11,9 @@ package offloadfs_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +21,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/stamptest"
 	"github.com/nearstore/nearstore/internal/testhost"
+	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
@@ -151,91 +150,9 @@ func (e *env) connect(hostNQN string, queues int) (*host.Controller, *host.Names
 }
 
 // syncRemote waits, with a deadline, until the target holds every change.
-func (e *env) syncRemote() {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := e.fsys.SyncRemote(ctx); err != nil {
-		e.t.Fatal(err)
-	}
-}
+func (e *env) syncRemote() { e.t.Helper(); stamptest.SyncRemote(e.t, e.fsys) }
 
-func readTestdata(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("testdata", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func inoOf(t testing.TB, f *offloadfs.File) uint64 {
-	t.Helper()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Sys().(*offloadfs.FileInfo).Ino()
-}
-
-// Stamps: the first 32 bytes of every block of a test file say whose
-// block it is: magic, inode, generation (a test-wide counter, bumped by
-// every rewrite), and the block's offset in the file. The rest of the
-// block is filler that depends on the generation.
-const (
-	stampMagic = 0x504d4154534e
-	stampSize  = 32
-)
-
-type stampRec struct{ ino, gen, off uint64 }
-
-func parseStamp(b []byte) (stampRec, bool) {
-	le := binary.LittleEndian
-	if len(b) < stampSize || le.Uint64(b) != stampMagic {
-		return stampRec{}, false
-	}
-	return stampRec{le.Uint64(b[8:]), le.Uint64(b[16:]), le.Uint64(b[24:])}, true
-}
-
-// stamped returns n bytes (a multiple of bs) of generation gen of file
-// ino, starting at file offset from.
-func stamped(ino, gen uint64, from, n int) []byte {
-	b := make([]byte, n)
-	le := binary.LittleEndian
-	for off := 0; off < n; off += bs {
-		blk := b[off : off+bs]
-		for i := range blk {
-			blk[i] = byte(gen) ^ byte(i)
-		}
-		le.PutUint64(blk, stampMagic)
-		le.PutUint64(blk[8:], ino)
-		le.PutUint64(blk[16:], gen)
-		le.PutUint64(blk[24:], uint64(from+off))
-	}
-	return b
-}
-
-// stampScratch is the stamp function's pushdown scratch: read the start
-// range's stamp, then (second >= 0) that of byte second of file.
-func stampScratch(second int64, file uint32) []byte {
-	s := make([]byte, 16)
-	v := ^uint64(0)
-	if second >= 0 {
-		v = uint64(second)
-	}
-	binary.LittleEndian.PutUint64(s, v)
-	binary.LittleEndian.PutUint32(s[8:], file)
-	return s
-}
-
-// stampParams is the stamp function's compute header: mode 1 returns
-// every block's stamp, mode 2 echoes its data.
-func stampParams(mode uint32) []byte {
-	p := make([]byte, 8)
-	binary.LittleEndian.PutUint32(p, mode)
-	binary.LittleEndian.PutUint32(p[4:], bs)
-	return p
-}
+func readTestdata(t testing.TB, name string) []byte { return testmodules.Read(t, "testdata", name) }
 
 // delayRemote passes requests to a Remote after a random delay, and
 // returns their results after another, as a slow network would: the

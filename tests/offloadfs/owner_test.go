@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/stamptest"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
@@ -322,7 +323,7 @@ func TestFencedAfterTargetRestart(t *testing.T) {
 	// succeeds (nobody holds one), the generation check does not.
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		_, _ = old.Pushdown(ctx, e.fn, []*offloadfs.File{f}, host.Start{Length: stampSize}, stampScratch(-1, 0))
+		_, _ = old.Pushdown(ctx, e.fn, []*offloadfs.File{f}, host.Start{Length: stamptest.Size}, stamptest.Scratch(-1, 0))
 		if _, err := old.Create("x"); errors.Is(err, offloadfs.ErrFenced) {
 			break
 		}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/stamptest"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 )
@@ -111,7 +112,7 @@ func (r *raceRun) rewrite(s *slot, h *handle, n int) error {
 		h.gens[k-2].to = r.clk.tick()
 	}
 	h.mu.Unlock()
-	data := stamped(h.ino, gen, 0, n)
+	data := stamptest.Blocks(h.ino, gen, 0, n, bs)
 	half := n / 2 &^ (bs - 1)
 	if _, err := h.f.WriteAt(data[:half], 0); err != nil {
 		return err
@@ -128,20 +129,20 @@ func (r *raceRun) rewrite(s *slot, h *handle, n int) error {
 // check validates a stamp a request returned for byte off of h's file,
 // issued at t0 and answered at t1.
 func (r *raceRun) check(what string, h *handle, b []byte, off int64, t0, t1 uint64) (uint64, bool) {
-	st, ok := parseStamp(b)
+	st, ok := stamptest.Parse(b)
 	switch {
 	case !ok:
-		r.fail("%s: inode %d offset %d: no stamp in % x", what, h.ino, off, b[:stampSize])
-	case st.ino != h.ino:
-		r.fail("%s: inode %d offset %d: a block of inode %d (generation %d, offset %d)", what, h.ino, off, st.ino, st.gen, st.off)
-	case st.off != uint64(off):
-		r.fail("%s: inode %d offset %d: the block of offset %d", what, h.ino, off, st.off)
-	case !h.current(st.gen, t0, t1):
-		r.fail("%s: inode %d offset %d: generation %d was not current during the call", what, h.ino, off, st.gen)
-	case !bytes.Equal(b[:stampSize], stamped(st.ino, st.gen, int(off), bs)[:stampSize]):
+		r.fail("%s: inode %d offset %d: no stamp in % x", what, h.ino, off, b[:stamptest.Size])
+	case st.Ino != h.ino:
+		r.fail("%s: inode %d offset %d: a block of inode %d (generation %d, offset %d)", what, h.ino, off, st.Ino, st.Gen, st.Off)
+	case st.Off != uint64(off):
+		r.fail("%s: inode %d offset %d: the block of offset %d", what, h.ino, off, st.Off)
+	case !h.current(st.Gen, t0, t1):
+		r.fail("%s: inode %d offset %d: generation %d was not current during the call", what, h.ino, off, st.Gen)
+	case !bytes.Equal(b[:stamptest.Size], stamptest.Blocks(st.Ino, st.Gen, int(off), bs, bs)[:stamptest.Size]):
 		r.fail("%s: inode %d offset %d: stamp differs from the reference", what, h.ino, off)
 	default:
-		return st.gen, true
+		return st.Gen, true
 	}
 	return 0, false
 }
@@ -355,11 +356,11 @@ func TestPushdownRaces(t *testing.T) {
 	for _, s := range slots {
 		h, size := s.get()
 		for off := int64(0); off < size; off += 4 * bs {
-			res, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{h.f}, host.Start{Offset: uint64(off), Length: stampSize}, stampScratch(-1, 0))
+			res, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{h.f}, host.Start{Offset: uint64(off), Length: stamptest.Size}, stamptest.Scratch(-1, 0))
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := make([]byte, stampSize)
+			want := make([]byte, stamptest.Size)
 			if _, err := h.f.ReadAt(want, off); err != nil {
 				t.Fatal(err)
 			}
@@ -385,7 +386,7 @@ func (r *raceRun) read(ctx context.Context, rng *rand.Rand, slots []*slot) {
 	switch rng.IntN(3) {
 	case 0:
 		t0 := r.clk.tick()
-		res, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{h.f}, host.Start{Offset: uint64(off), Length: stampSize}, stampScratch(-1, 0))
+		res, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{h.f}, host.Start{Offset: uint64(off), Length: stamptest.Size}, stamptest.Scratch(-1, 0))
 		t1 := r.clk.tick()
 		if err != nil {
 			r.acceptable("pushdown", err)
@@ -403,7 +404,7 @@ func (r *raceRun) read(ctx context.Context, rng *rand.Rand, slots []*slot) {
 		}
 		off2 := rng.Int64N(size2/bs) * bs
 		t0 := r.clk.tick()
-		res, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{h.f, h2.f}, host.Start{Offset: uint64(off), Length: stampSize}, stampScratch(off2, 1))
+		res, err := e.fsys.Pushdown(ctx, e.fn, []*offloadfs.File{h.f, h2.f}, host.Start{Offset: uint64(off), Length: stamptest.Size}, stamptest.Scratch(off2, 1))
 		t1 := r.clk.tick()
 		if err != nil {
 			r.acceptable("two-file pushdown", err)
@@ -417,20 +418,20 @@ func (r *raceRun) read(ctx context.Context, rng *rand.Rand, slots []*slot) {
 	default:
 		blocks := min(8, int((size-off)/bs))
 		t0 := r.clk.tick()
-		res, err := h.f.LambdaRead(ctx, e.fn, off, blocks*bs, stampParams(1), 8*stampSize)
+		res, err := h.f.LambdaRead(ctx, e.fn, off, blocks*bs, stamptest.Params(1, bs), 8*stamptest.Size)
 		t1 := r.clk.tick()
 		if err != nil {
 			r.acceptable("λ read", err)
 			return
 		}
-		if len(res.Output) != blocks*stampSize {
+		if len(res.Output) != blocks*stamptest.Size {
 			r.fail("λ read: %d bytes of output for %d blocks", len(res.Output), blocks)
 			return
 		}
 		// One request sees one version of the file, so one generation.
 		var first uint64
 		for i := range blocks {
-			gen, ok := r.check("λ read", h, res.Output[i*stampSize:], off+int64(i*bs), t0, t1)
+			gen, ok := r.check("λ read", h, res.Output[i*stamptest.Size:], off+int64(i*bs), t0, t1)
 			if !ok {
 				return
 			}

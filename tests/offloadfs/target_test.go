@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/stamptest"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -17,32 +18,15 @@ import (
 
 // stampAt pushes the stamp function down on f at off and returns what it
 // saw, failing the test on an error.
-func (e *env) stampAt(f *offloadfs.File, off int64) stampRec {
+func (e *env) stampAt(f *offloadfs.File, off int64) stamptest.Rec {
 	e.t.Helper()
-	res, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: uint64(off), Length: stampSize}, stampScratch(-1, 0))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	st, ok := parseStamp(res.Output[64:])
-	if !ok {
-		e.t.Fatalf("pushdown at %d: no stamp", off)
-	}
-	return st
+	return stamptest.At(e.t, e.fsys, e.fn, f, off)
 }
 
 // create writes a stamped file of n bytes, generation gen.
 func (e *env) create(name string, gen uint64, n int) (*offloadfs.File, uint64) {
 	e.t.Helper()
-	f, err := e.fsys.Create(name)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { f.Close() })
-	ino := inoOf(e.t, f)
-	if _, err := f.WriteAt(stamped(ino, gen, 0, n), 0); err != nil {
-		e.t.Fatal(err)
-	}
-	return f, ino
+	return stamptest.Create(e.t, e.fsys, name, gen, n, bs)
 }
 
 // TestTargetRestart: a target that restarts loses its functions and the
@@ -54,7 +38,7 @@ func TestTargetRestart(t *testing.T) {
 	f, ino := e.create("f", 1, 16<<10)
 	g, gino := e.create("g", 2, 16<<10)
 	e.syncRemote()
-	if st := e.stampAt(f, 4096); st != (stampRec{ino, 1, 4096}) {
+	if st := e.stampAt(f, 4096); st != (stamptest.Rec{Ino: ino, Gen: 1, Off: 4096}) {
 		t.Fatalf("before the restart: %+v", st)
 	}
 	if s := e.fsys.Stats(); s.Remote != 1 {
@@ -69,7 +53,7 @@ func TestTargetRestart(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("requests never went back to the target: %+v", e.fsys.Stats())
 		}
-		if st := e.stampAt(g, 512); st != (stampRec{gino, 2, 512}) {
+		if st := e.stampAt(g, 512); st != (stamptest.Rec{Ino: gino, Gen: 2, Off: 512}) {
 			t.Fatalf("after the restart: %+v", st)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -103,15 +87,15 @@ func TestLambdaWriteTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	ino := inoOf(t, f)
+	ino := stamptest.InoOf(t, f)
 	// Space first, as λ-IO fallocates: Truncate allocates and zeroes.
 	if err := f.Truncate(64 << 10); err != nil {
 		t.Fatal(err)
 	}
 	write := func(gen uint64, off int64) {
 		t.Helper()
-		data := stamped(ino, gen, int(off), 8*bs)
-		n, err := f.LambdaWrite(ctx, e.fn, off, 8*bs, stampParams(2), data)
+		data := stamptest.Blocks(ino, gen, int(off), 8*bs, bs)
+		n, err := f.LambdaWrite(ctx, e.fn, off, 8*bs, stamptest.Params(2, bs), data)
 		if err != nil || n != len(data) {
 			t.Fatalf("λ write at %d: %d, %v", off, n, err)
 		}
@@ -133,19 +117,19 @@ func TestLambdaWriteTarget(t *testing.T) {
 	if got := e.srv.Metric("nearstore_target_commands_total", map[string]string{"op": "lambda_write", "result": "ok"}); got != before+1 {
 		t.Fatalf("λ writes at the target: %v, want %v", got, before+1)
 	}
-	if _, err := f.LambdaWrite(ctx, e.fn, 1000, 8*bs, stampParams(2), nil); !errors.Is(err, iofs.ErrInvalid) {
+	if _, err := f.LambdaWrite(ctx, e.fn, 1000, 8*bs, stamptest.Params(2, bs), nil); !errors.Is(err, iofs.ErrInvalid) {
 		t.Fatalf("a λ write at an unaligned offset: %v, want ErrInvalid", err)
 	}
 	// The read side sees both.
-	res, err := f.LambdaRead(ctx, e.fn, 0, 32*bs, stampParams(1), 32*stampSize)
+	res, err := f.LambdaRead(ctx, e.fn, 0, 32*bs, stamptest.Params(1, bs), 32*stamptest.Size)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i := range 32 {
-		st, ok := parseStamp(res.Output[i*stampSize:])
+		st, ok := stamptest.Parse(res.Output[i*stamptest.Size:])
 		switch {
-		case i < 8 && (!ok || st != stampRec{ino, 1, uint64(i * bs)}),
-			i >= 16 && i < 24 && (!ok || st != stampRec{ino, 2, uint64(i * bs)}),
+		case i < 8 && (!ok || st != stamptest.Rec{Ino: ino, Gen: 1, Off: uint64(i * bs)}),
+			i >= 16 && i < 24 && (!ok || st != stamptest.Rec{Ino: ino, Gen: 2, Off: uint64(i * bs)}),
 			(i >= 8 && i < 16 || i >= 24) && ok:
 			t.Fatalf("block %d: %+v (%v)", i, st, ok)
 		}
@@ -165,7 +149,7 @@ func TestLambdaWritePreallocated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	ino := inoOf(t, f)
+	ino := stamptest.InoOf(t, f)
 	const reserved = 256 << 10
 	if err := f.Preallocate(0, reserved); err != nil {
 		t.Fatal(err)
@@ -193,9 +177,9 @@ func TestLambdaWritePreallocated(t *testing.T) {
 	var prev []uint64
 	write := func(gen uint64, off int64, blocks int) []byte {
 		t.Helper()
-		data := stamped(ino, gen, int(off), blocks*bs)
+		data := stamptest.Blocks(ino, gen, int(off), blocks*bs, bs)
 		before := atTarget()
-		n, err := f.LambdaWrite(ctx, e.fn, off, blocks*bs, stampParams(2), data)
+		n, err := f.LambdaWrite(ctx, e.fn, off, blocks*bs, stamptest.Params(2, bs), data)
 		if err != nil || n != len(data) {
 			t.Fatalf("λ write at %d: %d, %v", off, n, err)
 		}
@@ -239,11 +223,11 @@ func TestLambdaWritePreallocated(t *testing.T) {
 	// Past it, the file grows by allocation and the write still runs at
 	// the target.
 	write(4, reserved+64*bs, 8)
-	res, err := f.LambdaRead(ctx, e.fn, reserved-8*bs, 8*bs, stampParams(1), 8*stampSize)
+	res, err := f.LambdaRead(ctx, e.fn, reserved-8*bs, 8*bs, stamptest.Params(1, bs), 8*stamptest.Size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, ok := parseStamp(res.Output); !ok || st != (stampRec{ino, 3, uint64(reserved - 8*bs)}) {
+	if st, ok := stamptest.Parse(res.Output); !ok || st != (stamptest.Rec{Ino: ino, Gen: 3, Off: uint64(reserved - 8*bs)}) {
 		t.Fatalf("stamp read back: %+v %v", st, ok)
 	}
 }
@@ -280,7 +264,7 @@ func TestGrantEndToEnd(t *testing.T) {
 	if _, err := task.ReadAtContext(ctx, got, int64(x.LBA)*bs+bs); err != nil {
 		t.Fatal(err)
 	}
-	if st, _ := parseStamp(got); st != (stampRec{ino, 3, bs}) {
+	if st, _ := stamptest.Parse(got); st != (stamptest.Rec{Ino: ino, Gen: 3, Off: bs}) {
 		t.Fatalf("the grantee read %+v", st)
 	}
 	om, _ := other.Extents()
@@ -356,7 +340,7 @@ func TestFunctionErrorsEndToEnd(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	f, _ := e.create("f", 1, 4096)
 	call := func() error {
-		_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Length: 16}, stampScratch(-1, 0))
+		_, err := e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Length: 16}, stamptest.Scratch(-1, 0))
 		return err
 	}
 	for _, where := range []string{"host", "target"} {
@@ -375,12 +359,12 @@ func TestFunctionErrorsEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: uint64(fi.Size() - 10), Length: 32}, stampScratch(-1, 0))
+		_, err = e.fsys.Pushdown(context.Background(), e.fn, []*offloadfs.File{f}, host.Start{Offset: uint64(fi.Size() - 10), Length: 32}, stamptest.Scratch(-1, 0))
 		if !errors.Is(err, pushdown.ErrOutsideFile) {
 			t.Errorf("%s: past the end: %v", where, err)
 		}
 		// Make the next run on the host: an unsynchronized append.
-		if _, err := f.WriteAt(stamped(1, 1, 4096, bs), fi.Size()); err != nil {
+		if _, err := f.WriteAt(stamptest.Blocks(1, 1, 4096, bs, bs), fi.Size()); err != nil {
 			t.Fatal(err)
 		}
 	}

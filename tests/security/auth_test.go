@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -154,22 +153,7 @@ type rawQueue struct {
 }
 
 func dialRaw(t *testing.T, addr string) *rawQueue {
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(time.Minute))
-	q := &rawQueue{t: t, f: tcp.NewFramer(c, tcp.RoleHost, 64<<10)}
-	q.f.MaxData = 1 << 20
-	if err := q.f.WriteICReq(tcp.ICReq{}); err != nil {
-		t.Fatal(err)
-	}
-	_ = q.f.Flush()
-	if h, err := q.f.ReadHeader(); err != nil || h.Type != tcp.TypeICResp {
-		t.Fatalf("ICResp: %v", err)
-	}
-	return q
+	return &rawQueue{t: t, f: dialTCP(t, addr, time.Minute)}
 }
 
 // do sends cmd with out in the capsule, or asks for inLen bytes, and
@@ -188,23 +172,7 @@ func (q *rawQueue) do(cmd *nvme.Command, out []byte, inLen int) (nvme.Completion
 	}
 	_ = q.f.Flush()
 	in := make([]byte, inLen)
-	for {
-		h, err := q.f.ReadHeader()
-		if err != nil {
-			q.t.Fatalf("reading the completion: %v", err)
-		}
-		switch h.Type {
-		case tcp.TypeCapsuleResp:
-			return h.Completion(), in
-		case tcp.TypeC2HData:
-			d := h.Data()
-			if err := q.f.ReadData(in[d.Offset : d.Offset+d.Length]); err != nil {
-				q.t.Fatal(err)
-			}
-		default:
-			q.t.Fatalf("PDU type %#x", h.Type)
-		}
-	}
+	return awaitCompletion(q.t, q.f, in), in
 }
 
 func (q *rawQueue) connect(qid, cntlid uint16) nvme.Completion {

@@ -9,7 +9,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,32 +36,8 @@ func freePort(t *testing.T) string {
 // accepts connections; it returns its address and metrics address.
 func serve(t *testing.T, args ...string) (addr, metrics string) {
 	addr, metrics = freePort(t), freePort(t)
-	cmd := exec.Command(clitest.Binary(t), append([]string{"target", "serve", "--listen", addr, "--nqn", subNQN,
+	exited := clitest.Serve(t, addr, append([]string{"target", "serve", "--listen", addr, "--nqn", subNQN,
 		"--volume", "mem:64MiB", "--metrics", metrics}, args...)...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	for i := 0; ; i++ {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-exited:
-			t.Fatal("target serve exited before listening")
-		default:
-		}
-		if i == 600 {
-			t.Fatal("target serve never listened")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	t.Cleanup(func() {
 		select {
 		case <-exited:
@@ -103,21 +78,7 @@ type rawAdmin struct {
 }
 
 func dialAdmin(t *testing.T, addr, subnqn string) *rawAdmin {
-	c, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-	r := &rawAdmin{t: t, f: tcp.NewFramer(c, tcp.RoleHost, 64<<10)}
-	r.f.MaxData = 1 << 20
-	if err := r.f.WriteICReq(tcp.ICReq{}); err != nil {
-		t.Fatal(err)
-	}
-	_ = r.f.Flush()
-	if h, err := r.f.ReadHeader(); err != nil || h.Type != tcp.TypeICResp {
-		t.Fatalf("ICResp: %v", err)
-	}
+	r := &rawAdmin{t: t, f: dialTCP(t, addr, 30*time.Second)}
 	var cmd nvme.Command
 	(&nvme.ConnectCommand{SQSize: 31}).ToCommand(&cmd)
 	data := (&nvme.ConnectData{CNTLID: 0xFFFF, SubNQN: subnqn, HostNQN: "nqn.2014-08.org.nvmexpress:uuid:hostile"}).Marshal()
@@ -143,20 +104,54 @@ func (r *rawAdmin) exec(cmd *nvme.Command, data []byte) nvme.Status {
 		r.t.Fatal(err)
 	}
 	_ = r.f.Flush()
+	return awaitCompletion(r.t, r.f, nil).Status
+}
+
+// dialTCP connects to addr as an NVMe/TCP host, exchanges ICReq and
+// ICResp, and returns the connection's framer, which fails every call
+// after timeout; the connection closes when the test ends.
+func dialTCP(t *testing.T, addr string, timeout time.Duration) *tcp.Framer {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	_ = c.SetDeadline(time.Now().Add(timeout))
+	f := tcp.NewFramer(c, tcp.RoleHost, 64<<10)
+	f.MaxData = 1 << 20
+	if err := f.WriteICReq(tcp.ICReq{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Flush()
+	if h, err := f.ReadHeader(); err != nil || h.Type != tcp.TypeICResp {
+		t.Fatalf("ICResp: %v", err)
+	}
+	return f
+}
+
+// awaitCompletion reads f's PDUs up to the next completion and returns
+// it, putting the data the target sends at its offsets in in, or
+// dropping it if in is nil.
+func awaitCompletion(t *testing.T, f *tcp.Framer, in []byte) nvme.Completion {
 	for {
-		h, err := r.f.ReadHeader()
+		h, err := f.ReadHeader()
 		if err != nil {
-			r.t.Fatalf("reading the completion: %v", err)
+			t.Fatalf("reading the completion: %v", err)
 		}
 		switch h.Type {
 		case tcp.TypeCapsuleResp:
-			return h.Completion().Status
+			return h.Completion()
 		case tcp.TypeC2HData:
-			if err := r.f.ReadData(make([]byte, h.Data().Length)); err != nil {
-				r.t.Fatal(err)
+			d := h.Data()
+			buf := make([]byte, d.Length)
+			if in != nil {
+				buf = in[d.Offset : d.Offset+d.Length]
+			}
+			if err := f.ReadData(buf); err != nil {
+				t.Fatal(err)
 			}
 		default:
-			r.t.Fatalf("PDU type %#x", h.Type)
+			t.Fatalf("PDU type %#x", h.Type)
 		}
 	}
 }

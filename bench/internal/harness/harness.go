@@ -53,3 +53,22 @@ func Stage(progress func(stage string), format string, args ...any) {
 		progress(fmt.Sprintf(format, args...))
 	}
 }
+
+// RunLength checks and defaults a benchmark's timed runs: a zero *d
+// becomes def and a zero *repeat 3 (the fewest runs a median means
+// something with); negative ones are refused.
+func RunLength(d *time.Duration, def time.Duration, repeat *int) error {
+	if *d == 0 {
+		*d = def
+	}
+	if *d < 0 {
+		return fmt.Errorf("bench: duration %v", *d)
+	}
+	if *repeat == 0 {
+		*repeat = 3
+	}
+	if *repeat < 0 {
+		return fmt.Errorf("bench: repeat %d", *repeat)
+	}
+	return nil
+}

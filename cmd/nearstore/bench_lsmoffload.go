@@ -62,27 +62,21 @@ func (f *lsmOffloadFlags) run(cmd *cobra.Command, g *globals, cfg lsmbench.Confi
 			return usageErrorf("--workloads: %v", err)
 		}
 	}
-	proc := procFlags{clientCPUs: *f.clientCPUs, serverCPUs: *f.serverCPUs}
-	var pinning string
-	var err error
-	if oc.TargetExe, pinning, err = proc.setup(); err != nil {
+	proc := procFlags{clientCPUs: *f.clientCPUs, serverCPUs: *f.serverCPUs, cpuprof: cpuprof}
+	bp, err := proc.start(cmd, g)
+	if err != nil {
 		return err
 	}
-	if oc.TargetExe == "" {
+	defer bp.stopProfile()
+	if bp.exe == "" {
 		return fmt.Errorf("--offload needs the target in its own process")
 	}
-	oc.Logger = benchLogger(cmd, g)
-	oc.Progress = cmd.ErrOrStderr()
-	stop, err := startCPUProfile(cpuprof)
-	if err != nil {
-		return err
-	}
+	oc.TargetExe, oc.Logger, oc.Progress = bp.exe, bp.logger, cmd.ErrOrStderr()
 	rep, err := lsmbench.RunOffload(cmd.Context(), oc)
-	stop()
 	if err != nil {
 		return err
 	}
-	rep.Machine.Pinning = pinning
+	rep.Machine.Pinning = bp.pinning
 	return benchOutput(cmd, asJSON, plotFile, rep,
 		func() error { return rep.Print(cmd.OutOrStdout()) },
 		func() error { return lsmbench.SavePlot(plotFile, rep) })

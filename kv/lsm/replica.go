@@ -50,10 +50,11 @@ func (d *DB) LastSeq() SeqNum { return d.logSeq.Load() }
 // primary wrote them into). Tables e deletes are removed through the
 // file system once no version holds them, as this store's own are.
 //
-// Rules: every write a new table holds must already be applied here
-// (ApplyAt), or InstallEdit fails and installs nothing: a replica applies
-// an edit only once it has every write the edit covers. The memtables
-// whose every entry is then in tables are dropped, with their WALs.
+// Rules: every new table must open, and every write a new table holds
+// must already be applied here (ApplyAt), or InstallEdit fails and
+// installs nothing: a replica applies an edit only once it has every
+// write the edit covers. The memtables whose every entry is then in
+// tables are dropped, with their WALs.
 // Calls must not run concurrently (a replica applies edits in one order)
 // nor with Flush; a replica runs with DisableFlushes, so nothing else
 // drops memtables.
@@ -76,6 +77,17 @@ func (d *DB) InstallEdit(ctx context.Context, e *VersionEdit) error {
 		f := nf.Meta // a fresh meta (refs, compacting): it is ours now
 		own.NewFiles[i] = NewFile{Level: nf.Level, Meta: &FileMeta{FileNum: f.FileNum, Size: f.Size,
 			Smallest: f.Smallest, Largest: f.Largest, SmallestSeq: f.SmallestSeq, LargestSeq: f.LargestSeq, RangeDels: f.RangeDels}}
+	}
+	// Every new table must open (footer, index, filter) before the edit
+	// goes in: a table the primary failed to write is refused here, not
+	// found by a read later.
+	for _, nf := range own.NewFiles {
+		h, err := d.tc.get(nf.Meta.FileNum, nf.Meta.Size)
+		if err != nil {
+			d.tc.evict(nf.Meta.FileNum)
+			return fmt.Errorf("lsm: install edit: %w", err)
+		}
+		h.release()
 	}
 	// The memtables to drop are the oldest immutable ones wholly at or
 	// below covered. imm changes meanwhile only by rotation, which

@@ -28,7 +28,7 @@ type pair struct {
 	sh   *Shipper
 }
 
-func newPair(t *testing.T, beforeShip func(e *lsm.VersionEdit)) *pair {
+func newPair(t testing.TB, beforeShip func(e *lsm.VersionEdit)) *pair {
 	t.Helper()
 	ctx := context.Background()
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -66,7 +66,7 @@ func newPair(t *testing.T, beforeShip func(e *lsm.VersionEdit)) *pair {
 	return p
 }
 
-func set(t *testing.T, db *lsm.DB, k, v string) *lsm.Batch {
+func set(t testing.TB, db *lsm.DB, k, v string) *lsm.Batch {
 	t.Helper()
 	b := lsm.NewBatch()
 	b.Set([]byte(k), []byte(v))
@@ -76,7 +76,7 @@ func set(t *testing.T, db *lsm.DB, k, v string) *lsm.Batch {
 	return b
 }
 
-func expect(t *testing.T, db *lsm.DB, k, want string) {
+func expect(t testing.TB, db *lsm.DB, k, want string) {
 	t.Helper()
 	got, err := db.Get([]byte(k))
 	if err != nil || string(got) != want {
@@ -203,6 +203,7 @@ func TestInstallRefusesBadMaps(t *testing.T) {
 		{"one slot twice", other.Encode(nil), []FileSlot{{Table: 999, Slot: next}, {Table: 999, Slot: next}}, "given to tables"},
 		{"slot holding a live table", other.Encode(nil), []FileSlot{{Table: 999, Slot: files[0].Slot}}, "holds a live table"},
 		{"table installed already", edit, []FileSlot{{Table: files[0].Table, Slot: next}}, "installed already"},
+		{"slot holds no table", other.Encode(nil), []FileSlot{{Table: 999, Slot: next}}, "corrupt"},
 		{"table over the slot", big.Encode(nil), []FileSlot{{Table: 998, Slot: next}}, "over the"},
 	} {
 		err := p.sec.Install(ctx, tc.edit, tc.files)

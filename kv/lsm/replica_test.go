@@ -3,7 +3,9 @@ package lsm
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -217,5 +219,125 @@ func TestReplicaRefuses(t *testing.T) {
 	expectGet(t, rep, "b9", "2")
 	if _, err := BatchFromRepr([]byte{1, 2, 3}); err == nil {
 		t.Fatal("a truncated batch decoded")
+	}
+}
+
+// TestReplicaRandomDelivery delivers the primary's writes and edits to a
+// replica in random interleavings: edits queue up and reach the replica
+// late, several at a time, always in order and never before the writes
+// they cover (the only order a chain guarantees), while the replica's
+// memtables switch at their own points. At random moments every key
+// written so far must read at the replica as the model has it.
+func TestReplicaRandomDelivery(t *testing.T) {
+	for seed := range uint64(4) {
+		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(seed, 23))
+			pfs, rfs := newMemFS(), newMemFS()
+			ro := replicaOptions()
+			ro.MemTableSize = 8<<10 + rng.IntN(64<<10)
+			rep := mustOpen(t, rfs, ro)
+			defer rep.Close()
+			var mu sync.Mutex
+			var queue []*VersionEdit
+			po := smallOptions()
+			po.BeforeEdit = func(e *VersionEdit) error {
+				// Tables go to the replica's disk now (as into slots);
+				// the edit goes in the queue.
+				if err := copyTables(pfs, rfs, e); err != nil {
+					return err
+				}
+				got, err := DecodeVersionEdit(e.Encode(nil))
+				mu.Lock()
+				queue = append(queue, got)
+				mu.Unlock()
+				return err
+			}
+			prim := mustOpen(t, pfs, po)
+			defer prim.Close()
+			// deliver installs queued edits, in order, while the replica
+			// holds their writes.
+			deliver := func(n int) {
+				for range n {
+					mu.Lock()
+					if len(queue) == 0 {
+						mu.Unlock()
+						return
+					}
+					e := queue[0]
+					var covered SeqNum
+					for _, nf := range e.NewFiles {
+						covered = max(covered, nf.Meta.LargestSeq)
+					}
+					if covered > rep.LastSeq() {
+						mu.Unlock()
+						return
+					}
+					queue = queue[1:]
+					mu.Unlock()
+					if err := rep.InstallEdit(ctx, e); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			model := map[string]string{}
+			var pending []*Batch // written at the primary, not yet at the replica
+			for n := range 5000 {
+				k := fmt.Sprintf("k%04d", rng.IntN(1200))
+				b := NewBatch()
+				if rng.IntN(8) == 0 {
+					b.Delete([]byte(k))
+					delete(model, k)
+				} else {
+					v := strings.Repeat(fmt.Sprint(n), 1+rng.IntN(8))
+					b.Set([]byte(k), []byte(v))
+					model[k] = v
+				}
+				if err := prim.Apply(ctx, b, nil); err != nil {
+					t.Fatal(err)
+				}
+				pending = append(pending, b)
+				if rng.IntN(4) == 0 { // the chain delivers a run of writes
+					for _, p := range pending {
+						if err := rep.ApplyAt(ctx, mustBatch(t, p), p.Seq(), nil); err != nil {
+							t.Fatal(err)
+						}
+					}
+					pending = pending[:0]
+				}
+				if rng.IntN(16) == 0 {
+					deliver(rng.IntN(4))
+				}
+				if rng.IntN(500) == 0 && len(pending) == 0 {
+					for k, v := range model {
+						expectGet(t, rep, k, v)
+					}
+				}
+			}
+			for _, p := range pending {
+				if err := rep.ApplyAt(ctx, mustBatch(t, p), p.Seq(), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := prim.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range model {
+				expectGet(t, rep, k, v)
+			}
+			deliver(1 << 20)
+			mu.Lock()
+			left := len(queue)
+			mu.Unlock()
+			if left != 0 {
+				t.Fatalf("%d edits never deliverable", left)
+			}
+			for k, v := range model {
+				expectGet(t, rep, k, v)
+			}
+			if rm := rep.Metrics(); rm.Flush.Count != 0 || rm.Compact.Count != 0 || rm.MemTables > 1 {
+				t.Fatalf("replica: %d flushes, %d compactions, %d memtables", rm.Flush.Count, rm.Compact.Count, rm.MemTables)
+			}
+		})
 	}
 }

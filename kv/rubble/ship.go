@@ -2,6 +2,7 @@ package rubble
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -149,38 +150,50 @@ func (s *Shipper) BeforeEdit(e *lsm.VersionEdit) error {
 }
 
 // Ship writes e's new tables into a free slot of every secondary and has
-// every secondary install e. On failure, slots taken for e and not yet
-// installed by their secondary are freed again.
+// every secondary install e, all secondaries at once (the primary holds
+// its version lock meanwhile, so the time must not grow with their
+// number). On failure, slots taken for e and not installed by their
+// secondary are freed again; secondaries that did install e are then
+// ahead of the primary, which turns read-only (lsm.Options.BeforeEdit),
+// so the group must be reconfigured (docs/CLUSTER.md: no fallback yet).
 func (s *Shipper) Ship(ctx context.Context, e *lsm.VersionEdit) error {
 	tables := make([][]byte, len(e.NewFiles))
+	var size uint64
 	for i, nf := range e.NewFiles {
 		b, err := s.readTable(nf.Meta)
 		if err != nil {
 			return err
 		}
 		tables[i] = b
+		size += uint64(len(b))
 	}
 	enc := e.Encode(nil)
-	var bytes uint64
+	errs := make([]error, len(s.reps))
+	var wg sync.WaitGroup
 	for ri, r := range s.reps {
-		files, err := r.write(ctx, e, tables)
-		if err == nil {
-			err = r.Send(ctx, enc, files)
-		}
-		if err != nil {
-			for _, f := range files {
-				r.put(f.Slot)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			files, err := r.write(ctx, e, tables)
+			if err == nil {
+				err = r.Send(ctx, enc, files)
 			}
-			return fmt.Errorf("rubble: ship to replica %d: %w", ri, err)
-		}
-		for _, t := range tables {
-			bytes += uint64(len(t))
-		}
+			if err != nil {
+				for _, f := range files {
+					r.put(f.Slot)
+				}
+				errs[ri] = fmt.Errorf("rubble: ship to replica %d: %w", ri, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	s.mu.Lock()
 	s.stats.Edits++
 	s.stats.Tables += uint64(len(tables))
-	s.stats.Bytes += bytes
+	s.stats.Bytes += size * uint64(len(s.reps))
 	s.mu.Unlock()
 	return nil
 }

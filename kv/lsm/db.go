@@ -1120,6 +1120,9 @@ func (d *DB) Flush(ctx context.Context) error {
 	if d.opts.ReadOnly {
 		return ErrReadOnly
 	}
+	if d.opts.DisableFlushes {
+		return errFlushesDisabled
+	}
 	req := &commitReq{b: NewBatch(), flush: true, done: make(chan error, 1), apply: make(chan *memTable, 1)}
 	if err := d.commit(req); err != nil {
 		return err

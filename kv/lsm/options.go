@@ -54,8 +54,8 @@ type Options struct {
 	DisableAutomaticCompactions bool
 	// DisableFlushes keeps full memtables in memory, unflushed: a
 	// replica (kv/rubble) gets its tables from its primary by
-	// InstallEdit, which drops the memtables they cover. Flush must not
-	// be called (it would wait for a flush that never runs); set the
+	// InstallEdit, which drops the memtables they cover. Flush fails
+	// (it would wait for a flush that never runs); set the
 	// stop-writes thresholds high enough for the primary's edits to
 	// arrive before writes stall.
 	DisableFlushes bool

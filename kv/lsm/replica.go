@@ -2,8 +2,13 @@ package lsm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
+
+// errFlushesDisabled is Flush's answer on a store opened with
+// DisableFlushes, which would otherwise wait for a flush that never runs.
+var errFlushesDisabled = errors.New("lsm: flush: the store runs with DisableFlushes (a replica: its primary flushes)")
 
 // This file holds what a replica of a primary store needs (kv/rubble): a
 // store opened with Options.DisableFlushes and DisableAutomaticCompactions

@@ -217,6 +217,9 @@ func TestReplicaRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectGet(t, rep, "b9", "2")
+	if err := rep.Flush(ctx); err == nil || !strings.Contains(err.Error(), "DisableFlushes") {
+		t.Fatalf("Flush on a replica = %v", err)
+	}
 	if _, err := BatchFromRepr([]byte{1, 2, 3}); err == nil {
 		t.Fatal("a truncated batch decoded")
 	}

@@ -155,7 +155,8 @@ func TestShipCompactions(t *testing.T) {
 		t.Fatalf("primary flushed %d times and compacted %d: the load is too small to test shipping", pm.Flush.Count, pm.Compact.Count)
 	}
 	st := sh.Stats()
-	t.Logf("primary: %d flushes, %d compactions; shipped %d edits, %d tables, %d bytes", pm.Flush.Count, pm.Compact.Count, st.Edits, st.Tables, st.Bytes)
+	t.Logf("primary: %d flushes (%d bytes), %d compactions (read %d, wrote %d bytes); shipped %d edits, %d tables, %d bytes to %d secondaries",
+		pm.Flush.Count, pm.Flush.BytesWritten, pm.Compact.Count, pm.Compact.BytesRead, pm.Compact.BytesWritten, st.Edits, st.Tables, st.Bytes, len(secs))
 
 	dbs := []*lsm.DB{prim, secs[0].DB(), secs[1].DB()}
 	for r, db := range dbs {

@@ -136,7 +136,9 @@ type commitReq struct {
 	size  int
 	sync  bool
 	flush bool // rotate the memtable after this group
-	done  chan error
+	// at, if nonzero, is the seq the batch must start at (ApplyAt).
+	at   SeqNum
+	done chan error
 	// apply hands a follower the memtable to apply its logged batch to;
 	// it then marks applied done, and reports overflow.
 	apply    chan *memTable
@@ -572,6 +574,9 @@ func (d *DB) logAndApply(e *VersionEdit, onInstall func()) error {
 	if err != nil {
 		return err
 	}
+	if err := d.beforeLog(e); err != nil {
+		return err
+	}
 	rec := appendRecord(nil, e.Encode(nil))
 	_, err = d.manifest.Write(rec)
 	if err == nil {
@@ -801,6 +806,9 @@ func (d *DB) commitGroup(group []*commitReq, self *commitReq) {
 		if len(r.ents) == 0 {
 			continue
 		}
+		if r.at > seq {
+			seq = r.at - 1
+		}
 		r.b.setSeq(seq + 1)
 		if recycle {
 			mem.walRefs = append(mem.walRefs, walRef{seq: seq + 1, off: d.walSize + uint64(len(buf))})
@@ -990,7 +998,7 @@ func (d *DB) maybeScheduleLocked() {
 	if d.closed || d.bgErr != nil || d.opts.ReadOnly {
 		return
 	}
-	if !d.flushing && len(d.imm) > 0 {
+	if !d.flushing && len(d.imm) > 0 && !d.opts.DisableFlushes {
 		d.flushing = true
 		d.bgWG.Add(1)
 		go d.flushLoop()
@@ -1074,16 +1082,7 @@ func (d *DB) flush(m *memTable, snaps []SeqNum) error {
 	if err != nil {
 		return err
 	}
-	// WALs below the new LogNumber hold nothing unflushed.
-	names, err := d.fs.List(d.dir)
-	if err != nil {
-		return nil
-	}
-	for _, n := range names {
-		if k, num, ok := parseFileName(n); ok && k == "log" && num < e.LogNumber {
-			d.fs.Remove(d.path(n))
-		}
-	}
+	d.removeLogsBelow(e.LogNumber)
 	return nil
 }
 
@@ -1136,6 +1135,9 @@ func (d *DB) snapshotListLocked() []SeqNum {
 func (d *DB) Flush(ctx context.Context) error {
 	if d.opts.ReadOnly {
 		return ErrReadOnly
+	}
+	if d.opts.DisableFlushes {
+		return errFlushesDisabled
 	}
 	req := &commitReq{b: NewBatch(), flush: true, done: make(chan error, 1), apply: make(chan *memTable, 1)}
 	if err := d.commit(req); err != nil {

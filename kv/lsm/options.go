@@ -52,6 +52,13 @@ type Options struct {
 	MaxConcurrentCompactions int
 	// DisableAutomaticCompactions leaves compaction to Compact.
 	DisableAutomaticCompactions bool
+	// DisableFlushes keeps full memtables in memory, unflushed: a
+	// replica (kv/rubble) gets its tables from its primary by
+	// InstallEdit, which drops the memtables they cover. Flush fails
+	// (it would wait for a flush that never runs); set the
+	// stop-writes thresholds high enough for the primary's edits to
+	// arrive before writes stall.
+	DisableFlushes bool
 	// BlockCacheSize is the block cache's byte budget (default 8 MiB;
 	// negative: no cache).
 	BlockCacheSize int64
@@ -71,6 +78,13 @@ type Options struct {
 	// read-only; the writer must not remove files under a read-only
 	// reader (a snapshot of the directory keeps them).
 	ReadOnly bool
+	// BeforeEdit, if set, is called with every version edit a flush or
+	// compaction makes, its new tables written and synced, before the
+	// edit is logged and installed, in the order edits are installed
+	// (one at a time). A primary ships the edit and its tables to its
+	// replicas here (kv/rubble). An error fails the edit: nothing is
+	// installed and the store turns read-only (the error is sticky).
+	BeforeEdit func(e *VersionEdit) error
 	// Table shapes the tables written.
 	Table TableOptions
 	// Logger receives flush, compaction and error events (default

@@ -14,7 +14,7 @@ import (
 )
 
 // newFS makes and mounts an offloadfs on a real in-memory volume.
-func newFS(t *testing.T) (*offloadfs.FS, offloadfs.Device) {
+func newFS(t testing.TB) (*offloadfs.FS, offloadfs.Device) {
 	t.Helper()
 	ctx := context.Background()
 	v, err := volume.Open("mem:64MiB")

@@ -1,0 +1,261 @@
+package rubble
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/nearstore/nearstore/kv/lsm"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/vfs"
+)
+
+// FileSlot is one entry of a file-map update: table Table of the
+// primary's store sits in slot Slot of the replica's pool.
+type FileSlot struct {
+	Table uint64
+	Slot  int
+}
+
+// SecondaryConfig configures OpenSecondary.
+type SecondaryConfig struct {
+	// FS is the secondary's own offloadfs, holding a pool (MakePool);
+	// the store's WALs and MANIFEST go in Dir on it, its tables are the
+	// pool's slots.
+	FS  *offloadfs.FS
+	Dir string
+	// Options are the store's; OpenSecondary turns flushes and
+	// compactions off and raises the write-stall thresholds, since only
+	// the primary's edits make room.
+	Options lsm.Options
+	// Released is told each slot the secondary lets go of: its table
+	// was deleted by an edit and no version here holds it any more. The
+	// primary may write into the slot again only after that.
+	Released func(slot int)
+}
+
+// Secondary is a replica of a primary's kv/lsm store that never flushes
+// or compacts: it applies the primary's writes at the primary's sequence
+// numbers (Apply) and installs the tables the primary writes into its
+// slots by the primary's version edits (Install).
+//
+// Invariants: the file map (table → slot) names each slot at most once;
+// a slot leaves the map (and Released is told) only once no version of
+// the store holds its table; an edit is installed only once every write
+// its tables hold is applied here, so the tree never holds data the
+// memtables lack the writes before.
+type Secondary struct {
+	pool *Pool
+	db   *lsm.DB
+	cfg  SecondaryConfig
+
+	mu      sync.Mutex
+	byPath  map[string]FileSlot // table path in Dir → its slot
+	inUse   map[int]bool        // slots the map names
+	applied chan struct{}       // closed and replaced by every Apply
+}
+
+// OpenSecondary opens the pool on cfg.FS and a store in cfg.Dir whose
+// tables are the pool's slots. The store must be new: the file map is
+// kept in memory, so a secondary that restarts rejoins by a copy of the
+// group's state (docs/CLUSTER.md).
+func OpenSecondary(ctx context.Context, cfg SecondaryConfig) (*Secondary, error) {
+	pool, err := OpenPool(ctx, cfg.FS)
+	if err != nil {
+		return nil, err
+	}
+	s := &Secondary{pool: pool, cfg: cfg, byPath: map[string]FileSlot{}, inUse: map[int]bool{}, applied: make(chan struct{})}
+	o := cfg.Options
+	o.DisableFlushes = true
+	o.DisableAutomaticCompactions = true
+	o.BeforeEdit = nil
+	o.Pusher = nil
+	o.MemTableStopWritesThreshold = max(o.MemTableStopWritesThreshold, 1<<20)
+	o.L0SlowdownWritesThreshold = max(o.L0SlowdownWritesThreshold, 1<<30)
+	o.L0StopWritesThreshold = max(o.L0StopWritesThreshold, 1<<30)
+	o.SoftPendingCompactionBytes, o.HardPendingCompactionBytes = 1<<62, 1<<62
+	base := cfg.FS.VFS()
+	if _, err := base.Stat(base.PathJoin(cfg.Dir, "CURRENT")); err == nil {
+		return nil, fmt.Errorf("rubble: secondary: %s holds a store already; a secondary starts empty", cfg.Dir)
+	}
+	db, err := lsm.Open(slotFS{FS: base, s: s}, cfg.Dir, o)
+	if err != nil {
+		return nil, fmt.Errorf("rubble: secondary: %w", err)
+	}
+	s.db = db
+	return s, nil
+}
+
+// DB is the secondary's store, for reads.
+func (s *Secondary) DB() *lsm.DB { return s.db }
+
+// Pool is the secondary's slot pool.
+func (s *Secondary) Pool() *Pool { return s.pool }
+
+// Close closes the store.
+func (s *Secondary) Close() error { return s.db.Close() }
+
+// Apply applies a primary's batch (lsm.Batch.Repr) at the primary's
+// sequence number seq. Calls come in the primary's order.
+func (s *Secondary) Apply(ctx context.Context, repr []byte, seq lsm.SeqNum) error {
+	b, err := lsm.BatchFromRepr(repr)
+	if err != nil {
+		return fmt.Errorf("rubble: apply: %w", err)
+	}
+	if err := s.db.ApplyAt(ctx, b, seq, nil); err != nil {
+		return fmt.Errorf("rubble: apply: %w", err)
+	}
+	s.mu.Lock()
+	close(s.applied)
+	s.applied = make(chan struct{})
+	s.mu.Unlock()
+	return nil
+}
+
+// Install installs an edit the primary made (lsm.VersionEdit.Encode)
+// with the file-map update giving the slot of each new table. It waits
+// (until ctx ends) for the writes the edit's tables hold to be applied.
+// A bad edit or map is refused whole: nothing is installed or changed.
+func (s *Secondary) Install(ctx context.Context, edit []byte, files []FileSlot) error {
+	e, err := lsm.DecodeVersionEdit(edit)
+	if err != nil {
+		return fmt.Errorf("rubble: install: %w", err)
+	}
+	if err := s.mapFiles(e, files); err != nil {
+		return err
+	}
+	var covered lsm.SeqNum
+	for _, nf := range e.NewFiles {
+		covered = max(covered, nf.Meta.LargestSeq)
+	}
+	for {
+		s.mu.Lock()
+		ch := s.applied
+		s.mu.Unlock()
+		if s.db.LastSeq() >= covered {
+			break
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			s.unmapFiles(e)
+			return fmt.Errorf("rubble: install: waiting for writes up to seq %d: %w", covered, ctx.Err())
+		}
+	}
+	if err := s.db.InstallEdit(ctx, e); err != nil {
+		s.unmapFiles(e)
+		return fmt.Errorf("rubble: install: %w", err)
+	}
+	return nil
+}
+
+// mapFiles checks files against e and the pool and adds them to the map,
+// all or nothing.
+func (s *Secondary) mapFiles(e *lsm.VersionEdit, files []FileSlot) error {
+	bySlot := map[int]uint64{}
+	byTable := map[uint64]int{}
+	for _, f := range files {
+		if f.Slot < 0 || f.Slot >= len(s.pool.slots) {
+			return fmt.Errorf("rubble: install: table %d in slot %d: the pool has %d slots", f.Table, f.Slot, len(s.pool.slots))
+		}
+		if t, dup := bySlot[f.Slot]; dup {
+			return fmt.Errorf("rubble: install: slot %d given to tables %d and %d", f.Slot, t, f.Table)
+		}
+		bySlot[f.Slot] = f.Table
+		byTable[f.Table] = f.Slot
+	}
+	if len(byTable) != len(files) || len(files) != len(e.NewFiles) {
+		return fmt.Errorf("rubble: install: %d slots for %d new tables", len(files), len(e.NewFiles))
+	}
+	for _, nf := range e.NewFiles {
+		if _, ok := byTable[nf.Meta.FileNum]; !ok {
+			return fmt.Errorf("rubble: install: new table %d has no slot", nf.Meta.FileNum)
+		}
+		if int64(nf.Meta.Size) > s.pool.slotSize {
+			return fmt.Errorf("rubble: install: table %d is %d bytes, over the %d-byte slot", nf.Meta.FileNum, nf.Meta.Size, s.pool.slotSize)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, f := range files {
+		if s.inUse[f.Slot] {
+			return fmt.Errorf("rubble: install: slot %d holds a live table", f.Slot)
+		}
+		if _, dup := s.byPath[s.tablePath(f.Table)]; dup {
+			return fmt.Errorf("rubble: install: table %d is installed already", f.Table)
+		}
+	}
+	for _, f := range files {
+		s.byPath[s.tablePath(f.Table)] = f
+		s.inUse[f.Slot] = true
+	}
+	return nil
+}
+
+// unmapFiles takes e's new tables out of the map after a failed install
+// (the store never saw them, so their slots are free again).
+func (s *Secondary) unmapFiles(e *lsm.VersionEdit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, nf := range e.NewFiles {
+		p := s.tablePath(nf.Meta.FileNum)
+		if f, ok := s.byPath[p]; ok {
+			delete(s.byPath, p)
+			delete(s.inUse, f.Slot)
+		}
+	}
+}
+
+func (s *Secondary) tablePath(n uint64) string {
+	return s.cfg.FS.VFS().PathJoin(s.cfg.Dir, lsm.TableName(n))
+}
+
+// Tables is the file map: every live table and its slot.
+func (s *Secondary) Tables() []FileSlot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]FileSlot, 0, len(s.byPath))
+	for _, f := range s.byPath {
+		out = append(out, f)
+	}
+	return out
+}
+
+// slotFS is the secondary store's file system: its own offloadfs, except
+// that a table in the file map opens as its slot, and removing it (the
+// store does when no version holds it) releases the slot.
+type slotFS struct {
+	vfs.FS
+	s *Secondary
+}
+
+func (f slotFS) lookup(name string) (FileSlot, bool) {
+	f.s.mu.Lock()
+	defer f.s.mu.Unlock()
+	fs, ok := f.s.byPath[name]
+	return fs, ok
+}
+
+func (f slotFS) Open(name string) (vfs.File, error) {
+	if fs, ok := f.lookup(name); ok {
+		return f.FS.Open(slotName(fs.Slot))
+	}
+	return f.FS.Open(name)
+}
+
+func (f slotFS) Remove(name string) error {
+	f.s.mu.Lock()
+	fs, ok := f.s.byPath[name]
+	if ok {
+		delete(f.s.byPath, name)
+		delete(f.s.inUse, fs.Slot)
+	}
+	f.s.mu.Unlock()
+	if !ok {
+		return f.FS.Remove(name)
+	}
+	if f.s.cfg.Released != nil {
+		f.s.cfg.Released(fs.Slot)
+	}
+	return nil
+}

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/nearstore/nearstore/bench/internal/harness"
-	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/bench/ycsb"
 	"github.com/nearstore/nearstore/host"
@@ -356,33 +354,15 @@ func startEnv(ctx context.Context, cfg *Config) (_ *env, err error) {
 	data := int64(cfg.Records) * int64(cfg.ValueSize+40)
 	size := (4*data + 256<<20 + 1<<20 - 1) &^ (1<<20 - 1)
 	e.spec = fmt.Sprintf("sim:nand:%d?bs=4096", size)
-	port, err := proc.FreePort()
+	t, err := harness.StartFSTarget(ctx, harness.TargetSpec{
+		Exe: cfg.TargetExe, NQN: nqn, Volume: e.spec, CPUs: cfg.ServerCPUs, Logger: cfg.Logger,
+	})
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", nqn, "--volume", e.spec}
-	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
-	if err != nil {
-		return nil, err
-	}
-	e.closers = append(e.closers, p.Stop)
-	e.pid = p.Pid()
-	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
-		return nil, err
-	}
-	e.ctrl, err = host.Connect(ctx, addr, nqn, harness.HostOptions(host.Options{IOQueues: 2, QueueDepth: 256, Logger: cfg.Logger}))
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	e.closers = append(e.closers, e.ctrl.Close)
-	ns, err := e.ctrl.Namespace(1)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
+	e.closers = append(e.closers, t.Close)
+	e.pid, e.ctrl = t.Proc.Pid(), t.Ctrl
+	ns := t.NS
 	// Host runtimes for requests the target cannot run, of both kinds.
 	wrt, err := wasm.NewRuntime(ctx, wasm.Options{})
 	if err != nil {

@@ -202,6 +202,19 @@ func checkValue(v []byte, i uint64, size int) bool {
 	return string(v) == string(want)
 }
 
+// getChecked reads record i from d and checks that its value is a
+// version of the record's (checkValue).
+func getChecked(d engine, i uint64, size int) error {
+	got, err := d.Get(Key(i))
+	if err != nil {
+		return fmt.Errorf("bench: get record %d: %w", i, err)
+	}
+	if !checkValue(got, i, size) {
+		return fmt.Errorf("bench: record %d: wrong value %x", i, got[:min(len(got), 16)])
+	}
+	return nil
+}
+
 // Report is what Run measured.
 type Report struct {
 	Machine report.Machine `json:"machine"`
@@ -636,13 +649,8 @@ func (e *env) ops(ctx context.Context, d engine, ins *inserts, wl string, v vari
 					write = rng.IntN(20) == 0
 				case "F":
 					if rng.IntN(2) == 0 { // read-modify-write: the read
-						got, err := d.Get(Key(i))
-						if err != nil {
-							fail(fmt.Errorf("bench: get record %d: %w", i, err))
-							return
-						}
-						if !checkValue(got, i, cfg.ValueSize) {
-							fail(fmt.Errorf("bench: record %d: wrong value %x", i, got[:min(len(got), 16)]))
+						if err := getChecked(d, i, cfg.ValueSize); err != nil {
+							fail(err)
 							return
 						}
 						checked.Add(1)
@@ -665,13 +673,8 @@ func (e *env) ops(ctx context.Context, d engine, ins *inserts, wl string, v vari
 						return
 					}
 				} else {
-					got, err := d.Get(Key(i))
-					if err != nil {
-						fail(fmt.Errorf("bench: get record %d: %w", i, err))
-						return
-					}
-					if !checkValue(got, i, cfg.ValueSize) {
-						fail(fmt.Errorf("bench: record %d: wrong value %x", i, got[:min(len(got), 16)]))
+					if err := getChecked(d, i, cfg.ValueSize); err != nil {
+						fail(err)
 						return
 					}
 					checked.Add(1)

@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/nearstore/nearstore/bench/internal/harness"
+	"github.com/nearstore/nearstore/bench/lsmpushbench"
 	"github.com/nearstore/nearstore/kv/lsm"
 )
 
@@ -147,13 +148,7 @@ func (e pebbleEngine) get(k []byte) (bool, error) {
 	return true, closer.Close()
 }
 func (e pebbleEngine) settle(ctx context.Context) error {
-	if err := e.d.Flush(); err != nil {
-		return err
-	}
-	return harness.WaitIdle(ctx, func() bool {
-		m := e.d.Metrics()
-		return m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0
-	})
+	return lsmpushbench.SettlePebble(ctx, e.d)
 }
 
 // pebbleLog sends Pebble's log to slog: its routine messages at debug.

@@ -2,7 +2,6 @@ package lambdabench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -66,17 +65,12 @@ type lambdaEnv struct {
 	// maxOut is the most output one λ read can return: its result and
 	// output travel in one NVMe transfer, which the controller limits.
 	maxOut  int
-	closers []func() error
+	closers harness.Closers
 }
 
 // Close stops everything, in the reverse order of starting.
 func (e *lambdaEnv) Close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 // targetFailure adds to a failed run's error why the target's process

@@ -179,16 +179,11 @@ type offloadEnv struct {
 	ctrl    *host.Controller
 	fsys    *offloadfs.FS
 	peer    *offload.Client
-	closers []func() error
+	closers harness.Closers
 }
 
 func (e *offloadEnv) close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 const offloadNQN = "nqn.2026-11.io.nearstore:bench-lsm-offload"

@@ -312,7 +312,7 @@ type env struct {
 	ctrl    *host.Controller
 	fsys    *offloadfs.FS
 	pid     int
-	closers []func() error
+	closers harness.Closers
 	// versions are the loaded records' current value versions (workload
 	// B); inserted are the records workload D inserted, per store
 	// directory.
@@ -346,11 +346,7 @@ func (in *inserts) finish(i uint64) {
 }
 
 func (e *env) Close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 const nqn = "nqn.2026-11.io.nearstore:bench-lsm-pushdown"

@@ -6,6 +6,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -52,4 +53,21 @@ func Stage(progress func(stage string), format string, args ...any) {
 	if progress != nil {
 		progress(fmt.Sprintf(format, args...))
 	}
+}
+
+// Closers is what a benchmark's environment must undo, in the order it
+// was set up (append to it); Close undoes it in reverse, so that nothing
+// is closed before what depends on it.
+type Closers []func() error
+
+// Close runs every closer, the last appended first, even after one
+// fails, forgets them (a second Close does nothing) and returns their
+// errors joined.
+func (c *Closers) Close() error {
+	var errs []error
+	for i := len(*c) - 1; i >= 0; i-- {
+		errs = append(errs, (*c)[i]())
+	}
+	*c = nil
+	return errors.Join(errs...)
 }

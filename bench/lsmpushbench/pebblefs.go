@@ -89,25 +89,25 @@ func (p pebbleFS) Link(oldname, newname string) error {
 }
 
 func (p pebbleFS) Open(name string, opts ...pvfs.OpenOption) (pvfs.File, error) {
-	f, err := file(p.fsys.Open(name))
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range opts {
-		o.Apply(f)
-	}
-	return f, nil
+	f, err := p.fsys.Open(name)
+	return openedWith(f, err, opts)
 }
 
 func (p pebbleFS) OpenReadWrite(name string, _ pvfs.DiskWriteCategory, opts ...pvfs.OpenOption) (pvfs.File, error) {
-	f, err := file(p.fsys.OpenFile(name, os.O_RDWR|os.O_CREATE))
+	f, err := p.fsys.OpenFile(name, os.O_RDWR|os.O_CREATE)
+	return openedWith(f, err, opts)
+}
+
+// openedWith is file(f, err) with Pebble's open options applied.
+func openedWith(f *offloadfs.File, err error, opts []pvfs.OpenOption) (pvfs.File, error) {
+	pf, err := file(f, err)
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range opts {
-		o.Apply(f)
+		o.Apply(pf)
 	}
-	return f, nil
+	return pf, nil
 }
 
 func (p pebbleFS) OpenDir(name string) (pvfs.File, error) {

@@ -462,42 +462,9 @@ func (e *env) load(ctx context.Context) (Load, error) {
 		if err != nil {
 			return ld, err
 		}
-		before, err := e.sample(eng)
-		if err != nil {
+		if err := e.loadInto(ctx, eng, mode, &ld, v); err != nil {
 			eng.Close()
 			return ld, err
-		}
-		h := hist.New()
-		t0 := time.Now()
-		for i := range uint64(cfg.Records) {
-			Value(v, i, 0)
-			s := time.Now()
-			if err := eng.Set(Key(i), v); err != nil {
-				eng.Close()
-				return ld, err
-			}
-			h.Record(time.Since(s))
-		}
-		secs := time.Since(t0).Seconds()
-		if err := eng.settle(ctx); err != nil {
-			eng.Close()
-			return ld, err
-		}
-		after, err := e.sample(eng)
-		if err != nil {
-			eng.Close()
-			return ld, err
-		}
-		ld.trials[mode] = trialOf(uint64(cfg.Records), secs, h, before, after)
-		if l, ok := eng.(lsmEngine); ok {
-			for _, lm := range l.Metrics().Levels {
-				ld.Levels = append(ld.Levels, lm.Tables)
-				ld.TableBytes += lm.Size
-			}
-			if ld.PinnedBytes, err = l.PinnedBytes(); err != nil {
-				eng.Close()
-				return ld, err
-			}
 		}
 		if err := eng.Close(); err != nil {
 			return ld, err
@@ -509,6 +476,45 @@ func (e *env) load(ctx context.Context) (Load, error) {
 	}
 	ld.Secs = time.Since(start).Seconds()
 	return ld, nil
+}
+
+// loadInto writes the records into eng, the store of mode, with v as the
+// value buffer, waits for it to settle and adds what it measured to ld.
+func (e *env) loadInto(ctx context.Context, eng engine, mode string, ld *Load, v []byte) error {
+	cfg := e.cfg
+	before, err := e.sample(eng)
+	if err != nil {
+		return err
+	}
+	h := hist.New()
+	t0 := time.Now()
+	for i := range uint64(cfg.Records) {
+		Value(v, i, 0)
+		s := time.Now()
+		if err := eng.Set(Key(i), v); err != nil {
+			return err
+		}
+		h.Record(time.Since(s))
+	}
+	secs := time.Since(t0).Seconds()
+	if err := eng.settle(ctx); err != nil {
+		return err
+	}
+	after, err := e.sample(eng)
+	if err != nil {
+		return err
+	}
+	ld.trials[mode] = trialOf(uint64(cfg.Records), secs, h, before, after)
+	if l, ok := eng.(lsmEngine); ok {
+		for _, lm := range l.Metrics().Levels {
+			ld.Levels = append(ld.Levels, lm.Tables)
+			ld.TableBytes += lm.Size
+		}
+		if ld.PinnedBytes, err = l.PinnedBytes(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sample is the counters at one instant.

@@ -80,29 +80,21 @@ type Config struct {
 	Progress io.Writer
 }
 
+// setDefault sets *v to d when it is zero or less: a setting left out.
+func setDefault[T int | int64 | uint64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
 func (c *Config) setDefaults() error {
-	def := func(v *uint64, d uint64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Records, DefaultRecords)
-	def(&c.Ops, DefaultOps)
-	if c.Threads <= 0 {
-		c.Threads = DefaultThreads
-	}
-	if c.ValueSize <= 0 {
-		c.ValueSize = DefaultValueSize
-	}
-	if c.MemTable <= 0 {
-		c.MemTable = DefaultMemTable
-	}
-	if c.Cache <= 0 {
-		c.Cache = DefaultCache
-	}
-	if c.Repeat <= 0 {
-		c.Repeat = DefaultRepeat
-	}
+	setDefault(&c.Records, DefaultRecords)
+	setDefault(&c.Ops, DefaultOps)
+	setDefault(&c.Threads, DefaultThreads)
+	setDefault(&c.ValueSize, DefaultValueSize)
+	setDefault(&c.MemTable, DefaultMemTable)
+	setDefault(&c.Cache, DefaultCache)
+	setDefault(&c.Repeat, DefaultRepeat)
 	if c.Distribution == "" {
 		c.Distribution = string(ycsb.DistZipfian)
 	}

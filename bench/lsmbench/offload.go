@@ -87,27 +87,15 @@ const (
 )
 
 func (c *OffloadConfig) setDefaults() error {
-	if c.Records == 0 {
-		c.Records = DefaultOffloadRecords
-	}
-	if c.Ops == 0 {
-		c.Ops = DefaultOffloadOps
-	}
-	if c.MemTable <= 0 {
-		c.MemTable = DefaultOffloadMemTable
-	}
-	if c.Cache <= 0 {
-		c.Cache = 8 << 20
-	}
+	setDefault(&c.Records, DefaultOffloadRecords)
+	setDefault(&c.Ops, DefaultOffloadOps)
+	setDefault(&c.MemTable, DefaultOffloadMemTable)
+	setDefault(&c.Cache, 8<<20)
 	if len(c.Workloads) == 0 {
 		c.Workloads = []ycsb.Workload{ycsb.A, FillRandom}
 	}
-	if c.TargetFileSize <= 0 {
-		c.TargetFileSize = 2 << 20
-	}
-	if c.LBaseMaxBytes <= 0 {
-		c.LBaseMaxBytes = 16 << 20
-	}
+	setDefault(&c.TargetFileSize, 2<<20)
+	setDefault(&c.LBaseMaxBytes, 16<<20)
 	if len(c.Modes) == 0 {
 		c.Modes = []string{OffloadNone, OffloadCompaction}
 	}

@@ -659,20 +659,22 @@ func (e *env) ops(ctx context.Context, d engine, ins *inserts, wl string, v vari
 						write = true
 					}
 				}
-				if write && wl == "D" {
-					i = ins.insert()
-					Value(v, i, 0)
-					if err := d.Set(Key(i), v); err != nil {
-						fail(err)
-						return
+				if write {
+					// D inserts a new record; the others write a new
+					// version of record i.
+					var ver uint32
+					if wl == "D" {
+						i = ins.insert()
+					} else {
+						ver = e.versions[i].Add(1)
 					}
-					ins.finish(i)
-				} else if write {
-					ver := e.versions[i].Add(1)
 					Value(v, i, ver)
 					if err := d.Set(Key(i), v); err != nil {
 						fail(err)
 						return
+					}
+					if wl == "D" {
+						ins.finish(i)
 					}
 				} else {
 					if err := getChecked(d, i, cfg.ValueSize); err != nil {

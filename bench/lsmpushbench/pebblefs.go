@@ -137,17 +137,8 @@ func (p pebbleFS) MkdirAll(dir string, _ os.FileMode) error { return p.fsys.Mkdi
 // Lock hands out the lock: one process, one store per mount.
 func (p pebbleFS) Lock(string) (io.Closer, error) { return io.NopCloser(nil), nil }
 
-func (p pebbleFS) List(dir string) ([]string, error) {
-	ents, err := p.fsys.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name()
-	}
-	return names, nil
-}
+// List is offloadfs's own VFS listing: the names in dir.
+func (p pebbleFS) List(dir string) ([]string, error) { return p.fsys.VFS().List(dir) }
 
 func (p pebbleFS) Stat(name string) (pvfs.FileInfo, error) { return fileInfo(p.fsys.Stat(name)) }
 func (p pebbleFS) PathBase(s string) string                { return path.Base(s) }

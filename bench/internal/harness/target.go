@@ -15,7 +15,8 @@ import (
 )
 
 // TargetSpec describes a target child process serving one volume on a
-// free port of 127.0.0.1, for a benchmark that drives it over NVMe/TCP.
+// free port, admitting any host (it serves the benchmark's own hosts
+// only), for a benchmark that drives it over NVMe/TCP.
 type TargetSpec struct {
 	// Exe is the nearstore executable.
 	Exe string
@@ -27,6 +28,10 @@ type TargetSpec struct {
 	Args []string
 	// CPUs, when set, pins the target as proc.Spec.CPUs does.
 	CPUs string
+	// IP is the address it listens on (default 127.0.0.1) and Netns, when
+	// set, the network namespace it runs in (proc.Spec.Netns), for a
+	// target behind an emulated link.
+	IP, Netns string
 	// Logger is the host's logger.
 	Logger *slog.Logger
 }
@@ -41,18 +46,38 @@ type FSTarget struct {
 	NS   *host.Namespace
 }
 
-// StartFSTarget starts the target spec describes, waits for it to listen,
-// connects and makes a file system on namespace 1. On error, what was
+// StartTarget starts the target spec describes and waits (up to 10 s)
+// for it to listen on the address it returns. On error, a process it
 // started is stopped.
-func StartFSTarget(ctx context.Context, spec TargetSpec) (_ *FSTarget, err error) {
+func StartTarget(ctx context.Context, spec TargetSpec) (_ *proc.Process, addr string, err error) {
 	port, err := proc.FreePort()
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	t := &FSTarget{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	ip := spec.IP
+	if ip == "" {
+		ip = "127.0.0.1"
+	}
+	addr = net.JoinHostPort(ip, strconv.Itoa(port))
 	args := append([]string{"target", "serve", "--log-level", "warn", "--allow-any-host",
-		"--listen", t.Addr, "--nqn", spec.NQN, "--volume", spec.Volume}, spec.Args...)
-	if t.Proc, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: spec.Exe, Args: args, CPUs: spec.CPUs}); err != nil {
+		"--listen", addr, "--nqn", spec.NQN, "--volume", spec.Volume}, spec.Args...)
+	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: spec.Exe, Args: args, CPUs: spec.CPUs, Netns: spec.Netns})
+	if err != nil {
+		return nil, "", err
+	}
+	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
+		p.Stop() // err already says why it is not listening
+		return nil, "", err
+	}
+	return p, addr, nil
+}
+
+// StartFSTarget starts the target spec describes (StartTarget), connects
+// and makes a file system on namespace 1. On error, what was started is
+// stopped.
+func StartFSTarget(ctx context.Context, spec TargetSpec) (_ *FSTarget, err error) {
+	t := &FSTarget{}
+	if t.Proc, t.Addr, err = StartTarget(ctx, spec); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -60,9 +85,6 @@ func StartFSTarget(ctx context.Context, spec TargetSpec) (_ *FSTarget, err error
 			t.Close()
 		}
 	}()
-	if err := proc.WaitListening(ctx, t.Addr, t.Proc, 10*time.Second); err != nil {
-		return nil, err
-	}
 	t.Ctrl, err = host.Connect(ctx, t.Addr, spec.NQN, HostOptions(host.Options{IOQueues: 2, QueueDepth: 256, Logger: spec.Logger}))
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)

@@ -240,26 +240,23 @@ func (e *estimator) addRead(s readSample) {
 // addWriteHost records the host's compute for a λ write of n input bytes
 // (done false: cancelled, a lower bound), with its output length.
 func (e *estimator) addWriteHost(n, out int64, compute time.Duration, done bool) {
-	if n <= 0 {
-		return
-	}
-	x := float64(n)
-	e.writes = true
-	e.hostCPU.add(compute.Seconds() / x)
-	if done {
-		e.ratio.add(float64(out) / x)
-		e.samples++
-	}
+	e.addWrite(&e.hostCPU, n, out, compute, done)
 }
 
 // addWriteTarget records a λ write run at the target.
 func (e *estimator) addWriteTarget(n, out int64, total time.Duration, done bool) {
+	e.addWrite(&e.wrTotal, n, out, total, done)
+}
+
+// addWrite records a λ write of n input bytes that took d into per, as
+// seconds per input byte, and, when it ran to the end, its output ratio.
+func (e *estimator) addWrite(per *window, n, out int64, d time.Duration, done bool) {
 	if n <= 0 {
 		return
 	}
 	x := float64(n)
 	e.writes = true
-	e.wrTotal.add(total.Seconds() / x)
+	per.add(d.Seconds() / x)
 	if done {
 		e.ratio.add(float64(out) / x)
 		e.samples++

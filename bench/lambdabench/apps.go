@@ -199,13 +199,19 @@ func lambdaRNG(seed uint64, block int64) *rand.Rand {
 // genInts makes size bytes of uniformly random bytes: little-endian u64s
 // for stats64, u32s for stats32.
 func genInts(size int64, seed uint64) []byte {
-	b := make([]byte, size)
-	for blk := int64(0); blk*lambdaBlock < size; blk++ {
-		r := lambdaRNG(seed, blk)
-		p := b[blk*lambdaBlock : (blk+1)*lambdaBlock]
+	return genBlocks(size, seed, func(p []byte, r *rand.Rand) {
 		for i := 0; i < len(p); i += 8 {
 			binary.LittleEndian.PutUint64(p[i:], r.Uint64())
 		}
+	})
+}
+
+// genBlocks makes size bytes, each lambdaBlock block filled by fill from
+// the block's own random stream (lambdaRNG).
+func genBlocks(size int64, seed uint64, fill func(p []byte, r *rand.Rand)) []byte {
+	b := make([]byte, size)
+	for blk := int64(0); blk*lambdaBlock < size; blk++ {
+		fill(b[blk*lambdaBlock:(blk+1)*lambdaBlock], lambdaRNG(seed, blk))
 	}
 	return b
 }
@@ -251,15 +257,11 @@ func knnTarget() []int32 {
 
 // genVectors makes size bytes of lambdaKNNDim-component s32 vectors.
 func genVectors(size int64, seed uint64) []byte {
-	b := make([]byte, size)
-	for blk := int64(0); blk*lambdaBlock < size; blk++ {
-		r := lambdaRNG(seed, blk)
-		p := b[blk*lambdaBlock : (blk+1)*lambdaBlock]
+	return genBlocks(size, seed, func(p []byte, r *rand.Rand) {
 		for i := 0; i < len(p); i += 4 {
 			binary.LittleEndian.PutUint32(p[i:], uint32(int32(r.IntN(2*lambdaKNNRange))-lambdaKNNRange))
 		}
-	}
-	return b
+	})
 }
 
 // knnHit is one vector's distance; the nearest are those with the least

@@ -2,10 +2,8 @@ package lambdabench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"strconv"
 	"time"
 
@@ -66,17 +64,12 @@ type lambdaEnv struct {
 	// maxOut is the most output one λ read can return: its result and
 	// output travel in one NVMe transfer, which the controller limits.
 	maxOut  int
-	closers []func() error
+	closers harness.Closers
 }
 
 // Close stops everything, in the reverse order of starting.
 func (e *lambdaEnv) Close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 // targetFailure adds to a failed run's error why the target's process
@@ -224,24 +217,15 @@ func (e *lambdaEnv) startTargetHere(ctx context.Context, cfg lambdaEnvConfig) (s
 // in the link's namespace when it has one, with the same function
 // limits as the host's.
 func (e *lambdaEnv) startTargetProcess(ctx context.Context, cfg lambdaEnvConfig) (string, error) {
-	port, err := proc.FreePort()
-	if err != nil {
-		return "", err
-	}
-	addr := net.JoinHostPort(e.link.TargetIP(), strconv.Itoa(port))
-	// The benchmark's own target, for its own hosts, on whatever address
-	// its link has: it admits any host rather than name them.
-	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", lambdaNQN,
-		"--volume", "mem:" + strconv.FormatInt(cfg.volumeSize, 10),
-		"--func-time", e.limits.Time.String(), "--func-memory", strconv.Itoa(e.limits.MemoryBytes)}
-	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.targetExe, Args: args, CPUs: cfg.serverCPUs, Netns: e.link.Netns()})
+	p, addr, err := harness.StartTarget(ctx, harness.TargetSpec{
+		Exe: cfg.targetExe, NQN: lambdaNQN, Volume: "mem:" + strconv.FormatInt(cfg.volumeSize, 10),
+		Args: []string{"--func-time", e.limits.Time.String(), "--func-memory", strconv.Itoa(e.limits.MemoryBytes)},
+		CPUs: cfg.serverCPUs, IP: e.link.TargetIP(), Netns: e.link.Netns(),
+	})
 	if err != nil {
 		return "", err
 	}
 	e.target = p
 	e.closers = append(e.closers, p.Stop)
-	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
-		return "", err
-	}
 	return addr, nil
 }

@@ -309,26 +309,14 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 		return nil, err
 	}
 	copies := fileCopies(cfg.Interleave, cfg.Modes)
-	harness.Stage(cfg.Progress, "starting the target (link: %s)", linkLabel(cfg.Link))
-	e, err := startLambdaEnv(ctx, lambdaEnvConfig{
-		targetExe: cfg.TargetExe, serverCPUs: cfg.ServerCPUs, link: cfg.Link,
-		volumeSize: copies*(cfg.Size+cfg.Size/8) + 96<<20, cacheSize: copies*cfg.Size + 64<<20,
-		requestSize: cfg.RequestSize, depth: cfg.Depth, logger: cfg.Logger,
-		profileEvery: cfg.ProfileEvery, profileFirst: cfg.ProfileFirst,
-	})
+	e, rep, fn, err := cfg.start(ctx, copies*(cfg.Size+cfg.Size/8)+96<<20, copies*cfg.Size+64<<20, app.function)
 	if err != nil {
 		return nil, err
 	}
 	defer e.Close()
 	defer func() { err = e.targetFailure(err) }()
-	rep := newLambdaReport(e, cfg.Runtime, cfg.Repeat, cfg.Depth, cfg.Warm, cfg.WarmRandom)
-	rep.Interleave = cfg.Interleave
 	rep.App, rep.Function = app.name, app.function
 	rep.Size, rep.RequestSize, rep.Requests = cfg.Size, cfg.RequestSize, len(reqs)
-	fn, err := e.register(ctx, app.function, cfg.Runtime)
-	if err != nil {
-		return nil, err
-	}
 	harness.Stage(cfg.Progress, "making the %s dataset (%s)", app.name, volume.FormatSize(cfg.Size))
 	w, err := prepareLambdaApp(ctx, e, app, fn, reqs, cfg.Size, cfg.Seed)
 	if err != nil {
@@ -336,11 +324,41 @@ func Run(ctx context.Context, cfg Config) (_ *Report, err error) {
 	}
 	defer w.file.Close()
 	rep.Answer = w.reference
-	err = e.runModes(ctx, rep, w, runOpts{
-		modes: cfg.Modes, repeat: cfg.Repeat, depth: cfg.Depth, warm: cfg.Warm, warmRandom: cfg.WarmRandom,
-		seed: cfg.Seed, progress: cfg.Progress, interleave: cfg.Interleave,
-	})
+	err = e.runModes(ctx, rep, w, cfg.runOpts())
 	return rep, err
+}
+
+// start starts a run's environment (a namespace of volumeSize bytes, a
+// host cache of cacheSize) and its report, and registers function. The
+// caller closes e and adds e.targetFailure to its errors.
+func (c *Config) start(ctx context.Context, volumeSize, cacheSize int64, function string) (_ *lambdaEnv, _ *Report, _ sandbox.ID, err error) {
+	harness.Stage(c.Progress, "starting the target (link: %s)", linkLabel(c.Link))
+	e, err := startLambdaEnv(ctx, lambdaEnvConfig{
+		targetExe: c.TargetExe, serverCPUs: c.ServerCPUs, link: c.Link,
+		volumeSize: volumeSize, cacheSize: cacheSize,
+		requestSize: c.RequestSize, depth: c.Depth, logger: c.Logger,
+		profileEvery: c.ProfileEvery, profileFirst: c.ProfileFirst,
+	})
+	if err != nil {
+		return nil, nil, sandbox.ID{}, err
+	}
+	rep := newLambdaReport(e, c.Runtime, c.Repeat, c.Depth, c.Warm, c.WarmRandom)
+	rep.Interleave = c.Interleave
+	fn, err := e.register(ctx, function, c.Runtime)
+	if err != nil {
+		err = e.targetFailure(err)
+		e.Close()
+		return nil, nil, sandbox.ID{}, err
+	}
+	return e, rep, fn, nil
+}
+
+// runOpts are c's run settings.
+func (c *Config) runOpts() runOpts {
+	return runOpts{
+		modes: c.Modes, repeat: c.Repeat, depth: c.Depth, warm: c.Warm, warmRandom: c.WarmRandom,
+		seed: c.Seed, progress: c.Progress, interleave: c.Interleave,
+	}
 }
 
 // linkLabel names a --link value for progress messages.

@@ -74,6 +74,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 		App: "tpch", Size: 1, RequestSize: cfg.RequestSize, Warm: cfg.Warm, WarmRandom: cfg.WarmRandom,
 		Modes: cfg.Modes, Repeat: cfg.Repeat, Depth: cfg.Depth, Interleave: cfg.Interleave, Runtime: cfg.Runtime,
 		ProfileEvery: cfg.ProfileEvery, ProfileFirst: cfg.ProfileFirst, Seed: cfg.Seed, Logger: cfg.Logger, Progress: cfg.Progress,
+		Link: cfg.Link, TargetExe: cfg.TargetExe, ServerCPUs: cfg.ServerCPUs,
 	}
 	if err := lc.setDefaults(); err != nil {
 		return nil, err
@@ -93,27 +94,15 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 		return nil, err
 	}
 	copies := fileCopies(lc.Interleave, lc.Modes)
-	harness.Stage(lc.Progress, "starting the target (link: %s)", linkLabel(cfg.Link))
-	e, err := startLambdaEnv(ctx, lambdaEnvConfig{
-		targetExe: cfg.TargetExe, serverCPUs: cfg.ServerCPUs, link: cfg.Link,
-		volumeSize: (copies*(size+size/8) + 96<<20 + lambdaBlock - 1) / lambdaBlock * lambdaBlock, cacheSize: copies*size + 64<<20,
-		requestSize: lc.RequestSize, depth: lc.Depth, logger: lc.Logger,
-		profileEvery: lc.ProfileEvery, profileFirst: lc.ProfileFirst,
-	})
+	e, rep, fn, err := lc.start(ctx, (copies*(size+size/8)+96<<20+lambdaBlock-1)/lambdaBlock*lambdaBlock, copies*size+64<<20, q.Function())
 	if err != nil {
 		return nil, err
 	}
 	defer e.Close()
 	defer func() { err = e.targetFailure(err) }()
-	rep := newLambdaReport(e, lc.Runtime, lc.Repeat, lc.Depth, lc.Warm, lc.WarmRandom)
-	rep.Interleave = lc.Interleave
 	rep.App, rep.Function = q.Function(), q.Function()
 	rep.SF, rep.Query, rep.Rows = cfg.SF, q.String(), rows
 	rep.Size, rep.RequestSize, rep.Requests = size, lc.RequestSize, len(reqs)
-	fn, err := e.register(ctx, q.Function(), lc.Runtime)
-	if err != nil {
-		return nil, err
-	}
 	harness.Stage(lc.Progress, "generating LINEITEM at SF %g (%d rows, %s)", cfg.SF, rows, volume.FormatSize(size))
 	f, err := e.fsys.Create("lineitem")
 	if err != nil {
@@ -156,10 +145,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 			return got.String(), nil
 		},
 	}
-	err = e.runModes(ctx, rep, w, runOpts{
-		modes: lc.Modes, repeat: lc.Repeat, depth: lc.Depth, warm: lc.Warm, warmRandom: lc.WarmRandom,
-		seed: lc.Seed, progress: lc.Progress, interleave: lc.Interleave,
-	})
+	err = e.runModes(ctx, rep, w, lc.runOpts())
 	return rep, err
 }
 

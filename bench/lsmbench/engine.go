@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/nearstore/nearstore/bench/internal/harness"
+	"github.com/nearstore/nearstore/bench/lsmpushbench"
 	"github.com/nearstore/nearstore/kv/lsm"
 )
 
@@ -52,12 +53,7 @@ func (e ourEngine) scan(start []byte, n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	c := 0
-	for ok := it.SeekGE(start); ok && c < n; ok = it.Next() {
-		c++
-		_ = it.Value()
-	}
-	return c, errors.Join(it.Error(), it.Close())
+	return scanN(it, start, n)
 }
 func (e ourEngine) settle(ctx context.Context) error {
 	if err := e.d.Flush(ctx); err != nil {
@@ -67,6 +63,26 @@ func (e ourEngine) settle(ctx context.Context) error {
 		m := e.d.Metrics()
 		return m.Compact.InProgress == 0 && !m.Flush.InProgress
 	})
+}
+
+// iterator is what scanN needs of either engine's iterator.
+type iterator interface {
+	SeekGE(key []byte) bool
+	Next() bool
+	Value() []byte
+	Error() error
+	Close() error
+}
+
+// scanN reads up to n records from start, values included (a scan's cost
+// is reading them), counts them and closes it.
+func scanN(it iterator, start []byte, n int) (int, error) {
+	c := 0
+	for ok := it.SeekGE(start); ok && c < n; ok = it.Next() {
+		c++
+		_ = it.Value()
+	}
+	return c, errors.Join(it.Error(), it.Close())
 }
 
 // writeDetail is where an engine's writes went.
@@ -111,12 +127,7 @@ func (e pebbleEngine) scan(start []byte, n int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	c := 0
-	for ok := it.SeekGE(start); ok && c < n; ok = it.Next() {
-		c++
-		_ = it.Value()
-	}
-	return c, errors.Join(it.Error(), it.Close())
+	return scanN(it, start, n)
 }
 
 func (e pebbleEngine) name() string          { return "pebble" }
@@ -137,13 +148,7 @@ func (e pebbleEngine) get(k []byte) (bool, error) {
 	return true, closer.Close()
 }
 func (e pebbleEngine) settle(ctx context.Context) error {
-	if err := e.d.Flush(); err != nil {
-		return err
-	}
-	return harness.WaitIdle(ctx, func() bool {
-		m := e.d.Metrics()
-		return m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0
-	})
+	return lsmpushbench.SettlePebble(ctx, e.d)
 }
 
 // pebbleLog sends Pebble's log to slog: its routine messages at debug.

@@ -80,29 +80,21 @@ type Config struct {
 	Progress io.Writer
 }
 
+// setDefault sets *v to d when it is zero or less: a setting left out.
+func setDefault[T int | int64 | uint64](v *T, d T) {
+	if *v <= 0 {
+		*v = d
+	}
+}
+
 func (c *Config) setDefaults() error {
-	def := func(v *uint64, d uint64) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	def(&c.Records, DefaultRecords)
-	def(&c.Ops, DefaultOps)
-	if c.Threads <= 0 {
-		c.Threads = DefaultThreads
-	}
-	if c.ValueSize <= 0 {
-		c.ValueSize = DefaultValueSize
-	}
-	if c.MemTable <= 0 {
-		c.MemTable = DefaultMemTable
-	}
-	if c.Cache <= 0 {
-		c.Cache = DefaultCache
-	}
-	if c.Repeat <= 0 {
-		c.Repeat = DefaultRepeat
-	}
+	setDefault(&c.Records, DefaultRecords)
+	setDefault(&c.Ops, DefaultOps)
+	setDefault(&c.Threads, DefaultThreads)
+	setDefault(&c.ValueSize, DefaultValueSize)
+	setDefault(&c.MemTable, DefaultMemTable)
+	setDefault(&c.Cache, DefaultCache)
+	setDefault(&c.Repeat, DefaultRepeat)
 	if c.Distribution == "" {
 		c.Distribution = string(ycsb.DistZipfian)
 	}
@@ -353,6 +345,16 @@ func processCPU() (time.Duration, error) {
 	return c, nil
 }
 
+// usage is this process's write-call bytes (procWchar) and CPU time
+// (processCPU) so far, read around each phase.
+func usage() (wchar uint64, cpu time.Duration, err error) {
+	if wchar, err = procWchar(); err != nil {
+		return 0, 0, err
+	}
+	cpu, err = processCPU()
+	return wchar, cpu, err
+}
+
 // dirBytes is the bytes of the files under dir.
 func dirBytes(dir string) (int64, error) {
 	var n int64
@@ -523,11 +525,7 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 	if m != nil {
 		begin, end = m.begin, m.end
 	}
-	w0, err := procWchar()
-	if err != nil {
-		return nil, err
-	}
-	c0, err := processCPU()
+	w0, c0, err := usage()
 	if err != nil {
 		return nil, err
 	}
@@ -544,11 +542,7 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 	if err != nil {
 		return nil, fmt.Errorf("%s load: %w", e.name(), err)
 	}
-	w1, err := procWchar()
-	if err != nil {
-		return nil, err
-	}
-	c1, err := processCPU()
+	w1, c1, err := usage()
 	if err != nil {
 		return nil, err
 	}
@@ -583,11 +577,7 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 		if fill {
 			ops = cfg.Records
 		}
-		w0, err := procWchar()
-		if err != nil {
-			return nil, err
-		}
-		c0, err := processCPU()
+		w0, c0, err := usage()
 		if err != nil {
 			return nil, err
 		}
@@ -635,16 +625,12 @@ func runEngine(ctx context.Context, cfg *Config, e engine, zipf *ycsb.Zipfian) (
 		if err != nil {
 			return nil, fmt.Errorf("%s %s: %w", e.name(), wl.Name, err)
 		}
-		w1, err := procWchar()
+		w1, c1, err := usage()
 		if err != nil {
 			return nil, err
 		}
 		if missing.Load() > 0 {
 			return nil, fmt.Errorf("%s %s: %d reads missed loaded keys", e.name(), wl.Name, missing.Load())
-		}
-		c1, err := processCPU()
-		if err != nil {
-			return nil, err
 		}
 		p := phaseOf(e.name(), wl.Name, ops, h, el, c1-c0)
 		if fill {

@@ -87,27 +87,15 @@ const (
 )
 
 func (c *OffloadConfig) setDefaults() error {
-	if c.Records == 0 {
-		c.Records = DefaultOffloadRecords
-	}
-	if c.Ops == 0 {
-		c.Ops = DefaultOffloadOps
-	}
-	if c.MemTable <= 0 {
-		c.MemTable = DefaultOffloadMemTable
-	}
-	if c.Cache <= 0 {
-		c.Cache = 8 << 20
-	}
+	setDefault(&c.Records, DefaultOffloadRecords)
+	setDefault(&c.Ops, DefaultOffloadOps)
+	setDefault(&c.MemTable, DefaultOffloadMemTable)
+	setDefault(&c.Cache, 8<<20)
 	if len(c.Workloads) == 0 {
 		c.Workloads = []ycsb.Workload{ycsb.A, FillRandom}
 	}
-	if c.TargetFileSize <= 0 {
-		c.TargetFileSize = 2 << 20
-	}
-	if c.LBaseMaxBytes <= 0 {
-		c.LBaseMaxBytes = 16 << 20
-	}
+	setDefault(&c.TargetFileSize, 2<<20)
+	setDefault(&c.LBaseMaxBytes, 16<<20)
 	if len(c.Modes) == 0 {
 		c.Modes = []string{OffloadNone, OffloadCompaction}
 	}
@@ -179,16 +167,11 @@ type offloadEnv struct {
 	ctrl    *host.Controller
 	fsys    *offloadfs.FS
 	peer    *offload.Client
-	closers []func() error
+	closers harness.Closers
 }
 
 func (e *offloadEnv) close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 const offloadNQN = "nqn.2026-11.io.nearstore:bench-lsm-offload"
@@ -211,38 +194,21 @@ func startOffloadEnv(ctx context.Context, cfg *OffloadConfig) (_ *offloadEnv, er
 	// run and outputs are reserved), the logs and the metadata.
 	data := int64(2*cfg.Records) * int64(cfg.ValueSize+ycsb.KeyLen+16)
 	size := (4*data + 512<<20 + 1<<20 - 1) &^ (1<<20 - 1)
-	ports := make([]int, 2)
-	for i := range ports {
-		if ports[i], err = proc.FreePort(); err != nil {
-			return nil, err
-		}
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))
-	engineAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))
-	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", offloadNQN,
-		"--volume", fmt.Sprintf("sim:nand:%d?bs=4096", size), "--offload", engineAddr}
-	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
+	enginePort, err := proc.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	e.closers = append(e.closers, p.Stop)
-	e.pid = p.Pid()
-	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
+	engineAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(enginePort))
+	t, err := harness.StartFSTarget(ctx, harness.TargetSpec{
+		Exe: cfg.TargetExe, NQN: offloadNQN, Volume: fmt.Sprintf("sim:nand:%d?bs=4096", size),
+		Args: []string{"--offload", engineAddr}, CPUs: cfg.ServerCPUs, Logger: cfg.Logger,
+	})
+	if err != nil {
 		return nil, err
 	}
-	e.ctrl, err = host.Connect(ctx, addr, offloadNQN, harness.HostOptions(host.Options{IOQueues: 2, QueueDepth: 256, Logger: cfg.Logger}))
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	e.closers = append(e.closers, e.ctrl.Close)
-	ns, err := e.ctrl.Namespace(1)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	e.fsys, err = offloadfs.Mount(ctx, ns, offloadfs.Options{CommitInterval: -1, Logger: cfg.Logger, Remote: ns})
+	e.closers = append(e.closers, t.Close)
+	e.pid, e.ctrl = t.Proc.Pid(), t.Ctrl
+	e.fsys, err = offloadfs.Mount(ctx, t.NS, offloadfs.Options{CommitInterval: -1, Logger: cfg.Logger, Remote: t.NS})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
@@ -251,7 +217,7 @@ func startOffloadEnv(ctx context.Context, cfg *OffloadConfig) (_ *offloadEnv, er
 		return nil, err
 	}
 	e.closers = append(e.closers, e.peer.Close)
-	if err := proc.WaitListening(ctx, engineAddr, p, 10*time.Second); err != nil {
+	if err := proc.WaitListening(ctx, engineAddr, t.Proc, 10*time.Second); err != nil {
 		return nil, err
 	}
 	return e, nil

@@ -63,12 +63,10 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 			vs[j] = byKey[e+"/"+w].OpsPerSec
 			top = max(top, vs[j])
 		}
-		b, err := plotter.NewBarChart(vs, width)
+		b, err := report.Bars(vs, width, colors[i%len(colors)])
 		if err != nil {
 			return nil, fmt.Errorf("plot throughput: %w", err)
 		}
-		b.Color = colors[i%len(colors)]
-		b.LineStyle.Width = 0
 		b.Offset = width * vg.Length(float64(i)-float64(len(engines)-1)/2)
 		tp.Add(b)
 		tp.Legend.Add(e, b)
@@ -84,12 +82,9 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 			xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f×", a/b))
 		}
 		if len(xy.XYs) > 0 {
-			l, err := plotter.NewLabels(xy)
+			l, err := report.CenteredLabels(xy, plotter.DefaultFontSize)
 			if err != nil {
 				return nil, fmt.Errorf("plot throughput: %w", err)
-			}
-			for i := range l.TextStyle {
-				l.TextStyle[i].XAlign = draw.XCenter
 			}
 			tp.Add(l)
 		}
@@ -125,22 +120,17 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 		wtop = max(wtop, wa)
 		vs := make(plotter.Values, len(engines))
 		vs[i] = wa
-		b, err := plotter.NewBarChart(vs, vg.Points(36))
+		b, err := report.Bars(vs, vg.Points(36), colors[i%len(colors)])
 		if err != nil {
 			return nil, fmt.Errorf("plot write amplification: %w", err)
 		}
-		b.Color = colors[i%len(colors)]
-		b.LineStyle.Width = 0
 		wp.Add(b)
 		xy.XYs = append(xy.XYs, plotter.XY{X: float64(i), Y: wa})
 		xy.Labels = append(xy.Labels, fmt.Sprintf("%.2f", wa))
 	}
-	l, err := plotter.NewLabels(xy)
+	l, err := report.CenteredLabels(xy, plotter.DefaultFontSize)
 	if err != nil {
 		return nil, fmt.Errorf("plot write amplification: %w", err)
-	}
-	for i := range l.TextStyle {
-		l.TextStyle[i].XAlign = draw.XCenter
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	wp.Add(l)

@@ -66,13 +66,7 @@ func (e pebbleEngine) cache() (int64, int64) {
 }
 func (e pebbleEngine) pushdown() lsm.PushdownStats { return lsm.PushdownStats{} }
 func (e pebbleEngine) settle(ctx context.Context) error {
-	if err := e.d.Flush(); err != nil {
-		return err
-	}
-	return harness.WaitIdle(ctx, func() bool {
-		m := e.d.Metrics()
-		return m.Compact.NumInProgress == 0 && m.Flush.NumInProgress == 0
-	})
+	return SettlePebble(ctx, e.d)
 }
 func (e pebbleEngine) Close() error {
 	err := e.d.Close()

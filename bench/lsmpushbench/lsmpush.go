@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,7 +22,6 @@ import (
 
 	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/nearstore/nearstore/bench/internal/harness"
-	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/bench/ycsb"
 	"github.com/nearstore/nearstore/host"
@@ -204,6 +202,19 @@ func checkValue(v []byte, i uint64, size int) bool {
 	return string(v) == string(want)
 }
 
+// getChecked reads record i from d and checks that its value is a
+// version of the record's (checkValue).
+func getChecked(d engine, i uint64, size int) error {
+	got, err := d.Get(Key(i))
+	if err != nil {
+		return fmt.Errorf("bench: get record %d: %w", i, err)
+	}
+	if !checkValue(got, i, size) {
+		return fmt.Errorf("bench: record %d: wrong value %x", i, got[:min(len(got), 16)])
+	}
+	return nil
+}
+
 // Report is what Run measured.
 type Report struct {
 	Machine report.Machine `json:"machine"`
@@ -301,7 +312,7 @@ type env struct {
 	ctrl    *host.Controller
 	fsys    *offloadfs.FS
 	pid     int
-	closers []func() error
+	closers harness.Closers
 	// versions are the loaded records' current value versions (workload
 	// B); inserted are the records workload D inserted, per store
 	// directory.
@@ -335,11 +346,7 @@ func (in *inserts) finish(i uint64) {
 }
 
 func (e *env) Close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 const nqn = "nqn.2026-11.io.nearstore:bench-lsm-pushdown"
@@ -356,33 +363,15 @@ func startEnv(ctx context.Context, cfg *Config) (_ *env, err error) {
 	data := int64(cfg.Records) * int64(cfg.ValueSize+40)
 	size := (4*data + 256<<20 + 1<<20 - 1) &^ (1<<20 - 1)
 	e.spec = fmt.Sprintf("sim:nand:%d?bs=4096", size)
-	port, err := proc.FreePort()
+	t, err := harness.StartFSTarget(ctx, harness.TargetSpec{
+		Exe: cfg.TargetExe, NQN: nqn, Volume: e.spec, CPUs: cfg.ServerCPUs, Logger: cfg.Logger,
+	})
 	if err != nil {
 		return nil, err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", nqn, "--volume", e.spec}
-	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
-	if err != nil {
-		return nil, err
-	}
-	e.closers = append(e.closers, p.Stop)
-	e.pid = p.Pid()
-	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
-		return nil, err
-	}
-	e.ctrl, err = host.Connect(ctx, addr, nqn, harness.HostOptions(host.Options{IOQueues: 2, QueueDepth: 256, Logger: cfg.Logger}))
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	e.closers = append(e.closers, e.ctrl.Close)
-	ns, err := e.ctrl.Namespace(1)
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
+	e.closers = append(e.closers, t.Close)
+	e.pid, e.ctrl = t.Proc.Pid(), t.Ctrl
+	ns := t.NS
 	// Host runtimes for requests the target cannot run, of both kinds.
 	wrt, err := wasm.NewRuntime(ctx, wasm.Options{})
 	if err != nil {
@@ -473,42 +462,9 @@ func (e *env) load(ctx context.Context) (Load, error) {
 		if err != nil {
 			return ld, err
 		}
-		before, err := e.sample(eng)
-		if err != nil {
+		if err := e.loadInto(ctx, eng, mode, &ld, v); err != nil {
 			eng.Close()
 			return ld, err
-		}
-		h := hist.New()
-		t0 := time.Now()
-		for i := range uint64(cfg.Records) {
-			Value(v, i, 0)
-			s := time.Now()
-			if err := eng.Set(Key(i), v); err != nil {
-				eng.Close()
-				return ld, err
-			}
-			h.Record(time.Since(s))
-		}
-		secs := time.Since(t0).Seconds()
-		if err := eng.settle(ctx); err != nil {
-			eng.Close()
-			return ld, err
-		}
-		after, err := e.sample(eng)
-		if err != nil {
-			eng.Close()
-			return ld, err
-		}
-		ld.trials[mode] = trialOf(uint64(cfg.Records), secs, h, before, after)
-		if l, ok := eng.(lsmEngine); ok {
-			for _, lm := range l.Metrics().Levels {
-				ld.Levels = append(ld.Levels, lm.Tables)
-				ld.TableBytes += lm.Size
-			}
-			if ld.PinnedBytes, err = l.PinnedBytes(); err != nil {
-				eng.Close()
-				return ld, err
-			}
 		}
 		if err := eng.Close(); err != nil {
 			return ld, err
@@ -520,6 +476,45 @@ func (e *env) load(ctx context.Context) (Load, error) {
 	}
 	ld.Secs = time.Since(start).Seconds()
 	return ld, nil
+}
+
+// loadInto writes the records into eng, the store of mode, with v as the
+// value buffer, waits for it to settle and adds what it measured to ld.
+func (e *env) loadInto(ctx context.Context, eng engine, mode string, ld *Load, v []byte) error {
+	cfg := e.cfg
+	before, err := e.sample(eng)
+	if err != nil {
+		return err
+	}
+	h := hist.New()
+	t0 := time.Now()
+	for i := range uint64(cfg.Records) {
+		Value(v, i, 0)
+		s := time.Now()
+		if err := eng.Set(Key(i), v); err != nil {
+			return err
+		}
+		h.Record(time.Since(s))
+	}
+	secs := time.Since(t0).Seconds()
+	if err := eng.settle(ctx); err != nil {
+		return err
+	}
+	after, err := e.sample(eng)
+	if err != nil {
+		return err
+	}
+	ld.trials[mode] = trialOf(uint64(cfg.Records), secs, h, before, after)
+	if l, ok := eng.(lsmEngine); ok {
+		for _, lm := range l.Metrics().Levels {
+			ld.Levels = append(ld.Levels, lm.Tables)
+			ld.TableBytes += lm.Size
+		}
+		if ld.PinnedBytes, err = l.PinnedBytes(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // sample is the counters at one instant.
@@ -656,42 +651,34 @@ func (e *env) ops(ctx context.Context, d engine, ins *inserts, wl string, v vari
 					write = rng.IntN(20) == 0
 				case "F":
 					if rng.IntN(2) == 0 { // read-modify-write: the read
-						got, err := d.Get(Key(i))
-						if err != nil {
-							fail(fmt.Errorf("bench: get record %d: %w", i, err))
-							return
-						}
-						if !checkValue(got, i, cfg.ValueSize) {
-							fail(fmt.Errorf("bench: record %d: wrong value %x", i, got[:min(len(got), 16)]))
+						if err := getChecked(d, i, cfg.ValueSize); err != nil {
+							fail(err)
 							return
 						}
 						checked.Add(1)
 						write = true
 					}
 				}
-				if write && wl == "D" {
-					i = ins.insert()
-					Value(v, i, 0)
-					if err := d.Set(Key(i), v); err != nil {
-						fail(err)
-						return
+				if write {
+					// D inserts a new record; the others write a new
+					// version of record i.
+					var ver uint32
+					if wl == "D" {
+						i = ins.insert()
+					} else {
+						ver = e.versions[i].Add(1)
 					}
-					ins.finish(i)
-				} else if write {
-					ver := e.versions[i].Add(1)
 					Value(v, i, ver)
 					if err := d.Set(Key(i), v); err != nil {
 						fail(err)
 						return
 					}
-				} else {
-					got, err := d.Get(Key(i))
-					if err != nil {
-						fail(fmt.Errorf("bench: get record %d: %w", i, err))
-						return
+					if wl == "D" {
+						ins.finish(i)
 					}
-					if !checkValue(got, i, cfg.ValueSize) {
-						fail(fmt.Errorf("bench: record %d: wrong value %x", i, got[:min(len(got), 16)]))
+				} else {
+					if err := getChecked(d, i, cfg.ValueSize); err != nil {
+						fail(err)
 						return
 					}
 					checked.Add(1)

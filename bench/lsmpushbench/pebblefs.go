@@ -89,25 +89,25 @@ func (p pebbleFS) Link(oldname, newname string) error {
 }
 
 func (p pebbleFS) Open(name string, opts ...pvfs.OpenOption) (pvfs.File, error) {
-	f, err := file(p.fsys.Open(name))
-	if err != nil {
-		return nil, err
-	}
-	for _, o := range opts {
-		o.Apply(f)
-	}
-	return f, nil
+	f, err := p.fsys.Open(name)
+	return openedWith(f, err, opts)
 }
 
 func (p pebbleFS) OpenReadWrite(name string, _ pvfs.DiskWriteCategory, opts ...pvfs.OpenOption) (pvfs.File, error) {
-	f, err := file(p.fsys.OpenFile(name, os.O_RDWR|os.O_CREATE))
+	f, err := p.fsys.OpenFile(name, os.O_RDWR|os.O_CREATE)
+	return openedWith(f, err, opts)
+}
+
+// openedWith is file(f, err) with Pebble's open options applied.
+func openedWith(f *offloadfs.File, err error, opts []pvfs.OpenOption) (pvfs.File, error) {
+	pf, err := file(f, err)
 	if err != nil {
 		return nil, err
 	}
 	for _, o := range opts {
-		o.Apply(f)
+		o.Apply(pf)
 	}
-	return f, nil
+	return pf, nil
 }
 
 func (p pebbleFS) OpenDir(name string) (pvfs.File, error) {
@@ -137,17 +137,8 @@ func (p pebbleFS) MkdirAll(dir string, _ os.FileMode) error { return p.fsys.Mkdi
 // Lock hands out the lock: one process, one store per mount.
 func (p pebbleFS) Lock(string) (io.Closer, error) { return io.NopCloser(nil), nil }
 
-func (p pebbleFS) List(dir string) ([]string, error) {
-	ents, err := p.fsys.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	names := make([]string, len(ents))
-	for i, e := range ents {
-		names[i] = e.Name()
-	}
-	return names, nil
-}
+// List is offloadfs's own VFS listing: the names in dir.
+func (p pebbleFS) List(dir string) ([]string, error) { return p.fsys.VFS().List(dir) }
 
 func (p pebbleFS) Stat(name string) (pvfs.FileInfo, error) { return fileInfo(p.fsys.Stat(name)) }
 func (p pebbleFS) PathBase(s string) string                { return path.Base(s) }

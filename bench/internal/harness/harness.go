@@ -6,6 +6,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -71,4 +72,21 @@ func RunLength(d *time.Duration, def time.Duration, repeat *int) error {
 		return fmt.Errorf("bench: repeat %d", *repeat)
 	}
 	return nil
+}
+
+// Closers is what a benchmark's environment must undo, in the order it
+// was set up (append to it); Close undoes it in reverse, so that nothing
+// is closed before what depends on it.
+type Closers []func() error
+
+// Close runs every closer, the last appended first, even after one
+// fails, forgets them (a second Close does nothing) and returns their
+// errors joined.
+func (c *Closers) Close() error {
+	var errs []error
+	for i := len(*c) - 1; i >= 0; i-- {
+		errs = append(errs, (*c)[i]())
+	}
+	*c = nil
+	return errors.Join(errs...)
 }

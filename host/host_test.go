@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -509,23 +510,28 @@ func TestKeepAliveFailureReconnects(t *testing.T) {
 	}
 }
 
+// refuseConnects makes ft answer every Connect with Controller Busy until
+// the returned accept is called.
+func refuseConnects(ft *fakeTarget) (accept func()) {
+	var refusing atomic.Bool
+	refusing.Store(true)
+	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
+		if refusing.Load() && cmd.Opcode == nvme.AdminFabrics && cmd.FabricsType() == nvme.FabricsConnect {
+			fc.respond(cmd.CID, nvme.StatusConnectControllerBusy, 0)
+			return true
+		}
+		return false
+	})
+	return func() { refusing.Store(false) }
+}
+
 func TestReconnectWaitAndGiveUp(t *testing.T) {
 	checkGoroutines(t)
 	ft := newFakeTarget(t)
 	c := connectFake(t, ft, Options{ReconnectDelay: 10 * time.Millisecond, MaxReconnectWait: 300 * time.Millisecond})
 	ns := c.Namespaces()[0]
 	// Refuse connects for a while: submissions wait, then proceed.
-	var refuse sync.Mutex
-	refusing := true
-	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
-		refuse.Lock()
-		defer refuse.Unlock()
-		if refusing && cmd.Opcode == nvme.AdminFabrics && cmd.FabricsType() == nvme.FabricsConnect {
-			fc.respond(cmd.CID, nvme.StatusConnectControllerBusy, 0)
-			return true
-		}
-		return false
-	})
+	accept := refuseConnects(ft)
 	ft.killAll()
 	waitFor(t, 2*time.Second, "connection loss", func() bool { return c.Stats().ConnLosses == 1 })
 	start := time.Now()
@@ -533,12 +539,7 @@ func TestReconnectWaitAndGiveUp(t *testing.T) {
 	if !errors.Is(err, ErrConnectionLost) || time.Since(start) < 250*time.Millisecond {
 		t.Fatalf("read while target refuses: %v after %v", err, time.Since(start))
 	}
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		refuse.Lock()
-		refusing = false
-		refuse.Unlock()
-	}()
+	time.AfterFunc(100*time.Millisecond, accept)
 	// Each attempt waits at most MaxReconnectWait; the backoff may be
 	// longer than that by now, so retry.
 	waitFor(t, 10*time.Second, "read after target recovers", func() bool {
@@ -554,25 +555,13 @@ func TestMaxTransferWhileReconnecting(t *testing.T) {
 	checkGoroutines(t)
 	ft := newFakeTarget(t)
 	c := connectFake(t, ft, Options{ReconnectDelay: 10 * time.Millisecond, MaxReconnectWait: 100 * time.Millisecond})
-	var refuse sync.Mutex
-	refusing := true
-	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
-		refuse.Lock()
-		defer refuse.Unlock()
-		if refusing && cmd.Opcode == nvme.AdminFabrics && cmd.FabricsType() == nvme.FabricsConnect {
-			fc.respond(cmd.CID, nvme.StatusConnectControllerBusy, 0)
-			return true
-		}
-		return false
-	})
+	accept := refuseConnects(ft)
 	ft.killAll()
 	waitFor(t, 2*time.Second, "connection loss", func() bool { return c.Stats().ConnLosses == 1 })
 	if got := c.MaxTransfer(); got != 8*4096 {
 		t.Errorf("MaxTransfer while reconnecting = %d, want the last association's %d", got, 8*4096)
 	}
-	refuse.Lock()
-	refusing = false
-	refuse.Unlock()
+	accept()
 	ns := c.Namespaces()[0]
 	waitFor(t, 10*time.Second, "write after target recovers", func() bool {
 		_, err := ns.WriteAt(make([]byte, 3*8*4096), 0)

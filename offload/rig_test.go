@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"os"
 	"testing"
 
@@ -15,6 +14,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testengine"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offload"
@@ -127,23 +127,12 @@ func (r *rig) engine(kind engineKind, cfg offload.Config) (*offload.Engine, *off
 	r.reg = prometheus.NewRegistry()
 	metrics := offload.NewMetrics(r.reg)
 	cfg.Metrics = metrics
-	e, err := offload.NewEngine(cfg)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(e.Close)
-	srv := offload.NewServer(e)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	r.t.Cleanup(func() { srv.Stop(context.Background()) })
+	e, addr := testengine.Serve(r.t, cfg)
 	local, err := offload.NewEngine(offload.Config{HostNQN: ownerNQN, Device: r.ns, Tasks: cfg.Tasks})
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	c, err := offload.Dial(ln.Addr().String(), offload.ClientOptions{Name: "client-a", Local: local, Metrics: metrics})
+	c, err := offload.Dial(addr, offload.ClientOptions{Name: "client-a", Local: local, Metrics: metrics})
 	if err != nil {
 		r.t.Fatal(err)
 	}

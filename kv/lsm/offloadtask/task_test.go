@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"net"
 	"os"
 	"slices"
 	"testing"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testengine"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/lsm"
@@ -85,19 +85,8 @@ func (r *rig) engine(tasks *offload.Registry, adm offload.Admission) *offload.Cl
 		},
 		CPU: func() float64 { return 1 }, // busy, for PolicyCPU
 	}
-	e, err := offload.NewEngine(cfg)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(e.Close)
-	gs := offload.NewServer(e)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	go gs.Serve(ln)
-	r.t.Cleanup(func() { gs.Stop(context.Background()) })
-	c, err := offload.Dial(ln.Addr().String(), offload.ClientOptions{Name: "lsm-test"})
+	_, addr := testengine.Serve(r.t, cfg)
+	c, err := offload.Dial(addr, offload.ClientOptions{Name: "lsm-test"})
 	if err != nil {
 		r.t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,43 +52,7 @@ func TestAuthReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t, 60*time.Second)
-	want := bytes.Repeat([]byte("authenticated"), 700)
-	if _, err := ns.WriteAtContext(ctx, want, 8192); err != nil {
-		t.Fatal(err)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 2 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				got := make([]byte, len(want))
-				_, err := ns.ReadAtContext(ctx, got, 8192)
-				if err != nil && !errors.Is(err, ErrConnectionLost) {
-					t.Errorf("read: %v", err)
-					return
-				}
-				if err == nil && !bytes.Equal(got, want) {
-					t.Error("read other data")
-					return
-				}
-			}
-		})
-	}
-	time.Sleep(20 * time.Millisecond)
-	p.killAll()
-	waitFor(t, 20*time.Second, "reconnect", func() bool { return c.Stats().Reconnects >= 1 })
-	close(stop)
-	wg.Wait()
-	got := make([]byte, len(want))
-	if _, err := ns.ReadAtContext(ctx, got, 8192); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("after reconnect: %v", err)
-	}
+	readAcrossCut(t, c, ns, p, cutReads{want: bytes.Repeat([]byte("authenticated"), 700), off: 8192, readers: 2, wait: 20 * time.Second})
 
 	// A host whose controller secret is wrong refuses the controller; the
 	// target serves the right host on.
@@ -98,7 +61,7 @@ func TestAuthReconnect(t *testing.T) {
 	if _, err := Connect(ctxT(t, 20*time.Second), tgt.Addr(), testNQN, bad); !errors.Is(err, ErrAuthentication) {
 		t.Fatalf("connect expecting another controller secret: %v", err)
 	}
-	if _, err := ns.ReadAtContext(ctx, got, 8192); err != nil {
+	if _, err := ns.ReadAtContext(ctxT(t, 20*time.Second), make([]byte, 4096), 8192); err != nil {
 		t.Fatalf("the authenticated host after another's failure: %v", err)
 	}
 }

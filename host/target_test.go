@@ -273,6 +273,67 @@ func TestTargetDiscover(t *testing.T) {
 	}
 }
 
+// cutReads is a readAcrossCut: want written at off, then read back by
+// readers goroutines while every connection is cut, for up to wait for
+// the reconnect.
+type cutReads struct {
+	want    []byte
+	off     int64
+	readers int
+	wait    time.Duration
+}
+
+// readAcrossCut writes r.want, keeps r.readers reads of it in flight while
+// p cuts every connection of c, waits for c to reconnect, and checks that
+// the same handle reads the data on the new association. Every read must
+// return the data or ErrConnectionLost; it returns how many did each.
+func readAcrossCut(t *testing.T, c *Controller, ns *Namespace, p *proxy, r cutReads) (ok, lost int) {
+	t.Helper()
+	ctx := ctxT(t, r.wait+time.Minute)
+	if _, err := ns.WriteAtContext(ctx, r.want, r.off); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for range r.readers {
+		wg.Go(func() {
+			got := make([]byte, len(r.want))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				_, err := ns.ReadAtContext(ctx, got, r.off)
+				mu.Lock()
+				switch {
+				case err == nil && bytes.Equal(got, r.want):
+					ok++
+				case errors.Is(err, ErrConnectionLost):
+					lost++
+				default:
+					mu.Unlock()
+					t.Errorf("read: %v (or other data)", err)
+					return
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond)
+	p.killAll()
+	waitFor(t, r.wait, "reconnect", func() bool { return c.Stats().Reconnects >= 1 })
+	time.Sleep(50 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	got := make([]byte, len(r.want))
+	if _, err := ns.ReadAtContext(ctx, got, r.off); err != nil || !bytes.Equal(got, r.want) {
+		t.Fatalf("after reconnect: %v", err)
+	}
+	return ok, lost
+}
+
 func TestTargetReconnect(t *testing.T) {
 	checkGoroutines(t)
 	addr := startTarget(t)
@@ -286,51 +347,12 @@ func TestTargetReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := ctxT(t, 20*time.Second)
-	want := bytes.Repeat([]byte("nearstore"), 1000)
-	if _, err := ns.WriteAtContext(ctx, want, 4096); err != nil {
-		t.Fatal(err)
-	}
-	// Keep reads in flight while every connection is cut.
-	stop := make(chan struct{})
-	var lost, ok int
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			got := make([]byte, len(want))
-			_, err := ns.ReadAtContext(ctx, got, 4096)
-			switch {
-			case err == nil && bytes.Equal(got, want):
-				ok++
-			case errors.Is(err, ErrConnectionLost):
-				lost++
-			default:
-				t.Errorf("read: %v", err)
-				return
-			}
-		}
-	})
-	time.Sleep(50 * time.Millisecond)
 	old := c.CNTLID()
-	p.killAll()
-	waitFor(t, 5*time.Second, "reconnect", func() bool { return c.Stats().Reconnects >= 1 })
-	time.Sleep(50 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	ok, lost := readAcrossCut(t, c, ns, p, cutReads{want: bytes.Repeat([]byte("nearstore"), 1000), off: 4096, readers: 1, wait: 5 * time.Second})
 	if ok == 0 {
 		t.Error("no successful reads")
 	}
 	t.Logf("reads: %d ok, %d lost; cntlid %d -> %d", ok, lost, old, c.CNTLID())
-	// The same handle works on the new association, and data persisted.
-	got := make([]byte, len(want))
-	if _, err := ns.ReadAtContext(ctx, got, 4096); err != nil || !bytes.Equal(got, want) {
-		t.Fatalf("after reconnect: %v", err)
-	}
 	if c.IOQueues() != 2 {
 		t.Errorf("IOQueues after reconnect = %d", c.IOQueues())
 	}

@@ -1,6 +1,10 @@
 package lambda
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/internal/metrics"
+)
 
 // Operation label values.
 const (
@@ -17,18 +21,15 @@ type Metrics struct {
 
 // NewMetrics creates the dispatcher metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_lambda_requests_total",
-			Help: "λ calls taken by the dispatcher, by operation (read, write), mode asked (lambda, K, T, B) and where the result came from (K, T, B; none when the call failed before running).",
-		}, []string{"op", "mode", "ran"}),
-		profiles: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_lambda_profiles_total",
-			Help: "λ calls the dispatcher ran on both the host and the target to measure them, by operation.",
-		}, []string{"op"}),
+	set := metrics.New(reg, "lambda")
+	return &Metrics{
+		requests: set.CounterVec("requests_total",
+			"λ calls taken by the dispatcher, by operation (read, write), mode asked (lambda, K, T, B) and where the result came from (K, T, B; none when the call failed before running).",
+			"op", "mode", "ran"),
+		profiles: set.CounterVec("profiles_total",
+			"λ calls the dispatcher ran on both the host and the target to measure them, by operation.",
+			"op"),
 	}
-	reg.MustRegister(m.requests, m.profiles)
-	return m
 }
 
 // The methods below accept a nil *Metrics.

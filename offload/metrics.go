@@ -1,12 +1,16 @@
 package offload
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/internal/metrics"
+)
 
 // Metrics exports an engine's and a client's counters to Prometheus. A
 // nil *Metrics records nothing. One Metrics serves one engine and any
 // number of clients.
 type Metrics struct {
-	reg      prometheus.Registerer
+	set      metrics.Set // registers the engine gauges later
 	tasks    *prometheus.CounterVec
 	running  prometheus.Gauge
 	bytes    *prometheus.CounterVec
@@ -17,35 +21,20 @@ type Metrics struct {
 
 // NewMetrics creates the metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		reg: reg,
-		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_offload_tasks_total",
-			Help: "Tasks an engine was asked to run, by task and result: ok, error, rejected (turned away by admission), ended (stopped at its deadline or when its client went).",
-		}, []string{"task", "result"}),
-		running: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nearstore_offload_running",
-			Help: "Tasks an engine is running.",
-		}),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_offload_bytes_total",
-			Help: "Bytes engine tasks read and wrote, by direction.",
-		}, []string{"direction"}),
-		cache: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_offload_cache_lookups_total",
-			Help: "Offload cache page lookups, by result: hit, miss.",
-		}, []string{"result"}),
-		clientBy: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_offload_client_tasks_total",
-			Help: "Tasks a client ran, by where: engine, or local (the engine turned them away).",
-		}, []string{"where"}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_offload_client_rejected_total",
-			Help: "Tasks engines turned away from a client, by reason: cpu, token.",
-		}, []string{"reason"}),
+	set := metrics.New(reg, "offload")
+	return &Metrics{
+		set: set,
+		tasks: set.CounterVec("tasks_total",
+			"Tasks an engine was asked to run, by task and result: ok, error, rejected (turned away by admission), ended (stopped at its deadline or when its client went).",
+			"task", "result"),
+		running: set.Gauge("running", "Tasks an engine is running."),
+		bytes:   set.CounterVec("bytes_total", "Bytes engine tasks read and wrote, by direction.", "direction"),
+		cache:   set.CounterVec("cache_lookups_total", "Offload cache page lookups, by result: hit, miss.", "result"),
+		clientBy: set.CounterVec("client_tasks_total",
+			"Tasks a client ran, by where: engine, or local (the engine turned them away).", "where"),
+		rejected: set.CounterVec("client_rejected_total",
+			"Tasks engines turned away from a client, by reason: cpu, token.", "reason"),
 	}
-	reg.MustRegister(m.tasks, m.running, m.bytes, m.cache, m.clientBy, m.rejected)
-	return m
 }
 
 // engineGauges registers the gauges read from a running engine.
@@ -53,24 +42,14 @@ func (m *Metrics) engineGauges(e *Engine) {
 	if m == nil {
 		return
 	}
-	m.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nearstore_offload_fairness",
-			Help: "Jain's fairness index over the tasks each client had run on the engine: 1 is fair, 1/n one client has all.",
-		}, e.adm.fairness),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nearstore_offload_cpu_use",
-			Help: "The engine machine's CPU use, 0 to 1, as admission last saw it.",
-		}, e.cpuUse),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nearstore_offload_tokens_free",
-			Help: "Tokens free under the token policy.",
-		}, func() float64 { return float64(e.adm.free(e.now())) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "nearstore_offload_cache_bytes",
-			Help: "Bytes the offload cache holds.",
-		}, func() float64 { return float64(e.cache.Stats().Bytes) }),
-	)
+	m.set.GaugeFunc("fairness",
+		"Jain's fairness index over the tasks each client had run on the engine: 1 is fair, 1/n one client has all.",
+		e.adm.fairness)
+	m.set.GaugeFunc("cpu_use", "The engine machine's CPU use, 0 to 1, as admission last saw it.", e.cpuUse)
+	m.set.GaugeFunc("tokens_free", "Tokens free under the token policy.",
+		func() float64 { return float64(e.adm.free(e.now())) })
+	m.set.GaugeFunc("cache_bytes", "Bytes the offload cache holds.",
+		func() float64 { return float64(e.cache.Stats().Bytes) })
 }
 
 func (m *Metrics) task(name, result string) {

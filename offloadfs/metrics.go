@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nearstore/nearstore/internal/metrics"
 )
 
 // Stats counts what the file system did with the target: function
@@ -78,52 +80,29 @@ const (
 
 // NewMetrics creates the file-system metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_offloadfs_function_requests_total",
-			Help: "File-level function requests completed, by operation and where they ran (target, or host after a fallback).",
-		}, []string{"op", "ran"}),
-		mismatches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_offloadfs_version_mismatches_total",
-			Help: "Function requests that could not use the target's extent maps, by operation and when that was found: before sending (not synchronized), refused by the target (stale), or after completion (discarded).",
-		}, []string{"op", "when"}),
-		maps: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_offloadfs_extent_map_updates_total",
-			Help: "Extent-map updates the target confirmed, by kind (put, remove).",
-		}, []string{"kind"}),
-		syncErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nearstore_offloadfs_sync_errors_total",
-			Help: "Synchronizer rounds that failed and were retried.",
-		}),
-		resyncs: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nearstore_offloadfs_sync_resyncs_total",
-			Help: "Times every extent map was pushed again because the target had lost them.",
-		}),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nearstore_offloadfs_sync_pending",
-			Help: "Inodes whose committed extent-map changes wait to be pushed.",
-		}),
-		grants: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nearstore_offloadfs_grants",
-			Help: "Grants of file extents to other hosts live now.",
-		}),
+	set := metrics.New(reg, "offloadfs")
+	return &Metrics{
+		requests: set.CounterVec("function_requests_total",
+			"File-level function requests completed, by operation and where they ran (target, or host after a fallback).",
+			"op", "ran"),
+		mismatches: set.CounterVec("version_mismatches_total",
+			"Function requests that could not use the target's extent maps, by operation and when that was found: before sending (not synchronized), refused by the target (stale), or after completion (discarded).",
+			"op", "when"),
+		maps: set.CounterVec("extent_map_updates_total",
+			"Extent-map updates the target confirmed, by kind (put, remove).", "kind"),
+		syncErrors: set.Counter("sync_errors_total", "Synchronizer rounds that failed and were retried."),
+		resyncs: set.Counter("sync_resyncs_total",
+			"Times every extent map was pushed again because the target had lost them."),
+		pending: set.Gauge("sync_pending", "Inodes whose committed extent-map changes wait to be pushed."),
+		grants:  set.Gauge("grants", "Grants of file extents to other hosts live now."),
+		commits: set.CounterVec("commits_total",
+			"Metadata commits, by result: ok, error (a device error failed the file system), fenced (another host took it over).",
+			"result"),
+		commitDur: set.Histogram("commit_duration_seconds",
+			"Time to commit a metadata transaction: generation check, journal write and flushes, checkpoint.",
+			prometheus.ExponentialBuckets(50e-6, 2, 16)),
+		journaled: set.Counter("journal_blocks_total", "Metadata block images written to the journal by commits."),
 	}
-	m.commits = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "nearstore_offloadfs_commits_total",
-		Help: "Metadata commits, by result: ok, error (a device error failed the file system), fenced (another host took it over).",
-	}, []string{"result"})
-	m.commitDur = prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:    "nearstore_offloadfs_commit_duration_seconds",
-		Help:    "Time to commit a metadata transaction: generation check, journal write and flushes, checkpoint.",
-		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16),
-	})
-	m.journaled = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "nearstore_offloadfs_journal_blocks_total",
-		Help: "Metadata block images written to the journal by commits.",
-	})
-	reg.MustRegister(m.requests, m.mismatches, m.maps, m.syncErrors, m.resyncs, m.pending, m.grants,
-		m.commits, m.commitDur, m.journaled)
-	return m
 }
 
 // The methods below accept a nil *Metrics, so the file system calls them

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nearstore/nearstore/internal/metrics"
 	"github.com/nearstore/nearstore/nvme"
 )
 
@@ -33,77 +34,51 @@ type Metrics struct {
 
 // NewMetrics creates the target's metrics and registers them with reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_target_commands_total",
-			Help: "Commands completed, by subsystem, namespace, operation and result.",
-		}, []string{"subsystem", "nsid", "op", "result"}),
-		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_target_bytes_total",
-			Help: "Data bytes moved for hosts, by subsystem, namespace and direction.",
-		}, []string{"subsystem", "nsid", "direction"}),
-		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "nearstore_target_command_duration_seconds",
-			Help:    "Time from a command's capsule arriving to its completion being sent.",
-			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 20),
-		}, []string{"subsystem", "nsid", "op"}),
-		connections: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "nearstore_target_connections",
-			Help: "Open NVMe/TCP connections (one per queue).",
-		}),
-		accepted: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "nearstore_target_connections_accepted_total",
-			Help: "NVMe/TCP connections accepted.",
-		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_target_errors_total",
-			Help: "Errors by kind: transport (fatal PDU errors), keep_alive_timeout, command (non-success completions).",
-		}, []string{"kind"}),
-		stale: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_target_stale_requests_total",
-			Help: "Function requests refused because they named an extent-map version the target does not hold, by subsystem and namespace.",
-		}, []string{"subsystem", "nsid"}),
-		denied: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_target_access_denied_total",
-			Help: "Commands refused with Access Denied: task hosts outside their grants, and grants refused to task hosts.",
-		}, []string{"subsystem", "nsid"}),
-		maps: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "nearstore_target_extent_maps",
-			Help: "Extent maps held, of all hosts, by subsystem and namespace (removals not counted).",
-		}, []string{"subsystem", "nsid"}),
-		mapExtents: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "nearstore_target_extent_map_extents",
-			Help: "Extents of the extent maps held, by subsystem and namespace.",
-		}, []string{"subsystem", "nsid"}),
-		mapUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "nearstore_target_extent_map_updates_total",
-			Help: "Extent map updates received, by result: applied, or ignored as not newer than the version held.",
-		}, []string{"subsystem", "nsid", "result"}),
-		grants: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "nearstore_target_grants",
-			Help: "Grants held, expired ones not yet released included, by subsystem and namespace.",
-		}, []string{"subsystem", "nsid"}),
+	set := metrics.New(reg, "target")
+	return &Metrics{
+		commands: set.CounterVec("commands_total",
+			"Commands completed, by subsystem, namespace, operation and result.",
+			"subsystem", "nsid", "op", "result"),
+		bytes: set.CounterVec("bytes_total",
+			"Data bytes moved for hosts, by subsystem, namespace and direction.",
+			"subsystem", "nsid", "direction"),
+		latency: set.HistogramVec("command_duration_seconds",
+			"Time from a command's capsule arriving to its completion being sent.",
+			prometheus.ExponentialBuckets(5e-6, 2, 20), "subsystem", "nsid", "op"),
+		connections: set.Gauge("connections", "Open NVMe/TCP connections (one per queue)."),
+		accepted:    set.Counter("connections_accepted_total", "NVMe/TCP connections accepted."),
+		errors: set.CounterVec("errors_total",
+			"Errors by kind: transport (fatal PDU errors), keep_alive_timeout, command (non-success completions).",
+			"kind"),
+		stale: set.CounterVec("stale_requests_total",
+			"Function requests refused because they named an extent-map version the target does not hold, by subsystem and namespace.",
+			"subsystem", "nsid"),
+		denied: set.CounterVec("access_denied_total",
+			"Commands refused with Access Denied: task hosts outside their grants, and grants refused to task hosts.",
+			"subsystem", "nsid"),
+		maps: set.GaugeVec("extent_maps",
+			"Extent maps held, of all hosts, by subsystem and namespace (removals not counted).",
+			"subsystem", "nsid"),
+		mapExtents: set.GaugeVec("extent_map_extents",
+			"Extents of the extent maps held, by subsystem and namespace.",
+			"subsystem", "nsid"),
+		mapUpdates: set.CounterVec("extent_map_updates_total",
+			"Extent map updates received, by result: applied, or ignored as not newer than the version held.",
+			"subsystem", "nsid", "result"),
+		grants: set.GaugeVec("grants",
+			"Grants held, expired ones not yet released included, by subsystem and namespace.",
+			"subsystem", "nsid"),
+		bufBytes: set.Gauge("command_buffer_bytes",
+			"Bytes of command buffers (in-capsule data, H2C data, results) hosts' commands hold now."),
+		bufPeak: set.Gauge("command_buffer_bytes_peak",
+			"The most bytes of command buffers hosts' commands have held at once."),
+		kvDeviceIOs: set.CounterVec("kv_device_ios_total",
+			"Device I/Os KV commands took, by subsystem, namespace, operation and kind (read or write).",
+			"subsystem", "nsid", "op", "kind"),
+		funcCPU: set.CounterVec("function_cpu_seconds_total",
+			"Time function code ran on the target's function CPU slots, by host NQN (the series of a host goes when its state is dropped after its lease).",
+			"host"),
 	}
-	m.bufBytes = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "nearstore_target_command_buffer_bytes",
-		Help: "Bytes of command buffers (in-capsule data, H2C data, results) hosts' commands hold now.",
-	})
-	m.bufPeak = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "nearstore_target_command_buffer_bytes_peak",
-		Help: "The most bytes of command buffers hosts' commands have held at once.",
-	})
-	m.kvDeviceIOs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "nearstore_target_kv_device_ios_total",
-		Help: "Device I/Os KV commands took, by subsystem, namespace, operation and kind (read or write).",
-	}, []string{"subsystem", "nsid", "op", "kind"})
-	m.funcCPU = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "nearstore_target_function_cpu_seconds_total",
-		Help: "Time function code ran on the target's function CPU slots, by host NQN (the series of a host goes when its state is dropped after its lease).",
-	}, []string{"host"})
-	reg.MustRegister(m.funcCPU)
-	reg.MustRegister(m.commands, m.bytes, m.latency, m.connections, m.accepted, m.errors,
-		m.stale, m.denied, m.maps, m.mapExtents, m.mapUpdates, m.grants, m.bufBytes, m.bufPeak, m.kvDeviceIOs)
-	return m
 }
 
 func (m *Metrics) staleRequest(ss string, nsid uint32) {

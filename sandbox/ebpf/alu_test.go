@@ -154,6 +154,8 @@ func TestJumps(t *testing.T) {
 		{"jset", 0b1010, 0b0010, asm.JSet, false, true},
 		{"jset no", 0b1010, 0b0101, asm.JSet, false, false},
 		{"jset32 upper ignored", 0x1_0000_0000, 0x1_0000_0000, asm.JSet, true, false},
+		{"jset32 no", 0b1010, 0b0101, asm.JSet, true, false},
+		{"jset32", 0x1_0000_0003, 0b0010, asm.JSet, true, true},
 		{"jgt32", 0xffff_ffff, 1, asm.JGT, true, true},
 		{"jsgt32 signed", 0xffff_ffff, 1, asm.JSGT, true, false},
 		{"jslt32", 0x8000_0000, 0, asm.JSLT, true, true},

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"testing"
 	"time"
@@ -45,7 +46,11 @@ func loadObj(t testing.TB, name string, lim sandbox.Limits) sandbox.Module {
 }
 
 // runRaw links insns as a pushdown entry and runs it once with R1 = the
-// context's address, returning the full 64-bit R0.
+// context's address, returning the full 64-bit R0. Unless -interpreter,
+// it runs a translatable program translated to wasm as well and fails the
+// test if the two engines disagree (a budget error aside: the two count
+// instructions at different points), so every ALU and jump case checks
+// both.
 func runRaw(t testing.TB, insns asm.Instructions, lim sandbox.Limits) (uint64, error) {
 	t.Helper()
 	if lim.Time == 0 {
@@ -55,8 +60,25 @@ func runRaw(t testing.TB, insns asm.Instructions, lim sandbox.Limits) (uint64, e
 	if err != nil {
 		return 0, err
 	}
-	in := m.newInstance()
-	return in.run(context.Background(), m.pushdown, &m.lim, [5]uint64{ctxAddr})
+	ctx := context.Background()
+	r0, err := m.newInstance().run(ctx, m.pushdown, &m.lim, [5]uint64{ctxAddr})
+	if m.pushT == nil {
+		return r0, err
+	}
+	in, werr := m.newWasmInstance(ctx)
+	if werr != nil {
+		t.Fatal(werr)
+	}
+	w := in.wp
+	w.mapRegions(w.view(), uint32(len(m.rodata)), 0, 0, 0, true)
+	wr0, werr := in.callWasm(ctx, w, [5]uint64{ctxAddr})
+	if errors.Is(err, sandbox.ErrTimeout) || errors.Is(werr, sandbox.ErrTimeout) {
+		return r0, err
+	}
+	if wr0 != r0 || (werr == nil) != (err == nil) {
+		t.Errorf("interpreter: %#x, %v; translated to wasm: %#x, %v", r0, err, wr0, werr)
+	}
+	return r0, err
 }
 
 // mustModule links insns as entry or fails the test.

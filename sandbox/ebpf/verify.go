@@ -509,45 +509,17 @@ func decode(ins *asm.Instruction) (insn, error) {
 			return d, err
 		}
 		is64 := cls == asm.ALU64Class
-		pick := func(i64, i32 op) op {
-			o := i32
+		if a := aluByBPF(alu); a != nil {
+			d.op = a.op32
 			if is64 {
-				o = i64
+				d.op = a.op64
 			}
 			if reg {
-				o++
+				d.op++
 			}
-			return o
+			return d, nil
 		}
 		switch alu {
-		case asm.Add:
-			d.op = pick(opAddI, opAdd32I)
-		case asm.Sub:
-			d.op = pick(opSubI, opSub32I)
-		case asm.Mul:
-			d.op = pick(opMulI, opMul32I)
-		case asm.Div:
-			d.op = pick(opDivI, opDiv32I)
-		case asm.SDiv:
-			d.op = pick(opSDivI, opSDiv32I)
-		case asm.Mod:
-			d.op = pick(opModI, opMod32I)
-		case asm.SMod:
-			d.op = pick(opSModI, opSMod32I)
-		case asm.Or:
-			d.op = pick(opOrI, opOr32I)
-		case asm.And:
-			d.op = pick(opAndI, opAnd32I)
-		case asm.Xor:
-			d.op = pick(opXorI, opXor32I)
-		case asm.LSh:
-			d.op = pick(opLshI, opLsh32I)
-		case asm.RSh:
-			d.op = pick(opRshI, opRsh32I)
-		case asm.ArSh:
-			d.op = pick(opArshI, opArsh32I)
-		case asm.Mov:
-			d.op = pick(opMovI, opMov32I)
 		case asm.Neg:
 			if reg {
 				return d, fmt.Errorf("opcode %#x: neg takes no source register", uint32(opc))
@@ -642,41 +614,13 @@ func decode(ins *asm.Instruction) (insn, error) {
 		} else if err := zero("src", int64(ins.Src)); err != nil {
 			return d, err
 		}
-		var base op
-		switch jop {
-		case asm.JEq:
-			base = opJeqI
-		case asm.JGT:
-			base = opJgtI
-		case asm.JGE:
-			base = opJgeI
-		case asm.JLT:
-			base = opJltI
-		case asm.JLE:
-			base = opJleI
-		case asm.JSet:
-			base = opJsetI
-		case asm.JNE:
-			base = opJneI
-		case asm.JSGT:
-			base = opJsgtI
-		case asm.JSGE:
-			base = opJsgeI
-		case asm.JSLT:
-			base = opJsltI
-		case asm.JSLE:
-			base = opJsleI
-		default:
-			return d, fmt.Errorf("invalid jump opcode %#x", uint32(opc))
+		for k := range condJumps {
+			if condJumps[k].bpf == jop {
+				d.op = condJumpOp(k, is32, reg)
+				return d, nil
+			}
 		}
-		if is32 {
-			base += opJeq32I - opJeqI
-		}
-		if reg {
-			base++
-		}
-		d.op = base
-		return d, nil
+		return d, fmt.Errorf("invalid jump opcode %#x", uint32(opc))
 
 	case asm.LdClass:
 		if !opc.IsDWordLoad() {

@@ -205,6 +205,22 @@ func (c *code) call(f uint32) {
 	c.u32(f)
 }
 
+// operand pushes an instruction's second operand: the immediate, or
+// local s; its low 32 bits when is32.
+func (c *code) operand(s uint32, imm uint64, useImm, is32 bool) {
+	switch {
+	case useImm && is32:
+		c.i32(int32(uint32(imm)))
+	case useImm:
+		c.i64(int64(imm))
+	case is32:
+		c.get(s)
+		c.op(wI32WrapI64)
+	default:
+		c.get(s)
+	}
+}
+
 // mem emits a memory instruction with alignment hint 0 and offset off.
 func (c *code) mem(op byte, off uint32) {
 	c.op(op, 0)
@@ -368,14 +384,12 @@ func emitInsn(c *code, p *program, i, b, nb int, blockOf []int, maxBack uint64) 
 	ins := &p.insns[i]
 	d, s := regLocal(ins.dst&15), regLocal(ins.src&15)
 	imm := int64(ins.imm)
+	src64 := func(useImm bool) { c.operand(s, ins.imm, useImm, false) }
+	src32 := func(useImm bool) { c.operand(s, ins.imm, useImm, true) }
 	// bin64 emits rd = rd OP (imm or rs).
 	bin64 := func(w byte, useImm bool) {
 		c.get(d)
-		if useImm {
-			c.i64(imm)
-		} else {
-			c.get(s)
-		}
+		src64(useImm)
 		c.op(w)
 		c.set(d)
 	}
@@ -383,30 +397,9 @@ func emitInsn(c *code, p *program, i, b, nb int, blockOf []int, maxBack uint64) 
 	bin32 := func(w byte, useImm bool) {
 		c.get(d)
 		c.op(wI32WrapI64)
-		if useImm {
-			c.i32(int32(uint32(ins.imm)))
-		} else {
-			c.get(s)
-			c.op(wI32WrapI64)
-		}
+		src32(useImm)
 		c.op(w, wI64ExtI32U)
 		c.set(d)
-	}
-	// src64 pushes the second operand.
-	src64 := func(useImm bool) {
-		if useImm {
-			c.i64(imm)
-		} else {
-			c.get(s)
-		}
-	}
-	src32 := func(useImm bool) {
-		if useImm {
-			c.i32(int32(uint32(ins.imm)))
-		} else {
-			c.get(s)
-			c.op(wI32WrapI64)
-		}
 	}
 	// div64 emits the kernel's division rules: x/0 = 0, x%0 = x; signed
 	// MinInt64/-1 wraps (wasm would trap).
@@ -519,86 +512,40 @@ func emitInsn(c *code, p *program, i, b, nb int, blockOf []int, maxBack uint64) 
 		}
 		c.set(d)
 	}
+	if a, is32, useImm := aluOf(ins.op); a != nil {
+		switch {
+		case a.kind == aluDiv && is32:
+			div32(useImm, a.signed, a.rem)
+		case a.kind == aluDiv:
+			div64(useImm, a.signed, a.rem)
+		case a.kind == aluMov && is32:
+			src32(useImm)
+			c.op(wI64ExtI32U)
+			c.set(d)
+		case a.kind == aluMov:
+			src64(useImm)
+			c.set(d)
+		case is32:
+			bin32(a.w32, useImm)
+		default:
+			bin64(a.w64, useImm)
+		}
+		return
+	}
 	switch o := ins.op; o {
-	case opAddI, opAddR:
-		bin64(wI64Add, o == opAddI)
-	case opSubI, opSubR:
-		bin64(wI64Sub, o == opSubI)
-	case opMulI, opMulR:
-		bin64(wI64Mul, o == opMulI)
-	case opDivI, opDivR:
-		div64(o == opDivI, false, false)
-	case opSDivI, opSDivR:
-		div64(o == opSDivI, true, false)
-	case opModI, opModR:
-		div64(o == opModI, false, true)
-	case opSModI, opSModR:
-		div64(o == opSModI, true, true)
-	case opOrI, opOrR:
-		bin64(wI64Or, o == opOrI)
-	case opAndI, opAndR:
-		bin64(wI64And, o == opAndI)
-	case opXorI, opXorR:
-		bin64(wI64Xor, o == opXorI)
-	case opLshI, opLshR:
-		bin64(wI64Shl, o == opLshI)
-	case opRshI, opRshR:
-		bin64(wI64ShrU, o == opRshI)
-	case opArshI, opArshR:
-		bin64(wI64ShrS, o == opArshI)
 	case opNeg:
 		c.i64(0)
 		c.get(d)
 		c.op(wI64Sub)
 		c.set(d)
-	case opMovI:
-		c.i64(imm)
-		c.set(d)
-	case opMovR:
-		c.get(s)
-		c.set(d)
 	case opMovSX8, opMovSX16, opMovSX32:
 		c.get(s)
 		c.op(map[op]byte{opMovSX8: wI64Ext8S, opMovSX16: wI64Ext16S, opMovSX32: wI64Ext32S}[o])
 		c.set(d)
-	case opAdd32I, opAdd32R:
-		bin32(wI32Add, o == opAdd32I)
-	case opSub32I, opSub32R:
-		bin32(wI32Sub, o == opSub32I)
-	case opMul32I, opMul32R:
-		bin32(wI32Mul, o == opMul32I)
-	case opDiv32I, opDiv32R:
-		div32(o == opDiv32I, false, false)
-	case opSDiv32I, opSDiv32R:
-		div32(o == opSDiv32I, true, false)
-	case opMod32I, opMod32R:
-		div32(o == opMod32I, false, true)
-	case opSMod32I, opSMod32R:
-		div32(o == opSMod32I, true, true)
-	case opOr32I, opOr32R:
-		bin32(wI32Or, o == opOr32I)
-	case opAnd32I, opAnd32R:
-		bin32(wI32And, o == opAnd32I)
-	case opXor32I, opXor32R:
-		bin32(wI32Xor, o == opXor32I)
-	case opLsh32I, opLsh32R:
-		bin32(wI32Shl, o == opLsh32I)
-	case opRsh32I, opRsh32R:
-		bin32(wI32ShrU, o == opRsh32I)
-	case opArsh32I, opArsh32R:
-		bin32(wI32ShrS, o == opArsh32I)
 	case opNeg32:
 		c.i32(0)
 		c.get(d)
 		c.op(wI32WrapI64, wI32Sub, wI64ExtI32U)
-		c.set(d)
-	case opMov32I:
-		c.i64(int64(uint32(ins.imm)))
-		c.set(d)
-	case opMov32R:
-		c.get(s)
-		c.i64(math.MaxUint32)
-		c.op(wI64And)
 		c.set(d)
 	case opMovSX8x32, opMovSX16x32:
 		c.get(s)
@@ -653,96 +600,30 @@ func emitInsn(c *code, p *program, i, b, nb int, blockOf []int, maxBack uint64) 
 			c.op(wUnreachable)
 			return
 		}
-		emitJump(c, p, i, b, nb, blockOf, maxBack, d, s, imm)
+		emitJump(c, p, i, b, nb, blockOf, maxBack, d, s)
 	}
-}
-
-// jumpCmp maps a conditional jump to its wasm comparison: whether it is
-// 32-bit, the comparison opcode, and whether it is jset (and, != 0).
-func jumpCmp(o op) (is32 bool, w byte, set bool) {
-	switch o {
-	case opJeqI, opJeqR:
-		return false, wI64Eq, false
-	case opJneI, opJneR:
-		return false, wI64Ne, false
-	case opJgtI, opJgtR:
-		return false, wI64GtU, false
-	case opJgeI, opJgeR:
-		return false, wI64GeU, false
-	case opJltI, opJltR:
-		return false, wI64LtU, false
-	case opJleI, opJleR:
-		return false, wI64LeU, false
-	case opJsgtI, opJsgtR:
-		return false, wI64GtS, false
-	case opJsgeI, opJsgeR:
-		return false, wI64GeS, false
-	case opJsltI, opJsltR:
-		return false, wI64LtS, false
-	case opJsleI, opJsleR:
-		return false, wI64LeS, false
-	case opJsetI, opJsetR:
-		return false, wI64And, true
-	case opJeq32I, opJeq32R:
-		return true, wI32Eq, false
-	case opJne32I, opJne32R:
-		return true, wI32Ne, false
-	case opJgt32I, opJgt32R:
-		return true, wI32GtU, false
-	case opJge32I, opJge32R:
-		return true, wI32GeU, false
-	case opJlt32I, opJlt32R:
-		return true, wI32LtU, false
-	case opJle32I, opJle32R:
-		return true, wI32LeU, false
-	case opJsgt32I, opJsgt32R:
-		return true, wI32GtS, false
-	case opJsge32I, opJsge32R:
-		return true, wI32GeS, false
-	case opJslt32I, opJslt32R:
-		return true, wI32LtS, false
-	case opJsle32I, opJsle32R:
-		return true, wI32LeS, false
-	}
-	return true, wI32Ne, true // jset32
-}
-
-// immForm reports whether a conditional jump compares with its immediate.
-func immForm(o op) bool {
-	// The opcode table pairs each comparison as I then R.
-	return (o-opJeqI)%2 == 0
 }
 
 // emitJump emits instruction i, a jump in block b.
-func emitJump(c *code, p *program, i, b, nb int, blockOf []int, maxBack uint64, d, s uint32, imm int64) {
+func emitJump(c *code, p *program, i, b, nb int, blockOf []int, maxBack uint64, d, s uint32) {
 	ins := &p.insns[i]
 	t := int(ins.off)
 	cond := ins.op != opJa
 	if cond {
-		is32, w, set := jumpCmp(ins.op)
-		useImm := immForm(ins.op)
+		j, is32, useImm := condJumpOf(ins.op)
 		c.get(d)
 		if is32 {
 			c.op(wI32WrapI64)
-			if useImm {
-				c.i32(int32(uint32(ins.imm)))
-			} else {
-				c.get(s)
-				c.op(wI32WrapI64)
-			}
-			c.op(w)
-			if set {
+			c.operand(s, ins.imm, useImm, true)
+			c.op(j.w32)
+			if j.set {
 				c.i32(0)
 				c.op(wI32Ne)
 			}
 		} else {
-			if useImm {
-				c.i64(imm)
-			} else {
-				c.get(s)
-			}
-			c.op(w)
-			if set {
+			c.operand(s, ins.imm, useImm, false)
+			c.op(j.w64)
+			if j.set {
 				c.i64(0)
 				c.op(wI64Ne)
 			}

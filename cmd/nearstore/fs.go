@@ -148,6 +148,19 @@ func fsWith(cmd *cobra.Command, g *globals, c *conn, rw bool, fn func(fsys *offl
 	return fsDescribe(fn(s.fsys))
 }
 
+// fsCommand completes cmd, an fs subcommand that works on the file
+// system: it takes the connection flags, and its run mounts the file
+// system (read-write if rw), calls run, and commits (if rw) and unmounts,
+// as fsWith does.
+func fsCommand(g *globals, rw bool, cmd *cobra.Command, run func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error) *cobra.Command {
+	var c conn
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return fsWith(cmd, g, &c, rw, func(fsys *offloadfs.FS) error { return run(cmd, args, fsys) })
+	}
+	c.flags(cmd)
+	return cmd
+}
+
 // fsPath is the absolute form of a path in the file system.
 func fsPath(p string) string { return path.Clean("/" + p) }
 
@@ -300,11 +313,8 @@ func (e fsEntry) name() string {
 }
 
 func newFSLsCmd(g *globals) *cobra.Command {
-	var (
-		c                            conn
-		long, recurse, human, asJSON bool
-	)
-	cmd := &cobra.Command{
+	var long, recurse, human, asJSON bool
+	cmd := fsCommand(g, false, &cobra.Command{
 		Use:   "ls [PATH]",
 		Short: "List a directory (default: the root)",
 		Long: `ls lists a directory's entries by name, directories with a trailing slash;
@@ -312,52 +322,48 @@ a file lists itself. -l adds the type and size, the inode and its
 extent-map version, and the modification time. -R lists the whole tree
 below PATH, one path (relative to PATH) a line, depth first in name order.`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			root := "/"
-			if len(args) == 1 {
-				root = fsPath(args[0])
+	}, func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error {
+		root := "/"
+		if len(args) == 1 {
+			root = fsPath(args[0])
+		}
+		fi, err := fsys.Stat(root)
+		if err != nil {
+			return err
+		}
+		var ents []fsEntry
+		if !fi.IsDir() {
+			ents = []fsEntry{newFSEntry(path.Base(root), fi)}
+		} else if ents, err = fsList(fsys, root, recurse); err != nil {
+			return err
+		}
+		w := cmd.OutOrStdout()
+		switch {
+		case asJSON:
+			if ents == nil {
+				ents = []fsEntry{}
 			}
-			return fsWith(cmd, g, &c, false, func(fsys *offloadfs.FS) error {
-				fi, err := fsys.Stat(root)
-				if err != nil {
-					return err
+			return json.NewEncoder(w).Encode(ents)
+		case long:
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "TYPE\tSIZE\tINODE\tVERSION\tMODIFIED\tNAME")
+			for _, e := range ents {
+				size := strconv.FormatInt(e.Size, 10)
+				if human {
+					size = volume.FormatSize(e.Size)
 				}
-				var ents []fsEntry
-				if !fi.IsDir() {
-					ents = []fsEntry{newFSEntry(path.Base(root), fi)}
-				} else if ents, err = fsList(fsys, root, recurse); err != nil {
-					return err
-				}
-				w := cmd.OutOrStdout()
-				switch {
-				case asJSON:
-					if ents == nil {
-						ents = []fsEntry{}
-					}
-					return json.NewEncoder(w).Encode(ents)
-				case long:
-					tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-					fmt.Fprintln(tw, "TYPE\tSIZE\tINODE\tVERSION\tMODIFIED\tNAME")
-					for _, e := range ents {
-						size := strconv.FormatInt(e.Size, 10)
-						if human {
-							size = volume.FormatSize(e.Size)
-						}
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", e.Type, size, e.Inode, e.Version,
-							e.Modified.Local().Format("2006-01-02 15:04:05"), e.name())
-					}
-					return tw.Flush()
-				}
-				for _, e := range ents {
-					if _, err := fmt.Fprintln(w, e.name()); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		},
-	}
-	c.flags(cmd)
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\n", e.Type, size, e.Inode, e.Version,
+					e.Modified.Local().Format("2006-01-02 15:04:05"), e.name())
+			}
+			return tw.Flush()
+		}
+		for _, e := range ents {
+			if _, err := fmt.Fprintln(w, e.name()); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	f := cmd.Flags()
 	f.BoolVarP(&long, "long", "l", false, "type, size, inode, version and time")
 	f.BoolVarP(&recurse, "recursive", "R", false, "the whole tree below PATH")
@@ -459,40 +465,34 @@ interrupted put leaves REMOTE as it was.`,
 }
 
 func newFSGetCmd(g *globals) *cobra.Command {
-	var c conn
-	cmd := &cobra.Command{
+	return fsCommand(g, false, &cobra.Command{
 		Use:   "get REMOTE LOCAL",
 		Short: "Copy a file out of the file system (LOCAL - for stdout)",
 		Long: `get copies REMOTE to LOCAL (- writes stdout). If LOCAL is a directory, the
 file goes into it under REMOTE's name. It is written under a temporary name
 and renamed into place when complete.`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			remote, local := fsPath(args[0]), args[1]
-			return fsWith(cmd, g, &c, false, func(fsys *offloadfs.FS) error {
-				f, err := fsys.Open(remote)
-				if err != nil {
-					return err
-				}
-				defer f.Close()
-				if fi, err := f.Stat(); err != nil {
-					return err
-				} else if fi.IsDir() {
-					return fsErrorf(syscall.EISDIR, "get", remote)
-				}
-				if local == "-" {
-					_, err := fsCopy(cmd.Context(), cmd.OutOrStdout(), f)
-					return err
-				}
-				if fi, err := os.Stat(local); err == nil && fi.IsDir() {
-					local = filepath.Join(local, path.Base(remote))
-				}
-				return fsGet(cmd.Context(), local, f)
-			})
-		},
-	}
-	c.flags(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error {
+		remote, local := fsPath(args[0]), args[1]
+		f, err := fsys.Open(remote)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if fi, err := f.Stat(); err != nil {
+			return err
+		} else if fi.IsDir() {
+			return fsErrorf(syscall.EISDIR, "get", remote)
+		}
+		if local == "-" {
+			_, err := fsCopy(cmd.Context(), cmd.OutOrStdout(), f)
+			return err
+		}
+		if fi, err := os.Stat(local); err == nil && fi.IsDir() {
+			local = filepath.Join(local, path.Base(remote))
+		}
+		return fsGet(cmd.Context(), local, f)
+	})
 }
 
 // fsGet writes src to a temporary file next to local and renames it into
@@ -524,137 +524,111 @@ func fsGet(ctx context.Context, local string, src io.Reader) error {
 }
 
 func newFSCatCmd(g *globals) *cobra.Command {
-	var c conn
-	cmd := &cobra.Command{
+	return fsCommand(g, false, &cobra.Command{
 		Use:   "cat PATH...",
 		Short: "Write files to stdout",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsWith(cmd, g, &c, false, func(fsys *offloadfs.FS) error {
-				for _, a := range args {
-					p := fsPath(a)
-					f, err := fsys.Open(p)
-					if err != nil {
-						return err
-					}
-					if fi, err := f.Stat(); err == nil && fi.IsDir() {
-						f.Close()
-						return fsErrorf(syscall.EISDIR, "cat", p)
-					}
-					_, err = fsCopy(cmd.Context(), cmd.OutOrStdout(), f)
-					f.Close()
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		},
-	}
-	c.flags(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error {
+		for _, a := range args {
+			p := fsPath(a)
+			f, err := fsys.Open(p)
+			if err != nil {
+				return err
+			}
+			if fi, err := f.Stat(); err == nil && fi.IsDir() {
+				f.Close()
+				return fsErrorf(syscall.EISDIR, "cat", p)
+			}
+			_, err = fsCopy(cmd.Context(), cmd.OutOrStdout(), f)
+			f.Close()
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 func newFSRmCmd(g *globals) *cobra.Command {
-	var (
-		c                  conn
-		recursive, missing bool
-	)
-	cmd := &cobra.Command{
+	var recursive, missing bool
+	cmd := fsCommand(g, true, &cobra.Command{
 		Use:   "rm PATH...",
 		Short: "Remove files (and with -r, directories and their contents)",
 		Long: `rm removes files. Directories need -r, which removes them with everything
 in them. With -f, paths that do not exist are not an error. rm goes on
 after an error, and fails if any path failed.`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsWith(cmd, g, &c, true, func(fsys *offloadfs.FS) error {
-				var errs []error
-				for _, a := range args {
-					p := fsPath(a)
-					fi, err := fsys.Stat(p)
-					switch {
-					case errors.Is(err, iofs.ErrNotExist) && missing:
-						continue
-					case err != nil:
-					case p == "/":
-						err = fmt.Errorf("rm /: refusing to remove the root")
-					case fi.IsDir() && !recursive:
-						err = &fsCLIError{fmt.Sprintf("rm %s: is a directory (use -r)", p), syscall.EISDIR}
-					case fi.IsDir():
-						err = fsys.RemoveAll(p)
-					default:
-						err = fsys.Remove(p)
-					}
-					if err != nil {
-						errs = append(errs, fsDescribe(err))
-					}
-				}
-				return errors.Join(errs...)
-			})
-		},
-	}
-	c.flags(cmd)
+	}, func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error {
+		var errs []error
+		for _, a := range args {
+			p := fsPath(a)
+			fi, err := fsys.Stat(p)
+			switch {
+			case errors.Is(err, iofs.ErrNotExist) && missing:
+				continue
+			case err != nil:
+			case p == "/":
+				err = fmt.Errorf("rm /: refusing to remove the root")
+			case fi.IsDir() && !recursive:
+				err = &fsCLIError{fmt.Sprintf("rm %s: is a directory (use -r)", p), syscall.EISDIR}
+			case fi.IsDir():
+				err = fsys.RemoveAll(p)
+			default:
+				err = fsys.Remove(p)
+			}
+			if err != nil {
+				errs = append(errs, fsDescribe(err))
+			}
+		}
+		return errors.Join(errs...)
+	})
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove directories and their contents")
 	cmd.Flags().BoolVarP(&missing, "force", "f", false, "ignore paths that do not exist")
 	return cmd
 }
 
 func newFSMkdirCmd(g *globals) *cobra.Command {
-	var (
-		c       conn
-		parents bool
-	)
-	cmd := &cobra.Command{
+	var parents bool
+	cmd := fsCommand(g, true, &cobra.Command{
 		Use:   "mkdir PATH...",
 		Short: "Make directories",
 		Args:  cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return fsWith(cmd, g, &c, true, func(fsys *offloadfs.FS) error {
-				for _, a := range args {
-					p := fsPath(a)
-					var err error
-					if parents {
-						err = fsys.MkdirAll(p)
-					} else {
-						err = fsys.Mkdir(p)
-					}
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		},
-	}
-	c.flags(cmd)
+	}, func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error {
+		for _, a := range args {
+			p := fsPath(a)
+			var err error
+			if parents {
+				err = fsys.MkdirAll(p)
+			} else {
+				err = fsys.Mkdir(p)
+			}
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "make parents as needed; no error if it exists")
 	return cmd
 }
 
 func newFSMvCmd(g *globals) *cobra.Command {
-	var c conn
-	cmd := &cobra.Command{
+	return fsCommand(g, true, &cobra.Command{
 		Use:   "mv OLD NEW",
 		Short: "Rename or move a file or directory",
 		Long: `mv renames OLD to NEW, atomically. If NEW is an existing directory, OLD moves
 into it; if it is a file, OLD (a file) replaces it.`,
 		Args: cobra.ExactArgs(2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			oldp, newp := fsPath(args[0]), fsPath(args[1])
-			return fsWith(cmd, g, &c, true, func(fsys *offloadfs.FS) error {
-				if _, err := fsys.Stat(oldp); err != nil {
-					return err
-				}
-				if fi, err := fsys.Stat(newp); err == nil && fi.IsDir() && newp != oldp {
-					newp = path.Join(newp, path.Base(oldp))
-				}
-				return fsys.Rename(oldp, newp)
-			})
-		},
-	}
-	c.flags(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error {
+		oldp, newp := fsPath(args[0]), fsPath(args[1])
+		if _, err := fsys.Stat(oldp); err != nil {
+			return err
+		}
+		if fi, err := fsys.Stat(newp); err == nil && fi.IsDir() && newp != oldp {
+			newp = path.Join(newp, path.Base(oldp))
+		}
+		return fsys.Rename(oldp, newp)
+	})
 }
 
 // fsStat is stat's report.
@@ -848,45 +822,38 @@ not check (the target cannot be reached, the file system does not mount).`,
 }
 
 func newFSDfCmd(g *globals) *cobra.Command {
-	var (
-		c      conn
-		asJSON bool
-	)
-	cmd := &cobra.Command{
+	var asJSON bool
+	cmd := fsCommand(g, false, &cobra.Command{
 		Use:   "df",
 		Short: "Show space and inodes used and free",
 		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fsWith(cmd, g, &c, false, func(fsys *offloadfs.FS) error {
-				u := fsys.Usage()
-				w := cmd.OutOrStdout()
-				if asJSON {
-					return json.NewEncoder(w).Encode(struct {
-						BlockSize    int    `json:"block_size"`
-						Blocks       uint64 `json:"blocks"`
-						FreeBlocks   uint64 `json:"free_blocks"`
-						Inodes       uint64 `json:"inodes"`
-						FreeInodes   uint64 `json:"free_inodes"`
-						JournalBytes uint64 `json:"journal_bytes"`
-						CommitSeq    uint64 `json:"commit_seq"`
-					}{u.BlockSize, u.Blocks, u.FreeBlocks, u.Inodes, u.FreeInodes, u.JournalSize, u.CommitSeq})
-				}
-				bs := int64(u.BlockSize)
-				used := u.Blocks - u.FreeBlocks
-				pct := 0.0
-				if u.Blocks > 0 {
-					pct = 100 * float64(used) / float64(u.Blocks)
-				}
-				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-				fmt.Fprintln(tw, "SIZE\tUSED\tFREE\tUSE%\tINODES\tIUSED\tIFREE\tBLOCK\tJOURNAL\t")
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f%%\t%d\t%d\t%d\t%s\t%s\t\n",
-					volume.FormatSize(int64(u.Blocks)*bs), volume.FormatSize(int64(used)*bs), volume.FormatSize(int64(u.FreeBlocks)*bs),
-					pct, u.Inodes, u.Inodes-u.FreeInodes, u.FreeInodes, volume.FormatSize(bs), volume.FormatSize(int64(u.JournalSize)))
-				return tw.Flush()
-			})
-		},
-	}
-	c.flags(cmd)
+	}, func(cmd *cobra.Command, _ []string, fsys *offloadfs.FS) error {
+		u := fsys.Usage()
+		w := cmd.OutOrStdout()
+		if asJSON {
+			return json.NewEncoder(w).Encode(struct {
+				BlockSize    int    `json:"block_size"`
+				Blocks       uint64 `json:"blocks"`
+				FreeBlocks   uint64 `json:"free_blocks"`
+				Inodes       uint64 `json:"inodes"`
+				FreeInodes   uint64 `json:"free_inodes"`
+				JournalBytes uint64 `json:"journal_bytes"`
+				CommitSeq    uint64 `json:"commit_seq"`
+			}{u.BlockSize, u.Blocks, u.FreeBlocks, u.Inodes, u.FreeInodes, u.JournalSize, u.CommitSeq})
+		}
+		bs := int64(u.BlockSize)
+		used := u.Blocks - u.FreeBlocks
+		pct := 0.0
+		if u.Blocks > 0 {
+			pct = 100 * float64(used) / float64(u.Blocks)
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "SIZE\tUSED\tFREE\tUSE%\tINODES\tIUSED\tIFREE\tBLOCK\tJOURNAL\t")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0f%%\t%d\t%d\t%d\t%s\t%s\t\n",
+			volume.FormatSize(int64(u.Blocks)*bs), volume.FormatSize(int64(used)*bs), volume.FormatSize(int64(u.FreeBlocks)*bs),
+			pct, u.Inodes, u.Inodes-u.FreeInodes, u.FreeInodes, volume.FormatSize(bs), volume.FormatSize(int64(u.JournalSize)))
+		return tw.Flush()
+	})
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -35,36 +35,31 @@ and its index, so every placement gives the same tensors.`,
 
 func newPrepDatasetCmd(g *globals) *cobra.Command {
 	var (
-		c           conn
 		dir, from   string
 		count, seed int
 	)
-	cmd := &cobra.Command{
+	cmd := fsCommand(g, true, &cobra.Command{
 		Use:   "dataset",
 		Short: "Write a synthetic ImageNet-like image set into the file system, or import a local directory",
 		Example: `  nearstore prep dataset --dir /imagenet --count 2000
   nearstore prep dataset --dir /photos --from ~/Pictures`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fsWith(cmd, g, &c, true, func(fsys *offloadfs.FS) error {
-				start := time.Now()
-				if from != "" {
-					n, err := prep.Import(cmd.Context(), fsys, dir, from)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintf(cmd.OutOrStdout(), "imported %d images into %s in %v\n", n, fsPath(dir), time.Since(start).Round(time.Millisecond))
-					return nil
-				}
-				if err := prep.Generate(cmd.Context(), fsys, dir, count, uint64(seed), nil); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "wrote %d synthetic images into %s in %v\n", count, fsPath(dir), time.Since(start).Round(time.Millisecond))
-				return nil
-			})
-		},
-	}
-	c.flags(cmd)
+	}, func(cmd *cobra.Command, _ []string, fsys *offloadfs.FS) error {
+		start := time.Now()
+		if from != "" {
+			n, err := prep.Import(cmd.Context(), fsys, dir, from)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "imported %d images into %s in %v\n", n, fsPath(dir), time.Since(start).Round(time.Millisecond))
+			return nil
+		}
+		if err := prep.Generate(cmd.Context(), fsys, dir, count, uint64(seed), nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "wrote %d synthetic images into %s in %v\n", count, fsPath(dir), time.Since(start).Round(time.Millisecond))
+		return nil
+	})
 	f := cmd.Flags()
 	f.StringVar(&dir, "dir", "/prep", "directory in the file system")
 	f.StringVar(&from, "from", "", "import the JPEG and PNG files of this local directory instead")

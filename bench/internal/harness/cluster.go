@@ -20,8 +20,8 @@ import (
 )
 
 // ChainClusterSpec describes a local replicated KV cluster, as
-// "nearstore cluster up" runs one: an embedded etcd (in this process)
-// holding the shard map and each group's chain n1 → … → nN, and N
+// "nearstore cluster up" runs one: an embedded etcd (its own process,
+// "nearstore cluster etcd") holding the shard map and each group's chain n1 → … → nN, and N
 // "nearstore node serve" processes, each hosting a replica of every
 // group.
 type ChainClusterSpec struct {
@@ -50,8 +50,9 @@ type ChainClusterSpec struct {
 type ChainCluster struct {
 	// Control is a client of the cluster's etcd.
 	Control *cluster.Control
-	// Endpoint is etcd's client URL.
+	// Endpoint is etcd's client URL, and EtcdPID its process.
 	Endpoint string
+	EtcdPID  int
 	// Nodes are the node processes, n1 first.
 	Nodes   []ClusterNode
 	closers Closers
@@ -63,16 +64,17 @@ type ClusterNode struct {
 	Proc *proc.Process
 }
 
-// NodeRefusedError is a node that exited with status 2 before serving:
-// the binary refused its command line (an unknown --store, say), so the
-// configuration is unavailable in this build rather than broken.
+// NodeRefusedError is a process that exited with status 2 before
+// serving: the binary refused its command line (an unknown --store,
+// say), so the configuration is unavailable in this build rather than
+// broken.
 type NodeRefusedError struct {
-	Node   string
+	Node   string // the process's name ("nearstore node n1")
 	Stderr string
 }
 
 func (e *NodeRefusedError) Error() string {
-	return fmt.Sprintf("bench: node %s refused its command line: %s", e.Node, e.Stderr)
+	return fmt.Sprintf("bench: %s refused its command line: %s", e.Node, e.Stderr)
 }
 
 // StartChainCluster starts the cluster spec describes and waits until
@@ -97,13 +99,21 @@ func StartChainCluster(ctx context.Context, spec ChainClusterSpec) (_ *ChainClus
 			c.Close()
 		}
 	}()
-	e, err := cluster.StartEmbedded(ctx, cluster.EmbedConfig{Dir: filepath.Join(spec.Dir, "etcd")})
+	readyCtx, cancel := context.WithTimeout(ctx, spec.Ready)
+	defer cancel()
+	// etcd runs as its own process ("nearstore cluster etcd", an
+	// embedded etcd), so its CPU and its logs stay out of this one's.
+	etcd, line, err := startPrinting(ctx, readyCtx, proc.Spec{Name: "nearstore cluster etcd", Path: spec.Exe,
+		Args: []string{"cluster", "etcd", "--dir", filepath.Join(spec.Dir, "etcd")}}, "etcd ")
+	if etcd != nil {
+		c.closers = append(c.closers, etcd.Stop)
+	}
 	if err != nil {
 		return nil, err
 	}
-	c.closers = append(c.closers, func() error { e.Close(); return nil })
-	c.Endpoint = e.Endpoints()[0]
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	c.Endpoint = strings.TrimPrefix(line, "etcd ")
+	c.EtcdPID = etcd.Pid()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Endpoint, ","), DialTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("bench: etcd client: %w", err)
 	}
@@ -122,8 +132,6 @@ func StartChainCluster(ctx context.Context, spec ChainClusterSpec) (_ *ChainClus
 			return nil, err
 		}
 	}
-	readyCtx, cancel := context.WithTimeout(ctx, spec.Ready)
-	defer cancel()
 	for _, id := range ids {
 		if err := c.startNode(ctx, readyCtx, spec, id, groups); err != nil {
 			return nil, err
@@ -154,17 +162,31 @@ func StartChainCluster(ctx context.Context, spec ChainClusterSpec) (_ *ChainClus
 func (c *ChainCluster) startNode(ctx, readyCtx context.Context, spec ChainClusterSpec, id string, groups []string) error {
 	args := append([]string{"node", "serve", "--etcd", c.Endpoint, "--groups", strings.Join(groups, ","), "--id", id,
 		"--data", filepath.Join(spec.Dir, id), "--log-level", spec.LogLevel}, spec.NodeArgs...)
-	pr, pw := io.Pipe()
-	ps := proc.Spec{Name: "nearstore node " + id, Path: spec.Exe, Args: args, Stdout: pw}
+	ps := proc.Spec{Name: "nearstore node " + id, Path: spec.Exe, Args: args}
 	if spec.Stderr != nil {
 		ps.Stderr = spec.Stderr(id)
 	}
-	p, err := proc.Start(ctx, ps)
+	p, _, err := startPrinting(ctx, readyCtx, ps, "node "+id+" serving on ")
+	if p != nil {
+		c.Nodes = append(c.Nodes, ClusterNode{ID: id, Proc: p})
+	}
+	return err
+}
+
+// startPrinting starts spec's program (bound to ctx) and waits, until
+// readyCtx ends, for the first line of its standard output, which must
+// begin with prefix; it returns the line without its newline. A program
+// that exits with status 2 before, refusing its command line, is a
+// *NodeRefusedError. The process is returned whenever it started, for
+// the caller to stop.
+func startPrinting(ctx, readyCtx context.Context, spec proc.Spec, prefix string) (*proc.Process, string, error) {
+	pr, pw := io.Pipe()
+	spec.Stdout = pw
+	p, err := proc.Start(ctx, spec)
 	if err != nil {
 		pw.Close()
-		return err
+		return nil, "", err
 	}
-	c.Nodes = append(c.Nodes, ClusterNode{ID: id, Proc: p})
 	go func() {
 		<-p.Done()
 		pw.Close()
@@ -173,22 +195,22 @@ func (c *ChainCluster) startNode(ctx, readyCtx context.Context, spec ChainCluste
 	go func() {
 		br := bufio.NewReader(pr)
 		l, _ := br.ReadString('\n')
-		line <- l
+		line <- strings.TrimSuffix(l, "\n")
 		io.Copy(io.Discard, br)
 	}()
 	select {
 	case l := <-line:
-		if strings.HasPrefix(l, "node "+id+" serving on ") {
-			return nil
+		if strings.HasPrefix(l, prefix) {
+			return p, l, nil
 		}
 		err := p.Wait()
 		var ee *exec.ExitError
 		if errors.As(err, &ee) && ee.ExitCode() == 2 {
-			return &NodeRefusedError{Node: id, Stderr: p.StderrTail()}
+			return p, "", &NodeRefusedError{Node: spec.Name, Stderr: p.StderrTail()}
 		}
-		return fmt.Errorf("bench: node %s did not start (%q): %v", id, l, err)
+		return p, "", fmt.Errorf("bench: %s did not start (%q): %v", spec.Name, l, err)
 	case <-readyCtx.Done():
-		return fmt.Errorf("bench: node %s not serving after %v: %w", id, spec.Ready, readyCtx.Err())
+		return p, "", fmt.Errorf("bench: %s not ready: %w", spec.Name, readyCtx.Err())
 	}
 }
 

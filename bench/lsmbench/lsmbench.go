@@ -275,54 +275,7 @@ func procWchar() (uint64, error) {
 // operation i. If progress is set it is called with the operations
 // started every 2 seconds.
 func runPhase(ctx context.Context, threads int, ops uint64, op func(i uint64, r *rand.Rand) error, progress func(done uint64)) (*hist.Histogram, time.Duration, error) {
-	var next atomic.Uint64
-	if progress != nil {
-		stop := make(chan struct{})
-		defer close(stop)
-		go func() {
-			t := time.NewTicker(2 * time.Second)
-			defer t.Stop()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-t.C:
-					progress(min(next.Load(), ops))
-				}
-			}
-		}()
-	}
-	hists := make([]*hist.Histogram, threads)
-	errs := make([]error, threads)
-	var wg sync.WaitGroup
-	start := time.Now()
-	for t := 0; t < threads; t++ {
-		hists[t] = hist.New()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := rand.New(rand.NewPCG(uint64(t), 42))
-			for {
-				i := next.Add(1) - 1
-				if i >= ops || ctx.Err() != nil {
-					return
-				}
-				s := time.Now()
-				if err := op(i, r); err != nil {
-					errs[t] = err
-					return
-				}
-				hists[t].Record(time.Since(s))
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	h := hist.New()
-	for _, x := range hists {
-		h.Merge(x)
-	}
-	return h, el, errors.Join(append(errs, ctx.Err())...)
+	return harness.RunOps(ctx, harness.Ops{Threads: threads, N: ops, Op: op, Seed: 42, Progress: progress})
 }
 
 func phaseOf(engine, wl string, ops uint64, h *hist.Histogram, el, cpu time.Duration) Phase {

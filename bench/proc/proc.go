@@ -35,6 +35,9 @@ type Spec struct {
 	Netns string
 	// Stdout receives the program's standard output (default: discarded).
 	Stdout io.Writer
+	// Stderr, if set, receives the program's standard error too (Process
+	// keeps its end for errors either way).
+	Stderr io.Writer
 }
 
 // Process is a child process running in its own process group. The group
@@ -81,6 +84,9 @@ func Start(ctx context.Context, spec Spec) (*Process, error) {
 	cmd.SysProcAttr = childAttr()
 	cmd.Stdout = spec.Stdout
 	cmd.Stderr = p.stderr
+	if spec.Stderr != nil {
+		cmd.Stderr = io.MultiWriter(p.stderr, spec.Stderr)
+	}
 	cmd.Cancel = func() error { return killGroup(cmd.Process) }
 	cmd.WaitDelay = processWaitDelay
 	p.cmd = cmd

@@ -225,3 +225,15 @@ func (w Workload) ScanLen(r *rand.Rand) int {
 	lo := max(w.MinScanLen, 1)
 	return lo + r.IntN(max(w.MaxScanLen, lo)-lo+1)
 }
+
+// Split returns the n-1 keys that cut Key's key space into n ranges of
+// equal share (n at least 1): Key(i) sorts by Hash(i), which is uniform
+// over 64 bits, so each range [split j-1, split j) holds about 1/n of
+// any set of records. A sharded store splits its key ranges there.
+func Split(n int) [][]byte {
+	var out [][]byte
+	for j := 1; j < n; j++ {
+		out = append(out, []byte(fmt.Sprintf("user%020d", uint64(j)*(math.MaxUint64/uint64(n)))))
+	}
+	return out
+}

@@ -136,3 +136,28 @@ func TestScanLen(t *testing.T) {
 		}
 	}
 }
+
+func TestSplitEvenShares(t *testing.T) {
+	if s := Split(1); len(s) != 0 {
+		t.Fatalf("Split(1) = %q", s)
+	}
+	const n, records = 4, 20000
+	split := Split(n)
+	if len(split) != n-1 {
+		t.Fatalf("%d splits", len(split))
+	}
+	count := make([]int, n)
+	for i := range uint64(records) {
+		k := Key(i)
+		j := 0
+		for j < len(split) && string(k) >= string(split[j]) {
+			j++
+		}
+		count[j]++
+	}
+	for j, c := range count {
+		if c < records/n*9/10 || c > records/n*11/10 {
+			t.Errorf("range %d holds %d of %d records: %v", j, c, records, count)
+		}
+	}
+}

@@ -29,6 +29,7 @@ func newBenchCmd(g *globals) *cobra.Command {
 	cmd.AddCommand(newBenchIsolationCmd(g))
 	cmd.AddCommand(newBenchPrepCmd(g), newBenchOffloadCmd(g))
 	cmd.AddCommand(newBenchChainCmd())
+	cmd.AddCommand(newBenchRubbleCmd()) // bench_rubble.go
 	return cmd
 }
 

@@ -106,14 +106,18 @@ func rateBar(unit string) func(name string, d time.Duration) (update func(el tim
 
 // loadBar returns a bar showing a tree's loading on stderr, keys loaded
 // of the total, labelled name; it finishes when all are loaded.
-func loadBar(name string) func(done, total int64) {
+func loadBar(name string) func(done, total int64) { return countBar(name, "keys") }
+
+// countBar returns a bar showing on stderr how many of a total of units
+// are done, labelled name; it finishes when all are.
+func countBar(name, unit string) func(done, total int64) {
 	var p *mpb.Progress
 	var bar *mpb.Bar
 	return func(done, total int64) {
 		if p == nil {
 			p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40), mpb.WithRefreshRate(200*time.Millisecond))
 			bar = p.AddBar(total,
-				mpb.PrependDecorators(decor.Name(name), decor.CountersNoUnit("%d / %d keys")),
+				mpb.PrependDecorators(decor.Name(name), decor.CountersNoUnit("%d / %d "+unit)),
 				mpb.AppendDecorators(decor.Percentage()))
 		}
 		bar.SetCurrent(done)

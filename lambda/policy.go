@@ -57,6 +57,21 @@ import "time"
 //  7. How a profiled write runs. A write cannot run on both sides, its
 //     output being written once, so a key's profiled writes alternate
 //     sides, target first, each measured alone.
+//  8. Read ahead. A read picked for the target that continues the key's
+//     last read (it starts where that one ended) also sends the next
+//     range of the same size to the target, so that two reads of a
+//     sequential stream are in flight: the target reads the next range
+//     from its volume while the function runs on this one, and the
+//     round trip of one overlaps the work of the other. At one request
+//     in flight a cold read at the target is otherwise a chain of round
+//     trip, volume read and function, one after the other, each leaving
+//     the target's other CPU idle. Not when the next request is a
+//     scheduled profile (it may not run at the target), nor past the
+//     file's end. A read served from what was read ahead feeds no time
+//     to the model: it overlapped another, so its time is not what a
+//     run alone costs, and the model compares runs alone (a profile's
+//     and the first of a stream); it still counts as a pick of the
+//     target for rule 2.
 type policy struct {
 	sched schedule
 	est   estimator
@@ -83,6 +98,10 @@ type policy struct {
 	rechecking bool
 	// writeTurns counts profiled writes, whose sides alternate (rule 7).
 	writeTurns uint64
+	// next is where the key's last read ended, and streaming says there
+	// was one (rule 8).
+	next      int64
+	streaming bool
 }
 
 // schedule is the profiling schedule: of every every requests per key,
@@ -112,6 +131,11 @@ type request struct {
 	// of miss reads and write-backs (0: none), which price a side the
 	// key's own runs never measured (estimator.fit).
 	missCost, writeBackCost float64
+	// off is where a read starts, and size the file's size: a read ahead
+	// must end within it (rule 8). The caller gives size 0 where the
+	// file's bytes can change without it knowing (another host holds a
+	// grant on it), and then nothing is read ahead.
+	off, size int64
 }
 
 // action is how a call runs.
@@ -132,6 +156,9 @@ type decision struct {
 	// recheck says the call began a recheck's profile (Stats.Rechecks);
 	// probation that the next profile was brought closer (Stats.Probations).
 	recheck, probation bool
+	// ahead says the next range, [off+n, off+2n), is sent to the target
+	// now, for the key's next read (rule 8).
+	ahead bool
 }
 
 // side is the side a decision runs alone on (Host or Target; Auto for a
@@ -165,6 +192,30 @@ func runOn(side Mode) action {
 
 // decide counts a request and says how it runs.
 func (p *policy) decide(r request) decision {
+	d := p.route(r)
+	if !r.write {
+		d.ahead = p.readAhead(r, d)
+	}
+	return d
+}
+
+// readAhead says whether a read decided d sends the next range ahead
+// (rule 8), and notes where it ends.
+func (p *policy) readAhead(r request, d decision) bool {
+	continues := p.streaming && r.off == p.next
+	p.next, p.streaming = r.off+r.n, true
+	if !continues || d.action != runTarget || d.profiled || r.n <= 0 {
+		return false
+	}
+	if r.off+2*r.n > r.size {
+		return false
+	}
+	// The next request's place in the schedule (scheduled counts it).
+	return p.count%p.sched.every >= p.sched.first && p.est.samples > 0
+}
+
+// route counts a request and says where it runs.
+func (p *policy) route(r request) decision {
 	if p.scheduled() {
 		return p.profileTurn(r, decision{profiled: true})
 	}

@@ -223,6 +223,11 @@ type LambdaRun struct {
 	Ran      map[string]uint64 `json:"ran"`
 	Profiled uint64            `json:"profiled"`
 	Races    uint64            `json:"races"`
+	// AheadSent counts the reads λ sent to the target ahead of the call
+	// continuing a sequential stream, and AheadUsed the calls they
+	// answered (lambda.Stats).
+	AheadSent uint64 `json:"ahead_sent,omitempty"`
+	AheadUsed uint64 `json:"ahead_used,omitempty"`
 	// CacheHits and CacheMisses are the host cache's page counts.
 	CacheHits   uint64 `json:"cache_hits"`
 	CacheMisses uint64 `json:"cache_misses"`
@@ -752,6 +757,8 @@ func (e *lambdaEnv) runRequests(ctx context.Context, w *lambdaWork, mode lambda.
 func (run *LambdaRun) count(s0, s1 lambda.Stats, c0, c1 lambda.CacheStats) {
 	run.Profiled += s1.Profiled - s0.Profiled
 	run.Races += s1.Races - s0.Races
+	run.AheadSent += s1.AheadSent - s0.AheadSent
+	run.AheadUsed += s1.AheadUsed - s0.AheadUsed
 	run.CacheHits += c1.Hits - c0.Hits
 	run.CacheMisses += c1.Misses - c0.Misses
 	for m, n := range s1.Ran {

@@ -9,6 +9,7 @@ import (
 	iofs "io/fs"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -125,13 +126,18 @@ type Options struct {
 	Cache        *Cache            // nil: NewCache(DefaultCacheSize, 0)
 	ProfileEvery int               // n: every n requests per (file, function)... (default 200)
 	ProfileFirst int               // k: ...the first k run on both sides and are measured (default 5)
-	Logger       *slog.Logger
+	// ReadAhead is how many ranges a sequential stream of reads at the
+	// target keeps in flight past the one called for (the policy's rule
+	// 8; 0: DefaultReadAhead; negative: none).
+	ReadAhead int
+	Logger    *slog.Logger
 }
 
 // Defaults of Options.
 const (
 	DefaultProfileEvery = 200
 	DefaultProfileFirst = 5
+	DefaultReadAhead    = 2
 )
 
 // Stats are a dispatcher's cumulative counters and current models.
@@ -170,16 +176,16 @@ type key struct {
 	fn  sandbox.ID
 }
 
-// keyState is a key's dispatch policy, under its lock, and the read sent
-// ahead for the key's next call (the policy's rule 8), if any.
+// keyState is a key's dispatch policy, under its lock, and the reads
+// sent ahead for the key's next calls (the policy's rule 8), in order.
 type keyState struct {
 	mu    sync.Mutex
 	p     policy
-	ahead *aheadRead
+	ahead []*aheadRead
 }
 
-// takeAhead removes and returns the key's read sent ahead (nil: none).
-func (ks *keyState) takeAhead() *aheadRead {
+// takeAhead removes and returns the key's reads sent ahead.
+func (ks *keyState) takeAhead() []*aheadRead {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	a := ks.ahead
@@ -187,9 +193,9 @@ func (ks *keyState) takeAhead() *aheadRead {
 	return a
 }
 
-// putAhead makes a the key's read sent ahead, in place of any other
-// (whose result is then not used).
-func (ks *keyState) putAhead(a *aheadRead) {
+// putAhead makes a the key's reads sent ahead, in place of any others
+// (whose results are then not used).
+func (ks *keyState) putAhead(a []*aheadRead) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	ks.ahead = a
@@ -351,6 +357,12 @@ func New(ctx context.Context, fsys *offloadfs.FS, opts Options) (*Dispatcher, er
 		opts.ProfileFirst = DefaultProfileFirst
 	}
 	opts.ProfileFirst = min(opts.ProfileFirst, opts.ProfileEvery)
+	switch {
+	case opts.ReadAhead == 0:
+		opts.ReadAhead = DefaultReadAhead
+	case opts.ReadAhead < 0:
+		opts.ReadAhead = 0
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -436,6 +448,11 @@ func (d *Dispatcher) Cache() *Cache { return d.cache }
 func (d *Dispatcher) ProfileSchedule() (n, k int) {
 	return d.opts.ProfileEvery, d.opts.ProfileFirst
 }
+
+// ReadAhead returns how many ranges a sequential stream of reads at the
+// target keeps in flight past the one called for (Options.ReadAhead,
+// after defaults).
+func (d *Dispatcher) ReadAhead() int { return d.opts.ReadAhead }
 
 // Stats returns the dispatcher's counters and models.
 func (d *Dispatcher) Stats() Stats {
@@ -523,7 +540,7 @@ func (d *Dispatcher) state(ino uint64, fn sandbox.ID) *keyState {
 	defer d.mu.Unlock()
 	ks := d.keys[k]
 	if ks == nil {
-		ks = &keyState{p: policy{sched: d.schedule}}
+		ks = &keyState{p: policy{sched: d.schedule, ahead: d.opts.ReadAhead}}
 		d.keys[k] = ks
 	}
 	return ks
@@ -610,15 +627,13 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, c ReadCall) (pushdown.
 	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
 		return pushdown.Result{}, Auto, err
 	}
-	sent := false
-	if !dec.profiled && pending.answers(c, f.Generation()) {
-		if dec.ahead {
-			d.sendAhead(ctx, ks, c)
-			sent = true
-		}
-		res, ran, used, err := d.awaitAhead(ctx, pending)
+	var next []*aheadRead // reads ahead still to come, in order
+	if len(pending) > 0 && !dec.profiled && pending[0].answers(c, f.Generation()) {
+		next = d.sendAhead(ctx, c, pending[1:], dec.ahead)
+		ks.putAhead(next)
+		res, ran, used, err := d.awaitAhead(ctx, pending[0])
 		if used || err != nil {
-			// The run overlapped another: no time to fit (rule 8).
+			// The run overlapped others: no time to fit (rule 8).
 			ks.observeRead(readSample{}, Target)
 			return res, ran, err
 		}
@@ -626,8 +641,10 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, c ReadCall) (pushdown.
 	}
 	res, s, err := d.targetRead(ctx, c, false)
 	ks.observeRead(s, dec.picked())
-	if dec.ahead && !sent && err == nil {
-		d.sendAhead(ctx, ks, c)
+	if dec.ahead > 0 && next == nil && err == nil {
+		// The first of a stream: what follows goes once it is done, so
+		// that it does not get ahead of it at the target.
+		ks.putAhead(d.sendAhead(ctx, c, nil, dec.ahead))
 	}
 	return res, s.ranAt, err
 }
@@ -659,28 +676,34 @@ func (a *aheadRead) answers(c ReadCall, gen offloadfs.Generation) bool {
 		bytes.Equal(x.Params, c.Params) && gen == a.gen && !gen.Granted
 }
 
-// sendAhead sends the range after c's, of c's size, to the target for
-// the key's next call, after writing back the cache's dirty pages there.
-// It runs under the dispatcher's own context (Close stops it) and is
-// waited for as a profile's losing side is (WaitProfiles, Close); the
-// caller holds its call's count, so the count cannot race Close.
-func (d *Dispatcher) sendAhead(ctx context.Context, ks *keyState, c ReadCall) {
-	c.Off += int64(c.N)
+// sendAhead returns the reads to keep in flight after c's call: sent,
+// the ones already in flight for the ranges after c's, and up to k in all,
+// each range of c's size sent to the target after writing back the
+// cache's dirty pages there. Each runs under the dispatcher's own context
+// (Close stops it) and is waited for as a profile's losing side is
+// (WaitProfiles, Close); the caller holds its call's count, so the count
+// cannot race Close.
+func (d *Dispatcher) sendAhead(ctx context.Context, c ReadCall, sent []*aheadRead, k int) []*aheadRead {
+	out := slices.Clone(sent)
 	c.Params = bytes.Clone(c.Params)
-	if err := d.cache.Flush(ctx, c.File, c.Off, int64(c.N)); err != nil {
-		return // the next call writes them back itself, and fails as it must
+	c.Off += int64(len(out)+1) * int64(c.N)
+	for ; len(out) < k; c.Off += int64(c.N) {
+		if err := d.cache.Flush(ctx, c.File, c.Off, int64(c.N)); err != nil {
+			break // the call for it writes them back itself, and fails as it must
+		}
+		a := &aheadRead{call: c, gen: c.File.Generation(), done: make(chan struct{})}
+		d.aheadSent.Add(1)
+		d.loserStart()
+		go func(c ReadCall) {
+			defer d.loserDone()
+			defer close(a.done)
+			var s readSample
+			a.res, s, a.err = d.targetRead(d.aheadCtx, c, false)
+			a.ran = s.ranAt
+		}(c)
+		out = append(out, a)
 	}
-	a := &aheadRead{call: c, gen: c.File.Generation(), done: make(chan struct{})}
-	d.aheadSent.Add(1)
-	d.loserStart()
-	go func() {
-		defer d.loserDone()
-		defer close(a.done)
-		var s readSample
-		a.res, s, a.err = d.targetRead(d.aheadCtx, c, false)
-		a.ran = s.ranAt
-	}()
-	ks.putAhead(a)
+	return out
 }
 
 // awaitAhead waits for a read sent ahead. used says its result answers

@@ -859,12 +859,19 @@ func TestWriteRecheck(t *testing.T) {
 }
 
 // TestReadAhead: sequential λ reads picked for the target are served
-// from reads sent ahead, with the native function's output on the bytes
-// the file holds when the call is made: a write to the next range after
-// it was sent ahead, straight to the file or into the host cache, or a
-// call with other parameters, is not answered from it.
+// from reads sent ahead, one or two ranges ahead, with the native
+// function's output on the bytes the file holds when the call is made: a
+// write to the next range after it was sent ahead, straight to the file
+// or into the host cache, or a call with other parameters, is not
+// answered from it.
 func TestReadAhead(t *testing.T) {
-	e := newEnv(t, envConfig{profileEvery: 1 << 20, profileFirst: 1})
+	for _, k := range []int{1, 2} {
+		t.Run(fmt.Sprintf("ahead=%d", k), func(t *testing.T) { testReadAhead(t, k) })
+	}
+}
+
+func testReadAhead(t *testing.T, k int) {
+	e := newEnv(t, envConfig{profileEvery: 1 << 20, profileFirst: 1, readAhead: k})
 	ctx := context.Background()
 	rc := readCases(rand.New(rand.NewPCG(7, 8)))[1] // grep
 	const chunk = 16 << 10
@@ -902,8 +909,9 @@ func TestReadAhead(t *testing.T) {
 	for i := range 4 {
 		check(i, rc.params)
 	}
-	if st := e.d.Stats(); st.AheadSent != 3 || st.AheadUsed != 2 || st.Ran[Target] != 4 {
-		t.Fatalf("after 4 sequential reads: %d sent ahead, %d used, %v ran; want 3, 2, T 4", st.AheadSent, st.AheadUsed, st.Ran)
+	// The second sends k, the next two one each.
+	if st := e.d.Stats(); st.AheadSent != uint64(k+2) || st.AheadUsed != 2 || st.Ran[Target] != 4 {
+		t.Fatalf("after 4 sequential reads: %d sent ahead, %d used, %v ran; want %d, 2, T 4", st.AheadSent, st.AheadUsed, st.Ran, k+2)
 	}
 
 	// Chunk 4 was sent ahead; the file changes under it.
@@ -945,7 +953,7 @@ func TestReadAhead(t *testing.T) {
 		t.Errorf("chunks 7-15: %d answered from reads ahead, want 8 (all but the first, which followed a mismatch)", got)
 	}
 	if got := e.d.Stats().AheadSent - sent; got != 8 {
-		t.Errorf("chunks 7-15: %d sent ahead, want 8 (none past the end)", got)
+		t.Errorf("chunks 7-15: %d sent ahead, want 8 (chunks 8-15: none past the end)", got)
 	}
 	waitIdle(t, e.d)
 }

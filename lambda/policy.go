@@ -58,22 +58,23 @@ import "time"
 //     output being written once, so a key's profiled writes alternate
 //     sides, target first, each measured alone.
 //  8. Read ahead. A read picked for the target that continues the key's
-//     last read (it starts where that one ended) also sends the next
-//     range of the same size to the target, so that two reads of a
-//     sequential stream are in flight: the target reads the next range
-//     from its volume while the function runs on this one, and the
-//     round trip of one overlaps the work of the other. At one request
-//     in flight a cold read at the target is otherwise a chain of round
+//     last read (it starts where that one ended) keeps the next `ahead`
+//     ranges of the same size in flight at the target too: the target
+//     reads the next range from its volume while the function runs on
+//     this one, and the round trips overlap the work. At one request in
+//     flight a cold read at the target is otherwise a chain of round
 //     trip, volume read and function, one after the other, each leaving
-//     the target's other CPU idle. Not when the next request is a
-//     scheduled profile (it may not run at the target), nor past the
-//     file's end. A read served from what was read ahead feeds no time
-//     to the model: it overlapped another, so its time is not what a
-//     run alone costs, and the model compares runs alone (a profile's
-//     and the first of a stream); it still counts as a pick of the
-//     target for rule 2.
+//     the target's other CPU idle. Not into a scheduled profile (its
+//     reads may not run at the target), nor past the file's end. A read
+//     served from what was read ahead feeds no time to the model: it
+//     overlapped others, so its time is not what a run alone costs, and
+//     the model compares runs alone (a profile's, and the first of a
+//     stream); it still counts as a pick of the target for rule 2.
 type policy struct {
 	sched schedule
+	// ahead is how many ranges a stream keeps in flight past the one
+	// called for (rule 8; 0: none).
+	ahead int
 	est   estimator
 	model Model // fitted from est; stale says est changed since
 	stale bool
@@ -156,9 +157,10 @@ type decision struct {
 	// recheck says the call began a recheck's profile (Stats.Rechecks);
 	// probation that the next profile was brought closer (Stats.Probations).
 	recheck, probation bool
-	// ahead says the next range, [off+n, off+2n), is sent to the target
-	// now, for the key's next read (rule 8).
-	ahead bool
+	// ahead is how many of the ranges after this read's, [off+n,
+	// off+2n), [off+2n, off+3n) and on, are to be in flight at the
+	// target, read ahead for the key's next reads (rule 8).
+	ahead int
 }
 
 // side is the side a decision runs alone on (Host or Target; Auto for a
@@ -199,19 +201,22 @@ func (p *policy) decide(r request) decision {
 	return d
 }
 
-// readAhead says whether a read decided d sends the next range ahead
-// (rule 8), and notes where it ends.
-func (p *policy) readAhead(r request, d decision) bool {
+// readAhead says how many ranges after a read decided d are to be in
+// flight (rule 8), and notes where it ends.
+func (p *policy) readAhead(r request, d decision) int {
 	continues := p.streaming && r.off == p.next
 	p.next, p.streaming = r.off+r.n, true
-	if !continues || d.action != runTarget || d.profiled || r.n <= 0 {
-		return false
+	if !continues || d.action != runTarget || d.profiled || r.n <= 0 || p.est.samples == 0 {
+		return 0
 	}
-	if r.off+2*r.n > r.size {
-		return false
+	// Whole ranges before the file's end, and requests before the next
+	// scheduled profile (scheduled has counted this one).
+	left := max(r.size-r.off-r.n, 0) / r.n
+	i, every := p.count%p.sched.every, p.sched.every
+	if i < p.sched.first {
+		return 0
 	}
-	// The next request's place in the schedule (scheduled counts it).
-	return p.count%p.sched.every >= p.sched.first && p.est.samples > 0
+	return int(min(int64(p.ahead), left, int64(every-i)))
 }
 
 // route counts a request and says where it runs.

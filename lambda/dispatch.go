@@ -9,6 +9,7 @@ import (
 	iofs "io/fs"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -125,13 +126,18 @@ type Options struct {
 	Cache        *Cache            // nil: NewCache(DefaultCacheSize, 0)
 	ProfileEvery int               // n: every n requests per (file, function)... (default 200)
 	ProfileFirst int               // k: ...the first k run on both sides and are measured (default 5)
-	Logger       *slog.Logger
+	// ReadAhead is how many ranges a sequential stream of reads at the
+	// target keeps in flight past the one called for (the policy's rule
+	// 8; 0: DefaultReadAhead; negative: none).
+	ReadAhead int
+	Logger    *slog.Logger
 }
 
 // Defaults of Options.
 const (
 	DefaultProfileEvery = 200
 	DefaultProfileFirst = 5
+	DefaultReadAhead    = 2
 )
 
 // Stats are a dispatcher's cumulative counters and current models.
@@ -142,6 +148,8 @@ type Stats struct {
 	Races      uint64          // profiled reads run on both sides at once, the first to finish answering
 	Rechecks   uint64          // profiles begun early because the model's pick changed
 	Probations uint64          // switches of side that brought the next scheduled profile closer
+	AheadSent  uint64          // reads sent to the target ahead of the call that continues a sequential stream
+	AheadUsed  uint64          // calls answered by what was read ahead for them (counted in Ran as Target)
 	Models     []ModelStat     // per (file inode, function): the current fitted model
 }
 
@@ -168,10 +176,29 @@ type key struct {
 	fn  sandbox.ID
 }
 
-// keyState is a key's dispatch policy, under its lock.
+// keyState is a key's dispatch policy, under its lock, and the reads
+// sent ahead for the key's next calls (the policy's rule 8), in order.
 type keyState struct {
-	mu sync.Mutex
-	p  policy
+	mu    sync.Mutex
+	p     policy
+	ahead []*aheadRead
+}
+
+// takeAhead removes and returns the key's reads sent ahead.
+func (ks *keyState) takeAhead() []*aheadRead {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	a := ks.ahead
+	ks.ahead = nil
+	return a
+}
+
+// putAhead makes a the key's reads sent ahead, in place of any others
+// (whose results are then not used).
+func (ks *keyState) putAhead(a []*aheadRead) {
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	ks.ahead = a
 }
 
 // decide asks ks's policy how a request runs.
@@ -227,6 +254,13 @@ type Dispatcher struct {
 	idle   chan struct{}
 	// inputs holds mode B's input buffers (*[]byte) between calls.
 	inputs sync.Pool
+	// aheadCtx runs the reads sent ahead, which outlive the calls that
+	// send them; Close cancels it (stopAhead).
+	aheadCtx  context.Context
+	stopAhead context.CancelFunc
+	// aheadSent and aheadUsed count the reads sent ahead and those whose
+	// result answered a call (Stats).
+	aheadSent, aheadUsed atomic.Uint64
 }
 
 // input returns a buffer of n bytes for mode B's input, reused from an
@@ -245,11 +279,13 @@ func (d *Dispatcher) input(n int) *[]byte {
 }
 
 // WaitProfiles waits until the losing sides of profiled calls that have
-// already returned stop, or ctx ends. A profiled call returns when its
-// faster side does; the slower one is cancelled and measured when it
-// stops, which takes a moment more. A benchmark that times calls in one
-// mode against another waits for this, so the leftover is charged to the
-// calls that made it rather than to whatever runs next.
+// already returned stop, and the reads sent ahead finish, or ctx ends. A
+// profiled call returns when its faster side does; the slower one is
+// cancelled and measured when it stops, which takes a moment more; and a
+// call that continues a sequential stream at the target may have sent
+// the next range ahead (the policy's rule 8). A benchmark that times
+// calls in one mode against another waits for this, so the leftover is
+// charged to the calls that made it rather than to whatever runs next.
 func (d *Dispatcher) WaitProfiles(ctx context.Context) error {
 	d.mu.Lock()
 	if d.losers == 0 {
@@ -321,10 +357,18 @@ func New(ctx context.Context, fsys *offloadfs.FS, opts Options) (*Dispatcher, er
 		opts.ProfileFirst = DefaultProfileFirst
 	}
 	opts.ProfileFirst = min(opts.ProfileFirst, opts.ProfileEvery)
+	switch {
+	case opts.ReadAhead == 0:
+		opts.ReadAhead = DefaultReadAhead
+	case opts.ReadAhead < 0:
+		opts.ReadAhead = 0
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	aheadCtx, stopAhead := context.WithCancel(context.WithoutCancel(ctx))
 	d := &Dispatcher{
+		aheadCtx: aheadCtx, stopAhead: stopAhead,
 		fsys:     fsys,
 		opts:     opts,
 		cache:    opts.Cache,
@@ -405,9 +449,15 @@ func (d *Dispatcher) ProfileSchedule() (n, k int) {
 	return d.opts.ProfileEvery, d.opts.ProfileFirst
 }
 
+// ReadAhead returns how many ranges a sequential stream of reads at the
+// target keeps in flight past the one called for (Options.ReadAhead,
+// after defaults).
+func (d *Dispatcher) ReadAhead() int { return d.opts.ReadAhead }
+
 // Stats returns the dispatcher's counters and models.
 func (d *Dispatcher) Stats() Stats {
-	st := Stats{Requests: d.requests.Load(), Profiled: d.profiled.Load(), Races: d.races.Load(), Rechecks: d.rechecks.Load(), Probations: d.probations.Load(), Ran: make(map[Mode]uint64)}
+	st := Stats{Requests: d.requests.Load(), Profiled: d.profiled.Load(), Races: d.races.Load(), Rechecks: d.rechecks.Load(), Probations: d.probations.Load(),
+		AheadSent: d.aheadSent.Load(), AheadUsed: d.aheadUsed.Load(), Ran: make(map[Mode]uint64)}
 	for _, m := range []Mode{Host, Target, Buffered} {
 		if v := d.ran[m].Load(); v > 0 {
 			st.Ran[m] = v
@@ -446,6 +496,7 @@ func (d *Dispatcher) Close(ctx context.Context) error {
 	}
 	d.closed = true
 	d.mu.Unlock()
+	d.stopAhead()
 	d.bg.Wait()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -489,7 +540,7 @@ func (d *Dispatcher) state(ino uint64, fn sandbox.ID) *keyState {
 	defer d.mu.Unlock()
 	ks := d.keys[k]
 	if ks == nil {
-		ks = &keyState{p: policy{sched: d.schedule}}
+		ks = &keyState{p: policy{sched: d.schedule, ahead: d.opts.ReadAhead}}
 		d.keys[k] = ks
 	}
 	return ks
@@ -555,22 +606,120 @@ func (d *Dispatcher) read(ctx context.Context, mode Mode, c ReadCall) (pushdown.
 	}
 	ks := d.state(f.Ino(), fn)
 	miss, wb := d.cache.costs()
-	dec := ks.decide(request{n: int64(n), cached: d.cache.Cached(f, off, int64(n)), missCost: miss, writeBackCost: wb})
+	gen := f.Generation()
+	size := int64(gen.Size)
+	if gen.Granted {
+		size = 0 // nothing read ahead (request.size)
+	}
+	dec := ks.decide(request{n: int64(n), cached: d.cache.Cached(f, off, int64(n)), missCost: miss, writeBackCost: wb, off: off, size: size})
 	d.counted(opRead, dec)
+	// What was read ahead answers only the call it was read for, run at
+	// the target as the pick.
+	pending := ks.takeAhead()
 	if dec.action == runRace {
 		return d.raceRead(ctx, ks, hf, c)
 	}
-	var (
-		res pushdown.Result
-		s   readSample
-	)
 	if dec.side() == Host {
-		res, s, err = d.hostRead(ctx, hf, c, false)
-	} else {
-		res, s, err = d.targetRead(ctx, c, true)
+		res, s, err := d.hostRead(ctx, hf, c, false)
+		ks.observeRead(s, dec.picked())
+		return res, s.ranAt, err
 	}
+	if err := d.cache.Flush(ctx, f, off, int64(n)); err != nil {
+		return pushdown.Result{}, Auto, err
+	}
+	var next []*aheadRead // reads ahead still to come, in order
+	if len(pending) > 0 && !dec.profiled && pending[0].answers(c, f.Generation()) {
+		next = d.sendAhead(ctx, c, pending[1:], dec.ahead)
+		ks.putAhead(next)
+		res, ran, used, err := d.awaitAhead(ctx, pending[0])
+		if used || err != nil {
+			// The run overlapped others: no time to fit (rule 8).
+			ks.observeRead(readSample{}, Target)
+			return res, ran, err
+		}
+		// It failed: the call runs as any other.
+	}
+	res, s, err := d.targetRead(ctx, c, false)
 	ks.observeRead(s, dec.picked())
+	if dec.ahead > 0 && next == nil && err == nil {
+		// The first of a stream: what follows goes once it is done, so
+		// that it does not get ahead of it at the target.
+		ks.putAhead(d.sendAhead(ctx, c, nil, dec.ahead))
+	}
 	return res, s.ranAt, err
+}
+
+// aheadRead is a λ read sent to the target ahead of the call expected to
+// ask for it (the policy's rule 8). Its fields other than call and gen
+// are written before done is closed.
+type aheadRead struct {
+	call ReadCall // Params its own copy
+	// gen is the file's Generation after the range's dirty pages were
+	// written back, before the read was sent.
+	gen  offloadfs.Generation
+	done chan struct{}
+	res  pushdown.Result
+	ran  Mode
+	err  error
+}
+
+// answers says whether a's result is c's, with the file now at gen:
+// the same function, range, parameters and output limit of the same
+// file, and no change to the file since a was sent (a nil a answers
+// nothing).
+func (a *aheadRead) answers(c ReadCall, gen offloadfs.Generation) bool {
+	if a == nil {
+		return false
+	}
+	x := a.call
+	return x.File == c.File && x.Fn == c.Fn && x.Off == c.Off && x.N == c.N && x.OutCap == c.OutCap &&
+		bytes.Equal(x.Params, c.Params) && gen == a.gen && !gen.Granted
+}
+
+// sendAhead returns the reads to keep in flight after c's call: sent,
+// the ones already in flight for the ranges after c's, and up to k in all,
+// each range of c's size sent to the target after writing back the
+// cache's dirty pages there. Each runs under the dispatcher's own context
+// (Close stops it) and is waited for as a profile's losing side is
+// (WaitProfiles, Close); the caller holds its call's count, so the count
+// cannot race Close.
+func (d *Dispatcher) sendAhead(ctx context.Context, c ReadCall, sent []*aheadRead, k int) []*aheadRead {
+	out := slices.Clone(sent)
+	c.Params = bytes.Clone(c.Params)
+	c.Off += int64(len(out)+1) * int64(c.N)
+	for ; len(out) < k; c.Off += int64(c.N) {
+		if err := d.cache.Flush(ctx, c.File, c.Off, int64(c.N)); err != nil {
+			break // the call for it writes them back itself, and fails as it must
+		}
+		a := &aheadRead{call: c, gen: c.File.Generation(), done: make(chan struct{})}
+		d.aheadSent.Add(1)
+		d.loserStart()
+		go func(c ReadCall) {
+			defer d.loserDone()
+			defer close(a.done)
+			var s readSample
+			a.res, s, a.err = d.targetRead(d.aheadCtx, c, false)
+			a.ran = s.ranAt
+		}(c)
+		out = append(out, a)
+	}
+	return out
+}
+
+// awaitAhead waits for a read sent ahead. used says its result answers
+// the call; otherwise, with err nil, it failed and the call runs on its
+// own. err is ctx's when the caller gave up first.
+func (d *Dispatcher) awaitAhead(ctx context.Context, a *aheadRead) (res pushdown.Result, ran Mode, used bool, err error) {
+	select {
+	case <-a.done:
+	case <-ctx.Done():
+		return pushdown.Result{}, Auto, false, ctx.Err()
+	}
+	if a.err != nil {
+		return pushdown.Result{}, Auto, false, nil
+	}
+	d.aheadUsed.Add(1)
+	return a.res, a.ran, true, nil
 }
 
 // counted counts a decision's profile, race, recheck and probation in

@@ -506,14 +506,7 @@ func TestWaitProfiles(t *testing.T) {
 	if _, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns[rc.fn], Off: 0, N: len(rc.data), Params: rc.params, OutCap: rc.outCap}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.WaitProfiles(ctx); err != nil {
-		t.Fatal(err)
-	}
-	e.d.mu.Lock()
-	defer e.d.mu.Unlock()
-	if e.d.losers != 0 {
-		t.Errorf("%d losers running after WaitProfiles", e.d.losers)
-	}
+	waitIdle(t, e.d)
 }
 
 // TestProfileWritesAlternate: a profile's writes alternate sides, target
@@ -862,5 +855,119 @@ func TestWriteRecheck(t *testing.T) {
 	}
 	if got := contents(t, f); !bytes.Equal(got, bytes.Repeat(bm, n)) {
 		t.Error("file contents differ from the bitmaps written")
+	}
+}
+
+// TestReadAhead: sequential λ reads picked for the target are served
+// from reads sent ahead, one or two ranges ahead, with the native
+// function's output on the bytes the file holds when the call is made: a
+// write to the next range after it was sent ahead, straight to the file
+// or into the host cache, or a call with other parameters, is not
+// answered from it.
+func TestReadAhead(t *testing.T) {
+	for _, k := range []int{1, 2} {
+		t.Run(fmt.Sprintf("ahead=%d", k), func(t *testing.T) { testReadAhead(t, k) })
+	}
+}
+
+func testReadAhead(t *testing.T, k int) {
+	e := newEnv(t, envConfig{profileEvery: 1 << 20, profileFirst: 1, readAhead: k})
+	ctx := context.Background()
+	rc := readCases(rand.New(rand.NewPCG(7, 8)))[1] // grep
+	const chunk = 16 << 10
+	data := rc.data[:16*chunk]
+	f := e.file(rc.fn, data)
+	fn := e.fns[rc.fn]
+	// A model that picks the target by far, past its first profile and
+	// pick (TestPolicyReadAhead covers how the policy gets there).
+	ks := e.d.state(f.Ino(), fn)
+	ks.mu.Lock()
+	ks.p.fill(1e-3, 1e-9)
+	ks.p.last, ks.p.pick, ks.p.count, ks.p.seen, ks.p.rechecked = Target, Target, 1, 1, 1
+	ks.mu.Unlock()
+
+	read := func(i int, params []byte) []byte {
+		t.Helper()
+		res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: fn, Off: int64(i) * chunk, N: chunk, Params: params, OutCap: chunk + 1})
+		if err != nil {
+			t.Fatalf("chunk %d: %v", i, err)
+		}
+		return res.Output
+	}
+	check := func(i int, params []byte) {
+		t.Helper()
+		got := read(i, params)
+		// The file's bytes after the call, which wrote back what the
+		// cache held dirty there.
+		cur := contents(t, f)[i*chunk : (i+1)*chunk]
+		if want := native(t, rc.fn, concat(params, cur), chunk+1); !bytes.Equal(got, want) {
+			t.Errorf("chunk %d: output differs from native on the file's bytes (%d bytes, want %d)", i, len(got), len(want))
+		}
+	}
+	used := func() uint64 { return e.d.Stats().AheadUsed }
+
+	for i := range 4 {
+		check(i, rc.params)
+	}
+	// The second sends k, the next two one each.
+	if st := e.d.Stats(); st.AheadSent != uint64(k+2) || st.AheadUsed != 2 || st.Ran[Target] != 4 {
+		t.Fatalf("after 4 sequential reads: %d sent ahead, %d used, %v ran; want %d, 2, T 4", st.AheadSent, st.AheadUsed, st.Ran, k+2)
+	}
+
+	// Chunk 4 was sent ahead; the file changes under it.
+	line := []byte("needle needle needle\n")
+	if _, err := f.WriteAt(line, 4*chunk+100); err != nil {
+		t.Fatal(err)
+	}
+	before := used()
+	check(4, rc.params)
+	if used() != before {
+		t.Errorf("chunk 4, written after it was read ahead: answered from the read ahead")
+	}
+
+	// Chunk 5 was sent ahead; a write into the host cache dirties it.
+	if _, err := e.d.Cache().WriteAt(ctx, f, bytes.Repeat([]byte("needle\n"), devBS/7+1)[:devBS], 5*chunk); err != nil {
+		t.Fatal(err)
+	}
+	before = used()
+	check(5, rc.params)
+	if used() != before {
+		t.Errorf("chunk 5, dirty in the cache after it was read ahead: answered from the read ahead")
+	}
+
+	// Chunk 6 was sent ahead for grep's "needle"; the call asks for another pattern.
+	before = used()
+	check(6, functions.EncodeGrep([]byte("alpha"), nil))
+	if used() != before {
+		t.Errorf("chunk 6 with other parameters: answered from the read ahead")
+	}
+
+	// The rest of the stream: served from reads ahead again, the last
+	// one sending nothing past the file's end.
+	before = used()
+	sent := e.d.Stats().AheadSent
+	for i := 7; i < 16; i++ {
+		check(i, rc.params)
+	}
+	if got := used() - before; got != 8 {
+		t.Errorf("chunks 7-15: %d answered from reads ahead, want 8 (all but the first, which followed a mismatch)", got)
+	}
+	if got := e.d.Stats().AheadSent - sent; got != 8 {
+		t.Errorf("chunks 7-15: %d sent ahead, want 8 (chunks 8-15: none past the end)", got)
+	}
+	waitIdle(t, e.d)
+}
+
+// waitIdle waits for d's profiles' losing sides and reads ahead
+// (WaitProfiles), and checks that none is left running.
+func waitIdle(t *testing.T, d *Dispatcher) {
+	t.Helper()
+	if err := d.WaitProfiles(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.losers != 0 {
+		t.Errorf("%d profiles' losing sides or reads ahead running after WaitProfiles", d.losers)
 	}
 }

@@ -70,6 +70,21 @@
 // compute, the cost of putting the output in the cache, and the output's
 // write-back at the cache's measured cost.
 //
+// # Reading ahead
+//
+// A read picked for the target that starts where the key's last read
+// ended sends the next range of the same size to the target as well, so
+// that a sequential stream has two reads in flight: the target reads
+// the next range from its volume while the function runs on this one,
+// and one read's round trip overlaps the other's work. The next call is
+// answered from it only if it asks for exactly that range with the same
+// function, parameters and output limit, runs at the target as the pick,
+// and the file has not changed since it was sent (File.Generation, taken
+// after the range's dirty cache pages were written back; never for a
+// file another host holds a grant on). Otherwise its result is dropped.
+// Mode T calls do not read ahead: mode T is the mechanism as λ-IO
+// measures it, one call at a time.
+//
 // # Consistency
 //
 // The cache is write-back, so before a λ read runs at the target the

@@ -46,6 +46,7 @@ type envConfig struct {
 	metrics      *Metrics
 	profileEvery int
 	profileFirst int
+	readAhead    int
 	logger       *slog.Logger // nil: discard
 }
 
@@ -99,6 +100,7 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 		Metrics:      cfg.metrics,
 		ProfileEvery: cfg.profileEvery,
 		ProfileFirst: cfg.profileFirst,
+		ReadAhead:    cfg.readAhead,
 		Logger:       cmp.Or(cfg.logger, slog.New(slog.DiscardHandler)),
 	})
 	if err != nil {

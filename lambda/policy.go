@@ -57,8 +57,24 @@ import "time"
 //  7. How a profiled write runs. A write cannot run on both sides, its
 //     output being written once, so a key's profiled writes alternate
 //     sides, target first, each measured alone.
+//  8. Read ahead. A read picked for the target that continues the key's
+//     last read (it starts where that one ended) keeps the next `ahead`
+//     ranges of the same size in flight at the target too: the target
+//     reads the next range from its volume while the function runs on
+//     this one, and the round trips overlap the work. At one request in
+//     flight a cold read at the target is otherwise a chain of round
+//     trip, volume read and function, one after the other, each leaving
+//     the target's other CPU idle. Not into a scheduled profile (its
+//     reads may not run at the target), nor past the file's end. A read
+//     served from what was read ahead feeds no time to the model: it
+//     overlapped others, so its time is not what a run alone costs, and
+//     the model compares runs alone (a profile's, and the first of a
+//     stream); it still counts as a pick of the target for rule 2.
 type policy struct {
 	sched schedule
+	// ahead is how many ranges a stream keeps in flight past the one
+	// called for (rule 8; 0: none).
+	ahead int
 	est   estimator
 	model Model // fitted from est; stale says est changed since
 	stale bool
@@ -83,6 +99,10 @@ type policy struct {
 	rechecking bool
 	// writeTurns counts profiled writes, whose sides alternate (rule 7).
 	writeTurns uint64
+	// next is where the key's last read ended, and streaming says there
+	// was one (rule 8).
+	next      int64
+	streaming bool
 }
 
 // schedule is the profiling schedule: of every every requests per key,
@@ -112,6 +132,11 @@ type request struct {
 	// of miss reads and write-backs (0: none), which price a side the
 	// key's own runs never measured (estimator.fit).
 	missCost, writeBackCost float64
+	// off is where a read starts, and size the file's size: a read ahead
+	// must end within it (rule 8). The caller gives size 0 where the
+	// file's bytes can change without it knowing (another host holds a
+	// grant on it), and then nothing is read ahead.
+	off, size int64
 }
 
 // action is how a call runs.
@@ -132,6 +157,10 @@ type decision struct {
 	// recheck says the call began a recheck's profile (Stats.Rechecks);
 	// probation that the next profile was brought closer (Stats.Probations).
 	recheck, probation bool
+	// ahead is how many of the ranges after this read's, [off+n,
+	// off+2n), [off+2n, off+3n) and on, are to be in flight at the
+	// target, read ahead for the key's next reads (rule 8).
+	ahead int
 }
 
 // side is the side a decision runs alone on (Host or Target; Auto for a
@@ -165,6 +194,33 @@ func runOn(side Mode) action {
 
 // decide counts a request and says how it runs.
 func (p *policy) decide(r request) decision {
+	d := p.route(r)
+	if !r.write {
+		d.ahead = p.readAhead(r, d)
+	}
+	return d
+}
+
+// readAhead says how many ranges after a read decided d are to be in
+// flight (rule 8), and notes where it ends.
+func (p *policy) readAhead(r request, d decision) int {
+	continues := p.streaming && r.off == p.next
+	p.next, p.streaming = r.off+r.n, true
+	if !continues || d.action != runTarget || d.profiled || r.n <= 0 || p.est.samples == 0 {
+		return 0
+	}
+	// Whole ranges before the file's end, and requests before the next
+	// scheduled profile (scheduled has counted this one).
+	left := max(r.size-r.off-r.n, 0) / r.n
+	i, every := p.count%p.sched.every, p.sched.every
+	if i < p.sched.first {
+		return 0
+	}
+	return int(min(int64(p.ahead), left, int64(every-i)))
+}
+
+// route counts a request and says where it runs.
+func (p *policy) route(r request) decision {
 	if p.scheduled() {
 		return p.profileTurn(r, decision{profiled: true})
 	}

@@ -264,3 +264,80 @@ func TestPolicyRecheckOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyReadAhead: a read picked for the target that starts where
+// the key's last read ended keeps up to `ahead` ranges after it in
+// flight, none past the file's end (nor without a size) or into the next
+// scheduled profile; nothing else reads ahead (rule 8).
+func TestPolicyReadAhead(t *testing.T) {
+	const mb = 1 << 20
+	type step struct {
+		off, size int64
+		write     bool
+		want      string // the action's letter (as actions), then "a" for ahead
+	}
+	seq := func(offs ...int64) []step {
+		out := make([]step, len(offs))
+		for i, o := range offs {
+			out[i] = step{off: o * mb, size: 16 * mb}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name         string
+		ahead        int
+		host, target float64 // s/B the runs take
+		steps        []step
+		want         string // one letter per decision, then an "a" per range ahead
+	}{
+		{"a stream at the target: from its second read", 1, 1e-8, 1e-9, seq(0, 1, 2, 3, 4, 5), "T Ta Ta Ta Ta Ta"},
+		{"a stream picked for the host", 1, 1e-9, 1e-8, seq(0, 1, 2, 3), "K K K K"},
+		{"not a stream", 1, 1e-8, 1e-9, seq(0, 2, 4, 3, 3), "T T T T T"},
+		{"a stream broken and begun again", 1, 1e-8, 1e-9, seq(0, 1, 5, 6, 7), "T Ta T Ta Ta"},
+		{"the next range past the end", 1, 1e-8, 1e-9, seq(13, 14, 15), "T Ta T"},
+		{"no size given", 1, 1e-8, 1e-9, []step{{0, 0, false, ""}, {mb, 0, false, ""}, {2 * mb, 0, false, ""}}, "T T T"},
+		{"the next request profiled (every 8)", 1, 1e-8, 1e-9, seq(0, 1, 2, 3, 4, 5, 6, 7, 8, 9), "T Ta Ta Ta Ta Ta T R Ta Ta"},
+		{"two ahead", 2, 1e-8, 1e-9, seq(0, 1, 2, 3), "T Taa Taa Taa"},
+		{"two ahead, near the end", 2, 1e-8, 1e-9, seq(11, 12, 13, 14, 15), "T Taa Taa Ta T"},
+		{"three ahead, into the next profile (every 8)", 3, 1e-8, 1e-9, seq(0, 1, 2, 3, 4, 5, 6, 7, 8, 9), "T Taaa Taaa Taaa Taa Ta T R Taaa Taaa"},
+		{"none", 0, 1e-8, 1e-9, seq(0, 1, 2), "T T T"},
+		{"writes", 1, 1e-8, 1e-9, []step{{0, 16 * mb, true, ""}, {mb, 16 * mb, true, ""}, {2 * mb, 16 * mb, true, ""}}, "T T T"},
+	} {
+		// Past the key's first profile and pick, the target the last.
+		p := &policy{sched: schedule{every: 8, first: 1}, ahead: tc.ahead, last: Target, pick: Target, count: 1, seen: 1, rechecked: 1}
+		p.fill(tc.host, tc.target)
+		p.est.wrTotal.add(tc.target)
+		p.last, p.pick = pickOf(secs(tc.host), secs(tc.target)), Auto
+		var got []string
+		served := false // the last decision sent this request's range ahead
+		for _, st := range tc.steps {
+			r := request{write: st.write, n: mb, cached: 1, off: st.off, size: st.size}
+			d := p.decide(r)
+			c := map[action]string{runHost: "K", runTarget: "T", runRace: "R"}[d.action]
+			if d.profiled && d.action != runRace {
+				c = strings.ToLower(c)
+			}
+			c += strings.Repeat("a", d.ahead)
+			got = append(got, c)
+			// Feed the run back as the dispatcher would.
+			switch {
+			case st.write:
+				p.observeWrite(d.side(), mb, 0, secs(tc.target*mb), !d.profiled)
+			case d.action == runRace:
+				p.observeRead(readSample{n: mb, host: true, ranAt: Host, readDone: true, computed: true, done: true, compute: secs(tc.host * mb)}, Auto)
+				p.observeRead(readSample{n: mb, ranAt: Target, done: true, total: secs(tc.target * mb)}, Auto)
+			case d.side() == Host:
+				p.observeRead(readSample{n: mb, host: true, ranAt: Host, readDone: true, computed: true, done: true, compute: secs(tc.host * mb)}, d.picked())
+			case served && d.action == runTarget && !d.profiled:
+				// Served from what was read ahead: no time (rule 8).
+				p.observeRead(readSample{}, Target)
+			default:
+				p.observeRead(readSample{n: mb, ranAt: Target, done: true, total: secs(tc.target * mb)}, d.picked())
+			}
+			served = d.ahead > 0
+		}
+		if s := strings.Join(got, " "); s != tc.want {
+			t.Errorf("%s:\n got  %s\n want %s", tc.name, s, tc.want)
+		}
+	}
+}

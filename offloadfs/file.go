@@ -405,6 +405,31 @@ func (f *File) Extents() (pushdown.File, error) {
 	return f.fsys.exported(f.in), nil
 }
 
+// Generation identifies a file's contents at one moment: its extent
+// map's version, its size, and how many writes into its bytes had
+// completed (overwrites included, which leave the version alone). Two
+// equal Generations of one file mean that no write, λ write, truncation
+// or map change by this host completed between them, so a λ read run
+// after the first computed what one run after the second would: what a
+// caller that reads ahead checks before it uses the result. Bytes another
+// host may write under a read-write grant are outside what this host
+// counts: Granted says the file has live grants, and then equal
+// Generations prove nothing.
+type Generation struct {
+	Version, Size, Writes uint64
+	Granted               bool
+}
+
+// Generation returns the file's Generation now. It is taken under the
+// inode's lock, so a write holding it exclusively is wholly before or
+// wholly after.
+func (f *File) Generation() Generation {
+	in := f.in
+	in.io.RLock()
+	defer in.io.RUnlock()
+	return Generation{Version: in.version, Size: in.size, Writes: in.writes.Load(), Granted: in.grantEnd > 0}
+}
+
 // Close releases the handle. The last handle of a removed file frees it;
 // the last handle of a file with blocks reserved speculatively past its
 // end trims them.

@@ -739,3 +739,53 @@ func TestGrantExpires(t *testing.T) {
 }
 
 func itoa(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// TestGeneration: a file's Generation stays put while nothing changes it,
+// and moves with every completed write into its bytes (an overwrite, a
+// λ write), every truncation, and a grant (which lets
+// another host write it).
+func TestGeneration(t *testing.T) {
+	e := newRemoteEnv(t, nil)
+	ctx := context.Background()
+	f, ino := e.create("f", 1, 16<<10)
+	e.syncRemote()
+	g := f.Generation()
+	if g.Granted || g.Size != 16<<10 {
+		t.Fatalf("new file: %+v, want not granted, 16 KiB", g)
+	}
+	if _, err := f.ReadAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	e.stampAt(f, 0)
+	if f.Generation() != g {
+		t.Fatalf("after a read and a pushdown: %+v, want %+v unchanged", f.Generation(), g)
+	}
+	steps := []struct {
+		name string
+		do   func() error
+	}{
+		{"an overwrite", func() error { _, err := f.WriteAt([]byte("x"), 100); return err }},
+		{"a λ write", func() error {
+			_, err := f.LambdaWrite(ctx, e.fn, 0, 1024, stamptest.Params(2, envBS), stamptest.Blocks(ino, 3, 0, 1024, 512))
+			return err
+		}},
+		{"a truncation", func() error { return f.Truncate(8 << 10) }},
+		{"a grant", func() error {
+			_, err := e.fsys.Grant(ctx, taskNQN, []*offloadfs.File{f}, pushdown.GrantReadWrite, time.Hour)
+			return err
+		}},
+	}
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		next := f.Generation()
+		if next == g {
+			t.Errorf("after %s: Generation unchanged (%+v)", st.name, g)
+		}
+		g = next
+	}
+	if !g.Granted {
+		t.Errorf("granted: %+v, want Granted", g)
+	}
+}

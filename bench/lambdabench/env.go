@@ -48,7 +48,9 @@ type lambdaEnvConfig struct {
 	// profileEvery and profileFirst are the dispatcher's n and k
 	// (lambda.Options; 0: its defaults).
 	profileEvery, profileFirst int
-	logger                     *slog.Logger
+	// readAhead is the dispatcher's lambda.Options.ReadAhead.
+	readAhead int
+	logger    *slog.Logger
 }
 
 // lambdaEnv is a running setup.
@@ -158,7 +160,7 @@ func startLambdaEnv(ctx context.Context, cfg lambdaEnvConfig) (_ *lambdaEnv, err
 	e.cache = lambda.NewCache(cfg.cacheSize, 0)
 	e.disp, err = lambda.New(ctx, e.fsys, lambda.Options{
 		Runtimes: rts, Limits: e.limits, Cache: e.cache, Logger: cfg.logger,
-		ProfileEvery: cfg.profileEvery, ProfileFirst: cfg.profileFirst,
+		ProfileEvery: cfg.profileEvery, ProfileFirst: cfg.profileFirst, ReadAhead: cfg.readAhead,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)

@@ -97,6 +97,11 @@ type Config struct {
 	// DefaultProfileFirst). A large n shows what λ's periodic profiles
 	// cost, against its routing alone.
 	ProfileEvery, ProfileFirst int
+	// ReadAhead is the dispatcher's lambda.Options.ReadAhead in mode λ:
+	// how many ranges a sequential stream at the target keeps in flight
+	// past the one called for (0: lambda.DefaultReadAhead; negative:
+	// none).
+	ReadAhead int
 	// Seed makes the dataset (default 1).
 	Seed uint64
 	// Link is the --link rate: "" or "loopback", or a rate such as
@@ -187,6 +192,8 @@ type Report struct {
 	// ProfileEvery requests were profiled.
 	ProfileEvery int `json:"profile_every"`
 	ProfileFirst int `json:"profile_first"`
+	// ReadAhead is the dispatcher's read-ahead in mode λ, after defaults.
+	ReadAhead int `json:"read_ahead"`
 	// Answer is the native reference every run's combined answer equalled.
 	Answer string `json:"answer"`
 	// Modes has one entry per mode, in the order asked for.
@@ -223,6 +230,11 @@ type LambdaRun struct {
 	Ran      map[string]uint64 `json:"ran"`
 	Profiled uint64            `json:"profiled"`
 	Races    uint64            `json:"races"`
+	// AheadSent counts the reads λ sent to the target ahead of the call
+	// continuing a sequential stream, and AheadUsed the calls they
+	// answered (lambda.Stats).
+	AheadSent uint64 `json:"ahead_sent,omitempty"`
+	AheadUsed uint64 `json:"ahead_used,omitempty"`
 	// CacheHits and CacheMisses are the host cache's page counts.
 	CacheHits   uint64 `json:"cache_hits"`
 	CacheMisses uint64 `json:"cache_misses"`
@@ -337,7 +349,7 @@ func (c *Config) start(ctx context.Context, volumeSize, cacheSize int64, functio
 		targetExe: c.TargetExe, serverCPUs: c.ServerCPUs, link: c.Link,
 		volumeSize: volumeSize, cacheSize: cacheSize,
 		requestSize: c.RequestSize, depth: c.Depth, logger: c.Logger,
-		profileEvery: c.ProfileEvery, profileFirst: c.ProfileFirst,
+		profileEvery: c.ProfileEvery, profileFirst: c.ProfileFirst, readAhead: c.ReadAhead,
 	})
 	if err != nil {
 		return nil, nil, sandbox.ID{}, err
@@ -379,7 +391,7 @@ func newLambdaReport(e *lambdaEnv, kind sandbox.Kind, repeat, depth int, warm fl
 		Machine: report.DescribeMachine(), Runtime: kind.String(), Target: e.where,
 		Link: e.link.String(), LinkShaped: e.link.Shaped(), LinkRate: e.link.Rate(),
 		Depth: depth, Warm: warm, WarmOrder: order, Repeat: repeat,
-		ProfileEvery: every, ProfileFirst: first,
+		ProfileEvery: every, ProfileFirst: first, ReadAhead: e.disp.ReadAhead(),
 	}
 }
 
@@ -752,6 +764,8 @@ func (e *lambdaEnv) runRequests(ctx context.Context, w *lambdaWork, mode lambda.
 func (run *LambdaRun) count(s0, s1 lambda.Stats, c0, c1 lambda.CacheStats) {
 	run.Profiled += s1.Profiled - s0.Profiled
 	run.Races += s1.Races - s0.Races
+	run.AheadSent += s1.AheadSent - s0.AheadSent
+	run.AheadUsed += s1.AheadUsed - s0.AheadUsed
 	run.CacheHits += c1.Hits - c0.Hits
 	run.CacheMisses += c1.Misses - c0.Misses
 	for m, n := range s1.Ran {
@@ -954,7 +968,7 @@ func WriteTable(w io.Writer, r *Report) error {
 		fmt.Fprintln(w)
 	}
 	if len(r.Models) > 0 && r.ProfileEvery > 0 {
-		fmt.Fprintf(w, "dispatcher schedule: the first %d of every %d requests profiled\n", r.ProfileFirst, r.ProfileEvery)
+		fmt.Fprintf(w, "dispatcher schedule: the first %d of every %d requests profiled; %d ranges read ahead of a sequential stream at the target\n", r.ProfileFirst, r.ProfileEvery, r.ReadAhead)
 	}
 	for _, m := range r.Models {
 		fmt.Fprintf(w, "dispatcher model: %s\n", m)

@@ -42,14 +42,15 @@ type TPCHConfig struct {
 	// the 64-byte row up to MaxLambdaRequestSize.
 	RequestSize int
 	// Warm, WarmRandom, Modes, Repeat, Depth, Interleave, Runtime,
-	// ProfileEvery, ProfileFirst, Link, TargetExe, ServerCPUs, Logger and
-	// Progress are as Config's.
+	// ProfileEvery, ProfileFirst, ReadAhead, Link, TargetExe, ServerCPUs,
+	// Logger and Progress are as Config's.
 	Warm                       float64
 	WarmRandom                 bool
 	Modes                      []lambda.Mode
 	Repeat, Depth, Interleave  int
 	Runtime                    sandbox.Kind
 	ProfileEvery, ProfileFirst int
+	ReadAhead                  int
 	Link                       string
 	TargetExe, ServerCPUs      string
 	Logger                     *slog.Logger
@@ -73,7 +74,7 @@ func RunTPCH(ctx context.Context, cfg TPCHConfig) (_ *Report, err error) {
 	lc := Config{
 		App: "tpch", Size: 1, RequestSize: cfg.RequestSize, Warm: cfg.Warm, WarmRandom: cfg.WarmRandom,
 		Modes: cfg.Modes, Repeat: cfg.Repeat, Depth: cfg.Depth, Interleave: cfg.Interleave, Runtime: cfg.Runtime,
-		ProfileEvery: cfg.ProfileEvery, ProfileFirst: cfg.ProfileFirst, Seed: cfg.Seed, Logger: cfg.Logger, Progress: cfg.Progress,
+		ProfileEvery: cfg.ProfileEvery, ProfileFirst: cfg.ProfileFirst, ReadAhead: cfg.ReadAhead, Seed: cfg.Seed, Logger: cfg.Logger, Progress: cfg.Progress,
 		Link: cfg.Link, TargetExe: cfg.TargetExe, ServerCPUs: cfg.ServerCPUs,
 	}
 	if err := lc.setDefaults(); err != nil {

@@ -21,7 +21,7 @@ type lambdaRunFlags struct {
 	link                                   string
 	warm                                   float64
 	repeat, depth, interleave              int
-	profileEvery, profileFirst             int
+	profileEvery, profileFirst, readAhead  int
 	seed                                   uint64
 	proc                                   procFlags
 	rf                                     reportFlags
@@ -37,6 +37,7 @@ func (l *lambdaRunFlags) add(f *pflag.FlagSet) {
 	f.IntVar(&l.interleave, "interleave", 0, "run the modes together, each over its own copy of the file, taking turns every this many requests (ABCD DCBA …); 0: whole runs take turns")
 	f.IntVar(&l.profileEvery, "profile-every", lambda.DefaultProfileEvery, "mode lambda: profile the first --profile-first of every this many requests per (file, function)")
 	f.IntVar(&l.profileFirst, "profile-first", lambda.DefaultProfileFirst, "mode lambda: requests profiled (run on both sides and measured) at the start of every --profile-every")
+	f.IntVar(&l.readAhead, "read-ahead", lambda.DefaultReadAhead, "mode lambda: ranges a sequential stream of reads at the target keeps in flight past the one called for (0: none)")
 	f.StringVar(&l.runtime, "runtime", "wasm", "the function's runtime in modes K, T and lambda: wasm or ebpf")
 	f.Uint64Var(&l.seed, "seed", 1, "the dataset's seed")
 	f.StringVar(&l.link, "link", "", "emulated link to the target (e.g. 10gbit: a netns behind a tc-shaped veth pair; falls back to loopback where that cannot be done, and says so)")
@@ -70,6 +71,9 @@ func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
 	}
 	if l.profileEvery < 1 || l.profileFirst < 1 {
 		return s, fmt.Errorf("--profile-first %d, --profile-every %d: want 1 or more", l.profileFirst, l.profileEvery)
+	}
+	if l.readAhead < 0 {
+		return s, fmt.Errorf("--read-ahead %d: want 0 or more", l.readAhead)
 	}
 	if s.modes, err = lambda.ParseModes(l.modes); err != nil {
 		return s, fmt.Errorf("--modes: %w", err)
@@ -143,7 +147,7 @@ ran, and the goals: λ within 5% of the better of K and T, and, on a
 			cfg := lambdabench.Config{
 				App: app, Size: n, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
 				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Interleave: lf.interleave, Runtime: s.runtime, Seed: lf.seed,
-				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst,
+				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst, ReadAhead: lf.aheadOption(),
 				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
 			cfg.Progress = lf.rf.stages(cmd)
@@ -165,4 +169,13 @@ ran, and the goals: λ within 5% of the better of K and T, and, on a
 	f.StringVar(&size, "size", "64MiB", "the dataset's size (bitmap: the bitmap's), a multiple of 4 KiB")
 	lf.add(f)
 	return cmd
+}
+
+// aheadOption is --read-ahead as lambda.Options.ReadAhead, where 0 means
+// the default and a negative number none.
+func (l *lambdaRunFlags) aheadOption() int {
+	if l.readAhead == 0 {
+		return -1
+	}
+	return l.readAhead
 }

@@ -42,7 +42,7 @@ validation parameters.`,
 			cfg := lambdabench.TPCHConfig{
 				SF: sf, Query: query, RequestSize: s.requestSize, Warm: lf.warm, WarmRandom: s.warmRandom,
 				Modes: s.modes, Repeat: lf.repeat, Depth: lf.depth, Interleave: lf.interleave, Runtime: s.runtime, Seed: lf.seed,
-				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst,
+				ProfileEvery: lf.profileEvery, ProfileFirst: lf.profileFirst, ReadAhead: lf.aheadOption(),
 				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
 			if cfg.Progress = lf.rf.stages(cmd); cfg.Progress != nil {

@@ -181,7 +181,13 @@ func (c *Controller) associate(ctx context.Context) (_ *association, err error) 
 	}
 	a.vs = uint32(vs)
 	// CSS NVM, MPS 4 KiB, round robin; SQ/CQ entry sizes 2^6 and 2^4.
+	// A controller of several I/O command sets (CAP.CSS bit 6) is
+	// enabled with all of them (CC.CSS 110b), so its KV namespaces run
+	// their commands, as Linux does.
 	a.cc = nvme.CCEnable | 6<<16 | 4<<20
+	if a.cap&nvme.CAPCSSIOCS != 0 {
+		a.cc |= nvme.CCCSSAllIOCS << 4
+	}
 	if err = a.propSet(ctx, nvme.PropCC, uint64(a.cc)); err != nil {
 		return nil, err
 	}
@@ -341,9 +347,15 @@ func (a *association) pollCSTS(ctx context.Context, timeout time.Duration, what 
 }
 
 func (a *association) identify(ctx context.Context, cns uint8, nsid uint32, buf []byte) error {
+	return a.identifyCSI(ctx, cns, nvme.CSINVM, nsid, buf)
+}
+
+// identifyCSI is Identify of a CNS that takes a command set (CDW11 bits
+// 31:24), such as the command set specific namespace structure (05h).
+func (a *association) identifyCSI(ctx context.Context, cns, csi uint8, nsid uint32, buf []byte) error {
 	ctx, cancel := a.cmdCtx(ctx)
 	defer cancel()
-	cmd := nvme.Command{Opcode: nvme.AdminIdentify, NSID: nsid, CDW10: uint32(cns)}
+	cmd := nvme.Command{Opcode: nvme.AdminIdentify, NSID: nsid, CDW10: uint32(cns), CDW11: uint32(csi) << 24}
 	_, err := a.admin.do(ctx, &cmd, nil, buf, false)
 	return err
 }

@@ -116,10 +116,16 @@ func (a *association) scanNamespaces(ctx context.Context) ([]nsInfo, error) {
 				inf.csi = d.ID[0]
 			}
 		}
-		if inf.csi != 0 && inf.csi != nvme.CSIKV {
-			continue // a command set this host does not speak
+		if inf.csi != nvme.CSINVM && (inf.csi != nvme.CSIKV || nvme.CCCSS(a.cc) != nvme.CCCSSAllIOCS) {
+			continue // a command set this host does not speak, or did not enable
 		}
-		if err := a.identify(ctx, nvme.CNSNamespace, nsid, buf); err != nil {
+		// CNS 00h is the NVM command set's structure; another set's is
+		// CNS 05h with its CSI.
+		cns := uint8(nvme.CNSNamespace)
+		if inf.csi != nvme.CSINVM {
+			cns = nvme.CNSCSNamespace
+		}
+		if err := a.identifyCSI(ctx, cns, inf.csi, nsid, buf); err != nil {
 			return nil, err
 		}
 		if inf.csi == nvme.CSIKV {

@@ -113,14 +113,39 @@ func (p *PropertyCommand) ToCommand(cmd *Command, set bool) {
 
 // CAP builds the Controller Capabilities property:
 // MQES (bits 15:0, zero-based max queue entries), CQR (bit 16, contiguous
-// queues required), TO (bits 31:24, ready timeout in 500 ms units), CSS bit
-// 37 (NVM command set), MPSMIN/MPSMAX (bits 51:48, 55:52, 4 KiB pages).
+// queues required), TO (bits 31:24, ready timeout in 500 ms units), CSS
+// (bits 44:37: CAPCSSNVM and CAPCSSIOCS, so a host may enable every I/O
+// command set with CC.CSS = 110b), MPSMIN/MPSMAX (bits 51:48, 55:52, 4 KiB
+// pages).
 func CAP(maxQueueEntries int, timeout500ms uint8) uint64 {
 	return uint64(maxQueueEntries-1)&0xffff |
 		1<<16 |
 		uint64(timeout500ms)<<24 |
-		1<<37
+		CAPCSSNVM | CAPCSSIOCS
 }
+
+// CAP.CSS bits (Command Sets Supported).
+const (
+	// CAPCSSNVM (CSS bit 0): the NVM command set.
+	CAPCSSNVM = 1 << 37
+	// CAPCSSIOCS (CSS bit 6): one or more I/O command sets, selected by
+	// CC.CSS = CCCSSAllIOCS and reported per namespace (its CSI).
+	CAPCSSIOCS = 1 << 43
+)
+
+// CC.CSS values (I/O Command Set Selected, CC bits 6:4).
+const (
+	// CCCSSNVM: only the NVM command set.
+	CCCSSNVM = 0b000
+	// CCCSSAllIOCS: every I/O command set of the combination the I/O
+	// Command Set Profile feature selects (CAPCSSIOCS).
+	CCCSSAllIOCS = 0b110
+	// CCCSSAdminOnly: no I/O command set.
+	CCCSSAdminOnly = 0b111
+)
+
+// CCCSS returns the CSS field of a CC value.
+func CCCSS(cc uint32) uint8 { return uint8(cc>>4) & 7 }
 
 // CAPMaxQueueEntries returns the queue size (one-based) a CAP value allows.
 func CAPMaxQueueEntries(cap uint64) int { return int(cap&0xffff) + 1 }
@@ -223,6 +248,9 @@ type GetLogPageCommand struct {
 	RAE    bool
 	Length int // bytes; NUMD is zero-based dwords
 	Offset uint64
+	// CSI (CDW14 bits 31:24) names the I/O command set of a log page
+	// that has one per set, such as Commands Supported and Effects.
+	CSI uint8
 }
 
 // FromCommand reads Get Log Page fields from an SQE.
@@ -232,6 +260,7 @@ func (g *GetLogPageCommand) FromCommand(cmd *Command) {
 	numd := (cmd.CDW10 >> 16) | (cmd.CDW11&0xffff)<<16
 	g.Length = (int(numd) + 1) * 4
 	g.Offset = uint64(cmd.CDW12) | uint64(cmd.CDW13)<<32
+	g.CSI = uint8(cmd.CDW14 >> 24)
 }
 
 // ToCommand writes Get Log Page fields into an SQE.
@@ -245,4 +274,5 @@ func (g *GetLogPageCommand) ToCommand(cmd *Command) {
 	cmd.CDW11 = numd >> 16
 	cmd.CDW12 = uint32(g.Offset)
 	cmd.CDW13 = uint32(g.Offset >> 32)
+	cmd.CDW14 = cmd.CDW14&^(0xff<<24) | uint32(g.CSI)<<24
 }

@@ -54,10 +54,6 @@ const (
 	StatusKVKeyExists        Status = SCTCommandSpecific<<8 | 0x89
 )
 
-// CNSCSNamespace is Identify's I/O Command Set specific Identify
-// Namespace (CNS 05h), whose CSI field names the set.
-const CNSCSNamespace = 0x05
-
 // KVMaxKey is the longest key the KV command set carries.
 const KVMaxKey = 16
 
@@ -95,28 +91,42 @@ func (c *Command) KVKey() (key []byte, ok bool) {
 // KVOptions is CDW11 bits 15:8.
 func (c *Command) KVOptions() uint8 { return uint8(c.CDW11 >> 8) }
 
-// IdentifyNamespaceKV is the KV command set's Identify Namespace data
-// structure (CNS 00h of a KV namespace, or CNS 05h with CSI 01h), with one
-// KV format:
+// IdentifyNamespaceKV is the KV command set's I/O Command Set specific
+// Identify Namespace data structure (CNS 05h with CSI 01h; KV Command Set
+// 1.0), with one KV format:
 //
 //	0   uint64   NSZE: namespace size in bytes
 //	16  uint64   NUSE: bytes in use
 //	24  uint8    NSFEAT
-//	25  uint8    NKVF: number of KV formats, 0-based (0: one)
-//	26  uint8    NMIC
-//	27  uint8    RESCAP
-//	32  uint32   NOVG: optimal value granularity
+//	25  uint8    NKVF: number of KV formats, 0's based (0: one)
+//	26  uint8    NMIC: bit 0, the namespace may be shared
+//	27  uint8    RESCAP: reservation capabilities
+//	28  uint8    FPI: format progress indicator
+//	32  uint32   NOVG: optimal value granularity in bytes
+//	36  uint32   ANAGRPID
+//	43  uint8    NSATTR: bit 0, write protected
+//	44  uint16   NVMSETID
+//	46  uint16   ENDGID
 //	48  [16]byte NGUID
-//	72  KV format 0, 16 bytes: 0 uint16 max key length, 4 uint32 max
-//	    value length, 8 uint32 max number of keys (0: no limit reported)
+//	64  [8]byte  EUI64
+//	72  KV format 0, 16 bytes: 0 uint16 KML (max key length), 3 uint8
+//	    FOPT, 4 uint32 VML (max value length), 8 uint32 MNK (max number
+//	    of keys, 0: not reported); formats 1 to 15 follow, unused
+//
+// Bytes 8-15 (where the NVM structure has NCAP) are reserved: a KV
+// namespace has no capacity in blocks.
 type IdentifyNamespaceKV struct {
-	NSZE, NUSE   uint64
-	NSFEAT, NMIC uint8
-	NOVG         uint32
-	NGUID        [16]byte
-	MaxKey       uint16
-	MaxValue     uint32
-	MaxKeys      uint32
+	NSZE, NUSE           uint64
+	NSFEAT, NMIC, RESCAP uint8
+	FPI                  uint8
+	NOVG, ANAGRPID       uint32
+	NSATTR               uint8
+	NVMSETID, ENDGID     uint16
+	NGUID                [16]byte
+	EUI64                [8]byte
+	MaxKey               uint16
+	MaxValue             uint32
+	MaxKeys              uint32
 }
 
 // Marshal encodes the structure into a fresh IdentifySize buffer.
@@ -128,15 +138,24 @@ func (id *IdentifyNamespaceKV) Marshal() []byte {
 	b[24] = id.NSFEAT
 	b[25] = 0 // NKVF is 0's based: one format
 	b[26] = id.NMIC
+	b[27] = id.RESCAP
+	b[28] = id.FPI
 	le.PutUint32(b[32:], id.NOVG)
+	le.PutUint32(b[36:], id.ANAGRPID)
+	b[43] = id.NSATTR
+	le.PutUint16(b[44:], id.NVMSETID)
+	le.PutUint16(b[46:], id.ENDGID)
 	copy(b[48:64], id.NGUID[:])
+	copy(b[64:72], id.EUI64[:])
 	le.PutUint16(b[72:], id.MaxKey)
 	le.PutUint32(b[76:], id.MaxValue)
 	le.PutUint32(b[80:], id.MaxKeys)
 	return b
 }
 
-// UnmarshalIdentifyNamespaceKV decodes a KV Identify Namespace structure.
+// UnmarshalIdentifyNamespaceKV decodes a KV Identify Namespace structure,
+// taking KV format 0 (the one a namespace of this command set formats
+// with when it reports a single one).
 func UnmarshalIdentifyNamespaceKV(b []byte) (IdentifyNamespaceKV, error) {
 	var id IdentifyNamespaceKV
 	if len(b) < IdentifySize {
@@ -147,11 +166,21 @@ func UnmarshalIdentifyNamespaceKV(b []byte) (IdentifyNamespaceKV, error) {
 	id.NUSE = le.Uint64(b[16:])
 	id.NSFEAT = b[24]
 	id.NMIC = b[26]
+	id.RESCAP = b[27]
+	id.FPI = b[28]
 	id.NOVG = le.Uint32(b[32:])
+	id.ANAGRPID = le.Uint32(b[36:])
+	id.NSATTR = b[43]
+	id.NVMSETID = le.Uint16(b[44:])
+	id.ENDGID = le.Uint16(b[46:])
 	copy(id.NGUID[:], b[48:64])
+	copy(id.EUI64[:], b[64:72])
 	id.MaxKey = le.Uint16(b[72:])
 	id.MaxValue = le.Uint32(b[76:])
 	id.MaxKeys = le.Uint32(b[80:])
+	if id.NSZE != 0 && (id.MaxKey == 0 || id.MaxKey > KVMaxKey) {
+		return id, fmt.Errorf("nvme: KV namespace's maximum key length %d (want 1 to %d)", id.MaxKey, KVMaxKey)
+	}
 	return id, nil
 }
 

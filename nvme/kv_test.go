@@ -51,14 +51,6 @@ func TestKVList(t *testing.T) {
 	}
 }
 
-func TestIdentifyNamespaceKV(t *testing.T) {
-	id := IdentifyNamespaceKV{NSZE: 1 << 30, NUSE: 12345, MaxKey: 16, MaxValue: 65536, NGUID: [16]byte{1, 2}}
-	got, err := UnmarshalIdentifyNamespaceKV(id.Marshal())
-	if err != nil || got != id {
-		t.Fatalf("%+v %v", got, err)
-	}
-}
-
 func FuzzUnmarshalKVList(f *testing.F) {
 	b, _ := MarshalKVList([][]byte{[]byte("k1"), []byte("key-two")}, 64)
 	f.Add(b)

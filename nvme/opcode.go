@@ -52,13 +52,19 @@ const (
 
 // Identify CNS values.
 const (
-	CNSNamespace       = 0x00
-	CNSController      = 0x01
-	CNSActiveNSList    = 0x02
-	CNSNSDescriptors   = 0x03
+	CNSNamespace     = 0x00
+	CNSController    = 0x01
+	CNSActiveNSList  = 0x02
+	CNSNSDescriptors = 0x03
+	// CNSCSNamespace is the I/O command set specific Identify
+	// Namespace, of the command set CDW11's CSI names.
+	CNSCSNamespace     = 0x05
 	CNSCSController    = 0x06 // I/O command set specific controller
 	CNSCSActiveNSList  = 0x07
 	CNSCSIndependentNS = 0x08
+	// CNSIOCommandSets is the I/O Command Set data structure: the command
+	// set combinations the controller supports (IOCSVectors).
+	CNSIOCommandSets = 0x1C
 )
 
 // Feature identifiers.
@@ -74,7 +80,11 @@ const (
 	FeatAsyncEventConfig = 0x0B
 	FeatTimestamp        = 0x0E
 	FeatKeepAliveTimer   = 0x0F
-	FeatHostID           = 0x81
+	// FeatIOCSProfile is the I/O Command Set Profile: CDW11 bits 8:0
+	// select the index (IOCSCI) of the command set combination CC.CSS =
+	// 110b enables.
+	FeatIOCSProfile = 0x19
+	FeatHostID      = 0x81
 )
 
 // Log page identifiers.

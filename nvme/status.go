@@ -21,23 +21,30 @@ const DNR Status = 1 << 14
 
 // Generic command status values (SCT 0).
 const (
-	StatusSuccess             Status = 0x00
-	StatusInvalidOpcode       Status = 0x01
-	StatusInvalidField        Status = 0x02
-	StatusCIDConflict         Status = 0x03
-	StatusDataTransferError   Status = 0x04
-	StatusInternal            Status = 0x06
-	StatusAbortRequested      Status = 0x07
-	StatusAbortSQDeleted      Status = 0x08
-	StatusInvalidNamespace    Status = 0x0B
-	StatusCommandSequence     Status = 0x0C
-	StatusSGLDataLenInvalid   Status = 0x0F
-	StatusSGLTypeInvalid      Status = 0x11
-	StatusSGLOffsetInvalid    Status = 0x16
-	StatusHostIDInconsistent  Status = 0x18
-	StatusKATimeoutExpired    Status = 0x19
-	StatusKATimeoutInvalid    Status = 0x1A
-	StatusTransientTransport  Status = 0x22
+	StatusSuccess            Status = 0x00
+	StatusInvalidOpcode      Status = 0x01
+	StatusInvalidField       Status = 0x02
+	StatusCIDConflict        Status = 0x03
+	StatusDataTransferError  Status = 0x04
+	StatusInternal           Status = 0x06
+	StatusAbortRequested     Status = 0x07
+	StatusAbortSQDeleted     Status = 0x08
+	StatusInvalidNamespace   Status = 0x0B
+	StatusCommandSequence    Status = 0x0C
+	StatusSGLDataLenInvalid  Status = 0x0F
+	StatusSGLTypeInvalid     Status = 0x11
+	StatusSGLOffsetInvalid   Status = 0x16
+	StatusHostIDInconsistent Status = 0x18
+	StatusKATimeoutExpired   Status = 0x19
+	StatusKATimeoutInvalid   Status = 0x1A
+	StatusTransientTransport Status = 0x22
+	// StatusIOCSCombinationRejected: Set Features I/O Command Set Profile
+	// named a combination the controller does not offer.
+	StatusIOCSCombinationRejected Status = 0x2B
+	// StatusInvalidIOCS: the command names an I/O command set that is
+	// not supported, or a namespace of another command set than the one
+	// it is defined for (Identify CNS 00h or 05h of a KV namespace).
+	StatusInvalidIOCS         Status = 0x2C
 	StatusLBAOutOfRange       Status = 0x80
 	StatusCapacityExceeded    Status = 0x81
 	StatusNamespaceNotReady   Status = 0x82
@@ -140,6 +147,10 @@ func (s Status) name() string {
 		return "reservation conflict"
 	case StatusLBAOutOfRange:
 		return "LBA out of range"
+	case StatusIOCSCombinationRejected:
+		return "I/O command set combination rejected"
+	case StatusInvalidIOCS:
+		return "invalid I/O command set"
 	case StatusCapacityExceeded:
 		return "capacity exceeded"
 	case StatusNamespaceNotReady:

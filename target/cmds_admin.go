@@ -73,6 +73,8 @@ func asyncEvent(_ context.Context, s *session, r *request) completion {
 // Linux target, report "not aborted" (DW0 bit 0) and let it finish.
 func abortCommand(context.Context, *session, *request) completion { return completion{dw0: 1} }
 
+// identify answers Identify by CNS; the I/O command set ones are in
+// iocs.go.
 func identify(_ context.Context, s *session, r *request) completion {
 	sqe := &r.sqe
 	cns := uint8(sqe.CDW10)
@@ -92,30 +94,25 @@ func identify(_ context.Context, s *session, r *request) completion {
 			return dataCompletion(r, make([]byte, nvme.IdentifySize))
 		}
 		if ns.kv != nil {
-			return dataCompletion(r, identifyKV(ns))
+			// CNS 00h is the NVM command set's structure; a KV
+			// namespace's is CNS 05h with CSI 01h.
+			return status(nvme.StatusInvalidIOCS | nvme.DNR)
 		}
 		id := nvme.IdentifyNamespace{
 			NSZE: ns.blocks, NCAP: ns.blocks, NUSE: ns.blocks,
 			NSFEAT: 1<<0 | 1<<2, // thin provisioned; DLFEAT is honoured
 			NMIC:   1,
-			// Every reservation type, no PTPL (reservations.go).
-			RESCAP: nvme.RescapAllTypes | nvme.RescapIEKEY13,
+			RESCAP: nvmRescap,
 			DLFEAT: 1<<3 | 1, // deallocated blocks read as zeroes; Write Zeroes can deallocate
 			NGUID:  ns.nguid,
 			LBADS:  ns.lbaShift,
 		}
 		return dataCompletion(r, id.Marshal())
 	case cns == nvme.CNSActiveNSList:
-		list := make([]byte, nvme.IdentifySize)
-		i := 0
-		for _, id := range s.ss.nsids() {
-			if id > sqe.NSID && i < nvme.IdentifySize/4 {
-				le32(list[4*i:], id)
-				i++
-			}
-		}
-		return dataCompletion(r, list)
-	case cns == nvme.CNSNSDescriptors && csi == 0:
+		return identifyActiveNSList(s, r, false, 0)
+	case cns == nvme.CNSCSActiveNSList:
+		return identifyActiveNSList(s, r, true, csi)
+	case cns == nvme.CNSNSDescriptors:
 		ns := s.ss.namespace(sqe.NSID)
 		if ns == nil {
 			return status(nvme.StatusInvalidNamespace | nvme.DNR)
@@ -125,22 +122,22 @@ func identify(_ context.Context, s *session, r *request) completion {
 			{Type: nvme.NIDTUUID, ID: ns.uuid[:]},
 			{Type: nvme.NIDTCSI, ID: []byte{ns.csi()}},
 		}))
-	case cns == nvme.CNSCSNamespace && csi == nvme.CSIKV:
-		ns := s.ss.namespace(sqe.NSID)
-		if ns == nil || ns.kv == nil {
-			return status(nvme.StatusInvalidField | nvme.DNR)
-		}
-		return dataCompletion(r, identifyKV(ns))
-	case cns == nvme.CNSCSController && csi == nvme.CSIKV:
-		// The KV command set defines no controller fields.
-		return dataCompletion(r, make([]byte, nvme.IdentifySize))
-	case cns == nvme.CNSCSController && csi == 0:
-		// The NVM command set's controller structure: nothing to report.
-		return dataCompletion(r, make([]byte, nvme.IdentifySize))
+	case cns == nvme.CNSCSNamespace:
+		return identifyCSNamespace(s, r, csi)
+	case cns == nvme.CNSCSController:
+		return identifyCSController(r, csi)
+	case cns == nvme.CNSCSIndependentNS:
+		return identifyIndependent(s, r)
+	case cns == nvme.CNSIOCommandSets:
+		return identifyIOCS(r)
 	default:
 		return status(nvme.StatusInvalidField | nvme.DNR)
 	}
 }
+
+// nvmRescap is an NVM namespace's reservation capabilities: every
+// reservation type, no PTPL (reservations.go).
+const nvmRescap = nvme.RescapAllTypes | nvme.RescapIEKEY13
 
 func (s *session) identifyController() []byte {
 	c := s.ctrl
@@ -160,7 +157,7 @@ func (s *session) identifyController() []byte {
 		ACL:          3,
 		AERL:         maxAER - 1,
 		FRMW:         1<<0 | 1<<1,
-		LPA:          1 << 2, // extended data for Get Log Page (offsets)
+		LPA:          1<<1 | 1<<2, // Commands Supported and Effects (per CSI); extended data (offsets)
 		ELPE:         errorLogEntries - 1,
 		KAS:          1, // keep alive granularity: 100 ms
 		SQES:         6<<4 | 6,
@@ -181,6 +178,7 @@ func (s *session) identifyController() []byte {
 	if s.discovery {
 		id.CNTRLTYPE = 2
 		id.OAES, id.ONCS, id.VWC, id.NN, id.MNAN, id.IOCCSZ = 0, 0, 0, 0, 0, 0
+		id.LPA &^= 1 << 1 // its only log is the discovery log
 		id.MDTS = 0
 	}
 	return id.Marshal()
@@ -211,6 +209,11 @@ func getLogPage(_ context.Context, s *session, r *request) completion {
 		c.mu.Unlock()
 	case g.LID == nvme.LogSMART:
 		page = s.smartLog()
+	case g.LID == nvme.LogCmdEffects:
+		var st nvme.Status
+		if page, st = s.effectsLog(g.CSI); st != 0 {
+			return status(st)
+		}
 	case g.LID == nvme.LogFunctionRefusals:
 		page = c.refusalLog()
 	case g.LID == nvme.LogFirmwareSlot:
@@ -322,6 +325,11 @@ func setFeatures(_ context.Context, s *session, r *request) completion {
 	case nvme.FeatVolatileWC:
 		c.vwc = v&1 != 0
 		return completion{}
+	case nvme.FeatIOCSProfile:
+		if s.discovery {
+			return status(nvme.StatusInvalidField | nvme.DNR)
+		}
+		return ioCSProfile(v)
 	case nvme.FeatTimestamp, nvme.FeatArbitration, nvme.FeatPowerManagement,
 		nvme.FeatTempThreshold, nvme.FeatErrorRecovery, nvme.FeatIRQCoalesce,
 		nvme.FeatWriteAtomicity:
@@ -349,6 +357,12 @@ func getFeatures(_ context.Context, s *session, r *request) completion {
 		return completion{}
 	case nvme.FeatArbitration, nvme.FeatPowerManagement, nvme.FeatErrorRecovery,
 		nvme.FeatIRQCoalesce, nvme.FeatWriteAtomicity:
+		return completion{}
+	case nvme.FeatIOCSProfile:
+		// The combination in use: index 0, the only one.
+		if s.discovery {
+			return status(nvme.StatusInvalidField | nvme.DNR)
+		}
 		return completion{}
 	case nvme.FeatTempThreshold:
 		return completion{dw0: 273 + 70}

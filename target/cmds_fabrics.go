@@ -180,7 +180,8 @@ func propertySet(_ context.Context, s *session, r *request) completion {
 }
 
 // setCC applies a write of the Controller Configuration property: enabling
-// checks the queue entry sizes and sets CSTS.RDY; disabling resets the
+// checks the queue entry sizes and the command sets selected (CC.CSS,
+// iocs.go) and sets CSTS.RDY; disabling resets the
 // controller, closing its I/O queues; a shutdown notification flushes every
 // namespace and reports shutdown complete.
 func (s *session) setCC(v uint32) {
@@ -192,14 +193,16 @@ func (s *session) setCC(v uint32) {
 	switch {
 	case v&nvme.CCEnable != 0 && old&nvme.CCEnable == 0:
 		iosqes, iocqes := v>>16&0xf, v>>20&0xf
-		css, mps := v>>4&7, v>>7&0xf
-		if css != 0 || mps != 0 || (!c.discovery && (iosqes != 6 || iocqes != 4)) {
+		css, mps := nvme.CCCSS(v), v>>7&0xf
+		if !cssSupported(css) || mps != 0 || (!c.discovery && (iosqes != 6 || iocqes != 4)) {
 			c.csts |= nvme.CSTSFatal
 		} else {
 			c.csts = nvme.CSTSReady
+			c.kvEnabled.Store(css == nvme.CCCSSAllIOCS)
 		}
 	case v&nvme.CCEnable == 0 && old&nvme.CCEnable != 0:
 		c.csts = 0
+		c.kvEnabled.Store(false)
 		for qid, o := range c.queues {
 			if qid != 0 {
 				closeQueues = append(closeQueues, o)

@@ -17,10 +17,10 @@ func ioCommands() map[uint8]*cmdSpec {
 	write := access{resv: resvWrite, grant: grantLBAs}
 	return map[uint8]*cmdSpec{
 		nvme.IORead:        {label: "read", dir: dirOut, access: read, blocking: true, fast: true, check: checkReadWrite, exec: execRead},
-		nvme.IOWrite:       {label: "write", dir: dirIn, access: write, blocking: true, fast: true, check: checkReadWrite, exec: execWrite},
+		nvme.IOWrite:       {label: "write", dir: dirIn, access: write, changesData: true, blocking: true, fast: true, check: checkReadWrite, exec: execWrite},
 		nvme.IOFlush:       {label: "flush", dir: dirNone, access: access{resv: resvWrite}, blocking: true, allNamespaces: true, exec: execFlush},
-		nvme.IOWriteZeroes: {label: "write_zeroes", dir: dirNone, access: write, blocking: true, exec: execWriteZeroes},
-		nvme.IODSM:         {label: "dsm", dir: dirIn, access: access{resv: resvWrite, grant: grantDSM}, blocking: true, check: checkDSM, exec: execDSM},
+		nvme.IOWriteZeroes: {label: "write_zeroes", dir: dirNone, access: write, changesData: true, blocking: true, exec: execWriteZeroes},
+		nvme.IODSM:         {label: "dsm", dir: dirIn, access: access{resv: resvWrite, grant: grantDSM}, changesData: true, blocking: true, check: checkDSM, exec: execDSM},
 
 		nvme.IOReservationRegister: {label: "resv_register", dir: dirIn, blocking: true, check: checkResvData(nvme.ResvRegisterDataSize), exec: execResvRegister},
 		nvme.IOReservationAcquire:  {label: "resv_acquire", dir: dirIn, blocking: true, check: checkResvData(nvme.ResvAcquireDataSize), exec: execResvAcquire},
@@ -29,7 +29,7 @@ func ioCommands() map[uint8]*cmdSpec {
 
 		nvme.IOPushdownRead: {label: "pushdown", dir: dirBoth, access: access{resv: resvRead, grant: grantFiles}, blocking: true, exec: execFunction},
 		nvme.IOLambdaRead:   {label: "lambda_read", dir: dirBoth, access: access{resv: resvRead, grant: grantFiles}, blocking: true, exec: execFunction},
-		nvme.IOLambdaWrite:  {label: "lambda_write", dir: dirIn, access: access{resv: resvWrite, grant: grantFiles}, blocking: true, check: checkLambdaWrite, exec: execFunction},
+		nvme.IOLambdaWrite:  {label: "lambda_write", dir: dirIn, access: access{resv: resvWrite, grant: grantFiles}, changesData: true, blocking: true, check: checkLambdaWrite, exec: execFunction},
 	}
 }
 

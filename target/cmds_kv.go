@@ -45,9 +45,9 @@ func kvCommands() map[uint8]*cmdSpec {
 	read := access{resv: resvRead}
 	write := access{resv: resvWrite}
 	return map[uint8]*cmdSpec{
-		nvme.KVStore:    {label: "kv_store", dir: dirIn, access: write, blocking: true, check: checkKVStore, exec: execKVStore},
+		nvme.KVStore:    {label: "kv_store", dir: dirIn, access: write, changesData: true, blocking: true, check: checkKVStore, exec: execKVStore},
 		nvme.KVRetrieve: {label: "kv_retrieve", dir: dirOut, access: read, blocking: true, exec: execKVRetrieve},
-		nvme.KVDelete:   {label: "kv_delete", dir: dirNone, access: write, blocking: true, exec: execKVDelete},
+		nvme.KVDelete:   {label: "kv_delete", dir: dirNone, access: write, changesData: true, blocking: true, exec: execKVDelete},
 		nvme.KVExist:    {label: "kv_exist", dir: dirNone, access: read, blocking: true, exec: execKVExist},
 		nvme.KVList:     {label: "kv_list", dir: dirOut, access: read, blocking: true, exec: execKVList},
 		nvme.IOFlush:    {label: "flush", dir: dirNone, access: write, blocking: true, allNamespaces: true, exec: execFlush},

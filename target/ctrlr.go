@@ -95,6 +95,10 @@ type cmdSpec struct {
 	fast bool
 	// discovery: the discovery controller implements it.
 	discovery bool
+	// changesData: the command may change the namespace's user data
+	// (blocks, or a KV namespace's values); the Commands Supported and
+	// Effects log reports it as LBCC (iocs.go).
+	changesData bool
 	// allNamespaces: NSID FFFFFFFFh names every namespace.
 	allNamespaces bool
 	exec          handler
@@ -195,7 +199,12 @@ func (s *session) prepare(r *request) nvme.Status {
 			}
 		}
 		if r.ns != nil && r.ns.kv != nil {
-			spec = cs.kv[sqe.Opcode] // a KV namespace's command set
+			// A KV namespace's command set, if CC.CSS enabled it;
+			// otherwise it has no I/O command (iocs.go).
+			spec = nil
+			if s.ctrl.kvEnabled.Load() {
+				spec = cs.kv[sqe.Opcode]
+			}
 		}
 		if spec == nil {
 			return nvme.StatusInvalidOpcode | nvme.DNR

@@ -253,6 +253,10 @@ type controller struct {
 	discovery bool
 	created   time.Time
 
+	// kvEnabled: CC.CSS enabled the KV command set (iocs.go); read by
+	// every I/O command of a KV namespace, so not under mu.
+	kvEnabled atomic.Bool
+
 	mu       sync.Mutex
 	cc       uint32
 	csts     uint32

@@ -23,7 +23,8 @@ import (
 // BootOptions says which scenario to boot and how.
 type BootOptions struct {
 	// Scenario names guest/scenarios/NAME.sh: "linux-selftest",
-	// "host-to-ours", "ours-to-linux", "auth-selftest" or "auth-host".
+	// "host-to-ours", "ours-to-linux", "auth-selftest", "auth-host" or
+	// "kv-host".
 	Scenario string
 	// Kernel is the guest kernel (default: KernelDefault). The auth-*
 	// scenarios need KernelTrixie.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,6 +75,15 @@ type Registration struct {
 // Done is closed when the lease is lost (expired or revoked): the node
 // must then stop serving, since the cluster has taken it out.
 func (r *Registration) Done() <-chan struct{} { return r.session.Done() }
+
+// Put writes key=value on the registration's lease: it disappears with
+// the node.
+func (r *Registration) Put(ctx context.Context, key, value string) error {
+	if _, err := r.session.Client().Put(ctx, key, value, clientv3.WithLease(r.session.Lease())); err != nil {
+		return fmt.Errorf("cluster: put %s: %w", key, err)
+	}
+	return nil
+}
 
 // Close revokes the lease, which removes the node at once.
 func (r *Registration) Close() error { return r.session.Close() }
@@ -161,20 +171,31 @@ func (c *Control) CreateChain(ctx context.Context, group string, members []strin
 // saw, retried with the new value when another change won. It returns the
 // configuration in force afterwards and whether fn's change was written.
 func (c *Control) Update(ctx context.Context, group string, fn func(Chain) (Chain, bool, error)) (Chain, bool, error) {
-	key := c.ChainKey(group)
+	return casUpdate(ctx, c, c.ChainKey(group), func(ctx context.Context) (Chain, []byte, error) { return c.chainRaw(ctx, group) },
+		func(cur Chain) (Chain, bool, error) {
+			next, write, err := fn(cur.Clone())
+			if err == nil && write && (next.Epoch != cur.Epoch+1 || next.Group != cur.Group) {
+				err = fmt.Errorf("cluster: chain %s: change from epoch %d must have epoch %d, has %d", group, cur.Epoch, cur.Epoch+1, next.Epoch)
+			}
+			return next, write, err
+		}, EncodeChain)
+}
+
+// casUpdate is the compare-and-swap loop of Update and UpdateShardMap:
+// read the value (get), compute the next (fn), write it only if the key
+// still holds what was read, else start over with the winner's value.
+func casUpdate[T any](ctx context.Context, c *Control, key string, get func(context.Context) (T, []byte, error),
+	fn func(T) (T, bool, error), encode func(T) ([]byte, error)) (T, bool, error) {
 	for {
-		cur, raw, err := c.chainRaw(ctx, group)
+		cur, raw, err := get(ctx)
 		if err != nil {
-			return Chain{}, false, err
+			return cur, false, err
 		}
-		next, write, err := fn(cur.Clone())
+		next, write, err := fn(cur)
 		if err != nil || !write {
 			return cur, false, err
 		}
-		if next.Epoch != cur.Epoch+1 || next.Group != cur.Group {
-			return cur, false, fmt.Errorf("cluster: chain %s: change from epoch %d must have epoch %d, has %d", group, cur.Epoch, cur.Epoch+1, next.Epoch)
-		}
-		b, err := EncodeChain(next)
+		b, err := encode(next)
 		if err != nil {
 			return cur, false, err
 		}
@@ -183,7 +204,7 @@ func (c *Control) Update(ctx context.Context, group string, fn func(Chain) (Chai
 			Then(clientv3.OpPut(key, string(b))).
 			Commit()
 		if err != nil {
-			return cur, false, fmt.Errorf("cluster: update chain %s: %w", group, err)
+			return cur, false, fmt.Errorf("cluster: update %s: %w", key, err)
 		}
 		if resp.Succeeded {
 			return next, true, nil
@@ -248,43 +269,49 @@ func (c *Control) RunReconciler(ctx context.Context, group string, interval time
 // current one (once it exists) and every later one, in epoch order, until
 // ctx ends. Slow receivers see only the latest.
 func (c *Control) WatchChain(ctx context.Context, group string) <-chan Chain {
-	out := make(chan Chain, 1)
+	return watchVersioned(ctx, c, c.ChainKey(group), func(b []byte) (Chain, uint64, error) {
+		ch, err := DecodeChain(b)
+		return ch, ch.Epoch, err
+	})
+}
+
+// watchVersioned sends the value of key decoded (the current one, once it
+// exists, then every later one) in version order until ctx ends; a slow
+// receiver sees only the latest.
+func watchVersioned[T any](ctx context.Context, c *Control, key string, decode func([]byte) (T, uint64, error)) <-chan T {
+	out := make(chan T, 1)
 	go func() {
 		defer close(out)
 		var last uint64
-		send := func(ch Chain) {
-			if ch.Epoch <= last {
+		send := func(b []byte) {
+			v, version, err := decode(b)
+			if err != nil || version <= last {
 				return
 			}
-			last = ch.Epoch
+			last = version
 			select {
 			case <-out: // drop the stale one
 			default:
 			}
-			out <- ch
+			out <- v
 		}
 		for ctx.Err() == nil {
-			resp, err := c.Client.Get(ctx, c.ChainKey(group))
+			resp, err := c.Client.Get(ctx, key)
 			if err != nil {
 				time.Sleep(100 * time.Millisecond)
 				continue
 			}
 			if len(resp.Kvs) > 0 {
-				if ch, err := DecodeChain(resp.Kvs[0].Value); err == nil {
-					send(ch)
-				}
+				send(resp.Kvs[0].Value)
 			}
-			w := c.Client.Watch(ctx, c.ChainKey(group), clientv3.WithRev(resp.Header.Revision+1))
+			w := c.Client.Watch(ctx, key, clientv3.WithRev(resp.Header.Revision+1))
 			for wr := range w {
 				if wr.Err() != nil {
 					break
 				}
 				for _, ev := range wr.Events {
-					if ev.Type != clientv3.EventTypePut {
-						continue
-					}
-					if ch, err := DecodeChain(ev.Kv.Value); err == nil {
-						send(ch)
+					if ev.Type == clientv3.EventTypePut {
+						send(ev.Kv.Value)
 					}
 				}
 			}
@@ -301,14 +328,108 @@ var ErrNoShardMap = errors.New("cluster: no shard map")
 
 // ShardMap returns the cluster's shard map, or ErrNoShardMap.
 func (c *Control) ShardMap(ctx context.Context) (ShardMap, error) {
+	m, _, err := c.shardMapRaw(ctx)
+	return m, err
+}
+
+func (c *Control) shardMapRaw(ctx context.Context) (ShardMap, []byte, error) {
 	resp, err := c.Client.Get(ctx, c.ShardMapKey())
 	if err != nil {
-		return ShardMap{}, fmt.Errorf("cluster: get shard map: %w", err)
+		return ShardMap{}, nil, fmt.Errorf("cluster: get shard map: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return ShardMap{}, ErrNoShardMap
+		return ShardMap{}, nil, ErrNoShardMap
 	}
-	return DecodeShardMap(resp.Kvs[0].Value)
+	m, err := DecodeShardMap(resp.Kvs[0].Value)
+	return m, resp.Kvs[0].Value, err
+}
+
+// UpdateShardMap changes the shard map by fn, atomically, as Update
+// changes a chain: one transaction conditional on the stored map being
+// the one fn saw, retried on a lost race. fn's map must have the next
+// version.
+func (c *Control) UpdateShardMap(ctx context.Context, fn func(ShardMap) (ShardMap, bool, error)) (ShardMap, bool, error) {
+	return casUpdate(ctx, c, c.ShardMapKey(), c.shardMapRaw, func(cur ShardMap) (ShardMap, bool, error) {
+		next, write, err := fn(cur.Clone())
+		if err == nil && write && next.Version != cur.Version+1 {
+			err = fmt.Errorf("cluster: shard map: change from version %d must have version %d, has %d", cur.Version, cur.Version+1, next.Version)
+		}
+		return next, write, err
+	}, EncodeShardMap)
+}
+
+// WatchShardMap sends the shard map (the current one, once it exists,
+// then every later one) in version order until ctx ends; a slow receiver
+// sees only the latest.
+func (c *Control) WatchShardMap(ctx context.Context) <-chan ShardMap {
+	return watchVersioned(ctx, c, c.ShardMapKey(), func(b []byte) (ShardMap, uint64, error) {
+		m, err := DecodeShardMap(b)
+		return m, m.Version, err
+	})
+}
+
+// ShardAckKey is the etcd key where node id says which shard map version
+// it enforces (on the node's lease).
+func (c *Control) ShardAckKey(id string) string { return c.prefix() + "shardacks/" + id }
+
+// ShardAcks returns, per live node that acknowledged one, the newest
+// shard map version it enforces: it refuses what that map refuses, and
+// every write it took under an older map is committed.
+func (c *Control) ShardAcks(ctx context.Context) (map[string]uint64, error) {
+	resp, err := c.Client.Get(ctx, c.prefix()+"shardacks/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: shard acks: %w", err)
+	}
+	out := make(map[string]uint64, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		v, err := strconv.ParseUint(string(kv.Value), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: shard ack %s: %w", kv.Key, err)
+		}
+		out[strings.TrimPrefix(string(kv.Key), c.prefix()+"shardacks/")] = v
+	}
+	return out, nil
+}
+
+// LoadKey is the etcd key of node id's write counters (on its lease).
+func (c *Control) LoadKey(id string) string { return c.prefix() + "load/" + id }
+
+// NodeLoad is a node's write counters, the value of its load/ key: per
+// group, the writes it took as head since it started, per shard of the
+// map they were routed by (by the shard's start key, hex).
+type NodeLoad struct {
+	Groups map[string]map[string]uint64 `json:"groups"`
+}
+
+// Loads returns every live node's write counters.
+func (c *Control) Loads(ctx context.Context) (map[string]NodeLoad, error) {
+	resp, err := c.Client.Get(ctx, c.prefix()+"load/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: loads: %w", err)
+	}
+	out := make(map[string]NodeLoad, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var l NodeLoad
+		if err := json.Unmarshal(kv.Value, &l); err != nil {
+			return nil, fmt.Errorf("cluster: load %s: %w", kv.Key, err)
+		}
+		out[strings.TrimPrefix(string(kv.Key), c.prefix()+"load/")] = l
+	}
+	return out, nil
+}
+
+// Groups returns the groups that have a chain, sorted.
+func (c *Control) Groups(ctx context.Context) ([]string, error) {
+	resp, err := c.Client.Get(ctx, c.prefix()+"chains/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, fmt.Errorf("cluster: groups: %w", err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		out = append(out, strings.TrimPrefix(string(kv.Key), c.prefix()+"chains/"))
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // CreateShardMap writes m as the cluster's shard map unless it has one,

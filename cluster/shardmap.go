@@ -10,10 +10,18 @@ import (
 // Shard is one key range of the shard map and the replication group that
 // holds it: the keys k with Start <= k < End (an empty End: no upper
 // bound).
+//
+// A shard being moved to another group (move.go) is Frozen: no group
+// takes writes to it. While its keys are copied it also names the group
+// they go to (MovingTo), which alone may write them; the switch then
+// makes that group the owner, still frozen, and the end of the move
+// thaws it.
 type Shard struct {
-	Start []byte `json:"start"`
-	End   []byte `json:"end,omitempty"`
-	Group string `json:"group"`
+	Start    []byte `json:"start"`
+	End      []byte `json:"end,omitempty"`
+	Group    string `json:"group"`
+	Frozen   bool   `json:"frozen,omitempty"`
+	MovingTo string `json:"moving_to,omitempty"`
 }
 
 // Contains reports whether key falls in the shard's range.
@@ -28,9 +36,11 @@ func (s Shard) Contains(key []byte) bool {
 //     ends where the next starts, and only the last has no End: every
 //     key falls in exactly one shard, so a client never has to guess.
 //   - Every shard names a group; a group may hold several shards.
-//   - Version is 1 when the map is created. The map is written once,
-//     when the cluster is set up: moving a range between groups needs the
-//     range's data moved with it, which the cluster does not do yet.
+//   - Version is 1 when the map is created and grows by exactly one on
+//     every change (a compare-and-swap in etcd, Control.UpdateShardMap),
+//     so a node can tell which of two maps is newer.
+//   - At most one shard is moving (MovingTo set), and a moving shard is
+//     frozen and moves to another group than its own.
 type ShardMap struct {
 	Version uint64  `json:"version"`
 	Shards  []Shard `json:"shards"`
@@ -41,12 +51,19 @@ func (m ShardMap) Validate() error {
 	if len(m.Shards) == 0 {
 		return fmt.Errorf("cluster: shard map version %d has no shards", m.Version)
 	}
+	moving := 0
 	if len(m.Shards[0].Start) != 0 {
 		return fmt.Errorf("cluster: shard map version %d: first shard starts at %q, not at the empty key", m.Version, m.Shards[0].Start)
 	}
 	for i, s := range m.Shards {
 		if s.Group == "" {
 			return fmt.Errorf("cluster: shard map version %d: shard %d has no group", m.Version, i)
+		}
+		if s.MovingTo != "" {
+			if !s.Frozen || s.MovingTo == s.Group {
+				return fmt.Errorf("cluster: shard map version %d: shard %d moves from %s to %q unfrozen or to itself", m.Version, i, s.Group, s.MovingTo)
+			}
+			moving++
 		}
 		last := i == len(m.Shards)-1
 		if last != (len(s.End) == 0) {
@@ -63,6 +80,9 @@ func (m ShardMap) Validate() error {
 				return fmt.Errorf("cluster: shard map version %d: shard %d ends at %q, shard %d starts at %q", m.Version, i, s.End, i+1, m.Shards[i+1].Start)
 			}
 		}
+	}
+	if moving > 1 {
+		return fmt.Errorf("cluster: shard map version %d: %d shards moving, at most one may", m.Version, moving)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ kv/lsm store by chain replication with request shipping.`,
 	node := newNodeServeCmd(g, "node")
 	node.Short = "Run one storage node (the same as \"nearstore node serve\")"
 	cmd.AddCommand(newClusterEtcdCmd(g), node, newClusterUpCmd(g), newClusterStatusCmd(), newClusterPutCmd(), newClusterGetCmd(),
-		newClusterDelCmd(), newClusterScanCmd())
+		newClusterDelCmd(), newClusterScanCmd(), newClusterMoveCmd(), newClusterBalanceCmd())
 	return cmd
 }
 
@@ -345,7 +345,7 @@ cluster without a shard map is the one group --group.`,
 					if len(sh.End) > 0 {
 						end = strconv.Quote(string(sh.End))
 					}
-					fmt.Fprintf(out, "shard [%q, %s) group %s\n", sh.Start, end, sh.Group)
+					fmt.Fprintf(out, "shard [%q, %s) group %s%s\n", sh.Start, end, sh.Group, shardFlags(sh))
 				}
 			}
 			nodes, err := ctl.Nodes(ctx)

@@ -148,8 +148,8 @@ func (c *Client) retry(ctx context.Context, op func(ctx context.Context) error) 
 		if err == nil {
 			return nil
 		}
-		if s, ok := status.FromError(err); ok && (s.Code() == codes.NotFound || s.Code() == codes.InvalidArgument) {
-			return err
+		if s, ok := status.FromError(err); ok && (s.Code() == codes.NotFound || s.Code() == codes.InvalidArgument || s.Code() == codes.OutOfRange) {
+			return err // OutOfRange: the key is another group's; a Router reloads its map
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("chain: %w (last error: %v)", ctx.Err(), err)

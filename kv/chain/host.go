@@ -1,13 +1,17 @@
 package chain
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -123,9 +127,33 @@ func (h *Host) incarnation(ctx context.Context, serveErr <-chan error) error {
 		return err
 	}
 	defer reg.Close()
+	// The shard map is read after registering: a mover that does not see
+	// this node registered wrote its map before this read.
+	m, err := h.cfg.Control.ShardMap(ctx)
+	switch {
+	case err == nil:
+		if err := h.installShards(ctx, reg, m, false); err != nil {
+			return err
+		}
+	case !errors.Is(err, cluster.ErrNoShardMap):
+		return err
+	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for m := range h.cfg.Control.WatchShardMap(ctx) {
+			if err := h.installShards(ctx, reg, m, true); err != nil && ctx.Err() == nil {
+				h.log.Warn("shard map", "version", m.Version, "err", err)
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		h.publishLoad(ctx, reg)
+	}()
 	for _, n := range h.nodes {
 		wg.Add(1)
 		go func() {
@@ -142,6 +170,51 @@ func (h *Host) incarnation(ctx context.Context, serveErr <-chan error) error {
 		return fmt.Errorf("%w: node %s", errLeaseLost, h.cfg.ID)
 	}
 }
+
+// installShards has every node enforce shard map m, then acknowledges it
+// in etcd (cluster.Control.ShardAcks): from then on the host refuses what
+// m refuses, and what it took under older maps is committed.
+func (h *Host) installShards(ctx context.Context, reg *cluster.Registration, m cluster.ShardMap, fence bool) error {
+	for _, n := range h.nodes {
+		if err := n.setShards(ctx, m, fence); err != nil {
+			return err
+		}
+	}
+	return reg.Put(ctx, h.cfg.Control.ShardAckKey(h.cfg.ID), strconv.FormatUint(m.Version, 10))
+}
+
+// publishLoad writes the nodes' write counters to etcd (on the lease)
+// every LoadInterval while they change, for the balancer.
+func (h *Host) publishLoad(ctx context.Context, reg *cluster.Registration) {
+	t := time.NewTicker(LoadInterval)
+	defer t.Stop()
+	var last []byte
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		l := cluster.NodeLoad{Groups: map[string]map[string]uint64{}}
+		for g, n := range h.nodes {
+			if w := n.shardWrites(); len(w) > 0 {
+				l.Groups[g] = w
+			}
+		}
+		b, err := json.Marshal(l)
+		if err != nil || bytes.Equal(b, last) {
+			continue
+		}
+		if err := reg.Put(ctx, h.cfg.Control.LoadKey(h.cfg.ID), string(b)); err != nil {
+			h.log.Debug("publish load", "err", err)
+			continue
+		}
+		last = b
+	}
+}
+
+// LoadInterval is how often a host publishes its write counters.
+const LoadInterval = time.Second
 
 func (h *Host) node(group string) (*Node, error) {
 	n, ok := h.nodes[group]

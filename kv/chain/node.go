@@ -3,10 +3,12 @@ package chain
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"sync"
 	"time"
@@ -87,6 +89,13 @@ type Node struct {
 	gateFrom  uint64
 	promoting bool
 
+	// shards is the shard map the node enforces (nil: the cluster has
+	// none, and the group holds every key); it only moves to newer
+	// versions. writes counts, per shard start (hex), the client writes
+	// this node took as head: the measure of write imbalance.
+	shards *cluster.ShardMap
+	writes map[string]uint64
+
 	shipCancel context.CancelFunc
 	shipDone   chan struct{}
 
@@ -118,7 +127,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	return &Node{
 		cfg: cfg, log: lg.With("node", cfg.ID, "group", cfg.Group),
 		changed: make(chan struct{}), applied: a, committed: a, logBase: a, succApplied: a,
-		dirty: map[string]uint64{}, conns: map[string]*grpc.ClientConn{},
+		dirty: map[string]uint64{}, conns: map[string]*grpc.ClientConn{}, writes: map[string]uint64{},
 	}, nil
 }
 
@@ -274,6 +283,48 @@ func (n *Node) applyLocked(ctx context.Context, seq uint64, op Op) error {
 	return nil
 }
 
+// wrongShard is the refusal of a key the node's group may not serve (for
+// that operation) under its shard map: codes.OutOfRange, on which a
+// router reloads the map and tries again. n.mu is held.
+func (n *Node) wrongShard(key []byte) error {
+	return status.Errorf(codes.OutOfRange, "chain: group %s does not serve %q for this at shard map version %d", n.cfg.Group, key, n.shards.Version)
+}
+
+// setShards installs shard map m if it is newer than the node's and, with
+// fence, returns once every write the node applied before it is
+// committed: the writes taken under the older map are then on the
+// group's tail, where a range move copies from. (A host starting an
+// incarnation installs without fence: it serves nothing yet, and rejoins
+// through a COPY.)
+func (n *Node) setShards(ctx context.Context, m cluster.ShardMap, fence bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.shards != nil && n.shards.Version >= m.Version {
+		return nil
+	}
+	n.shards = &m
+	upTo := n.applied
+	for fence && n.committed < upTo && n.applied >= upTo {
+		ch := n.changed
+		n.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			n.mu.Lock()
+			return ctx.Err()
+		}
+		n.mu.Lock()
+	}
+	return nil
+}
+
+// shardWrites returns a copy of the node's write counters.
+func (n *Node) shardWrites() map[string]uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return maps.Clone(n.writes)
+}
+
 func epochErr(have, got uint64) error {
 	return status.Errorf(codes.FailedPrecondition, "chain: epoch %d, request has %d", have, got)
 }
@@ -302,10 +353,18 @@ func (n *Node) Put(ctx context.Context, req *chainpb.PutRequest) (*chainpb.PutRe
 		n.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "chain: node %s is not the head of epoch %d", n.cfg.ID, n.chain.Epoch)
 	}
+	if n.shards != nil && !n.shards.CanWrite(n.cfg.Group, req.Key) {
+		err := n.wrongShard(req.Key)
+		n.mu.Unlock()
+		return nil, err
+	}
 	seq := n.applied + 1
 	if err := n.applyLocked(ctx, seq, Op{Key: req.Key, Value: req.Value, Delete: req.Delete}); err != nil {
 		n.mu.Unlock()
 		return nil, status.Errorf(codes.Internal, "chain: %v", err)
+	}
+	if n.shards != nil {
+		n.writes[hex.EncodeToString(n.shards.Shards[n.shards.Lookup(req.Key)].Start)]++
 	}
 	for n.committed < seq {
 		ch := n.changed
@@ -359,6 +418,11 @@ func (n *Node) Get(ctx context.Context, req *chainpb.GetRequest) (*chainpb.GetRe
 	if !member || n.copying {
 		n.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "chain: node %s is not a member of epoch %d", n.cfg.ID, n.chain.Epoch)
+	}
+	if n.shards != nil && !n.shards.CanRead(n.cfg.Group, req.Key) {
+		err := n.wrongShard(req.Key)
+		n.mu.Unlock()
+		return nil, err
 	}
 	tail := n.isTailLocked()
 	n.mu.Unlock()
@@ -751,6 +815,15 @@ func (n *Node) Scan(ctx context.Context, req *chainpb.ScanRequest) (*chainpb.Sca
 		n.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "chain: node %s is not the tail of epoch %d", n.cfg.ID, n.chain.Epoch)
 	}
+	end := req.End
+	if len(end) == 0 {
+		end = nil
+	}
+	if n.shards != nil && !n.shards.CanScan(n.cfg.Group, req.Start, end) {
+		err := n.wrongShard(req.Start)
+		n.mu.Unlock()
+		return nil, err
+	}
 	rs, ok := n.cfg.Store.(RangeScanner)
 	var snap Snapshot
 	if !ok {
@@ -766,10 +839,6 @@ func (n *Node) Scan(ctx context.Context, req *chainpb.ScanRequest) (*chainpb.Sca
 	limit := int(req.Limit)
 	if limit <= 0 || limit > MaxScan {
 		limit = MaxScan
-	}
-	end := req.End
-	if len(end) == 0 {
-		end = nil
 	}
 	resp := &chainpb.ScanResponse{}
 	fn := func(k, v []byte) error {

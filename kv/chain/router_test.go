@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/kv/chain"
 	"github.com/nearstore/nearstore/kv/chain/lsmstore"
@@ -53,11 +56,11 @@ func startHost(t *testing.T, r *rig, id string, groups []string) func() {
 	}
 }
 
-func TestRouterShardsAcrossGroups(t *testing.T) {
-	r := newRig(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	groups := []string{"g0", "g1", "g2"}
+// startSharded writes the uniform shard map of groups and a chain of ids
+// for each, starts a host per id serving every group, and waits for the
+// chains to be whole; it returns each host's stop.
+func startSharded(ctx context.Context, t *testing.T, r *rig, groups, ids []string) map[string]func() {
+	t.Helper()
 	m, err := cluster.UniformShards(groups)
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +68,6 @@ func TestRouterShardsAcrossGroups(t *testing.T) {
 	if _, err := r.ctl.CreateShardMap(ctx, m); err != nil {
 		t.Fatal(err)
 	}
-	ids := []string{"a", "b", "c"}
 	for _, g := range groups {
 		if _, err := r.ctl.CreateChain(ctx, g, ids); err != nil {
 			t.Fatal(err)
@@ -75,13 +77,26 @@ func TestRouterShardsAcrossGroups(t *testing.T) {
 	for _, id := range ids {
 		stops[id] = startHost(t, r, id, groups)
 	}
+	for _, g := range groups {
+		waitGroup(t, r.ctl, g, func(c cluster.Chain) bool { return len(c.Members) == len(ids) && c.Joining == "" })
+	}
+	return stops
+}
+
+func TestRouterShardsAcrossGroups(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	groups := []string{"g0", "g1", "g2"}
+	stops := startSharded(ctx, t, r, groups, []string{"a", "b", "c"})
 	t.Cleanup(func() {
 		for _, stop := range stops {
 			stop()
 		}
 	})
-	for _, g := range groups {
-		waitGroup(t, r.ctl, g, func(c cluster.Chain) bool { return len(c.Members) == 3 && c.Joining == "" })
+	m, err := r.ctl.ShardMap(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	rt, err := chain.NewRouter(ctx, chain.RouterConfig{Control: r.ctl, Reads: chain.ReadCRRS})
@@ -103,7 +118,8 @@ func TestRouterShardsAcrossGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAll(ctx, t, rt, keys, 5)
-	// Each key is in its own group's store only: read the groups directly.
+	// Each key is its own group's only: read the groups directly; the
+	// others refuse it (OutOfRange), and a write to it.
 	for _, k := range keys[6:] {
 		owner := m.Group([]byte(k))
 		for _, g := range groups {
@@ -112,11 +128,17 @@ func TestRouterShardsAcrossGroups(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, found, err := c.Get(ctx, []byte(k))
-			if err != nil {
-				t.Fatal(err)
+			if g == owner {
+				if err != nil || !found {
+					t.Fatalf("key %q of group %s: found=%v %v", k, g, found, err)
+				}
+				continue
 			}
-			if found != (g == owner) {
-				t.Fatalf("key %q (group %s) found=%v in group %s", k, owner, found, g)
+			if status.Code(err) != codes.OutOfRange {
+				t.Fatalf("key %q (group %s) read in group %s: found=%v %v", k, owner, g, found, err)
+			}
+			if err := c.Put(ctx, []byte(k), []byte("x")); status.Code(err) != codes.OutOfRange {
+				t.Fatalf("key %q (group %s) written in group %s: %v", k, owner, g, err)
 			}
 		}
 	}

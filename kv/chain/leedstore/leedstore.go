@@ -36,7 +36,10 @@ type Store struct {
 	st *leed.Store
 }
 
-var _ chain.Store = (*Store)(nil)
+var (
+	_ chain.Store        = (*Store)(nil)
+	_ chain.RangeScanner = (*Store)(nil)
+)
 
 // Open opens the LEED store on dev, formatting it with opts if it holds
 // none.
@@ -148,24 +151,50 @@ func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
 // Snapshot implements chain.Store: it copies every key and value, in key
 // order, as of Applied() now (the node calls it while no write runs).
 func (s *Store) Snapshot() (chain.Snapshot, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	ctx := context.Background()
-	seq := s.st.Applied()
-	keys, err := s.st.List(ctx, nil, math.MaxInt)
+	p := &snapshot{seq: s.Applied()}
+	err := s.Scan(context.Background(), nil, nil, func(k, v []byte) error {
+		p.kvs = append(p.kvs, chain.KV{Key: bytes.Clone(k), Value: bytes.Clone(v)})
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("leedstore: snapshot: %w", err)
 	}
+	return p, nil
+}
+
+// Scan implements chain.RangeScanner: the live keys in [start, end) (end
+// nil: no bound) in key order. LEED hashes keys to segments, so a scan
+// reads every segment's chain (one device read each) for the keys, sorts
+// those in the range, and reads their values (one device read each); a
+// key deleted between the two reads is skipped. It runs beside writes: a
+// key written meanwhile may show its old or its new value.
+func (s *Store) Scan(ctx context.Context, start, end []byte, fn func(key, value []byte) error) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	all, err := s.st.List(ctx, nil, math.MaxInt)
+	if err != nil {
+		return fmt.Errorf("leedstore: scan: %w", err)
+	}
+	keys := all[:0]
+	for _, k := range all {
+		if bytes.Compare(k, start) >= 0 && (end == nil || bytes.Compare(k, end) < 0) {
+			keys = append(keys, k)
+		}
+	}
 	slices.SortFunc(keys, bytes.Compare)
-	kvs := make([]chain.KV, 0, len(keys))
 	for _, k := range keys {
 		v, _, err := s.st.Get(ctx, k)
-		if err != nil {
-			return nil, fmt.Errorf("leedstore: snapshot: key %q: %w", k, err)
+		switch {
+		case errors.Is(err, leed.ErrNotFound):
+			continue
+		case err != nil:
+			return fmt.Errorf("leedstore: scan: key %q: %w", k, err)
 		}
-		kvs = append(kvs, chain.KV{Key: k, Value: v})
+		if err := fn(k, v); err != nil {
+			return err
+		}
 	}
-	return &snapshot{seq: seq, kvs: kvs}, nil
+	return nil
 }
 
 type snapshot struct {

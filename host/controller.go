@@ -35,7 +35,9 @@ type Controller struct {
 	gone   error           // set when reconnecting was given up (Options.ControllerLossTimeout)
 	bg     context.Context // cancelled by Close: ends reconnect attempts
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // reconnect goroutines
+	wg     sync.WaitGroup // reconnect goroutines, and deliveries of failed calls to OnDone
+
+	delivering atomic.Int32 // queue readers running an OnDone (queueConfig.delivering)
 
 	nsMu     sync.Mutex
 	ns       map[uint32]*Namespace // every namespace ever seen, unpinned handles
@@ -114,7 +116,8 @@ func (a *association) dial(ctx context.Context, qid uint16, cids int) (*queue, e
 	if tc, ok := conn.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true) // Go's default already, but say it: latency matters more than packets
 	}
-	q := newQueue(conn, queueConfig{qid: qid, cids: cids, log: c.log, st: &c.st, onFail: a.fail, wg: &a.wg, pollSpin: c.opts.PollSpin})
+	q := newQueue(conn, queueConfig{qid: qid, cids: cids, log: c.log, st: &c.st, onFail: a.fail, wg: &a.wg, pollSpin: c.opts.PollSpin,
+		delivering: &c.delivering, spawn: c.spawn})
 	if err := q.handshake(ctx, c.opts.HeaderDigest, c.opts.DataDigest); err != nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("host: queue %d: %w", qid, err)
@@ -424,6 +427,27 @@ func (c *Controller) publish(a *association) {
 	}
 }
 
+// errLostWhileDelivering fails a submission made while the controller
+// reconnects and a queue's reader delivers to an OnDone.
+var errLostWhileDelivering = fmt.Errorf("reconnecting while a completion is delivered: %w", ErrConnectionLost)
+
+// spawn runs fn on a goroutine Close waits for, or at once once Close has
+// begun (a submission then fails with ErrClosed without waiting).
+func (c *Controller) spawn(fn func()) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		fn()
+		return
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.wg.Done()
+		fn()
+	}()
+}
+
 // lost starts reconnecting after a's failure, once per association.
 func (c *Controller) lost(a *association) {
 	c.mu.Lock()
@@ -527,6 +551,13 @@ func (c *Controller) current(ctx context.Context, w *waiter) (*association, erro
 			c.lost(a) // failing right now: don't spin until it hands over
 			continue
 		}
+		if c.delivering.Load() > 0 {
+			// A submission from an OnDone on a queue's reader (or one made
+			// while a reader delivers): the reconnection waits for that
+			// reader, so waiting for the reconnection could wait for
+			// ever. Fail as a lost connection does.
+			return nil, errLostWhileDelivering
+		}
 		if w.timer == nil {
 			w.timer = time.NewTimer(c.opts.MaxReconnectWait)
 		}
@@ -600,13 +631,22 @@ func (c *Controller) goCall(ctx context.Context, call *Call, pin int) *Call {
 	return call
 }
 
-// failCall delivers the error of a call that could not be submitted.
+// failCall delivers the error of a call that could not be submitted. One
+// that failed because a reader is delivering is delivered from another
+// goroutine: an OnDone on that reader that resubmits at once would
+// otherwise fail and be called again, on and on, while the reconnection
+// waits for the reader.
 func (c *Controller) failCall(call *Call, err error, pin int) {
 	qid := uint16(1)
 	if pin == -2 {
 		qid = 0
 	}
-	call.fail(fmt.Errorf("host: %s: %w", describe(&call.Cmd, qid), err), &c.st)
+	err = fmt.Errorf("host: %s: %w", describe(&call.Cmd, qid), err)
+	if call.OnDone != nil && errors.Is(err, errLostWhileDelivering) {
+		c.spawn(func() { call.fail(err, &c.st) })
+		return
+	}
+	call.fail(err, &c.st)
 }
 
 // submitBatch submits calls, all on the one I/O queue pick chooses, with

@@ -284,6 +284,10 @@ func (ns *Namespace) Go(ctx context.Context, cmd *nvme.Command, out, in []byte, 
 // round-robin. A Batch is for one goroutine at a time; it is empty again
 // after Submit and may be reused.
 type Batch struct {
+	// OnDone, when set, becomes the OnDone of every Call the batch adds
+	// (see Call.OnDone): they are delivered to it, not on a channel.
+	OnDone func(*Call)
+
 	ns    *Namespace
 	calls []*Call
 }
@@ -292,16 +296,19 @@ type Batch struct {
 func (ns *Namespace) NewBatch() *Batch { return &Batch{ns: ns} }
 
 // Go adds an I/O command for the batch's namespace; nothing is sent before
-// Submit. The Call is delivered on done as for Namespace.Go: done may be nil
+// Submit. The Call is delivered to the batch's OnDone if it has one (done
+// is then ignored), otherwise on done as for Namespace.Go: done may be nil
 // (a channel is made) and must otherwise be buffered, with room for every
 // call that may be outstanding on it.
 func (b *Batch) Go(cmd *nvme.Command, out, in []byte, done chan *Call) *Call {
-	if done == nil {
+	switch {
+	case b.OnDone != nil:
+	case done == nil:
 		done = make(chan *Call, 1)
-	} else if cap(done) == 0 {
+	case cap(done) == 0:
 		panic("host: done channel is unbuffered")
 	}
-	call := &Call{Cmd: *cmd, Out: out, In: in, Done: done, ns: b.ns.st}
+	call := &Call{Cmd: *cmd, Out: out, In: in, Done: done, OnDone: b.OnDone, ns: b.ns.st}
 	call.Cmd.NSID = b.ns.st.nsid
 	b.calls = append(b.calls, call)
 	return call
@@ -309,7 +316,7 @@ func (b *Batch) Go(cmd *nvme.Command, out, in []byte, done chan *Call) *Call {
 
 // ReadBlocks adds a read of len(buf)/BlockSize() blocks at lba into buf;
 // see Namespace.ReadBlocks. A request that fails the namespace's checks is
-// not added: its Call is delivered on done at once.
+// not added: its Call is delivered (on done, or to OnDone) at once.
 func (b *Batch) ReadBlocks(buf []byte, lba uint64, done chan *Call) *Call {
 	return b.rw(nvme.IORead, buf, lba, done)
 }
@@ -323,7 +330,7 @@ func (b *Batch) WriteBlocks(buf []byte, lba uint64, done chan *Call) *Call {
 func (b *Batch) rw(opc uint8, buf []byte, lba uint64, done chan *Call) *Call {
 	cmd, out, in, err := b.ns.rwCommand(opc, buf, lba)
 	if err != nil {
-		return failedCall(cmd, err, done)
+		return failedCall(cmd, err, done, b.OnDone)
 	}
 	return b.Go(&cmd, out, in, done)
 }
@@ -371,17 +378,15 @@ func (ns *Namespace) checkBlocks(n int, lba uint64) (uint32, error) {
 	return uint32(nlb), nil
 }
 
-// failedCall delivers an error without submitting anything.
-func failedCall(cmd nvme.Command, err error, done chan *Call) *Call {
-	if done == nil {
+// failedCall delivers an error without submitting anything, to onDone if
+// it is set, otherwise on done (made if nil).
+func failedCall(cmd nvme.Command, err error, done chan *Call, onDone func(*Call)) *Call {
+	if done == nil && onDone == nil {
 		done = make(chan *Call, 1)
 	}
-	c := &Call{Cmd: cmd, Err: err, Done: done}
+	c := &Call{Cmd: cmd, Err: err, Done: done, OnDone: onDone}
 	c.state.Store(1)
-	select {
-	case done <- c:
-	default:
-	}
+	c.deliver()
 	return c
 }
 
@@ -399,7 +404,7 @@ func (ns *Namespace) WriteBlocks(ctx context.Context, buf []byte, lba uint64, do
 func (ns *Namespace) rw(ctx context.Context, opc uint8, buf []byte, lba uint64, done chan *Call) *Call {
 	cmd, out, in, err := ns.rwCommand(opc, buf, lba)
 	if err != nil {
-		return failedCall(cmd, err, done)
+		return failedCall(cmd, err, done, nil)
 	}
 	return ns.Go(ctx, &cmd, out, in, done)
 }

@@ -18,13 +18,33 @@ import (
 
 // Call is one command in flight, as in net/rpc's Client.Go: when the
 // command completes (or fails, or its context ends) Completion and Err are
-// set and the Call is sent on Done.
+// set and the Call is delivered once: to OnDone if it is set, otherwise on
+// Done.
 type Call struct {
 	Cmd        nvme.Command    // the command as sent (CID and DPTR filled in)
 	Out, In    []byte          // data to the controller, data from it
 	Completion nvme.Completion // the controller's completion entry
-	Err        error           // nil, a wrapped *nvme.StatusError, ctx.Err(), ErrConnectionLost or ErrClosed
-	Done       chan *Call      // receives the Call once; must be buffered
+	Err        error           // nil, a wrapped *nvme.StatusError, ctx.Err(), ErrConnectionLost, ErrClosed or ErrQueueFull
+	Done       chan *Call      // receives the Call once unless OnDone is set; must be buffered
+
+	// OnDone, when set, receives the Call instead of Done, on the
+	// goroutine that finishes it: the queue's reader for the controller's
+	// answer (so a completion reaches its caller without waking another
+	// goroutine: the point of it), otherwise the goroutine whose
+	// submission failed (before Submit or Go returns), whose context
+	// ended the call, or that saw the connection fail.
+	//
+	// On the reader it must not block: the queue reads nothing while it
+	// runs. It may submit more commands (an event loop resubmitting): a
+	// command submitted to a queue while that queue's reader is delivering
+	// to an OnDone stays buffered and leaves with the reader's next write,
+	// which it makes before it waits for the controller again, so one
+	// burst of completions is answered with one write; and if the queue
+	// has no free slot then, the submission fails with ErrQueueFull rather
+	// than wait for a slot only the blocked reader could free, as one that
+	// would wait for a reconnection fails with ErrConnectionLost, delivered
+	// from another goroutine.
+	OnDone func(*Call)
 
 	q       *queue
 	ns      *nsState      // the namespace handle's state (nil: not sent through one)
@@ -51,6 +71,11 @@ type Call struct {
 // errQueueDead reports a submission that did not reach a queue because the
 // queue had failed; the caller may retry on a newer association.
 var errQueueDead = errors.New("host: queue failed")
+
+// ErrQueueFull fails a submission made while the queue's reader delivers
+// to an OnDone and every command slot of the queue is taken: waiting for a
+// slot there would wait for the reader, which is running the OnDone.
+var ErrQueueFull = errors.New("host: queue full while delivering a completion")
 
 type r2tJob struct {
 	c      *Call
@@ -79,11 +104,20 @@ type queue struct {
 	calls []*Call // in flight, by CID
 	r2t   chan r2tJob
 
+	// delivering is set while the reader runs an OnDone: submissions then
+	// leave their capsules buffered, and set deferred, and the reader
+	// flushes before its next read (flushingReader).
+	delivering atomic.Bool
+	deferred   atomic.Bool
+
 	failed atomic.Bool
 	dead   chan struct{} // closed when the queue fails
 	err    error         // why; written before dead is closed
 	onFail func(error)
 	wg     *sync.WaitGroup // the association's goroutines
+
+	ctrlDelivering *atomic.Int32 // queueConfig.delivering
+	spawn          func(func())  // queueConfig.spawn
 }
 
 // queueConfig is what newQueue needs beyond the connection.
@@ -97,6 +131,15 @@ type queueConfig struct {
 	// pollSpin bounds the reader's polling while commands are in flight
 	// (tcp.PollReader); not positive: none.
 	pollSpin time.Duration
+	// delivering counts the controller's readers running an OnDone (nil:
+	// not counted); see Controller.current.
+	delivering *atomic.Int32
+	// spawn runs a function on a goroutine the association does not wait
+	// for (nil: on the caller's): a failing queue delivers its calls to
+	// OnDone there, so that an OnDone resubmitting, which waits for the
+	// reconnection, never holds up the reconnection, which waits for the
+	// association's goroutines.
+	spawn func(func())
 }
 
 const framerBufSize = 64 << 10
@@ -115,6 +158,15 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 		dead:   make(chan struct{}),
 		onFail: cfg.onFail,
 		wg:     cfg.wg,
+
+		ctrlDelivering: cfg.delivering,
+		spawn:          cfg.spawn,
+	}
+	if q.ctrlDelivering == nil {
+		q.ctrlDelivering = new(atomic.Int32)
+	}
+	if q.spawn == nil {
+		q.spawn = func(fn func()) { fn() }
 	}
 	// The reader polls after every PDU, not only while a CID is taken: a
 	// caller at queue depth 1 submits its next command just after the
@@ -124,7 +176,7 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 	q.fr = tcp.NewFramer(struct {
 		io.Reader
 		io.Writer
-	}{in, conn}, tcp.RoleHost, framerBufSize)
+	}{flushingReader{q, in}, conn}, tcp.RoleHost, framerBufSize)
 	q.w = tcp.NewWriter(q.fr)
 	for i := range cfg.cids {
 		q.free <- uint16(i)
@@ -291,6 +343,9 @@ func (q *queue) prepare(c *Call, forceInline bool) ([]byte, error) {
 func (q *queue) enqueue(ctx context.Context, c *Call, capsule []byte, p *plug) error {
 	cid, ok := q.tryAcquire()
 	if !ok {
+		if q.delivering.Load() {
+			return ErrQueueFull
+		}
 		if p != nil {
 			p.flush()
 		}
@@ -330,10 +385,15 @@ func (q *queue) enqueue(ctx context.Context, c *Call, capsule []byte, p *plug) e
 
 	write := func(f *tcp.Framer) error { return f.WriteCapsuleCmd(&c.Cmd, capsule) }
 	var err error
-	if p != nil {
+	switch {
+	case p != nil:
 		err = q.w.Defer(write)
 		p.dirty = true
-	} else {
+	case q.delivering.Load():
+		if err = q.w.Defer(write); err == nil {
+			err = q.flushUnlessDelivering()
+		}
+	default:
 		err = q.w.Do(write)
 	}
 	if err != nil {
@@ -350,7 +410,38 @@ func (q *queue) enqueue(ctx context.Context, c *Call, capsule []byte, p *plug) e
 // capsules leave in one system call, and an idle queue never holds one
 // back. Defer only buffers; its caller (a Batch being submitted, through
 // its plug) must Flush before it returns or waits, so nothing is ever left
-// in the buffer with nobody to send it.
+// in the buffer with nobody to send it, unless the reader is delivering
+// to an OnDone: then the reader flushes (flushUnlessDelivering).
+
+// flushUnlessDelivering sends what submitters deferred, or leaves it to
+// the reader when the reader is delivering to an OnDone. deferred is set
+// before delivering is looked at, and the reader clears delivering before
+// it looks at deferred, so either this flushes or the reader does.
+func (q *queue) flushUnlessDelivering() error {
+	q.deferred.Store(true)
+	if q.delivering.Load() {
+		return nil
+	}
+	return q.w.Flush()
+}
+
+// flushingReader is the connection as the queue's framer reads it: before
+// it reads, it sends the capsules submitted from OnDone callbacks, so one
+// burst of completions is answered with one write and nothing waits in
+// the buffer while the reader waits for the controller.
+type flushingReader struct {
+	q  *queue
+	in io.Reader
+}
+
+func (r flushingReader) Read(p []byte) (int, error) {
+	if r.q.deferred.Swap(false) {
+		if err := r.q.w.Flush(); err != nil {
+			return 0, fmt.Errorf("send capsule: %w", err)
+		}
+	}
+	return r.in.Read(p)
+}
 
 // plug is a batch's hold on a queue while it submits: capsules buffered
 // and not yet flushed.
@@ -367,7 +458,7 @@ func (p *plug) flush() {
 		return
 	}
 	p.dirty = false
-	if err := p.q.w.Flush(); err != nil {
+	if err := p.q.flushUnlessDelivering(); err != nil {
 		p.q.fail(fmt.Errorf("send capsule: %w", err))
 	}
 }
@@ -396,11 +487,25 @@ func (q *queue) submitBatch(ctx context.Context, calls []*Call, watch *ctxWatch)
 func (c *Call) fail(err error, st *stats) {
 	if c.state.CompareAndSwap(0, 1) {
 		c.Err = err
-		select {
-		case c.Done <- c:
-		default:
+		if !c.deliver() {
 			st.droppedDone.Add(1)
 		}
+	}
+}
+
+// deliver hands the finished c to OnDone, or sends it on Done without
+// blocking (as net/rpc: a full channel drops the Call, and deliver reports
+// false).
+func (c *Call) deliver() bool {
+	if c.OnDone != nil {
+		c.OnDone(c)
+		return true
+	}
+	select {
+	case c.Done <- c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -492,35 +597,6 @@ func (w *ctxWatch) release() {
 	}
 }
 
-// Awaiter receives completed Calls from a Done channel, polling the
-// channel for a bounded time before it parks. A caller that submits again
-// as soon as a call completes (a queue-depth-1 loop) is then still running
-// when the queue's reader delivers, so the delivery costs no wake-up of a
-// parked goroutine and of the thread to run it. The spin adapts as the
-// queue readers' does (tcp.Spinner), so a slow target or a loaded machine
-// soon costs next to nothing. An Awaiter is for one goroutine.
-type Awaiter struct{ spin tcp.Spinner }
-
-// NewAwaiter returns an Awaiter that polls for at most spin per wait (0
-// or less: a plain receive).
-func NewAwaiter(spin time.Duration) *Awaiter { return &Awaiter{spin: tcp.Spinner{Spin: spin}} }
-
-// Await returns the next Call from done.
-func (a *Awaiter) Await(done <-chan *Call) *Call {
-	var c *Call
-	if a.spin.Poll(func() bool {
-		select {
-		case c = <-done:
-			return true
-		default:
-			return false
-		}
-	}) {
-		return c
-	}
-	return <-done
-}
-
 // do submits a command and waits for it.
 func (q *queue) do(ctx context.Context, cmd *nvme.Command, out, in []byte, forceInline bool) (nvme.Completion, error) {
 	c := &Call{Cmd: *cmd, Out: out, In: in, Done: make(chan *Call, 1)}
@@ -559,12 +635,12 @@ func (q *queue) abandon(c *Call, ctx context.Context) {
 	c.bufMu.Unlock()
 	q.st.abandoned.Add(1)
 	c.Err = fmt.Errorf("host: %s: %w", describe(&c.Cmd, q.qid), ctx.Err())
-	q.send(c)
+	q.send(c, false)
 }
 
 // finish detaches c's buffers and delivers it. c must already be out of
-// the CID table.
-func (q *queue) finish(c *Call, cqe nvme.Completion, err error) {
+// the CID table. onReader says the queue's reader calls it.
+func (q *queue) finish(c *Call, cqe nvme.Completion, err error, onReader bool) {
 	c.bufMu.Lock()
 	c.in, c.out = nil, nil
 	c.bufMu.Unlock()
@@ -573,13 +649,21 @@ func (q *queue) finish(c *Call, cqe nvme.Completion, err error) {
 		return // abandoned earlier; the caller has its answer
 	}
 	c.Completion, c.Err = cqe, err
-	q.send(c)
+	q.send(c, onReader)
 }
 
-func (q *queue) send(c *Call) {
-	select {
-	case c.Done <- c:
-	default:
+// send delivers a finished c. On the reader, an OnDone runs with
+// delivering set, so what it submits is left for the reader to flush.
+func (q *queue) send(c *Call, onReader bool) {
+	if onReader && c.OnDone != nil {
+		q.delivering.Store(true)
+		q.ctrlDelivering.Add(1)
+		defer func() {
+			q.ctrlDelivering.Add(-1)
+			q.delivering.Store(false)
+		}()
+	}
+	if !c.deliver() {
 		// As net/rpc: never block the reader on a caller's channel.
 		q.st.droppedDone.Add(1)
 		q.log.Warn("host: Done channel full, dropping call", "cid", c.Cmd.CID)
@@ -634,8 +718,20 @@ func (q *queue) fail(err error) {
 	default:
 		q.log.Warn("host: queue failed", "err", err, "inflight", len(inflight))
 	}
+	var callbacks []*Call
 	for _, c := range inflight {
-		q.finish(c, nvme.Completion{}, q.lostErr(&c.Cmd))
+		if c.OnDone != nil {
+			callbacks = append(callbacks, c)
+			continue
+		}
+		q.finish(c, nvme.Completion{}, q.lostErr(&c.Cmd), false)
+	}
+	if len(callbacks) > 0 {
+		q.spawn(func() {
+			for _, c := range callbacks {
+				q.finish(c, nvme.Completion{}, q.lostErr(&c.Cmd), false)
+			}
+		})
 	}
 	if q.onFail != nil {
 		q.onFail(err)
@@ -727,7 +823,7 @@ func (q *queue) complete(c *Call, cqe nvme.Completion) {
 	// delivery that submits at once (a queue-depth-1 loop) finds it,
 	// rather than parking in acquire until the reader gets here.
 	q.free <- c.Cmd.CID
-	q.finish(c, cqe, err)
+	q.finish(c, cqe, err, true)
 }
 
 func (q *queue) handleData(h *tcp.Header) error {

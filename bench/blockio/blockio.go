@@ -33,9 +33,6 @@ type Config struct {
 	// Region bounds the bytes touched from the start of the device
 	// (default: all of it).
 	Region int64
-	// AwaitSpin bounds how long a queue's goroutine polls for the next
-	// completion before it parks (host.Awaiter); 0: it parks at once.
-	AwaitSpin time.Duration
 	// Progress, when set, is called about five times a second with the
 	// time elapsed and the operations completed so far.
 	Progress func(elapsed time.Duration, ops int64)
@@ -182,9 +179,12 @@ func (c *blockIOCounts) fail(err error) {
 
 // runQueue keeps cfg.QueueDepth commands in flight on one queue until the
 // deadline, then waits for the stragglers. Only commands completed by the
-// deadline count. It works as an event loop does: it takes every completion
-// that is ready, queues a replacement for each in a Batch, and submits them
-// all with one write to the connection.
+// deadline count. It works as an event loop run by the queue's reader: each
+// completion is delivered to a callback on the reader goroutine
+// (host.Call.OnDone), which accounts for it and submits its replacement;
+// the reader sends every replacement of one burst of completions in one
+// write before it waits for the target again. So at queue depth 1 a round
+// trip wakes one goroutine on this side, as a bare ping-pong does.
 func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadline time.Time,
 	h *hist.Histogram, cnt *blockIOCounts) {
 	bs := int64(cfg.BlockSize)
@@ -196,12 +196,19 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	write := cfg.Pattern == "write" || cfg.Pattern == "randwrite"
 	random := cfg.Pattern[0] == 'r' && cfg.Pattern != "read"
 
-	done := make(chan *host.Call, cfg.QueueDepth)
-	await := host.NewAwaiter(cfg.AwaitSpin)
-	started := make(map[*host.Call]time.Time, cfg.QueueDepth)
-	batch := q.NewBatch()
-	inflight := 0
-	add := func(buf []byte) {
+	// The loop's state is touched by whichever goroutine delivers a call:
+	// mostly the queue's reader, also this one (failed submissions), a
+	// context's or a failing connection's.
+	var (
+		mu         sync.Mutex
+		started    = make(map[*host.Call]time.Time, cfg.QueueDepth)
+		inflight   int  // added and not yet reaped
+		submitting bool // a goroutine is in flush's loop
+		finished   = make(chan struct{})
+	)
+	// Two batches, so that one is filled while the other is submitted.
+	batch, spare := q.NewBatch(), q.NewBatch()
+	add := func(buf []byte) { // with mu held
 		var slot int64
 		if random {
 			slot = rng.Int64N(slots)
@@ -213,13 +220,68 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 		var c *host.Call
 		t := time.Now()
 		if write {
-			c = batch.WriteBlocks(buf, lba, done)
+			c = batch.WriteBlocks(buf, lba, nil)
 		} else {
-			c = batch.ReadBlocks(buf, lba, done)
+			c = batch.ReadBlocks(buf, lba, nil)
 		}
 		started[c] = t
 		inflight++
 	}
+	// flush submits what add queued. A call that fails at once is
+	// delivered during Submit, on this goroutine; its reap finds
+	// submitting set and leaves its replacement to this loop.
+	flush := func() {
+		mu.Lock()
+		if submitting {
+			mu.Unlock()
+			return
+		}
+		submitting = true
+		for batch.Len() > 0 {
+			b := batch
+			batch, spare = spare, b
+			mu.Unlock()
+			b.Submit(ctx)
+			mu.Lock()
+		}
+		submitting = false
+		mu.Unlock()
+	}
+	// reap accounts for one completion and queues its replacement, unless
+	// the run is over or failing.
+	reap := func(c *host.Call) {
+		now := time.Now()
+		mu.Lock()
+		t0 := started[c]
+		delete(started, c)
+		inflight--
+		again := now.Before(deadline) && ctx.Err() == nil
+		if c.Err != nil {
+			if ctx.Err() == nil {
+				cnt.fail(c.Err)
+			}
+			again = false
+		} else if now.Before(deadline) {
+			cnt.ops.Add(1)
+			h.Record(now.Sub(t0))
+		}
+		if again {
+			buf := c.In
+			if write {
+				buf = c.Out
+			}
+			add(buf)
+		}
+		if inflight == 0 {
+			close(finished)
+		}
+		mu.Unlock()
+		if again {
+			flush()
+		}
+	}
+	batch.OnDone, spare.OnDone = reap, reap
+	mu.Lock()
 	for i := 0; i < cfg.QueueDepth; i++ {
 		b := make([]byte, bs)
 		if write {
@@ -227,39 +289,7 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 		}
 		add(b)
 	}
-	// reap accounts for one completion and queues its replacement.
-	reap := func(c *host.Call) {
-		now := time.Now()
-		t0 := started[c]
-		delete(started, c)
-		inflight--
-		if c.Err != nil {
-			if ctx.Err() == nil {
-				cnt.fail(c.Err)
-			}
-		} else if now.Before(deadline) {
-			cnt.ops.Add(1)
-			h.Record(now.Sub(t0))
-		}
-		if now.Before(deadline) && ctx.Err() == nil {
-			buf := c.In
-			if write {
-				buf = c.Out
-			}
-			add(buf)
-		}
-	}
-	for inflight > 0 {
-		batch.Submit(ctx)
-		reap(await.Await(done))
-	drain:
-		for {
-			select {
-			case c := <-done:
-				reap(c)
-			default:
-				break drain
-			}
-		}
-	}
+	mu.Unlock()
+	flush()
+	<-finished
 }

@@ -18,7 +18,6 @@ import (
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/host"
-	"github.com/nearstore/nearstore/nvme/tcp"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -157,14 +156,6 @@ func (n *Nearstore) Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	defer ctrl.Close()
-	// The submitter polls for completions as the queue's readers poll the
-	// socket, and with the same bound.
-	switch {
-	case n.PollSpin == 0:
-		cfg.AwaitSpin = tcp.DefaultPollSpin
-	case n.PollSpin > 0:
-		cfg.AwaitSpin = n.PollSpin
-	}
 	cpu := startCPU(n.proc.Pid())
 	res, err := Run(ctx, ns, cfg)
 	cpu.stop(&res)

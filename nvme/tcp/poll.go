@@ -52,11 +52,11 @@ type PollReader struct {
 // miss costs little.
 const DefaultPollSpin = 50 * time.Microsecond
 
-// Spinner is the adaptive, bounded spin of polled waits (PollReader's, and
-// the host's Awaiter's): Poll tries for up to Spin, yielding the processor
-// between tries; a wait that the spin did not end is a miss, and after k
-// misses in a row the next 2^k-1 Polls (at most 63) give up at once. A hit
-// ends the streak. A Spinner is for one goroutine.
+// Spinner is the adaptive, bounded spin of polled waits (PollReader's):
+// Poll tries for up to Spin, yielding the processor between tries; a wait
+// that the spin did not end is a miss, and after k misses in a row the next
+// 2^k-1 Polls (at most 63) give up at once. A hit ends the streak. A
+// Spinner is for one goroutine.
 type Spinner struct {
 	// Spin bounds one Poll; 0 or less: Poll never tries.
 	Spin time.Duration

@@ -82,6 +82,10 @@ type Config struct {
 	// process (required), pinned to ServerCPUs if set.
 	TargetExe  string
 	ServerCPUs string
+	// TargetCPUProfile, when set, has the target write a CPU profile of
+	// its whole run (load and timed runs) to this file (`target serve
+	// --cpuprofile`).
+	TargetCPUProfile string
 	// Logger receives the host library's events (default: discarded).
 	Logger *slog.Logger
 	// Progress, when set, is told what is about to happen.
@@ -363,8 +367,12 @@ func startEnv(ctx context.Context, cfg *Config) (_ *env, err error) {
 	data := int64(cfg.Records) * int64(cfg.ValueSize+40)
 	size := (4*data + 256<<20 + 1<<20 - 1) &^ (1<<20 - 1)
 	e.spec = fmt.Sprintf("sim:nand:%d?bs=4096", size)
+	var args []string
+	if cfg.TargetCPUProfile != "" {
+		args = []string{"--cpuprofile", cfg.TargetCPUProfile}
+	}
 	t, err := harness.StartFSTarget(ctx, harness.TargetSpec{
-		Exe: cfg.TargetExe, NQN: nqn, Volume: e.spec, CPUs: cfg.ServerCPUs, Logger: cfg.Logger,
+		Exe: cfg.TargetExe, NQN: nqn, Volume: e.spec, Args: args, CPUs: cfg.ServerCPUs, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

@@ -20,6 +20,7 @@ type lsmPushFlags struct {
 	dists, runtimes, conc  string
 	duration               time.Duration
 	clientCPUs, serverCPUs string
+	targetProf             string
 }
 
 const lsmPushHelp = `With --mode (plain, pushdown, pebble, comma-separated) it measures instead
@@ -50,6 +51,7 @@ func (f *lsmPushFlags) add(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.duration, "duration", 3*time.Second, "with --mode: length of each timed run")
 	fs.StringVar(&f.clientCPUs, "client-cpus", "", "with --mode: pin this process (the host) to these CPUs (taskset list)")
 	fs.StringVar(&f.serverCPUs, "server-cpus", "", "with --mode: pin the target process to these CPUs (taskset list)")
+	fs.StringVar(&f.targetProf, "target-cpuprofile", "", "with --mode: write a CPU profile of the target process (load and runs) to this file")
 }
 
 // lsmPushArgs are the flags `bench lsm` shares with the NVMe/TCP modes.
@@ -115,6 +117,7 @@ func (f *lsmPushFlags) run(cmd *cobra.Command, g *globals, a lsmPushArgs) error 
 	}
 	defer bp.stopProfile()
 	cfg.TargetExe, cfg.ServerCPUs, cfg.Logger = bp.exe, f.serverCPUs, bp.logger
+	cfg.TargetCPUProfile = f.targetProf
 	stderr := cmd.ErrOrStderr()
 	cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
 	rep, err := lsmpushbench.Run(cmd.Context(), cfg)

@@ -21,6 +21,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "target", Short: "Run the NVMe/TCP storage target"}
 	var (
 		listen, nqn, metrics string
+		cpuprof              string
 		specs                []string
 		kvSpecs              []string // KV namespaces (target_kv.go)
 		queues, depth        int
@@ -118,6 +119,11 @@ func newTargetCmd(g *globals) *cobra.Command {
 					MaxSteps:    funcSteps,
 				},
 			}
+			stopProfile, err := startCPUProfile(cpuprof)
+			if err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
+			}
+			defer stopProfile()
 			var reg *prometheus.Registry
 			if metrics != "" {
 				var stop func()
@@ -181,6 +187,7 @@ func newTargetCmd(g *globals) *cobra.Command {
 	f.StringArrayVar(&specs, "volume", nil, "volume spec, one namespace each: mem:SIZE, file:PATH?size=SIZE[&direct=1], dev:/dev/X, sim:nand:SIZE, sim:optane:SIZE")
 	f.StringArrayVar(&kvSpecs, "kv-namespace", nil, "volume spec of a Key Value namespace (NVMe KV command set, LEED's store), after the --volume ones; formatted if it holds no store")
 	f.StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
+	f.StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of the target to this file, from start to shutdown (SIGINT/SIGTERM)")
 	f.IntVar(&queues, "max-io-queues", 16, "I/O queues a host may create")
 	f.IntVar(&depth, "queue-depth", 1024, "maximum queue depth")
 	f.StringArrayVar(&allowHosts, "allow-host", nil, "host NQN that may connect (repeatable); without it or --allow-any-host, only a loopback --listen is allowed")

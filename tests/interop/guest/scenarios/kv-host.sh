@@ -86,7 +86,14 @@ kv_status() { sed -n 's/^NVMe status:.*(\(0x[0-9a-fA-F]*\)).*/\1/p' /tmp/kv.err 
 
 dmesg -c >/dev/null
 nvme_discover_connect "$addr" "$port" "$nqn"
-dev=$(ns_block_dev "$nqn" 1 30) || fail "namespace 1 of $nqn did not appear"
+# block_devs: the NVMe block devices (paths included) with their NSIDs.
+block_devs() {
+	for _b in /sys/block/nvme*; do
+		[ -e "$_b" ] && echo "${_b##*/} nsid=$(cat "$_b/nsid" 2>/dev/null) size=$(cat "$_b/size") dev=$([ -b "/dev/${_b##*/}" ] && echo yes || echo no)"
+	done | tr '\n' ' '
+}
+dev=$(ns_block_dev "$nqn" 1 30) || fail "namespace 1 of $nqn did not appear; block devices: $(block_devs)"
+log "block devices: $(block_devs)"
 ctrl=
 for c in /sys/class/nvme/nvme*; do
 	[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nqn" ] && ctrl=/dev/${c##*/}

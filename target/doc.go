@@ -19,10 +19,12 @@
 //   - The controller layer (ctrlr.go) executes a command: session.exec(ctx,
 //     r) returns its completion. One table per command set — fabrics
 //     (cmds_fabrics.go), admin (cmds_admin.go), NVM I/O (cmds_io.go), each
-//     with nearstore's vendor commands (cmds_vendor.go) — gives an opcode's
-//     data direction, access class, metrics label and handler, and the
-//     rules of a whole set (Connect first, CSTS.RDY, reservations, grants)
-//     are applied in exec, once. Handlers need no socket.
+//     with nearstore's vendor commands (cmds_vendor.go), and Key Value I/O
+//     (cmds_kv.go) for KV namespaces when CC.CSS enables it (iocs.go) —
+//     gives an opcode's data direction, access class, metrics label and
+//     handler, and the rules of a whole set (Connect first, CSTS.RDY,
+//     reservations, grants) are applied in exec, once. Handlers need no
+//     socket.
 //
 // Each queue has one goroutine that reads PDUs and decides; it never waits on
 // a slow volume. Admin commands are cheap and run inline. Reads and writes

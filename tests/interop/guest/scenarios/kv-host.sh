@@ -5,7 +5,8 @@
 #
 # The kernel must connect, list and use namespace 1 as before, and take
 # namespace 2 for what it is: a namespace of a command set it has no block
-# driver for (Linux 6.1: a generic character device /dev/ngXnY only).
+# driver for (Linux 6.1 and 6.12: a generic character device /dev/ngXnY
+# only).
 # nvme-cli's views of namespace 2 (descriptors, command set independent
 # Identify, the KV Identify through admin-passthru, the KV page of the
 # Commands Supported and Effects log, the I/O command set combinations)
@@ -55,13 +56,44 @@ kv_cmd() {
 		--cdw14="$_c14" --cdw15="$_c15" --cdw11=$((_kl | _opt << 8)) "$@" 2>/tmp/kv.err
 }
 
+# ns_block_dev NQN NSID TIMEOUT_S: print /dev/nvmeXnY of namespace NSID of
+# subsystem NQN. The kernel numbers block devices in the order it sets
+# namespaces up, not by NSID: Linux 6.12 scans them in parallel, so NSID 1
+# may be nvme0n2 when the KV namespace took instance 1 (lib.sh's nvme_ns_dev
+# takes n1 for NSID 1).
+ns_block_dev() {
+	_i=0
+	while [ $_i -lt $(($3 * 10)) ]; do
+		for _b in /sys/block/nvme*; do
+			_n=${_b##*/}
+			case $_n in *c*) continue ;; esac # one path of a multipath namespace
+			[ "$(cat "$_b/nsid" 2>/dev/null)" = "$2" ] || continue
+			[ "$(cat "$_b/device/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+			if [ -b "/dev/$_n" ] && [ "$(cat "$_b/size")" != 0 ]; then
+				echo "/dev/$_n"
+				return 0
+			fi
+		done
+		sleep 0.1
+		_i=$((_i + 1))
+	done
+	return 1
+}
+
 # kv_status: the status nvme-cli reported for the last kv_cmd (e.g. 0x4187),
 # or none.
 kv_status() { sed -n 's/^NVMe status:.*(\(0x[0-9a-fA-F]*\)).*/\1/p' /tmp/kv.err | grep . || echo none; }
 
 dmesg -c >/dev/null
 nvme_discover_connect "$addr" "$port" "$nqn"
-dev=$(nvme_ns_dev "$nqn" 30) || fail "namespace 1 of $nqn did not appear"
+# block_devs: the NVMe block devices (paths included) with their NSIDs.
+block_devs() {
+	for _b in /sys/block/nvme*; do
+		[ -e "$_b" ] && echo "${_b##*/} nsid=$(cat "$_b/nsid" 2>/dev/null) size=$(cat "$_b/size") dev=$([ -b "/dev/${_b##*/}" ] && echo yes || echo no)"
+	done | tr '\n' ' '
+}
+dev=$(ns_block_dev "$nqn" 1 30) || fail "namespace 1 of $nqn did not appear; block devices: $(block_devs)"
+log "block devices: $(block_devs)"
 ctrl=
 for c in /sys/class/nvme/nvme*; do
 	[ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$nqn" ] && ctrl=/dev/${c##*/}

@@ -90,5 +90,7 @@ func (p *Proc) Kill() {
 	<-p.done
 }
 
-// Done is closed when the process has exited and its stdout has ended.
+// Done is closed when the process has exited and its stdout has ended:
+// a process whose own children inherit its stdout is done when they have
+// exited too (give them a pipe of their own, or Pdeathsig).
 func (p *Proc) Done() <-chan struct{} { return p.done }

@@ -341,16 +341,11 @@ type btreeEnv struct {
 	fsys    *offloadfs.FS
 	store   *btree.Store
 	spec    string
-	closers []func() error // in reverse order
+	closers harness.Closers
 }
 
 func (e *btreeEnv) Close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 // targetProbe reads a target's counters: its I/O commands on the

@@ -255,16 +255,11 @@ type fsEnv struct {
 	fsys    *offloadfs.FS
 	file    *offloadfs.File
 	extents int
-	closers []func() error
+	closers harness.Closers
 }
 
 func (e *fsEnv) Close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 // Run runs the benchmark.

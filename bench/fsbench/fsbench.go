@@ -813,11 +813,5 @@ func plotFS(r *Report) (*plot.Plot, error) {
 // SavePlot renders plotFS to path, in the format its extension names,
 // 9 by 5 inches.
 func SavePlot(path string, r *Report) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error {
-		p, err := plotFS(r)
-		if err != nil {
-			return err
-		}
-		return report.WritePlot(w, p, 9*vg.Inch, 5*vg.Inch, format)
-	})
+	return report.SavePlot(path, 9*vg.Inch, 5*vg.Inch, func() (*plot.Plot, error) { return plotFS(r) })
 }

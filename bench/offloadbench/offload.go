@@ -295,7 +295,7 @@ func SavePlot(path string, r *Report) error {
 	if r == nil || len(r.Policies) == 0 {
 		return errors.New("bench: nothing to plot")
 	}
-	return report.SaveByExtension(path, func(w io.Writer, format string) error {
+	return report.SavePlot(path, 8*vg.Inch, 4.5*vg.Inch, func() (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("offload admission: tasks per client in %.0fs (engine, then local)\nlabels: Jain's index (engine), target CPU median", r.Seconds)
 		p.Y.Label.Text = "tasks"
@@ -321,11 +321,11 @@ func SavePlot(path string, r *Report) error {
 		}
 		be, err := report.Bars(eng, vg.Points(22), report.Blue)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		bl, err := report.Bars(loc, vg.Points(22), report.Orange)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		bl.StackOn(be)
 		p.Add(be, bl)
@@ -333,13 +333,13 @@ func SavePlot(path string, r *Report) error {
 		p.Legend.Add("local (turned away)", bl)
 		l, err := report.CenteredLabels(xy, vg.Points(7))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.Add(l)
 		p.NominalX(names...)
 		p.X.Tick.Label.Font.Size = vg.Points(7)
 		p.Y.Min, p.Y.Max = 0, top*1.35
 		p.Legend.Top = true
-		return report.WritePlot(w, p, 8*vg.Inch, 4.5*vg.Inch, format)
+		return p, nil
 	})
 }

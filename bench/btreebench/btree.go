@@ -142,9 +142,7 @@ func (c *Config) setDefaults() error {
 	if len(c.Modes) == 0 {
 		c.Modes = []btree.Mode{btree.Plain, btree.Pushdown}
 	}
-	if c.MaxThreads <= 0 {
-		c.MaxThreads = MaxBTreeThreads
-	}
+	harness.Default(&c.MaxThreads, MaxBTreeThreads)
 	c.MaxThreads = min(c.MaxThreads, MaxBTreeThreads)
 	if len(c.Threads) == 0 {
 		c.Threads = []int{DefaultBTreeThreads}
@@ -166,9 +164,7 @@ func (c *Config) setDefaults() error {
 	if c.Runtime == 0 {
 		c.Runtime = sandbox.KindEBPF
 	}
-	if c.Queues <= 0 {
-		c.Queues = 1
-	}
+	harness.Default(&c.Queues, 1)
 	if c.Seed == 0 {
 		c.Seed = 0x6e656172 // "near"
 	}

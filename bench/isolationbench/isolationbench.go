@@ -105,18 +105,10 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Duration <= 0 {
-		c.Duration = 3 * time.Second
-	}
-	if c.Repeat <= 0 {
-		c.Repeat = 3
-	}
-	if c.Looping <= 0 {
-		c.Looping = 64
-	}
-	if c.VolumeSize <= 0 {
-		c.VolumeSize = 256 << 20
-	}
+	harness.Default(&c.Duration, 3*time.Second)
+	harness.Default(&c.Repeat, 3)
+	harness.Default(&c.Looping, 64)
+	harness.Default(&c.VolumeSize, 256<<20)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -87,30 +87,16 @@ type Report struct {
 // to the storage node's engine (target serve --offload, its own process)
 // under each policy; a task the engine turns away runs on its client.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if cfg.Clients <= 0 {
-		cfg.Clients = 2
-	}
-	if cfg.Duration <= 0 {
-		cfg.Duration = 10 * time.Second
-	}
+	harness.Default(&cfg.Clients, 2)
+	harness.Default(&cfg.Duration, 10*time.Second)
 	if len(cfg.Policies) == 0 {
 		cfg.Policies = []string{"none", "cpu", "tokens"}
 	}
-	if cfg.CPUThreshold <= 0 {
-		cfg.CPUThreshold = 0.5
-	}
-	if cfg.Tokens <= 0 {
-		cfg.Tokens = 2
-	}
-	if cfg.Images <= 0 {
-		cfg.Images = 32
-	}
-	if cfg.Size <= 0 {
-		cfg.Size = 128
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 4
-	}
+	harness.Default(&cfg.CPUThreshold, 0.5)
+	harness.Default(&cfg.Tokens, 2)
+	harness.Default(&cfg.Images, 32)
+	harness.Default(&cfg.Size, 128)
+	harness.Default(&cfg.Batch, 4)
 	rep := &Report{Machine: report.DescribeMachine(), Clients: cfg.Clients, Seconds: cfg.Duration.Seconds(), Tokens: cfg.Tokens}
 	for _, pol := range cfg.Policies {
 		if _, err := offload.ParsePolicy(pol); err != nil {

@@ -95,21 +95,11 @@ type PrepReport struct {
 // process; this process, the host, limited to HostProcs Ps, preprocesses
 // the whole set in each mode, the modes taking turns (ABCD DCBA ...).
 func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
-	if cfg.Images <= 0 {
-		cfg.Images = 400
-	}
-	if cfg.Size <= 0 {
-		cfg.Size = 224
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 8
-	}
-	if cfg.Repeat <= 0 {
-		cfg.Repeat = 3
-	}
-	if cfg.HostProcs <= 0 {
-		cfg.HostProcs = 1
-	}
+	harness.Default(&cfg.Images, 400)
+	harness.Default(&cfg.Size, 224)
+	harness.Default(&cfg.Batch, 8)
+	harness.Default(&cfg.Repeat, 3)
+	harness.Default(&cfg.HostProcs, 1)
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = []string{"host", "target", "peer", "split"}
 	}

@@ -60,57 +60,53 @@ func testTasks(t testing.TB) *offload.Registry {
 func crc(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
 
 func TestOffloadCopy(t *testing.T) {
-	for _, kind := range []engineKind{onPeer, inTarget} {
-		t.Run(kind.String(), func(t *testing.T) {
-			r := newRig(t)
-			_, c := r.engine(kind, offload.Config{})
-			ctx := context.Background()
-			// Sizes unlike the block size and the cache page.
-			a := r.write("a", 100_003, 1)
-			b := r.write("b", 7, 2)
-			empty := r.write("empty", 0, 3)
-			if err := r.fsys.Mkdir("out"); err != nil {
-				t.Fatal(err)
-			}
-			res, err := r.fsys.Offload(ctx, c, "copy", []offloadfs.OffloadFile{
-				{In: r.open("a")}, {In: r.open("empty")}, {Out: "out/ab", Reserve: 1 << 20}, {In: r.open("b")},
-			}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := append(append(append([]byte{}, a...), empty...), b...)
-			if res.Local {
-				t.Fatal("ran locally; the engine admits everything")
-			}
-			if got := binary.LittleEndian.Uint64(res.Output); got != uint64(len(want)) {
-				t.Fatalf("copy says %d bytes, want %d", got, len(want))
-			}
-			if res.Sizes[2] != int64(len(want)) {
-				t.Fatalf("output size %d, want %d", res.Sizes[2], len(want))
-			}
-			mustEqual(t, "out/ab", r.contents(r.fsys, "out/ab"), want)
-			// The unused reserve went back: the output holds only its
-			// blocks (the file system's block is 4 KiB).
-			fi, err := r.fsys.Stat("out/ab")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if got := fi.Sys().(*offloadfs.FileInfo).AllocatedBlocks(); got != (uint64(len(want))+4095)/4096 {
-				t.Fatalf("the output holds %d blocks, want %d", got, (len(want)+4095)/4096)
-			}
-			// Outputs replace files atomically, and the inputs are intact.
-			_, err = r.fsys.Offload(ctx, c, "copy", []offloadfs.OffloadFile{{In: r.open("b")}, {Out: "out/ab", Reserve: 4096}}, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			mustEqual(t, "out/ab replaced", r.contents(r.fsys, "out/ab"), b)
-			mustEqual(t, "a", r.contents(r.fsys, "a"), a)
-			rep := fsck(t, r.fsys)
-			if rep.Orphans != 0 {
-				t.Fatalf("%d orphans left", rep.Orphans)
-			}
-		})
-	}
+	eachKind(t, func(t *testing.T, r *rig, c *offload.Client) {
+		ctx := context.Background()
+		// Sizes unlike the block size and the cache page.
+		a := r.write("a", 100_003, 1)
+		b := r.write("b", 7, 2)
+		empty := r.write("empty", 0, 3)
+		if err := r.fsys.Mkdir("out"); err != nil {
+			t.Fatal(err)
+		}
+		res, err := r.fsys.Offload(ctx, c, "copy", []offloadfs.OffloadFile{
+			{In: r.open("a")}, {In: r.open("empty")}, {Out: "out/ab", Reserve: 1 << 20}, {In: r.open("b")},
+		}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := append(append(append([]byte{}, a...), empty...), b...)
+		if res.Local {
+			t.Fatal("ran locally; the engine admits everything")
+		}
+		if got := binary.LittleEndian.Uint64(res.Output); got != uint64(len(want)) {
+			t.Fatalf("copy says %d bytes, want %d", got, len(want))
+		}
+		if res.Sizes[2] != int64(len(want)) {
+			t.Fatalf("output size %d, want %d", res.Sizes[2], len(want))
+		}
+		mustEqual(t, "out/ab", r.contents(r.fsys, "out/ab"), want)
+		// The unused reserve went back: the output holds only its
+		// blocks (the file system's block is 4 KiB).
+		fi, err := r.fsys.Stat("out/ab")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fi.Sys().(*offloadfs.FileInfo).AllocatedBlocks(); got != (uint64(len(want))+4095)/4096 {
+			t.Fatalf("the output holds %d blocks, want %d", got, (len(want)+4095)/4096)
+		}
+		// Outputs replace files atomically, and the inputs are intact.
+		_, err = r.fsys.Offload(ctx, c, "copy", []offloadfs.OffloadFile{{In: r.open("b")}, {Out: "out/ab", Reserve: 4096}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustEqual(t, "out/ab replaced", r.contents(r.fsys, "out/ab"), b)
+		mustEqual(t, "a", r.contents(r.fsys, "a"), a)
+		rep := fsck(t, r.fsys)
+		if rep.Orphans != 0 {
+			t.Fatalf("%d orphans left", rep.Orphans)
+		}
+	})
 }
 
 // TestOffloadOutsideGrant: a task reading past its file, or writing an
@@ -118,45 +114,41 @@ func TestOffloadCopy(t *testing.T) {
 // blocks the owner never granted (the file system's superblock), which
 // the target refuses the engine whatever the engine's own checks say.
 func TestOffloadOutsideGrant(t *testing.T) {
-	for _, kind := range []engineKind{onPeer, inTarget} {
-		t.Run(kind.String(), func(t *testing.T) {
-			r := newRig(t)
-			_, c := r.engine(kind, offload.Config{})
-			ctx := context.Background()
-			a := r.write("a", 5000, 1)
-			for _, task := range []string{"read-past", "write-input"} {
-				_, err := r.fsys.Offload(ctx, c, task, []offloadfs.OffloadFile{{In: r.open("a")}, {Out: "out-" + task, Reserve: 4096}}, nil)
-				if !errors.Is(err, offload.ErrOutsideGrant) {
-					t.Fatalf("%s: %v, want ErrOutsideGrant", task, err)
-				}
-				if _, err := r.fsys.Stat("out-" + task); !errors.Is(err, iofs.ErrNotExist) {
-					t.Fatalf("%s: the output exists after a failed task: %v", task, err)
-				}
+	eachKind(t, func(t *testing.T, r *rig, c *offload.Client) {
+		ctx := context.Background()
+		a := r.write("a", 5000, 1)
+		for _, task := range []string{"read-past", "write-input"} {
+			_, err := r.fsys.Offload(ctx, c, task, []offloadfs.OffloadFile{{In: r.open("a")}, {Out: "out-" + task, Reserve: 4096}}, nil)
+			if !errors.Is(err, offload.ErrOutsideGrant) {
+				t.Fatalf("%s: %v, want ErrOutsideGrant", task, err)
 			}
-			mustEqual(t, "a", r.contents(r.fsys, "a"), a)
+			if _, err := r.fsys.Stat("out-" + task); !errors.Is(err, iofs.ErrNotExist) {
+				t.Fatalf("%s: the output exists after a failed task: %v", task, err)
+			}
+		}
+		mustEqual(t, "a", r.contents(r.fsys, "a"), a)
 
-			// A forged request: the owner granted the engine a's blocks
-			// only; the request claims the superblock is file 0's.
-			fa := r.open("a")
-			g, err := r.fsys.Grant(ctx, engineNQN, []*offloadfs.File{fa}, pushdown.GrantReadWrite, time.Minute)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer g.Release(ctx)
-			forged := offload.Request{Task: "copy", Files: []offload.File{
-				{File: pushdown.File{ID: 99, Version: 1, Size: 4096, Extents: []pushdown.Extent{{LBA: 0, Blocks: 8}}}},
-				{File: pushdown.File{ID: 100, Version: 1, Size: 4096, Extents: g.Extents()}, Write: true},
-			}}
-			if _, _, err := c.Run(ctx, forged); !errors.Is(err, offload.ErrOutsideGrant) {
-				t.Fatalf("forged request: %v, want ErrOutsideGrant", err)
-			}
-			mustEqual(t, "a after the forged request", r.contents(r.fsys, "a"), a)
-			if err := g.Release(ctx); err != nil {
-				t.Fatal(err)
-			}
-			fsck(t, r.fsys)
-		})
-	}
+		// A forged request: the owner granted the engine a's blocks
+		// only; the request claims the superblock is file 0's.
+		fa := r.open("a")
+		g, err := r.fsys.Grant(ctx, engineNQN, []*offloadfs.File{fa}, pushdown.GrantReadWrite, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Release(ctx)
+		forged := offload.Request{Task: "copy", Files: []offload.File{
+			{File: pushdown.File{ID: 99, Version: 1, Size: 4096, Extents: []pushdown.Extent{{LBA: 0, Blocks: 8}}}},
+			{File: pushdown.File{ID: 100, Version: 1, Size: 4096, Extents: g.Extents()}, Write: true},
+		}}
+		if _, _, err := c.Run(ctx, forged); !errors.Is(err, offload.ErrOutsideGrant) {
+			t.Fatalf("forged request: %v, want ErrOutsideGrant", err)
+		}
+		mustEqual(t, "a after the forged request", r.contents(r.fsys, "a"), a)
+		if err := g.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		fsck(t, r.fsys)
+	})
 }
 
 // TestOffloadFailureLeavesNothing: a task that fails after writing its

@@ -69,18 +69,11 @@ func (e *Env) Writable(i int) bool { return i >= 0 && i < len(e.files) && e.file
 // ReadAt is offload_read: it reads len(p) bytes of file i at off, all
 // inside the file's size, or fails with ErrOutsideGrant and reads nothing.
 func (e *Env) ReadAt(ctx context.Context, i int, p []byte, off int64) (int, error) {
-	f, err := e.check(i, off, len(p), false)
+	f, err := e.begin(ctx, i, off, len(p), false)
 	if err != nil {
 		return 0, err
 	}
-	e.mu.RLock()
 	defer e.mu.RUnlock()
-	if e.ended {
-		return 0, ErrTaskEnded
-	}
-	if err := firstErr(ctx, e.ctx); err != nil {
-		return 0, err
-	}
 	if e.cache != nil && !f.Write && !f.Bypass {
 		return e.readCached(ctx, f, p, uint64(off))
 	}
@@ -95,18 +88,11 @@ func (e *Env) ReadAt(ctx context.Context, i int, p []byte, off int64) (int, erro
 // the space reserved for it, or fails with ErrOutsideGrant and writes
 // nothing.
 func (e *Env) WriteAt(ctx context.Context, i int, p []byte, off int64) (int, error) {
-	f, err := e.check(i, off, len(p), true)
+	f, err := e.begin(ctx, i, off, len(p), true)
 	if err != nil {
 		return 0, err
 	}
-	e.mu.RLock()
 	defer e.mu.RUnlock()
-	if e.ended {
-		return 0, ErrTaskEnded
-	}
-	if err := firstErr(ctx, e.ctx); err != nil {
-		return 0, err
-	}
 	if err := e.deviceIO(f, p, uint64(off), true); err != nil {
 		return 0, err
 	}
@@ -115,6 +101,26 @@ func (e *Env) WriteAt(ctx context.Context, i int, p []byte, off int64) (int, err
 		e.written[i] = max(e.written[i], uint64(off)+uint64(len(p)))
 	})
 	return len(p), nil
+}
+
+// begin checks an I/O of n bytes at off in file i and, unless the task
+// has ended, takes mu shared for it: the caller releases it when the I/O
+// is over. On an error mu is not held.
+func (e *Env) begin(ctx context.Context, i int, off int64, n int, write bool) (*File, error) {
+	f, err := e.check(i, off, n, write)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.RLock()
+	if e.ended {
+		e.mu.RUnlock()
+		return nil, ErrTaskEnded
+	}
+	if err := firstErr(ctx, e.ctx); err != nil {
+		e.mu.RUnlock()
+		return nil, err
+	}
+	return f, nil
 }
 
 func (e *Env) count(f func(*Stats)) {

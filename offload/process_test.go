@@ -1,7 +1,6 @@
 package offload_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,10 +8,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
 )
@@ -57,15 +56,21 @@ func hangTask(started func()) offload.Task {
 	}
 }
 
+// childNamespace connects a child process to the rig's target at
+// OFFLOAD_TEST_TARGET as hostNQN and returns namespace 1.
+func childNamespace(ctx context.Context, hostNQN string) (*host.Namespace, error) {
+	ctrl, err := host.Connect(ctx, os.Getenv("OFFLOAD_TEST_TARGET"), rigNQN, host.Options{HostNQN: hostNQN, IOQueues: 2, KeepAlive: -1})
+	if err != nil {
+		return nil, err
+	}
+	return ctrl.Namespace(1)
+}
+
 // engineMain is a peer engine: it prints "listening ADDR", and "started"
 // when its hang task has written its output.
 func engineMain() error {
 	ctx := context.Background()
-	ctrl, err := host.Connect(ctx, os.Getenv("OFFLOAD_TEST_TARGET"), rigNQN, host.Options{HostNQN: engineNQN, IOQueues: 2, KeepAlive: -1})
-	if err != nil {
-		return err
-	}
-	ns, err := ctrl.Namespace(1)
+	ns, err := childNamespace(ctx, engineNQN)
 	if err != nil {
 		return err
 	}
@@ -93,11 +98,7 @@ func engineMain() error {
 // "a" to the engine at OFFLOAD_TEST_ENGINE, to be killed meanwhile.
 func ownerMain() error {
 	ctx := context.Background()
-	ctrl, err := host.Connect(ctx, os.Getenv("OFFLOAD_TEST_TARGET"), rigNQN, host.Options{HostNQN: ownerNQN, IOQueues: 2, KeepAlive: -1})
-	if err != nil {
-		return err
-	}
-	ns, err := ctrl.Namespace(1)
+	ns, err := childNamespace(ctx, ownerNQN)
 	if err != nil {
 		return err
 	}
@@ -117,53 +118,12 @@ func ownerMain() error {
 	return fmt.Errorf("the task ended: %v", err)
 }
 
-// child is a running role process and the lines it prints.
-type child struct {
-	cmd   *exec.Cmd
-	lines chan string
-}
-
-func startChild(t *testing.T, role string, env ...string) *child {
+// startChild re-executes the test binary as role, with env added.
+func startChild(t *testing.T, role string, env ...string) *testproc.Proc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), append([]string{"OFFLOAD_TEST_ROLE=" + role}, env...)...)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, lines: make(chan string, 16)}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	t.Cleanup(c.kill)
-	return c
-}
-
-// expect waits for a line starting with prefix and returns the rest.
-func (c *child) expect(t *testing.T, prefix string) string {
-	t.Helper()
-	for line := range c.lines {
-		if rest, ok := strings.CutPrefix(line, prefix); ok {
-			return strings.TrimSpace(rest)
-		}
-	}
-	t.Fatalf("the child ended without printing %q", prefix)
-	return ""
-}
-
-func (c *child) kill() {
-	if c.cmd.ProcessState == nil {
-		c.cmd.Process.Kill()
-		c.cmd.Wait()
-	}
+	return testproc.Start(t, cmd)
 }
 
 // afterCrash checks what must hold once either side died mid-task and
@@ -194,7 +154,7 @@ func TestEngineDiesMidTask(t *testing.T) {
 	ctx := context.Background()
 	want := map[string][]byte{"a": r.write("a", 100_000, 1), "b": r.write("b", 5000, 2)}
 	eng := startChild(t, "engine", "OFFLOAD_TEST_TARGET="+r.target.Addr())
-	addr := eng.expect(t, "listening ")
+	addr := eng.Expect(t, "listening ")
 	c, err := offload.Dial(addr, offload.ClientOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -217,8 +177,8 @@ func TestEngineDiesMidTask(t *testing.T) {
 		_, err := r.fsys.Offload(ctx, c, "hang", []offloadfs.OffloadFile{{In: r.open("a")}, {Out: "out", Reserve: 256 << 10}}, nil)
 		done <- err
 	}()
-	eng.expect(t, "started")
-	eng.kill()
+	eng.Expect(t, "started")
+	eng.Kill()
 	if err := <-done; err == nil {
 		t.Fatal("the task succeeded on a killed engine")
 	}
@@ -271,10 +231,10 @@ func TestClientDiesMidTask(t *testing.T) {
 	owner := startChild(t, "owner", "OFFLOAD_TEST_TARGET="+r.target.Addr(), "OFFLOAD_TEST_ENGINE="+c.Addr())
 	select {
 	case <-started:
-	case line, ok := <-owner.lines:
+	case line, ok := <-owner.Lines:
 		t.Fatalf("the owner printed %q (ended %v) before the task started", line, !ok)
 	}
-	owner.kill()
+	owner.Kill()
 	if err := <-ended; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the task ended with %v, want its context canceled", err)
 	}

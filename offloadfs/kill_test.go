@@ -1,7 +1,6 @@
 package offloadfs_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -45,25 +45,18 @@ func TestKillProcess(t *testing.T) {
 	for round, target := range []int{40, 120} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1", "-test.v")
 		cmd.Env = append(os.Environ(), killChildEnv+"="+spec)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		p := testproc.Start(t, cmd)
 		synced := -1
-		sc := bufio.NewScanner(out)
 		deadline := time.Now().Add(2 * time.Minute)
-		for sc.Scan() && synced < target && time.Now().Before(deadline) {
-			if n, ok := strings.CutPrefix(sc.Text(), "synced "); ok {
+		for line := range p.Lines {
+			if n, ok := strings.CutPrefix(line, "synced "); ok {
 				synced, _ = strconv.Atoi(n)
 			}
+			if synced >= target || time.Now().After(deadline) {
+				break
+			}
 		}
-		cmd.Process.Kill()
-		go io.Copy(io.Discard, out)
-		cmd.Wait()
+		p.Kill()
 		if synced < 0 {
 			t.Fatalf("round %d: the child synced nothing", round)
 		}

@@ -142,9 +142,7 @@ func (c *Config) setDefaults() error {
 	if len(c.Modes) == 0 {
 		c.Modes = []btree.Mode{btree.Plain, btree.Pushdown}
 	}
-	if c.MaxThreads <= 0 {
-		c.MaxThreads = MaxBTreeThreads
-	}
+	harness.Default(&c.MaxThreads, MaxBTreeThreads)
 	c.MaxThreads = min(c.MaxThreads, MaxBTreeThreads)
 	if len(c.Threads) == 0 {
 		c.Threads = []int{DefaultBTreeThreads}
@@ -166,9 +164,7 @@ func (c *Config) setDefaults() error {
 	if c.Runtime == 0 {
 		c.Runtime = sandbox.KindEBPF
 	}
-	if c.Queues <= 0 {
-		c.Queues = 1
-	}
+	harness.Default(&c.Queues, 1)
 	if c.Seed == 0 {
 		c.Seed = 0x6e656172 // "near"
 	}
@@ -341,16 +337,11 @@ type btreeEnv struct {
 	fsys    *offloadfs.FS
 	store   *btree.Store
 	spec    string
-	closers []func() error // in reverse order
+	closers harness.Closers
 }
 
 func (e *btreeEnv) Close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 // targetProbe reads a target's counters: its I/O commands on the

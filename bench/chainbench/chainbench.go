@@ -32,6 +32,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/kv/chain"
@@ -73,27 +74,15 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Nodes <= 0 {
-		c.Nodes = 3
-	}
-	if c.Keys <= 0 {
-		c.Keys = 10000
-	}
-	if c.ValueSize <= 0 {
-		c.ValueSize = 256
-	}
+	harness.Default(&c.Nodes, 3)
+	harness.Default(&c.Keys, 10000)
+	harness.Default(&c.ValueSize, 256)
 	if c.ReadFraction <= 0 || c.ReadFraction > 1 {
 		c.ReadFraction = 0.95
 	}
-	if c.Threads <= 0 {
-		c.Threads = 32
-	}
-	if c.Duration <= 0 {
-		c.Duration = 3 * time.Second
-	}
-	if c.Repeat <= 0 {
-		c.Repeat = 3
-	}
+	harness.Default(&c.Threads, 32)
+	harness.Default(&c.Duration, 3*time.Second)
+	harness.Default(&c.Repeat, 3)
 	if c.Store == "" {
 		c.Store = "lsm"
 	}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
-	"io"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -63,16 +62,5 @@ func plotChain(r *Report) (*plot.Plot, error) {
 
 // SavePlot writes the plot to path in the format its extension names.
 func SavePlot(path string, r *Report) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error {
-		p, err := plotChain(r)
-		if err != nil {
-			return err
-		}
-		wt, err := p.WriterTo(8*vg.Inch, 5*vg.Inch, format)
-		if err != nil {
-			return fmt.Errorf("bench: plot: %w", err)
-		}
-		_, err = wt.WriteTo(w)
-		return err
-	})
+	return report.SavePlot(path, 8*vg.Inch, 5*vg.Inch, func() (*plot.Plot, error) { return plotChain(r) })
 }

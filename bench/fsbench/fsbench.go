@@ -255,16 +255,11 @@ type fsEnv struct {
 	fsys    *offloadfs.FS
 	file    *offloadfs.File
 	extents int
-	closers []func() error
+	closers harness.Closers
 }
 
 func (e *fsEnv) Close() error {
-	var errs []error
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
-	e.closers = nil
-	return errors.Join(errs...)
+	return e.closers.Close()
 }
 
 // Run runs the benchmark.
@@ -818,11 +813,5 @@ func plotFS(r *Report) (*plot.Plot, error) {
 // SavePlot renders plotFS to path, in the format its extension names,
 // 9 by 5 inches.
 func SavePlot(path string, r *Report) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error {
-		p, err := plotFS(r)
-		if err != nil {
-			return err
-		}
-		return report.WritePlot(w, p, 9*vg.Inch, 5*vg.Inch, format)
-	})
+	return report.SavePlot(path, 9*vg.Inch, 5*vg.Inch, func() (*plot.Plot, error) { return plotFS(r) })
 }

@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"image/color"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -106,18 +105,10 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Duration <= 0 {
-		c.Duration = 3 * time.Second
-	}
-	if c.Repeat <= 0 {
-		c.Repeat = 3
-	}
-	if c.Looping <= 0 {
-		c.Looping = 64
-	}
-	if c.VolumeSize <= 0 {
-		c.VolumeSize = 256 << 20
-	}
+	harness.Default(&c.Duration, 3*time.Second)
+	harness.Default(&c.Repeat, 3)
+	harness.Default(&c.Looping, 64)
+	harness.Default(&c.VolumeSize, 256<<20)
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -421,7 +412,7 @@ func WriteTable(w io.Writer, r *Report) error {
 // SavePlot draws the median IOPS of both phases, labelled with their p50
 // and p99, into path (.png, .svg or .pdf).
 func SavePlot(path string, r *Report) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error {
+	return report.SavePlot(path, 6*vg.Inch, 4.5*vg.Inch, func() (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("host B 4 KiB QD1 reads, alone and beside %d looping λ reads of host A\n(medians of %d × %gs; bar: loaded ≥ %g × idle, p99 < 2 ms)",
 			r.Looping, r.Repeat, r.PhaseSecs, IOPSRatioBar)
@@ -433,19 +424,15 @@ func SavePlot(path string, r *Report) error {
 		p.Y.Min = 0
 		p.Add(plotter.NewGrid())
 		vs := plotter.Values{r.Idle.IOPS, r.Loaded.IOPS}
-		bars, err := plotter.NewBarChart(vs, vg.Points(60))
+		bars, err := report.Bars(vs, vg.Points(60), report.Blue)
 		if err != nil {
-			return fmt.Errorf("bench: plot: %w", err)
+			return nil, err
 		}
-		bars.Color = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
-		bars.LineStyle.Width = 0
 		p.Add(bars)
-		goal, err := plotter.NewLine(plotter.XYs{{X: -0.6, Y: r.Idle.IOPS * IOPSRatioBar}, {X: 1.6, Y: r.Idle.IOPS * IOPSRatioBar}})
+		goal, err := report.GoalLine(r.Idle.IOPS*IOPSRatioBar, len(vs), report.Red)
 		if err != nil {
-			return fmt.Errorf("bench: plot: %w", err)
+			return nil, err
 		}
-		goal.Color = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
-		goal.Dashes = []vg.Length{vg.Points(4), vg.Points(3)}
 		p.Add(goal)
 		p.Legend.Add("goal (half of idle)", goal)
 		top := max(r.Idle.IOPS, r.Loaded.IOPS)
@@ -456,16 +443,11 @@ func SavePlot(path string, r *Report) error {
 				fmt.Sprintf("%.0f IOPS (%.2f×)\np50 %.0f µs, p99 %.0f µs", r.Loaded.IOPS, r.Ratio, r.Loaded.P50us, r.Loaded.P99us),
 			}})
 		if err != nil {
-			return fmt.Errorf("bench: plot: %w", err)
+			return nil, fmt.Errorf("bench: plot: %w", err)
 		}
 		p.Add(labels)
 		p.Y.Max = top * 1.2
 		p.NominalX(PhaseIdle, fmt.Sprintf("loaded (%d looping λ)", r.Looping))
-		wt, err := p.WriterTo(6*vg.Inch, 4.5*vg.Inch, format)
-		if err != nil {
-			return fmt.Errorf("bench: plot: %w", err)
-		}
-		_, err = wt.WriteTo(w)
-		return err
+		return p, nil
 	})
 }

@@ -32,7 +32,7 @@ type offloadEnv struct {
 	ns         *host.Namespace
 	fsys       *offloadfs.FS
 	local      *offload.Engine // runs what engines turn away
-	closers    []func() error
+	closers    harness.Closers
 }
 
 const offloadNQN = "nqn.2026-11.io.nearstore:offload-bench"
@@ -148,9 +148,7 @@ func (e *offloadEnv) Close() error {
 	if e.ctrl != nil {
 		errs = append(errs, e.ctrl.Close())
 	}
-	for i := len(e.closers) - 1; i >= 0; i-- {
-		errs = append(errs, e.closers[i]())
-	}
+	errs = append(errs, e.closers.Close())
 	return errors.Join(errs...)
 }
 

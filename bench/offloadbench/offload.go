@@ -87,30 +87,16 @@ type Report struct {
 // to the storage node's engine (target serve --offload, its own process)
 // under each policy; a task the engine turns away runs on its client.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	if cfg.Clients <= 0 {
-		cfg.Clients = 2
-	}
-	if cfg.Duration <= 0 {
-		cfg.Duration = 10 * time.Second
-	}
+	harness.Default(&cfg.Clients, 2)
+	harness.Default(&cfg.Duration, 10*time.Second)
 	if len(cfg.Policies) == 0 {
 		cfg.Policies = []string{"none", "cpu", "tokens"}
 	}
-	if cfg.CPUThreshold <= 0 {
-		cfg.CPUThreshold = 0.5
-	}
-	if cfg.Tokens <= 0 {
-		cfg.Tokens = 2
-	}
-	if cfg.Images <= 0 {
-		cfg.Images = 32
-	}
-	if cfg.Size <= 0 {
-		cfg.Size = 128
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 4
-	}
+	harness.Default(&cfg.CPUThreshold, 0.5)
+	harness.Default(&cfg.Tokens, 2)
+	harness.Default(&cfg.Images, 32)
+	harness.Default(&cfg.Size, 128)
+	harness.Default(&cfg.Batch, 4)
 	rep := &Report{Machine: report.DescribeMachine(), Clients: cfg.Clients, Seconds: cfg.Duration.Seconds(), Tokens: cfg.Tokens}
 	for _, pol := range cfg.Policies {
 		if _, err := offload.ParsePolicy(pol); err != nil {
@@ -295,7 +281,7 @@ func SavePlot(path string, r *Report) error {
 	if r == nil || len(r.Policies) == 0 {
 		return errors.New("bench: nothing to plot")
 	}
-	return report.SaveByExtension(path, func(w io.Writer, format string) error {
+	return report.SavePlot(path, 8*vg.Inch, 4.5*vg.Inch, func() (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("offload admission: tasks per client in %.0fs (engine, then local)\nlabels: Jain's index (engine), target CPU median", r.Seconds)
 		p.Y.Label.Text = "tasks"
@@ -321,11 +307,11 @@ func SavePlot(path string, r *Report) error {
 		}
 		be, err := report.Bars(eng, vg.Points(22), report.Blue)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		bl, err := report.Bars(loc, vg.Points(22), report.Orange)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		bl.StackOn(be)
 		p.Add(be, bl)
@@ -333,13 +319,13 @@ func SavePlot(path string, r *Report) error {
 		p.Legend.Add("local (turned away)", bl)
 		l, err := report.CenteredLabels(xy, vg.Points(7))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.Add(l)
 		p.NominalX(names...)
 		p.X.Tick.Label.Font.Size = vg.Points(7)
 		p.Y.Min, p.Y.Max = 0, top*1.35
 		p.Legend.Top = true
-		return report.WritePlot(w, p, 8*vg.Inch, 4.5*vg.Inch, format)
+		return p, nil
 	})
 }

@@ -95,21 +95,11 @@ type PrepReport struct {
 // process; this process, the host, limited to HostProcs Ps, preprocesses
 // the whole set in each mode, the modes taking turns (ABCD DCBA ...).
 func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
-	if cfg.Images <= 0 {
-		cfg.Images = 400
-	}
-	if cfg.Size <= 0 {
-		cfg.Size = 224
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 8
-	}
-	if cfg.Repeat <= 0 {
-		cfg.Repeat = 3
-	}
-	if cfg.HostProcs <= 0 {
-		cfg.HostProcs = 1
-	}
+	harness.Default(&cfg.Images, 400)
+	harness.Default(&cfg.Size, 224)
+	harness.Default(&cfg.Batch, 8)
+	harness.Default(&cfg.Repeat, 3)
+	harness.Default(&cfg.HostProcs, 1)
 	if len(cfg.Modes) == 0 {
 		cfg.Modes = []string{"host", "target", "peer", "split"}
 	}
@@ -239,7 +229,7 @@ func SavePrepPlot(path string, r *PrepReport) error {
 	if r == nil || len(r.Modes) == 0 {
 		return errors.New("bench: nothing to plot")
 	}
-	return report.SaveByExtension(path, func(w io.Writer, format string) error {
+	return report.SavePlot(path, 7*vg.Inch, 4.5*vg.Inch, func() (*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = fmt.Sprintf("OffloadPrep: images/s by placement (host on %d core, %s, medians of %d)\nlabels: images/s, host CPU ms per image (all processes')", r.HostProcs, r.Link, r.Repeat)
 		p.Y.Label.Text = "images per second"
@@ -259,25 +249,25 @@ func SavePrepPlot(path string, r *PrepReport) error {
 		}
 		bars, err := report.Bars(vs, vg.Points(36), report.Blue)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.Add(bars)
 		if len(r.Modes) > 0 && r.Modes[0].Mode == "host" {
 			line, err := report.GoalLine(r.Modes[0].ImagesPerSec*PrepBar, len(r.Modes), report.Red)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			p.Add(line)
 			p.Legend.Add(fmt.Sprintf("bar (%.1f× host)", PrepBar), line)
 		}
 		l, err := report.CenteredLabels(xy, vg.Points(8))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		p.Add(l)
 		p.NominalX(names...)
 		p.Y.Max = top * 1.6
 		p.Legend.Top = true
-		return report.WritePlot(w, p, 7*vg.Inch, 4.5*vg.Inch, format)
+		return p, nil
 	})
 }

@@ -38,6 +38,19 @@ func WritePlot(w io.Writer, p *plot.Plot, width, height vg.Length, format string
 	return err
 }
 
+// SavePlot has build draw a plot and writes it, width by height, to path
+// in the format the path's extension names ("png", "svg", "pdf"). A
+// failed build or render leaves no file behind (SaveByExtension).
+func SavePlot(path string, width, height vg.Length, build func() (*plot.Plot, error)) error {
+	return SaveByExtension(path, func(w io.Writer, format string) error {
+		p, err := build()
+		if err != nil {
+			return err
+		}
+		return WritePlot(w, p, width, height, format)
+	})
+}
+
 // Bars is a bar chart of vs, each bar width wide, filled with c and not
 // outlined.
 func Bars(vs plotter.Valuer, width vg.Length, c color.Color) (*plotter.BarChart, error) {

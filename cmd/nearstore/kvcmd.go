@@ -66,19 +66,24 @@ func (k *kvSetFlags) open(cmd *cobra.Command, g *globals) (*host.Controller, *ho
 	return ctrl, ns, nil
 }
 
-// withKey parses arg as a key, connects, and runs fn on the namespace: the
-// shape of every verb that takes one key and nothing else.
-func (k *kvSetFlags) withKey(cmd *cobra.Command, g *globals, arg string, fn func(ns *host.Namespace, key []byte) error) error {
-	key, err := k.key(arg)
-	if err != nil {
-		return err
+// kvKeyCommand completes cmd, a verb that takes one key (args[0]) and
+// nothing else: it takes k's flags, and its run parses the key, connects,
+// and calls run with the namespace.
+func kvKeyCommand(g *globals, k *kvSetFlags, cmd *cobra.Command, run func(cmd *cobra.Command, arg string, ns *host.Namespace, key []byte) error) *cobra.Command {
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		key, err := k.key(args[0])
+		if err != nil {
+			return err
+		}
+		ctrl, ns, err := k.open(cmd, g)
+		if err != nil {
+			return err
+		}
+		defer ctrl.Close()
+		return run(cmd, args[0], ns, key)
 	}
-	ctrl, ns, err := k.open(cmd, g)
-	if err != nil {
-		return err
-	}
-	defer ctrl.Close()
-	return fn(ns, key)
+	k.register(cmd)
+	return cmd
 }
 
 // kvStatusErr turns Key Does Not Exist into a message a script can tell
@@ -156,79 +161,65 @@ answers Capacity Exceeded and keeps everything it held.`,
 func newKVRetrieveCmd(g *globals) *cobra.Command {
 	var k kvSetFlags
 	var out string
-	cmd := &cobra.Command{
+	cmd := kvKeyCommand(g, &k, &cobra.Command{
 		Use:   "retrieve KEY",
 		Short: "KV command set: print a key's value (Retrieve, 02h)",
 		Example: `  nearstore kv retrieve user42
   nearstore kv retrieve -o blob1.bin blob1`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return k.withKey(cmd, g, args[0], func(ns *host.Namespace, key []byte) error {
-				v, err := ns.Retrieve(cmd.Context(), key)
-				if err != nil {
-					return kvStatusErr(err, args[0])
-				}
-				if out != "" {
-					return os.WriteFile(out, v, 0o644)
-				}
-				if k.isHex {
-					fmt.Fprintln(cmd.OutOrStdout(), hex.EncodeToString(v))
-					return nil
-				}
-				_, err = cmd.OutOrStdout().Write(v)
-				return err
-			})
-		},
-	}
-	k.register(cmd)
+	}, func(cmd *cobra.Command, arg string, ns *host.Namespace, key []byte) error {
+		v, err := ns.Retrieve(cmd.Context(), key)
+		if err != nil {
+			return kvStatusErr(err, arg)
+		}
+		if out != "" {
+			return os.WriteFile(out, v, 0o644)
+		}
+		if k.isHex {
+			fmt.Fprintln(cmd.OutOrStdout(), hex.EncodeToString(v))
+			return nil
+		}
+		_, err = cmd.OutOrStdout().Write(v)
+		return err
+	})
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write the value to this file instead of standard output")
 	return cmd
 }
 
 func newKVDeleteCmd(g *globals) *cobra.Command {
 	var k kvSetFlags
-	cmd := &cobra.Command{
+	return kvKeyCommand(g, &k, &cobra.Command{
 		Use:     "delete KEY",
 		Short:   "KV command set: delete a key (Delete, 10h)",
 		Example: `  nearstore kv delete user42`,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return k.withKey(cmd, g, args[0], func(ns *host.Namespace, key []byte) error {
-				if err := ns.Delete(cmd.Context(), key); err != nil {
-					return kvStatusErr(err, args[0])
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", args[0])
-				return nil
-			})
-		},
-	}
-	k.register(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, arg string, ns *host.Namespace, key []byte) error {
+		if err := ns.Delete(cmd.Context(), key); err != nil {
+			return kvStatusErr(err, arg)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "deleted %s\n", arg)
+		return nil
+	})
 }
 
 func newKVExistCmd(g *globals) *cobra.Command {
 	var k kvSetFlags
-	cmd := &cobra.Command{
+	return kvKeyCommand(g, &k, &cobra.Command{
 		Use:     "exist KEY",
 		Short:   "KV command set: does a key exist? (Exist, 14h; exit 0 yes, 1 no)",
 		Example: `  nearstore kv exist user42 && echo present`,
 		Args:    cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return k.withKey(cmd, g, args[0], func(ns *host.Namespace, key []byte) error {
-				ok, err := ns.Exist(cmd.Context(), key)
-				if err != nil {
-					return err
-				}
-				if !ok {
-					return fmt.Errorf("key %q does not exist", args[0])
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%s exists\n", args[0])
-				return nil
-			})
-		},
-	}
-	k.register(cmd)
-	return cmd
+	}, func(cmd *cobra.Command, arg string, ns *host.Namespace, key []byte) error {
+		ok, err := ns.Exist(cmd.Context(), key)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("key %q does not exist", arg)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "%s exists\n", arg)
+		return nil
+	})
 }
 
 func newKVListCmd(g *globals) *cobra.Command {

@@ -1,8 +1,6 @@
 package chain_test
 
 import (
-	"bufio"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testproc"
 )
 
 // TestClusterUp drives the one-command local cluster as a user does:
@@ -53,15 +52,13 @@ func TestClusterUp(t *testing.T) {
 	if r := run("cluster", "get", "hello"); r.Code != 1 {
 		t.Fatalf("get after delete: %+v", r)
 	}
-	if err := up.Process.Signal(syscall.SIGINT); err != nil {
+	if err := up.Cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- up.Wait() }()
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("cluster up after SIGINT: %v", err)
+	case <-up.Done():
+		if st := up.Cmd.ProcessState; !st.Success() {
+			t.Fatalf("cluster up after SIGINT: %v", st)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("cluster up still running 30s after SIGINT")
@@ -70,35 +67,24 @@ func TestClusterUp(t *testing.T) {
 
 // startUp starts "cluster up" with args and returns it and its etcd
 // endpoint, once it printed every node's line.
-func startUp(t *testing.T, args ...string) (*exec.Cmd, string) {
+func startUp(t *testing.T, args ...string) (*testproc.Proc, string) {
 	t.Helper()
 	up := exec.Command(clitest.Binary(t), append([]string{"cluster", "up", "--dir", filepath.Join(t.TempDir(), "c"), "--log-level", "warn"}, args...)...)
-	up.Stderr = os.Stderr
-	out, err := up.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := up.Start(); err != nil {
-		t.Fatal(err)
-	}
+	p := testproc.Start(t, up)
 	t.Cleanup(func() {
-		// SIGINT stops the nodes cleanly; kill -9 if it hangs.
+		// SIGINT stops the nodes cleanly; kill -9 (testproc's own
+		// cleanup) if it hangs.
 		up.Process.Signal(syscall.SIGINT)
-		done := make(chan struct{})
-		go func() { up.Wait(); close(done) }()
 		select {
-		case <-done:
+		case <-p.Done():
 		case <-time.After(30 * time.Second):
-			up.Process.Kill()
-			<-done
 		}
 	})
-	rd := bufio.NewReader(out)
 	var endpoint string
 	for i := range 4 {
-		line, err := rd.ReadString('\n')
-		if err != nil {
-			t.Fatalf("cluster up line %d: %q %v", i, line, err)
+		line, ok := <-p.Lines
+		if !ok {
+			t.Fatalf("cluster up ended before its line %d", i)
 		}
 		if i == 0 {
 			f := strings.Fields(line)
@@ -110,7 +96,7 @@ func startUp(t *testing.T, args ...string) (*exec.Cmd, string) {
 			t.Fatalf("line %q", line)
 		}
 	}
-	return up, endpoint
+	return p, endpoint
 }
 
 // TestClusterUpSharded runs three groups on three nodes: keys spread over

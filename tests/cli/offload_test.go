@@ -1,8 +1,8 @@
 package cli_test
 
 import (
-	"bufio"
 	"encoding/json"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testproc"
 )
 
 // TestOffload: a peer engine started with offload serve runs a copy for
@@ -97,23 +98,13 @@ func TestOffloadWasm(t *testing.T) {
 func startEngine(t *testing.T, tgt []string, args ...string) string {
 	t.Helper()
 	engine := exec.Command(clitest.Binary(t), append(append([]string{"offload", "serve", "--listen", "127.0.0.1:0"}, args...), tgt...)...)
-	out, err := engine.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := engine.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		engine.Process.Kill()
-		engine.Wait()
-	})
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() {
+	engine.Stderr = io.Discard
+	line, ok := <-testproc.Start(t, engine).Lines
+	if !ok {
 		t.Fatal("offload serve printed nothing")
 	}
 	// "offload engine on ADDR, reaching ..."
-	return strings.TrimSuffix(strings.Fields(sc.Text())[3], ",")
+	return strings.TrimSuffix(strings.Fields(line)[3], ",")
 }
 
 // offloadFS starts a target with a fresh file system holding /a

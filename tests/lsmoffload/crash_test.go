@@ -8,7 +8,6 @@
 package lsmoffload_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -113,44 +113,6 @@ func hostMain() error {
 	}
 }
 
-// proc is a child process and the lines it prints.
-type proc struct {
-	cmd   *exec.Cmd
-	lines chan string
-	done  chan struct{}
-}
-
-func start(t *testing.T, cmd *exec.Cmd) *proc {
-	t.Helper()
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, lines: make(chan string, 1024), done: make(chan struct{})}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	go func() {
-		cmd.Wait()
-		close(p.done)
-	}()
-	t.Cleanup(p.kill)
-	return p
-}
-
-func (p *proc) kill() {
-	p.cmd.Process.Kill()
-	<-p.done
-}
-
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -167,12 +129,12 @@ type target struct {
 	t            *testing.T
 	bin, vol     string
 	addr, engine string
-	p            *proc
+	p            *testproc.Proc
 }
 
 func (tg *target) start() {
 	tg.t.Helper()
-	tg.p = start(tg.t, exec.Command(tg.bin, "target", "serve", "--log-level", "warn", "--listen", tg.addr, "--nqn", testNQN,
+	tg.p = testproc.Start(tg.t, exec.Command(tg.bin, "target", "serve", "--log-level", "warn", "--listen", tg.addr, "--nqn", testNQN,
 		"--volume", "file:"+tg.vol+"?size=256MiB", "--offload", tg.engine))
 	deadline := time.Now().Add(30 * time.Second)
 	for _, a := range []string{tg.addr, tg.engine} {
@@ -254,12 +216,12 @@ func killRound(t *testing.T, bin, victim string, rng *rand.Rand) {
 
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "LSMOFFLOAD_ROLE=host", "LSMOFFLOAD_TARGET="+tg.addr, "LSMOFFLOAD_ENGINE="+tg.engine)
-	h := start(t, cmd)
+	h := testproc.Start(t, cmd)
 	acked := -1
 	offloaded := 0
 	killAfter := 1 + rng.IntN(8) // offloaded flushes and compactions before the kill
 	for offloaded < killAfter {
-		line, ok := <-h.lines
+		line, ok := <-h.Lines
 		if !ok {
 			t.Fatalf("the host ended after %d acks and %d offloaded tasks", acked+1, offloaded)
 		}
@@ -274,7 +236,7 @@ func killRound(t *testing.T, bin, victim string, rng *rand.Rand) {
 	collect := func(until <-chan time.Time) {
 		for {
 			select {
-			case line, ok := <-h.lines:
+			case line, ok := <-h.Lines:
 				if !ok {
 					return
 				}
@@ -289,20 +251,20 @@ func killRound(t *testing.T, bin, victim string, rng *rand.Rand) {
 	collect(stop)
 	switch victim {
 	case "host":
-		h.kill()
+		h.Kill()
 	case "engine":
-		tg.p.kill()
+		tg.p.Kill()
 		// The host lives on without its target for a moment, then
 		// goes too: nothing it acknowledges after the kill can be
 		// durable.
 		collect(time.After(200 * time.Millisecond))
-		h.kill()
+		h.Kill()
 	case "both":
-		tg.p.kill()
-		h.kill()
+		tg.p.Kill()
+		h.Kill()
 	}
 	collect(time.After(0)) // what it printed before it died
-	for line := range h.lines {
+	for line := range h.Lines {
 		if n, ok := strings.CutPrefix(line, "ack "); ok {
 			acked, _ = strconv.Atoi(n)
 		}

@@ -55,6 +55,14 @@ func Stage(progress func(stage string), format string, args ...any) {
 	}
 }
 
+// Default sets *v to def unless it is positive: a Config field left
+// zero (or set to nonsense below zero) takes the bench's default.
+func Default[T ~int | ~int64 | ~float64](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
 // RunLength checks and defaults a benchmark's timed runs: a zero *d
 // becomes def and a zero *repeat 3 (the fewest runs a median means
 // something with); negative ones are refused.

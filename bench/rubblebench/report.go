@@ -179,16 +179,21 @@ func (r *Report) bars() []report.Bar {
 		cpu.Met = cpu.Got >= CPUBar
 	}
 	comp := report.Bar{What: "secondaries' compactions in rubble mode, every R and workload (kv/lsm's \"compacted\" lines; none means no compaction CPU)",
-		Want: "= 0"}
+		Want: "= 0, the primary's > 0"}
 	measured := false
+	var primary float64
 	for _, p := range r.Runs {
 		if p.Mode == Rubble {
 			measured = true
 			comp.Got += p.Compactions.Secondaries
+			primary += p.Compactions.Primary
 		}
 	}
 	if measured {
-		comp.Met = comp.Got == 0
+		// Without the primary's compactions counted, zero on the
+		// secondaries would prove nothing (no lines, or none parsed).
+		comp.What += fmt.Sprintf("; the primaries ran %.0f", primary)
+		comp.Met = comp.Got == 0 && primary > 0
 	} else {
 		comp.What += r.unavailable(Rubble)
 	}

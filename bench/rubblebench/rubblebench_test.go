@@ -167,15 +167,22 @@ func synthetic(rubbleTotal, secondaryCompactions float64) *Report {
 
 func TestBars(t *testing.T) {
 	for _, c := range []struct {
-		total, comp float64
-		met         [2]bool
-		got         float64
+		total, comp, primComp float64
+		met                   [2]bool
+		got                   float64
 	}{
-		{120, 0, [2]bool{true, true}, 0.4},
-		{150, 0, [2]bool{false, true}, 0.25},
-		{120, 1, [2]bool{true, false}, 0.4},
+		{120, 0, 2, [2]bool{true, true}, 0.4},
+		{150, 0, 2, [2]bool{false, true}, 0.25},
+		{120, 1, 2, [2]bool{true, false}, 0.4},
+		{120, 0, 0, [2]bool{true, false}, 0.4}, // nothing counted anywhere proves nothing
 	} {
 		r := synthetic(c.total, c.comp)
+		for i := range r.Runs {
+			if r.Runs[i].Mode == Rubble {
+				r.Runs[i].Compactions.Primary = c.primComp
+			}
+		}
+		r.finish()
 		if len(r.Bars) != 2 || r.Bars[0].Met != c.met[0] || r.Bars[1].Met != c.met[1] || fmt.Sprintf("%.3f", r.Bars[0].Got) != fmt.Sprintf("%.3f", c.got) {
 			t.Errorf("%v: %+v", c, r.Bars)
 		}

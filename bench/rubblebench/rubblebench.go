@@ -101,6 +101,11 @@ type Config struct {
 	// MemTableSize is the nodes' --memtable-size (default 1 MiB, so
 	// that a small run flushes and compacts).
 	MemTableSize int
+	// LeaseTTL is the nodes' --lease-ttl in seconds (default 10): long,
+	// so that a node starved of CPU on a loaded machine keeps its place
+	// in the chains. A run whose chains change anyway is run again, at
+	// most Retries times (default 2; negative: never).
+	LeaseTTL, Retries int
 	// Modes are the modes compared (default Modes()).
 	Modes []Mode
 	// Progress, if set, is told each stage.
@@ -141,8 +146,15 @@ func (c *Config) defaults() error {
 		return nil
 	}
 	if err := errors.Join(def(&c.Records, 50000, "records"), def(&c.Ops, 50000, "ops"), def(&c.ValueSize, 1024, "value size"),
-		def(&c.Threads, 16, "threads"), def(&c.Repeat, 3, "repeat"), def(&c.MemTableSize, 1<<20, "memtable size")); err != nil {
+		def(&c.Threads, 16, "threads"), def(&c.Repeat, 3, "repeat"), def(&c.MemTableSize, 1<<20, "memtable size"),
+		def(&c.LeaseTTL, 10, "lease TTL")); err != nil {
 		return err
+	}
+	switch {
+	case c.Retries == 0:
+		c.Retries = 2
+	case c.Retries < 0:
+		c.Retries = 0
 	}
 	if c.ValueSize < valueHeader {
 		return fmt.Errorf("rubblebench: value size %d: want at least %d", c.ValueSize, valueHeader)
@@ -240,8 +252,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				}
 				dir := filepath.Join(root, fmt.Sprintf("%s-r%d-run%d", m.Name, reps, run))
 				cr := clusterRun{cfg: &cfg, mode: m, replicas: reps, run: run, dir: dir, shards: shards, zipf: zipf}
-				phases, err := cr.measure(ctx)
-				os.RemoveAll(dir)
+				var phases []Phase
+				var err error
+				for try := 0; ; try++ {
+					phases, err = cr.measure(ctx)
+					os.RemoveAll(dir)
+					if !errors.Is(err, errChainsChanged) || try == cfg.Retries {
+						break
+					}
+					r.Retried = append(r.Retried, fmt.Sprintf("%s: %v", cr.label(), err))
+					cfg.stage("%s: run again: %v", cr.label(), err)
+				}
 				r.Runs = append(r.Runs, phases...)
 				if refused := (*harness.NodeRefusedError)(nil); errors.As(err, &refused) {
 					mr.Available, mr.Unavailable = false, refused.Error()
@@ -258,6 +279,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.finish()
 	return r, nil
 }
+
+// errChainsChanged is a run during which a chain was reconfigured (a
+// node lost its lease): its figures mix roles, so it is run again.
+var errChainsChanged = errors.New("the chains changed during the run")
 
 // clusterRun is one mode's run at one R: a fresh cluster, Load, then
 // the workloads.
@@ -285,7 +310,7 @@ func (c *clusterRun) measure(ctx context.Context) (_ []Phase, err error) {
 	}
 	cl, err := harness.StartChainCluster(ctx, harness.ChainClusterSpec{
 		Exe: cfg.Binary, Dir: c.dir, Nodes: c.replicas, Shards: c.shards, LogLevel: "debug",
-		NodeArgs: append(c.mode.NodeArgs(), "--memtable-size", strconv.Itoa(cfg.MemTableSize)),
+		NodeArgs: append(c.mode.NodeArgs(), "--memtable-size", strconv.Itoa(cfg.MemTableSize), "--lease-ttl", strconv.Itoa(cfg.LeaseTTL)),
 		Stderr:   func(id string) io.Writer { return logs[id] },
 	})
 	if err != nil {
@@ -319,7 +344,7 @@ func (c *clusterRun) measure(ctx context.Context) (_ []Phase, err error) {
 			return phases, err
 		}
 		if !sameChains(chains, now) {
-			return phases, fmt.Errorf("%s: the chains changed during the run (%v, then %v): roles are not one node's", w.Name, chains, now)
+			return phases, fmt.Errorf("%s: %w (%v, then %v): roles are not one node's", w.Name, errChainsChanged, chains, now)
 		}
 		cfg.stage("%s %-4s %8.0f ops/s  p99 %8.0f µs  CPU %6.1f µs/op (primary %.1f, secondaries %.1f)", c.label(), w.Name,
 			p.OpsPerSec, p.P99us, p.CPUus.Total, p.CPUus.Primary, p.CPUus.Secondaries)

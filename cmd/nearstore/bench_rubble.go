@@ -81,6 +81,8 @@ baseline (an A/A run: what differences the bench shows between equals).`,
 	f.IntVar(&cfg.Threads, "threads", 16, "client goroutines, one operation in flight each")
 	f.IntVar(&cfg.Repeat, "repeat", 3, "runs per mode and R, the modes alternating (medians are reported)")
 	f.IntVar(&cfg.MemTableSize, "memtable-size", 1<<20, "the nodes' kv/lsm memtable size in bytes")
+	f.IntVar(&cfg.LeaseTTL, "lease-ttl", 10, "the nodes' etcd lease in seconds (long: a node starved of CPU keeps its place in the chains)")
+	f.IntVar(&cfg.Retries, "retries", 2, "times a run whose chains changed (a lease lost) is run again (negative: never)")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for the clusters' data (default: a temporary one)")
 	f.StringVar(&rubbleStore, "rubble-store", "rubble", `the rubble mode's --store ("lsm": an A/A run against the baseline)`)
 	rf.add(f, "CPU per operation per role and throughput", "print every phase of every run, the medians and the bars as JSON")

@@ -149,7 +149,7 @@ type Stats struct {
 	Rechecks   uint64          // profiles begun early because the model's pick changed
 	Probations uint64          // switches of side that brought the next scheduled profile closer
 	AheadSent  uint64          // reads sent to the target ahead of the call that continues a sequential stream
-	AheadUsed  uint64          // calls answered by what was read ahead for them (counted in Ran as Target)
+	AheadUsed  uint64          // calls answered by what was read ahead for them (counted in Ran where it ran: the target, or the host where the file system fell back)
 	Models     []ModelStat     // per (file inode, function): the current fitted model
 }
 

@@ -308,7 +308,10 @@ NS_INLINE int rare_in(const u8 *p, const struct pattern *k, u32 loads)
 /* find_block returns the first position in [i, i + 1024) where the
  * pattern occurs in t, or lim (i + 1024 <= lim, as find_pat): the
  * block's candidates found with three i8x16.eq per 16 positions, and its
- * 64 positions at a time only when the block holds a candidate. */
+ * 64 positions at a time only when the block holds a candidate. The
+ * first candidate is tried before any loop is entered: wasm leaves its
+ * compiled code on entering a loop too, and the first is usually the
+ * match. */
 static u32 find_block(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *k)
 {
 	const u8 *p = t + i;
@@ -322,15 +325,27 @@ static u32 find_block(const u8 *t, u32 i, u32 lim, u32 n, const struct pattern *
 #pragma clang loop unroll(full)
 	for (u32 x = 0; x < 16; x++)
 		groups |= (u32)wasm_v128_any_true(g[x]) << x;
-	for (; groups; groups &= groups - 1) {
-		u32 q = i + 64 * (u32)__builtin_ctz(groups);
-		for (u64 hit = cand64(t + q, k); hit; hit &= hit - 1) {
-			u32 j = q + (u32)__builtin_ctzll(hit);
+	if (!groups)
+		return lim;
+	/* The first candidate, without entering a loop: usually the one. */
+	u32 q = i + 64 * (u32)__builtin_ctz(groups);
+	u64 hit = cand64(t + q, k);
+	u32 j = q + (u32)__builtin_ctzll(hit);
+	if (match(t, j, n, k))
+		return j;
+	hit &= hit - 1;
+	for (;;) {
+		for (; hit; hit &= hit - 1) {
+			j = q + (u32)__builtin_ctzll(hit);
 			if (match(t, j, n, k))
 				return j;
 		}
+		groups &= groups - 1;
+		if (!groups)
+			return lim;
+		q = i + 64 * (u32)__builtin_ctz(groups);
+		hit = cand64(t + q, k);
 	}
-	return lim;
 }
 
 /* find_pat returns the first position in [i, lim) where the pattern

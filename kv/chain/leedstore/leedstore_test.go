@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/chaintest"
 	"github.com/nearstore/nearstore/kv/chain"
 	"github.com/nearstore/nearstore/kv/leed"
 	"github.com/nearstore/nearstore/volume"
@@ -152,10 +153,12 @@ func BenchmarkApply(b *testing.B) {
 	val := make([]byte, 256)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := chaintest.StartCPU()
 	for i := range b.N {
 		k := fmt.Appendf(nil, "user%08d", i%5000)
 		if err := s.Apply(ctx, uint64(i+1), chain.Op{Key: k, Value: val}); err != nil {
 			b.Fatal(err)
 		}
 	}
+	cpu.Report(b)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -115,8 +117,8 @@ idlest group, as "cluster move" does. It prints each group's writes, then
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			p, moved, st, err := chain.Balance(ctx, cfg)
-			for g, w := range p.Load {
-				fmt.Fprintf(cmd.OutOrStdout(), "group %s writes %.0f\n", g, w)
+			for _, g := range slices.Sorted(maps.Keys(p.Load)) {
+				fmt.Fprintf(cmd.OutOrStdout(), "group %s writes %.0f\n", g, p.Load[g])
 			}
 			if err != nil {
 				return err

@@ -19,7 +19,9 @@ import (
 )
 
 type rig struct {
-	t     *testing.T
+	t testing.TB
+	// open opens node id's store (default: kv/lsm in its directory).
+	open  func(id string) (store, error)
 	ctl   *cluster.Control
 	dir   string
 	mu    sync.Mutex
@@ -29,11 +31,17 @@ type rig struct {
 type runNode struct {
 	cancel context.CancelFunc
 	done   chan error
-	store  *lsmstore.Store
+	store  store
 	node   *chain.Node
 }
 
-func newRig(t *testing.T) *rig {
+// store is a node's store, as the rig opens and closes it.
+type store interface {
+	chain.Store
+	Close() error
+}
+
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	e, err := cluster.StartEmbedded(context.Background(), cluster.EmbedConfig{Dir: t.TempDir()})
 	if err != nil {
@@ -67,7 +75,13 @@ func newRig(t *testing.T) *rig {
 // lsm store in its own directory.
 func (r *rig) start(id string) {
 	r.t.Helper()
-	st, err := lsmstore.Open(filepath.Join(r.dir, id), lsm.Options{})
+	var st store
+	var err error
+	if r.open != nil {
+		st, err = r.open(id)
+	} else {
+		st, err = lsmstore.Open(filepath.Join(r.dir, id), lsm.Options{})
+	}
 	if err != nil {
 		r.t.Fatal(err)
 	}

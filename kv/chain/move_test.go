@@ -7,44 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/internal/chaintest"
 	"github.com/nearstore/nearstore/kv/chain"
 )
-
-// checkOwned reads every acknowledged write back through the router, and
-// directly from its owner group under the final map; other groups refuse
-// the key.
-func checkOwned(ctx context.Context, t *testing.T, ctl *cluster.Control, rt *chain.Router, acked map[string]string) {
-	t.Helper()
-	m, err := ctl.ShardMap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range acked {
-		got, found, err := rt.Get(ctx, []byte(k))
-		if err != nil || !found || string(got) != v {
-			t.Fatalf("acknowledged write %q: got %q found=%v err=%v, want %q", k, got, found, err, v)
-		}
-		for _, g := range m.Groups() {
-			c, err := rt.Group(ctx, g)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, found, err := c.Get(ctx, []byte(k))
-			if g == m.Group([]byte(k)) {
-				if err != nil || !found || string(got) != v {
-					t.Fatalf("%q at its group %s: got %q found=%v err=%v, want %q", k, g, got, found, err, v)
-				}
-			} else if status.Code(err) != codes.OutOfRange {
-				t.Fatalf("%q (group %s) read at group %s: %v", k, m.Group([]byte(k)), g, err)
-			}
-		}
-	}
-}
 
 // TestBalanceMovesRangeUnderLoad loads only group g0's keys: the
 // balancer measures g0 hot and g1 idle and moves the upper half of g0's
@@ -98,7 +63,7 @@ func TestBalanceMovesRangeUnderLoad(t *testing.T) {
 	if m, err = r.ctl.ShardMap(ctx); err != nil || len(m.Shards) != 2 || m.Version != 7 {
 		t.Fatalf("map after moving back: %+v %v (want the first map's shards again)", m, err)
 	}
-	checkOwned(ctx, t, r.ctl, rt, acked)
+	chaintest.CheckOwned(ctx, t, r.ctl, rt, acked)
 	// Scans see each key once, from its owner.
 	kvs, err := rt.Scan(ctx, nil, nil, 0)
 	if err != nil {

@@ -105,8 +105,16 @@ func (s *Store) compactKeys(ctx context.Context) (bool, error) {
 			done++
 			continue
 		}
-		// Live: the segment's current chain starts here.
-		items, h0, err := s.readChain(ctx, nil, true, seg)
+		// Live: the segment's current chain starts here. If all of it is
+		// in buf it is decoded from there (a second read would return the
+		// same bytes: chains are written once and the stripe is held).
+		var items []item
+		var h0 bucketHdr
+		if done+uint64(h.chainLen) <= n && !s.isSuspect(seg) {
+			items, h0, err = s.decodeChain(buf[done*BucketSize:(done+uint64(h.chainLen))*BucketSize], seg, uint32(phys+done))
+		} else {
+			items, h0, err = s.readChain(ctx, nil, true, seg)
+		}
 		if err == nil {
 			var ne uint32
 			ne, err = s.writeChain(ctx, nil, true, keepKeyMoves, seg, items, h0.opSeq)

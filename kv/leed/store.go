@@ -145,6 +145,11 @@ type Store struct {
 	fgReads, fgWrites, bgReads, bgWrites atomic.Int64
 	compactions, compactedBytes          atomic.Int64
 
+	// chainBufs holds *[]byte of maxChainLen buckets, for the chain reads
+	// and writes of foreground operations: a PUT would otherwise allocate
+	// two chain-sized buffers (4 to 32 KiB) and leave them to the GC.
+	chainBufs sync.Pool
+
 	failed atomic.Pointer[error] // a failed write: the store refuses writes until reopened
 	closed atomic.Bool
 }
@@ -354,10 +359,30 @@ func (s *Store) readChain(ctx context.Context, c *Cost, bg bool, seg uint32) ([]
 	if n == 0 {
 		return nil, bucketHdr{}, nil
 	}
-	buf := make([]byte, n*BucketSize)
+	bp := s.chainBuf()
+	defer s.chainBufs.Put(bp)
+	buf := (*bp)[:n*BucketSize]
 	if err := s.read(ctx, c, bg, buf, s.g.keyLogOff+int64(slot)*BucketSize); err != nil {
 		return nil, bucketHdr{}, err
 	}
+	return s.decodeChain(buf, seg, slot)
+}
+
+// chainBuf returns a buffer of maxChainLen buckets from the pool; the
+// caller puts it back when no slice of it is in use.
+func (s *Store) chainBuf() *[]byte {
+	if bp, ok := s.chainBufs.Get().(*[]byte); ok {
+		return bp
+	}
+	b := make([]byte, maxChainLen*BucketSize)
+	return &b
+}
+
+// decodeChain decodes and checks seg's chain of len(buf)/BucketSize
+// buckets read from slot: each bucket whole, of this store, of seg, in
+// its place in one chain starting at slot. The items are copies.
+func (s *Store) decodeChain(buf []byte, seg, slot uint32) ([]item, bucketHdr, error) {
+	n := len(buf) / BucketSize
 	var items []item
 	var h0 bucketHdr
 	for i := 0; i < n; i++ {
@@ -412,7 +437,9 @@ func (s *Store) writeChain(ctx context.Context, c *Cost, bg bool, keep uint64, s
 	if n > maxChainLen {
 		return 0, fmt.Errorf("%w: segment %d would need a chain of %d buckets (at most %d)", ErrFull, seg, n, maxChainLen)
 	}
-	buf := make([]byte, n*BucketSize)
+	bp := s.chainBuf()
+	defer s.chainBufs.Put(bp)
+	buf := (*bp)[:n*BucketSize]
 	s.kmu.Lock()
 	defer s.kmu.Unlock()
 	slots := uint64(s.g.slots)

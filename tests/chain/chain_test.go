@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +43,7 @@ type testCluster struct {
 	mu       sync.Mutex
 	procs    map[string]*exec.Cmd
 	args     []string // more flags of every "nearstore cluster node"
+	groups   []string // with a shard map: the groups every node hosts (else group)
 }
 
 func newCluster(t *testing.T, ids ...string) *testCluster {
@@ -51,6 +53,14 @@ func newCluster(t *testing.T, ids ...string) *testCluster {
 
 // newClusterWith starts a cluster whose nodes take the flags args too.
 func newClusterWith(t *testing.T, args []string, ids ...string) *testCluster {
+	t.Helper()
+	return newClusterGroups(t, args, nil, ids...)
+}
+
+// newClusterGroups starts a cluster of ids; with groups, a shard map
+// spreads the keys over them (cluster.UniformShards) and every node
+// hosts each, else the nodes serve the one group.
+func newClusterGroups(t *testing.T, args, groups []string, ids ...string) *testCluster {
 	t.Helper()
 	e, err := cluster.StartEmbedded(context.Background(), cluster.EmbedConfig{Dir: t.TempDir()})
 	if err != nil {
@@ -62,7 +72,7 @@ func newClusterWith(t *testing.T, args []string, ids ...string) *testCluster {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	c := &testCluster{t: t, endpoint: e.Endpoints()[0], ctl: &cluster.Control{Client: cli}, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, args: args}
+	c := &testCluster{t: t, endpoint: e.Endpoints()[0], ctl: &cluster.Control{Client: cli}, dir: t.TempDir(), procs: map[string]*exec.Cmd{}, args: args, groups: groups}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -71,13 +81,28 @@ func newClusterWith(t *testing.T, args []string, ids ...string) *testCluster {
 			p.Wait()
 		}
 	})
-	if _, err := c.ctl.CreateChain(context.Background(), group, ids); err != nil {
-		t.Fatal(err)
+	chains := []string{group}
+	if groups != nil {
+		m, err := cluster.UniformShards(groups)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ctl.CreateShardMap(context.Background(), m); err != nil {
+			t.Fatal(err)
+		}
+		chains = groups
+	}
+	for _, g := range chains {
+		if _, err := c.ctl.CreateChain(context.Background(), g, ids); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, id := range ids {
 		c.start(id)
 	}
-	c.waitChain(func(ch cluster.Chain) bool { return len(ch.Members) == len(ids) && ch.Joining == "" })
+	for _, g := range chains {
+		c.waitGroup(g, func(ch cluster.Chain) bool { return len(ch.Members) == len(ids) && ch.Joining == "" })
+	}
 	return c
 }
 
@@ -85,8 +110,12 @@ func newClusterWith(t *testing.T, args []string, ids ...string) *testCluster {
 // across restarts) and waits for it to serve.
 func (c *testCluster) start(id string) {
 	c.t.Helper()
-	p := exec.Command(clitest.Binary(c.t), append([]string{"cluster", "node", "--etcd", c.endpoint, "--group", group, "--id", id,
-		"--data", filepath.Join(c.dir, id), "--lease-ttl", "2", "--log-level", "warn"}, c.args...)...)
+	gflags := []string{"--group", group}
+	if c.groups != nil {
+		gflags = []string{"--groups", strings.Join(c.groups, ",")}
+	}
+	p := exec.Command(clitest.Binary(c.t), append(append([]string{"cluster", "node", "--etcd", c.endpoint, "--id", id,
+		"--data", filepath.Join(c.dir, id), "--lease-ttl", "2", "--log-level", "warn"}, gflags...), c.args...)...)
 	p.Stderr = os.Stderr
 	out, err := p.StdoutPipe()
 	if err != nil {
@@ -106,14 +135,16 @@ func (c *testCluster) start(id string) {
 	c.mu.Unlock()
 }
 
-// kill sends SIGKILL to node id: no lease revocation, no flush.
-func (c *testCluster) kill(id string) {
+// signal sends sig to node id and waits for it to exit: SIGKILL is a
+// crash (no lease revocation, no flush), SIGTERM a graceful leave (the
+// node revokes its lease, so the chain drops it at once).
+func (c *testCluster) signal(id string, sig syscall.Signal) {
 	c.t.Helper()
 	c.mu.Lock()
 	p := c.procs[id]
 	delete(c.procs, id)
 	c.mu.Unlock()
-	if err := p.Process.Kill(); err != nil {
+	if err := p.Process.Signal(sig); err != nil {
 		c.t.Fatal(err)
 	}
 	p.Wait()
@@ -121,15 +152,21 @@ func (c *testCluster) kill(id string) {
 
 func (c *testCluster) waitChain(ok func(cluster.Chain) bool) cluster.Chain {
 	c.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	return c.waitGroup(group, ok)
+}
+
+// waitGroup waits (two minutes at most) for g's chain to satisfy ok.
+func (c *testCluster) waitGroup(g string, ok func(cluster.Chain) bool) cluster.Chain {
+	c.t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
-		if ch, err := c.ctl.Chain(context.Background(), group); err == nil && ok(ch) {
+		if ch, err := c.ctl.Chain(context.Background(), g); err == nil && ok(ch) {
 			return ch
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	ch, err := c.ctl.Chain(context.Background(), group)
-	c.t.Fatalf("chain never reached the wanted state: %+v %v", ch, err)
+	ch, err := c.ctl.Chain(context.Background(), g)
+	c.t.Fatalf("chain of %s never reached the wanted state: %+v %v", g, ch, err)
 	return ch
 }
 
@@ -232,6 +269,11 @@ func TestKillNodeUnderLoad(t *testing.T) {
 // restarts the member and checks that it rejoins as the tail through
 // COPY and serves the same data, to tail-only and CRRS readers.
 func killUnderLoad(t *testing.T, c *testCluster, name string, pick func(cluster.Chain) string) {
+	stopUnderLoad(t, c, name, pick, syscall.SIGKILL)
+}
+
+// stopUnderLoad is killUnderLoad stopping the member with sig.
+func stopUnderLoad(t *testing.T, c *testCluster, name string, pick func(cluster.Chain) string, sig syscall.Signal) {
 	ctx := context.Background()
 	writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group})
 	if err != nil {
@@ -248,7 +290,7 @@ func killUnderLoad(t *testing.T, c *testCluster, name string, pick func(cluster.
 
 	l := startLoad(t, writer, tailReader)
 	l.waitAcked(t, 300)
-	c.kill(victim)
+	c.signal(victim, sig)
 	after := c.waitChain(func(ch cluster.Chain) bool {
 		return ch.Epoch > before.Epoch && !slices.Contains(ch.Members, victim) && len(ch.Members) == 2
 	})

@@ -176,7 +176,7 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 	q.fr = tcp.NewFramer(struct {
 		io.Reader
 		io.Writer
-	}{flushingReader{q, in}, conn}, tcp.RoleHost, framerBufSize)
+	}{flushingReader{q, in}, tcp.NewRawWriter(conn)}, tcp.RoleHost, framerBufSize)
 	q.w = tcp.NewWriter(q.fr)
 	for i := range cfg.cids {
 		q.free <- uint16(i)

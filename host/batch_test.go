@@ -271,3 +271,61 @@ func TestCloseQuiet(t *testing.T) {
 		}
 	}
 }
+
+// TestLoneCallsShareContextWatch: calls submitted one at a time under one
+// context share the queue's watch of it. Ending the context abandons
+// every one in flight; calls that completed before are not abandoned
+// afterwards; a call under another context replaces the watch, and the
+// ended context refuses new calls.
+func TestLoneCallsShareContextWatch(t *testing.T) {
+	checkGoroutines(t)
+	ft := newFakeTarget(t)
+	c := connectFake(t, ft, Options{QueueDepth: 8})
+	ns := c.Namespaces()[0]
+	release := make(chan struct{})
+	var arrived, held sync.WaitGroup
+	arrived.Add(3)
+	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
+		if fc.qid == 0 || cmd.Opcode != nvme.IORead {
+			return false
+		}
+		cmd2 := *cmd
+		held.Go(func() {
+			<-release
+			fc.sendData(cmd2.CID, make([]byte, cmd2.DPTR.Length))
+		})
+		arrived.Done()
+		return true
+	})
+	done := make(chan *Call, 8)
+	ctxA, cancelA := context.WithCancel(context.Background())
+	for i := range 3 {
+		ns.ReadBlocks(ctxA, make([]byte, 512), uint64(i), done)
+	}
+	arrived.Wait()
+	cancelA()
+	for _, call := range waitCalls(t, done, 3, 5*time.Second) {
+		if !errors.Is(call.Err, context.Canceled) {
+			t.Fatalf("cancelled in flight: %v", call.Err)
+		}
+	}
+	ft.setHook(nil)
+	close(release)
+	held.Wait()
+	if call := ns.ReadBlocks(ctxA, make([]byte, 512), 0, done); !errors.Is((<-done).Err, context.Canceled) {
+		t.Fatalf("submitted under an ended context: %v", call.Err)
+	}
+	ctxB, cancelB := context.WithCancel(context.Background())
+	for i := range 3 {
+		ns.ReadBlocks(ctxB, make([]byte, 512), uint64(i), done)
+	}
+	for _, call := range waitCalls(t, done, 3, 5*time.Second) {
+		if call.Err != nil {
+			t.Fatal(call.Err)
+		}
+	}
+	cancelB()
+	if st := c.Stats(); st.Abandoned != 3 {
+		t.Errorf("abandoned %d, want the 3 in flight under the first context", st.Abandoned)
+	}
+}

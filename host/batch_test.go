@@ -94,6 +94,33 @@ func TestBatchSubmit(t *testing.T) {
 	}
 }
 
+// holdReads has ft hold the I/O reads it receives, answering none until
+// release: arrived is done once n have come. release answers them all and
+// lets later reads through.
+func holdReads(ft *fakeTarget, n int) (arrived *sync.WaitGroup, release func()) {
+	ch := make(chan struct{})
+	arrived = new(sync.WaitGroup)
+	var held sync.WaitGroup
+	arrived.Add(n)
+	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
+		if fc.qid == 0 || cmd.Opcode != nvme.IORead {
+			return false
+		}
+		cmd2 := *cmd
+		held.Go(func() {
+			<-ch
+			fc.sendData(cmd2.CID, make([]byte, cmd2.DPTR.Length))
+		})
+		arrived.Done()
+		return true
+	})
+	return arrived, func() {
+		ft.setHook(nil)
+		close(ch)
+		held.Wait()
+	}
+}
+
 // TestBatchContext covers a batch's context: already ended at Submit, and
 // ending while the commands are in flight.
 func TestBatchContext(t *testing.T) {
@@ -129,21 +156,7 @@ func TestBatchContext(t *testing.T) {
 
 	// Ending in flight: every call is abandoned at once; the slots come
 	// back when the controller answers.
-	release := make(chan struct{})
-	var arrived, held sync.WaitGroup
-	arrived.Add(3)
-	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
-		if fc.qid == 0 || cmd.Opcode != nvme.IORead {
-			return false
-		}
-		cmd2 := *cmd
-		held.Go(func() {
-			<-release
-			fc.sendData(cmd2.CID, make([]byte, cmd2.DPTR.Length))
-		})
-		arrived.Done()
-		return true
-	})
+	arrived, release := holdReads(ft, 3)
 	ctx, cancel = context.WithCancel(context.Background())
 	bufs := make([][]byte, 3)
 	for i := range bufs {
@@ -158,9 +171,7 @@ func TestBatchContext(t *testing.T) {
 			t.Fatalf("cancelled in flight: %v", call.Err)
 		}
 	}
-	ft.setHook(nil)
-	close(release)
-	held.Wait()
+	release()
 	// The late data must not land in the abandoned buffers.
 	if _, err := ns.ReadAtContext(ctxT(t, 5*time.Second), make([]byte, 8*512), 0); err != nil {
 		t.Fatal(err)
@@ -282,21 +293,7 @@ func TestLoneCallsShareContextWatch(t *testing.T) {
 	ft := newFakeTarget(t)
 	c := connectFake(t, ft, Options{QueueDepth: 8})
 	ns := c.Namespaces()[0]
-	release := make(chan struct{})
-	var arrived, held sync.WaitGroup
-	arrived.Add(3)
-	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
-		if fc.qid == 0 || cmd.Opcode != nvme.IORead {
-			return false
-		}
-		cmd2 := *cmd
-		held.Go(func() {
-			<-release
-			fc.sendData(cmd2.CID, make([]byte, cmd2.DPTR.Length))
-		})
-		arrived.Done()
-		return true
-	})
+	arrived, release := holdReads(ft, 3)
 	done := make(chan *Call, 8)
 	ctxA, cancelA := context.WithCancel(context.Background())
 	for i := range 3 {
@@ -309,9 +306,7 @@ func TestLoneCallsShareContextWatch(t *testing.T) {
 			t.Fatalf("cancelled in flight: %v", call.Err)
 		}
 	}
-	ft.setHook(nil)
-	close(release)
-	held.Wait()
+	release()
 	if call := ns.ReadBlocks(ctxA, make([]byte, 512), 0, done); !errors.Is((<-done).Err, context.Canceled) {
 		t.Fatalf("submitted under an ended context: %v", call.Err)
 	}

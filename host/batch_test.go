@@ -94,6 +94,33 @@ func TestBatchSubmit(t *testing.T) {
 	}
 }
 
+// holdReads has ft hold the I/O reads it receives, answering none until
+// release: arrived is done once n have come. release answers them all and
+// lets later reads through.
+func holdReads(ft *fakeTarget, n int) (arrived *sync.WaitGroup, release func()) {
+	ch := make(chan struct{})
+	arrived = new(sync.WaitGroup)
+	var held sync.WaitGroup
+	arrived.Add(n)
+	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
+		if fc.qid == 0 || cmd.Opcode != nvme.IORead {
+			return false
+		}
+		cmd2 := *cmd
+		held.Go(func() {
+			<-ch
+			fc.sendData(cmd2.CID, make([]byte, cmd2.DPTR.Length))
+		})
+		arrived.Done()
+		return true
+	})
+	return arrived, func() {
+		ft.setHook(nil)
+		close(ch)
+		held.Wait()
+	}
+}
+
 // TestBatchContext covers a batch's context: already ended at Submit, and
 // ending while the commands are in flight.
 func TestBatchContext(t *testing.T) {
@@ -129,21 +156,7 @@ func TestBatchContext(t *testing.T) {
 
 	// Ending in flight: every call is abandoned at once; the slots come
 	// back when the controller answers.
-	release := make(chan struct{})
-	var arrived, held sync.WaitGroup
-	arrived.Add(3)
-	ft.setHook(func(fc *fakeConn, cmd *nvme.Command, data []byte) bool {
-		if fc.qid == 0 || cmd.Opcode != nvme.IORead {
-			return false
-		}
-		cmd2 := *cmd
-		held.Go(func() {
-			<-release
-			fc.sendData(cmd2.CID, make([]byte, cmd2.DPTR.Length))
-		})
-		arrived.Done()
-		return true
-	})
+	arrived, release := holdReads(ft, 3)
 	ctx, cancel = context.WithCancel(context.Background())
 	bufs := make([][]byte, 3)
 	for i := range bufs {
@@ -158,9 +171,7 @@ func TestBatchContext(t *testing.T) {
 			t.Fatalf("cancelled in flight: %v", call.Err)
 		}
 	}
-	ft.setHook(nil)
-	close(release)
-	held.Wait()
+	release()
 	// The late data must not land in the abandoned buffers.
 	if _, err := ns.ReadAtContext(ctxT(t, 5*time.Second), make([]byte, 8*512), 0); err != nil {
 		t.Fatal(err)
@@ -269,5 +280,47 @@ func TestCloseQuiet(t *testing.T) {
 		if len(msgs) > 0 {
 			t.Fatalf("Close logged warnings: %q", msgs)
 		}
+	}
+}
+
+// TestLoneCallsShareContextWatch: calls submitted one at a time under one
+// context share the queue's watch of it. Ending the context abandons
+// every one in flight; calls that completed before are not abandoned
+// afterwards; a call under another context replaces the watch, and the
+// ended context refuses new calls.
+func TestLoneCallsShareContextWatch(t *testing.T) {
+	checkGoroutines(t)
+	ft := newFakeTarget(t)
+	c := connectFake(t, ft, Options{QueueDepth: 8})
+	ns := c.Namespaces()[0]
+	arrived, release := holdReads(ft, 3)
+	done := make(chan *Call, 8)
+	ctxA, cancelA := context.WithCancel(context.Background())
+	for i := range 3 {
+		ns.ReadBlocks(ctxA, make([]byte, 512), uint64(i), done)
+	}
+	arrived.Wait()
+	cancelA()
+	for _, call := range waitCalls(t, done, 3, 5*time.Second) {
+		if !errors.Is(call.Err, context.Canceled) {
+			t.Fatalf("cancelled in flight: %v", call.Err)
+		}
+	}
+	release()
+	if call := ns.ReadBlocks(ctxA, make([]byte, 512), 0, done); !errors.Is((<-done).Err, context.Canceled) {
+		t.Fatalf("submitted under an ended context: %v", call.Err)
+	}
+	ctxB, cancelB := context.WithCancel(context.Background())
+	for i := range 3 {
+		ns.ReadBlocks(ctxB, make([]byte, 512), uint64(i), done)
+	}
+	for _, call := range waitCalls(t, done, 3, 5*time.Second) {
+		if call.Err != nil {
+			t.Fatal(call.Err)
+		}
+	}
+	cancelB()
+	if st := c.Stats(); st.Abandoned != 3 {
+		t.Errorf("abandoned %d, want the 3 in flight under the first context", st.Abandoned)
 	}
 }

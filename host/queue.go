@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,7 +51,7 @@ type Call struct {
 	ns      *nsState      // the namespace handle's state (nil: not sent through one)
 	state   atomic.Uint32 // 0 in flight, 1 delivered (by completion or abandonment)
 	stopCtx func() bool   // stops the context.AfterFunc that abandons the call
-	watch   *ctxWatch     // instead of stopCtx, for a call submitted in a Batch
+	watch   *ctxWatch     // instead of stopCtx: a Batch's watch, or the queue's (watchLone)
 	outR2T  bool          // Out moves in H2CData answering R2Ts
 	outLen  int
 	inLen   int
@@ -109,6 +110,9 @@ type queue struct {
 	// flushes before its next read (flushingReader).
 	delivering atomic.Bool
 	deferred   atomic.Bool
+
+	wmu   sync.Mutex
+	watch *ctxWatch // the watch of the last context a lone call came with (watchLone)
 
 	failed atomic.Bool
 	dead   chan struct{} // closed when the queue fails
@@ -176,7 +180,7 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 	q.fr = tcp.NewFramer(struct {
 		io.Reader
 		io.Writer
-	}{flushingReader{q, in}, conn}, tcp.RoleHost, framerBufSize)
+	}{flushingReader{q, in}, tcp.NewRawWriter(conn)}, tcp.RoleHost, framerBufSize)
 	q.w = tcp.NewWriter(q.fr)
 	for i := range cfg.cids {
 		q.free <- uint16(i)
@@ -369,7 +373,10 @@ func (q *queue) enqueue(ctx context.Context, c *Call, capsule []byte, p *plug) e
 		}
 		c.watch = p.watch
 	case ctx.Done() != nil:
-		c.stopCtx = context.AfterFunc(ctx, func() { q.abandon(c, ctx) })
+		if !q.watchLone(ctx, c) {
+			q.free <- cid
+			return ctx.Err()
+		}
 	}
 	q.mu.Lock()
 	if q.failed.Load() {
@@ -522,7 +529,8 @@ func (c *Call) unwatch() bool {
 	return true
 }
 
-// ctxWatch abandons the calls of one Batch when their context ends.
+// ctxWatch abandons the calls of one Batch, or the lone calls a queue saw
+// with one context (watchLone), when their context ends.
 // Registering a context.AfterFunc costs several hundred nanoseconds and two
 // allocations; a batch pays that once instead of once per call. A call
 // joins the watch where a lone call registers its AfterFunc, and leaves it
@@ -536,6 +544,61 @@ type ctxWatch struct {
 	fired bool
 	calls map[*Call]struct{} // armed and not yet finished
 	subs  bool               // the submitter still holds the watch
+}
+
+// watchLone arms the abandonment of c, a call submitted on its own, when
+// ctx ends. Calls submitted one by one under one context (an event loop's)
+// share one watch, the queue's, rather than register a context.AfterFunc
+// each, which costs a lock of the context and two allocations per call;
+// the queue lets the watch go when a call comes with another context, or
+// when the queue fails. It reports false if ctx has ended.
+func (q *queue) watchLone(ctx context.Context, c *Call) bool {
+	q.wmu.Lock()
+	w := q.watch
+	if w != nil && sameContext(w.ctx, ctx) {
+		ok := w.arm(c)
+		q.wmu.Unlock()
+		if ok {
+			c.watch = w
+		}
+		return ok
+	}
+	if q.failed.Load() {
+		// fail has let the watch go, or will not see this one: watch
+		// the call alone (enqueue finds the queue failed and unwatches).
+		q.wmu.Unlock()
+		c.stopCtx = context.AfterFunc(ctx, func() { q.abandon(c, ctx) })
+		return true
+	}
+	nw := newCtxWatch(ctx, 1)
+	ok := nw.arm(c)
+	q.watch = nw
+	q.wmu.Unlock()
+	if w != nil {
+		w.release()
+	}
+	if ok {
+		c.watch = nw
+	}
+	return ok
+}
+
+// releaseWatch lets the queue's watch go (the queue failed).
+func (q *queue) releaseWatch() {
+	q.wmu.Lock()
+	w := q.watch
+	q.watch = nil
+	q.wmu.Unlock()
+	if w != nil {
+		w.release()
+	}
+}
+
+// sameContext reports whether a and b are the same context, without
+// comparing values of a type that cannot be compared (which panics).
+func sameContext(a, b context.Context) bool {
+	t := reflect.TypeOf(a)
+	return t == reflect.TypeOf(b) && t.Comparable() && a == b
 }
 
 // newCtxWatch watches ctx for a batch of about n calls.
@@ -700,6 +763,7 @@ func (q *queue) fail(err error) {
 	q.err = err
 	close(q.dead)
 	_ = q.conn.Close()
+	q.releaseWatch()
 	q.mu.Lock()
 	var inflight []*Call
 	for i, c := range q.calls {

@@ -74,7 +74,7 @@ func newConn(s *Server, c net.Conn) *conn {
 	q.f = tcp.NewFramer(struct {
 		io.Reader
 		io.Writer
-	}{flushingReader{q}, c}, tcp.RoleController, 64<<10)
+	}{flushingReader{q}, tcp.NewRawWriter(c)}, tcp.RoleController, 64<<10)
 	q.f.MaxCapsuleData = adminInCapsuleData
 	q.f.MaxData = s.cfg.MaxH2CData
 	q.w = tcp.NewWriter(q.f)

@@ -1,8 +1,9 @@
 package tcp
 
 import (
-	"errors"
+	"io"
 	"net"
+	"os"
 	"runtime"
 	"syscall"
 	"time"
@@ -28,21 +29,24 @@ import (
 //
 // A PollReader is for one reading goroutine, as a bufio.Reader is.
 //
-// Everything else is the connection's own Read: deadlines, closing and
-// errors behave as they do without the spin, because any result other than
-// data or "nothing yet" is taken again through it.
+// Reads are made with raw system calls on the connection's non-blocking
+// socket (rawRead), and a read that finds nothing parks in the runtime's
+// poller through syscall.RawConn, so deadlines and closing behave as the
+// connection's own Read. Any error other than "nothing yet" ends the read
+// as the connection's Read would end it: io.EOF, or a *net.OpError.
 type PollReader struct {
 	conn net.Conn
 	raw  syscall.RawConn // nil: the connection has no file descriptor to poll
 	spin Spinner
 	due  func() bool // whether an answer is expected soon (nil: always)
 
-	// One non-blocking read's buffer and outcome, and the functions that
-	// make it: made once, so a poll allocates nothing.
+	// One read's buffer and outcome, and the functions that make it: made
+	// once, so a read allocates nothing.
 	buf    []byte
 	n      int
-	errno  error
-	readFn func(fd uintptr) bool
+	errno  syscall.Errno
+	readFn func(fd uintptr) bool // one attempt, whatever it finds
+	waitFn func(fd uintptr) bool // attempts until something is there
 	tryFn  func() bool
 }
 
@@ -101,7 +105,7 @@ func (s *Spinner) Poll(try func() bool) bool {
 // is), and only while due reports that an answer is expected (nil: always).
 func NewPollReader(c net.Conn, spin time.Duration, due func() bool) *PollReader {
 	p := &PollReader{conn: c, spin: Spinner{Spin: spin}, due: due}
-	p.readFn, p.tryFn = p.readOnce, p.tryOnce
+	p.readFn, p.waitFn, p.tryFn = p.readOnce, p.readReady, p.tryOnce
 	if sc, ok := c.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			p.raw = raw
@@ -112,33 +116,42 @@ func NewPollReader(c net.Conn, spin time.Duration, due func() bool) *PollReader 
 
 // Read reads into b, polling first as the type's comment says.
 func (p *PollReader) Read(b []byte) (int, error) {
-	if p.raw == nil || len(b) == 0 || (p.due != nil && !p.due()) {
+	if p.raw == nil || len(b) == 0 {
 		return p.conn.Read(b)
 	}
 	p.buf = b
-	polled := p.spin.Poll(p.tryFn)
-	n := p.n
-	p.buf, p.n, p.errno = nil, 0, nil
-	if polled && n > 0 {
-		return n, nil
+	defer func() { p.buf = nil }()
+	if p.due == nil || p.due() {
+		if p.spin.Poll(p.tryFn) && p.n > 0 {
+			return p.n, nil
+		}
 	}
-	// Nothing yet, or EOF, an error, a deadline, a closed connection:
-	// the connection's Read waits, or says which, as without polling.
-	return p.conn.Read(b)
+	// Nothing yet, or EOF, an error: wait in the poller for data (or a
+	// deadline, or the connection closing), then say which.
+	if err := p.raw.Read(p.waitFn); err != nil {
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: p.conn.LocalAddr(), Addr: p.conn.RemoteAddr(), Err: pollErr(err)}
+	}
+	switch {
+	case p.errno != 0:
+		return 0, &net.OpError{Op: "read", Net: "tcp", Source: p.conn.LocalAddr(), Addr: p.conn.RemoteAddr(), Err: os.NewSyscallError("read", p.errno)}
+	case p.n == 0:
+		return 0, io.EOF
+	}
+	return p.n, nil
 }
 
 // tryOnce makes one non-blocking read into p.buf. It reports false if
 // nothing was there yet, and true if the read settled the wait: p.n > 0
-// bytes, or (p.n 0) anything for the connection's Read to report.
+// bytes, or (p.n 0) anything for Read to wait for and report.
 func (p *PollReader) tryOnce() bool {
 	if err := p.raw.Read(p.readFn); err != nil {
 		p.n = 0
 		return true
 	}
 	switch {
-	case errors.Is(p.errno, syscall.EAGAIN), errors.Is(p.errno, syscall.EINTR):
+	case p.errno == syscall.EAGAIN || p.errno == syscall.EINTR:
 		return false
-	case p.errno != nil || p.n <= 0:
+	case p.errno != 0 || p.n <= 0:
 		p.n = 0
 	}
 	return true
@@ -147,6 +160,93 @@ func (p *PollReader) tryOnce() bool {
 // readOnce is readFn: one read of buf, never waiting for the descriptor
 // to become readable (the caller decides whether to wait).
 func (p *PollReader) readOnce(fd uintptr) bool {
-	p.n, p.errno = syscall.Read(int(fd), p.buf)
+	p.n, p.errno = rawRead(fd, p.buf)
+	return true
+}
+
+// readReady is waitFn: it reads buf, and has RawConn.Read wait in the
+// poller while there is nothing to read.
+func (p *PollReader) readReady(fd uintptr) bool {
+	for {
+		p.n, p.errno = rawRead(fd, p.buf)
+		switch p.errno {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		return true
+	}
+}
+
+// RawWriter writes a TCP connection's socket with raw system calls (see
+// rawRead), waiting in the runtime's poller while the socket's buffer is
+// full, so deadlines and closing behave as the connection's own Write. A
+// connection without a file descriptor is written as it is. Writes are
+// serialized by the connection, as its own Write's are; one RawWriter's
+// state is for one writer at a time (a Framer's, under its Writer's lock).
+type RawWriter struct {
+	conn    net.Conn
+	raw     syscall.RawConn
+	buf     []byte
+	errno   syscall.Errno
+	writeFn func(fd uintptr) bool
+}
+
+// NewRawWriter returns a writer of c.
+func NewRawWriter(c net.Conn) *RawWriter {
+	w := &RawWriter{conn: c}
+	w.writeFn = w.writeReady
+	if sc, ok := c.(syscall.Conn); ok {
+		if raw, err := sc.SyscallConn(); err == nil {
+			w.raw = raw
+		}
+	}
+	return w
+}
+
+// Write writes all of b or returns why not.
+func (w *RawWriter) Write(b []byte) (int, error) {
+	if w.raw == nil {
+		return w.conn.Write(b)
+	}
+	w.buf, w.errno = b, 0
+	err := w.raw.Write(w.writeFn)
+	n := len(b) - len(w.buf)
+	w.buf = nil
+	if err == nil && w.errno != 0 {
+		err = os.NewSyscallError("write", w.errno)
+	}
+	if err != nil {
+		return n, &net.OpError{Op: "write", Net: "tcp", Source: w.conn.LocalAddr(), Addr: w.conn.RemoteAddr(), Err: pollErr(err)}
+	}
+	return n, nil
+}
+
+// pollErr is the cause of a RawConn's error (a deadline, the connection
+// closed), without the "raw-read" or "raw-write" *net.OpError around it.
+func pollErr(err error) error {
+	if oe, ok := err.(*net.OpError); ok {
+		return oe.Err
+	}
+	return err
+}
+
+// writeReady is writeFn: it writes what is left of buf, and has
+// RawConn.Write wait in the poller while the socket's buffer is full.
+func (w *RawWriter) writeReady(fd uintptr) bool {
+	for len(w.buf) > 0 {
+		n, errno := rawWrite(fd, w.buf)
+		switch errno {
+		case 0:
+			w.buf = w.buf[n:]
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false
+		default:
+			w.errno = errno
+			return true
+		}
+	}
 	return true
 }

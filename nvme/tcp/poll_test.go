@@ -106,6 +106,81 @@ func TestPollReaderNotTCP(t *testing.T) {
 	}
 }
 
+// TestRawWriter writes through a full socket buffer (the writer waits in
+// the poller until the peer reads), and checks that a deadline, a reset by
+// the peer and our own close end a write as they end the connection's own.
+func TestRawWriter(t *testing.T) {
+	c, s := tcpPair(t)
+	w := NewRawWriter(c)
+	if w.raw == nil {
+		t.Fatal("no raw connection to write")
+	}
+	want := make([]byte, 8<<20) // more than loopback's socket buffers
+	for i := range want {
+		want[i] = byte(i * 7)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		time.Sleep(20 * time.Millisecond) // let the writer fill the buffers
+		b := make([]byte, len(want))
+		_, _ = io.ReadFull(s, b)
+		got <- b
+	}()
+	if n, err := w.Write(want); err != nil || n != len(want) {
+		t.Fatalf("wrote %d, %v; want %d", n, err, len(want))
+	}
+	if b := <-got; string(b) != string(want) {
+		t.Fatal("the peer read other bytes")
+	}
+	// Nobody reads now: the buffers fill and the deadline ends the write.
+	_ = c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	var err error
+	for i := 0; i < 64 && err == nil; i++ { // until the buffers, however grown, are full
+		_, err = w.Write(want)
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("write past the deadline: %v, want ErrDeadlineExceeded", err)
+	}
+	_ = c.SetWriteDeadline(time.Time{})
+	c.Close()
+	if _, err := w.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("write after close: %v, want net.ErrClosed", err)
+	}
+
+	// The peer gone with unread data (a reset): the write fails.
+	c2, s2 := tcpPair(t)
+	_, _ = c2.Write([]byte("unread"))
+	time.Sleep(10 * time.Millisecond)
+	s2.(*net.TCPConn).SetLinger(0)
+	_, _ = s2.Write([]byte("x"))
+	s2.Close()
+	w2 := NewRawWriter(c2)
+	err = nil
+	for range 100 {
+		if _, err = w2.Write([]byte("more")); err != nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	var se *os.SyscallError
+	if !errors.As(err, &se) {
+		t.Fatalf("write after a reset: %v, want a *os.SyscallError", err)
+	}
+}
+
+// TestRawWriterNotTCP writes a connection without a descriptor as it is.
+func TestRawWriterNotTCP(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	w := NewRawWriter(a)
+	go func() { _, _ = w.Write([]byte("xy")) }()
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(b, buf); err != nil || string(buf) != "xy" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+}
+
 // BenchmarkPingPong is the round trip PollReader is for: a 72-byte request
 // and a 4 KiB + 24-byte reply on loopback, one goroutine each side, with
 // and without polling on both ends.

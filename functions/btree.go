@@ -430,6 +430,9 @@ type nativeStepper struct {
 
 func (s *nativeStepper) Scratch() []byte { return s.scratch }
 
+// ResultLen is the whole scratch: a StepFunc has no way to ask for less.
+func (s *nativeStepper) ResultLen() int { return len(s.scratch) }
+
 func (s *nativeStepper) Data(n int) ([]byte, error) {
 	if cap(s.data) < n {
 		s.data = make([]byte, n)

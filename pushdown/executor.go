@@ -116,6 +116,9 @@ type Stepper interface {
 	// Scratch returns the request's sandbox.ScratchSize-byte scratch,
 	// which persists across steps.
 	Scratch() []byte
+	// ResultLen is how many bytes of the scratch a finished request
+	// returns (sandbox.Instance.ResultLen).
+	ResultLen() int
 	// Data returns the n-byte buffer the next Step sees as the block(s)
 	// just read.
 	Data(n int) ([]byte, error)
@@ -145,8 +148,9 @@ func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, r
 // function, reads what each step asks for and calls it again, until the
 // function is done. Every read stays inside the request's files, every
 // step within the limits' MaxSteps and MaxStepBytes. The result's output
-// is the scratch. Work done is counted in the result even when an error
-// ends the request.
+// is the scratch, or as much of it as the function's last step asked to
+// return (sandbox.ResultLen). Work done is counted in the result even when
+// an error ends the request.
 func (e *Executor) RunSteps(ctx context.Context, dev Device, s Stepper, req *Request) (Result, error) {
 	if err := e.checkPushdown(dev, req); err != nil {
 		return Result{}, err
@@ -219,7 +223,7 @@ func (e *Executor) runSteps(ctx context.Context, dev Device, inst Stepper, req *
 		return res, err
 	}
 	res.Done = true
-	res.Output = append([]byte(nil), inst.Scratch()...)
+	res.Output = append([]byte(nil), inst.Scratch()[:inst.ResultLen()]...)
 	return res, nil
 }
 

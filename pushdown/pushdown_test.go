@@ -112,6 +112,7 @@ type chainInst struct {
 
 func (i *chainInst) Data(n int) ([]byte, error) { i.data = make([]byte, n); return i.data, nil }
 func (i *chainInst) Scratch() []byte            { return i.scratch }
+func (i *chainInst) ResultLen() int             { return len(i.scratch) }
 func (i *chainInst) Input(n int) ([]byte, error) {
 	i.in = make([]byte, n)
 	return i.in, nil

@@ -197,6 +197,21 @@ const MaxFanout = 16
 // ScratchSize is the size of a pushdown request's scratch buffer.
 const ScratchSize = 4096
 
+// ResultLen checks the size[0] a pushdown step left in its context with
+// done set and returns the finished request's result length: size0 bytes
+// of the scratch (1 to ScratchSize), or all of it when size0 is 0
+// (docs/ABI.md, "Pushdown semantics"). A function that asks for a short
+// result keeps the bytes it does not need off the wire.
+func ResultLen(size0 uint64) (int, error) {
+	if size0 > ScratchSize {
+		return 0, fmt.Errorf("%w: the step finished with a %d-byte result, the scratch has %d", ErrStep, size0, ScratchSize)
+	}
+	if size0 == 0 {
+		return ScratchSize, nil
+	}
+	return int(size0), nil
+}
+
 // Next is one read a step asks for: Len bytes at Offset of file File (an
 // index into the request's file table).
 type Next struct {
@@ -232,6 +247,11 @@ type Instance interface {
 	// Data returns the n-byte buffer the next Step sees as the block(s)
 	// just read; n is at most Limits.MaxStepBytes.
 	Data(n int) ([]byte, error)
+	// ResultLen is the length of a finished pushdown request's result,
+	// the first ResultLen bytes of Scratch: ScratchSize unless the step
+	// that set done also set a shorter length (see the package function
+	// ResultLen). Valid after a Step or DriveSteps that finished.
+	ResultLen() int
 	// Scratch returns the request's ScratchSize-byte scratch, which persists
 	// across Steps.
 	Scratch() []byte

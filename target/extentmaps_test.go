@@ -44,6 +44,7 @@ type echoInstance struct{ in, out []byte }
 
 func (*echoInstance) Data(int) ([]byte, error) { return nil, sandbox.ErrNoEntry }
 func (*echoInstance) Scratch() []byte          { return nil }
+func (*echoInstance) ResultLen() int           { return 0 }
 func (*echoInstance) Step(context.Context, uint32, uint64, int) (bool, []sandbox.Next, error) {
 	return false, nil, sandbox.ErrNoEntry
 }

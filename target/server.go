@@ -290,6 +290,7 @@ type Server struct {
 	calls    *callLimiter
 	sched    *funcScheduler
 	exec     *pushdown.Executor
+	warm     *warmStacks // where pushdown requests run (warmstacks.go)
 	// readers counts the connections' reader goroutines, teardown
 	// included; Shutdown waits for them, not for the commands they
 	// started.
@@ -444,6 +445,7 @@ func New(cfg Config) (*Server, error) {
 	s.sched = newFuncScheduler(cfg.FunctionWorkers, cfg.FunctionSlice, cfg.Metrics)
 	s.funcs.sched = s.sched
 	s.exec = &pushdown.Executor{Limits: cfg.FunctionLimits}
+	s.warm = newWarmStacks(s.ctx)
 	return s, nil
 }
 

@@ -27,7 +27,13 @@
  *                 table's top-level index block)
  *   320    512  user key
  *   832    528  key buffer: the entry being decoded (internal key)
- *   1360   2736 value (LSM_SET)
+ *
+ * The result is the first LSM_OFF_VALUE bytes (the header above), followed
+ * for LSM_SET by the value, written over the plan, key and key buffer as
+ * the request finishes (ns_done): LSM_OFF_VALUE + value length bytes
+ * travel back, not the whole scratch.
+ *
+ *   64     4032 value (LSM_SET)
  */
 #ifndef NEARSTORE_LSM_H
 #define NEARSTORE_LSM_H
@@ -42,8 +48,8 @@
 #define LSM_OFF_PLAN   64
 #define LSM_OFF_KEY    320
 #define LSM_OFF_KEYBUF 832
-#define LSM_OFF_VALUE  1360
-#define LSM_VALUE_MAX  (NS_SCRATCH_SIZE - LSM_OFF_VALUE) /* 2736 */
+#define LSM_OFF_VALUE  LSM_OFF_PLAN /* the result's value, once done */
+#define LSM_VALUE_MAX  (NS_SCRATCH_SIZE - LSM_OFF_VALUE) /* 4032 */
 
 /* status */
 #define LSM_PENDING   0

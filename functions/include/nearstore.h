@@ -9,7 +9,8 @@
  *   NS_COMPUTE  int compute(const unsigned char *in, unsigned int in_len,
  *                           unsigned char *out, unsigned int out_cap);
  * pushdown returns 0 (then ctx->done or ctx->size[0] say what next) or a
- * negative error; compute returns the output length (<= out_cap) or a
+ * negative error; with done set, size[0] may say how many bytes of the
+ * scratch the result is (ns_done), else it is the whole scratch; compute returns the output length (<= out_cap) or a
  * negative error. Functions never block, allocate or do I/O.
  */
 #ifndef NEARSTORE_H
@@ -91,6 +92,18 @@ NS_INLINE u64 ns_load64(const void *p) { return *(const u64 *)p; }
 NS_INLINE u32 ns_load32(const void *p) { return *(const u32 *)p; }
 NS_INLINE void ns_store64(void *p, u64 v) { *(u64 *)p = v; }
 NS_INLINE void ns_store32(void *p, u32 v) { *(u32 *)p = v; }
+
+/*
+ * ns_done finishes a pushdown request whose result is the first len bytes
+ * of the scratch (1 to NS_SCRATCH_SIZE), so that only those go back to the
+ * host: done = 1 with size[0] = len. done = 1 alone returns the whole
+ * scratch; a len over NS_SCRATCH_SIZE fails the request (docs/ABI.md).
+ */
+NS_INLINE void ns_done(struct bpf_xrp *ctx, u32 len)
+{
+	ctx->done = 1;
+	ctx->size[0] = len;
+}
 
 /*
  * ns_copy copies n bytes, 8 at a time then byte by byte. There is no libc:

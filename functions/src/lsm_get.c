@@ -210,7 +210,7 @@ NS_INLINE int next_table(struct bpf_xrp *ctx, struct lsm_req *q)
 	q->cur++;
 	if (q->cur >= q->ntables) {
 		q->status = LSM_ABSENT;
-		ctx->done = 1;
+		ns_done(ctx, LSM_OFF_VALUE);
 		return 0;
 	}
 	const struct lsm_plan *p = &q->plan[q->cur];
@@ -256,14 +256,17 @@ NS_PUSHDOWN int pushdown(struct bpf_xrp *ctx)
 		return next_table(ctx, q);
 	u64 tr = ns_load64(kb + q->key_len);
 	q->trailer = tr;
+	u32 rlen = LSM_OFF_VALUE;
 	if ((tr & 0xff) == LSM_KIND_DEL) {
 		q->status = LSM_DEL;
 	} else if ((tr & 0xff) == LSM_KIND_SET) {
 		u32 cap = q->value_cap ? q->value_cap : LSM_VALUE_MAX;
 		q->value_len = h.vlen;
 		if (h.vlen <= cap) {
+			/* Over the plan and the key: neither is needed any more. */
 			copy(s + LSM_OFF_VALUE, d + h.voff, h.vlen);
 			q->status = LSM_SET;
+			rlen += h.vlen;
 		} else {
 			q->block_off = ctx->cur_addr;
 			q->block_len = ctx->data_len;
@@ -272,6 +275,6 @@ NS_PUSHDOWN int pushdown(struct bpf_xrp *ctx)
 	} else {
 		return NS_EINVAL;
 	}
-	ctx->done = 1;
+	ns_done(ctx, rlen);
 	return 0;
 }

@@ -52,7 +52,8 @@ func lsmGetModules(t testing.TB) []sandbox.Module {
 }
 
 // runLocal runs an lsm_get request for plan on m over the tables' bytes,
-// as an executor does, and returns the final scratch and the steps taken.
+// as an executor does, and returns the result (the part of the final
+// scratch the function returns) and the steps taken.
 func runLocal(t *testing.T, m sandbox.Module, ps *pushState, plan []planTable, key []byte, snap SeqNum, fromIndex bool) ([]byte, int) {
 	t.Helper()
 	ctx := context.Background()
@@ -90,7 +91,7 @@ func runLocal(t *testing.T, m sandbox.Module, ps *pushState, plan []planTable, k
 			t.Fatalf("%q: step %d (%v): %v", key, steps, m.Kind(), err)
 		}
 		if done {
-			return bytes.Clone(inst.Scratch()), steps
+			return bytes.Clone(inst.Scratch()[:inst.ResultLen()]), steps
 		}
 		if len(nx) != 1 {
 			t.Fatalf("%q: step %d asked for %v", key, steps, nx)
@@ -146,6 +147,14 @@ func TestLSMGetOnTables(t *testing.T) {
 					got, err = val()
 				default:
 					t.Fatalf("%v %s: status %d", m.Kind(), k, status)
+				}
+				// Only the header and a SET's value come back.
+				wantLen := lgOffValue
+				if status == lgSet {
+					wantLen += int(binary.LittleEndian.Uint32(out[40:]))
+				}
+				if len(out) != wantLen {
+					t.Fatalf("%v %s: a %d-byte result for status %d, want %d", m.Kind(), k, len(out), status, wantLen)
 				}
 				if at != wantAt {
 					t.Fatalf("%v %s (from index %v): settled at plan table %d, the host at %d", m.Kind(), k, fromIndex, at, wantAt)

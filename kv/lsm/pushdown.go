@@ -52,7 +52,7 @@ const (
 	lgMaxKey     = 512
 	lgOffPlan    = 64
 	lgOffKey     = 320
-	lgOffValue   = 1360
+	lgOffValue   = 64 // the result: this header, then the value
 	lgValueMax   = sandbox.ScratchSize - lgOffValue
 	lgHeaderSize = lgOffKey // the request before the key
 

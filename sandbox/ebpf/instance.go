@@ -30,6 +30,8 @@ type instance struct {
 	wp, wc   *wasmInst
 	wDataLen int
 	cc       callCtx
+	// resultLen is the result length the last finished step set.
+	resultLen int
 }
 
 var _ sandbox.Instance = (*instance)(nil)
@@ -59,6 +61,9 @@ func (in *instance) Data(n int) ([]byte, error) {
 	}
 	return in.data[:n], nil
 }
+
+// ResultLen returns the result length the last finished step set.
+func (in *instance) ResultLen() int { return in.resultLen }
 
 // Scratch returns the request's scratch buffer.
 func (in *instance) Scratch() []byte {
@@ -165,6 +170,11 @@ func (in *instance) stepResult(r0 uint64, c []byte) (bool, []sandbox.Next, error
 		return false, nil, &sandbox.FunctionError{Code: code}
 	}
 	if le.Uint32(c[ctxDone:]) != 0 {
+		n, err := sandbox.ResultLen(le.Uint64(c[ctxSizeField:]))
+		if err != nil {
+			return false, nil, err
+		}
+		in.resultLen = n
 		return true, nil, nil
 	}
 	var next []sandbox.Next

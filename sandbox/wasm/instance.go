@@ -62,6 +62,8 @@ type state struct {
 	// stack is the parameter and result stack of calls, reused so calls
 	// do not allocate.
 	stack [4]uint64
+	// resultLen is the result length the last finished step set.
+	resultLen int
 	// broken: the instance trapped, timed out or failed an allocation, so
 	// it is not reused.
 	broken bool
@@ -328,6 +330,14 @@ func (h *instance) Scratch() []byte {
 	return s.read(s.scratch, sandbox.ScratchSize)
 }
 
+// ResultLen returns the result length the last finished step set.
+func (h *instance) ResultLen() int {
+	if h.s == nil {
+		return 0
+	}
+	return h.s.resultLen
+}
+
 // Step runs one pushdown step on the first n bytes of Data.
 func (h *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (bool, []sandbox.Next, error) {
 	s := h.s
@@ -381,6 +391,11 @@ func (s *state) stepResult(code int32, next []sandbox.Next) (bool, []sandbox.Nex
 		return false, nil, fmt.Errorf("%w: wasm: context outside linear memory", sandbox.ErrMemory)
 	}
 	if le.Uint32(c[offDone:]) != 0 {
+		n, err := sandbox.ResultLen(le.Uint64(c[offSize:]))
+		if err != nil {
+			return false, nil, err
+		}
+		s.resultLen = n
 		return true, nil, nil
 	}
 	var total uint64

@@ -1,0 +1,65 @@
+package target
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestWarmStacks: run returns only after its function has run, however
+// many run at once; a worker waiting takes the next request; and when the
+// server's context ends the workers leave, while run still runs what it
+// is given.
+func TestWarmStacks(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := newWarmStacks(ctx)
+
+	const callers, each = 64, 100
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				done := false
+				w.run(func() {
+					time.Sleep(10 * time.Microsecond)
+					done = true
+				})
+				if !done {
+					t.Error("run returned before its function ran")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if w.workers.Load() < 1 {
+		t.Fatal("no worker waits after the runs")
+	}
+
+	// One at a time, requests find the workers waiting (a worker that
+	// has not got back to waiting yet may make run start another).
+	before := w.workers.Load()
+	for range 100 {
+		w.run(func() {})
+	}
+	if after := w.workers.Load(); after-before >= 100 {
+		t.Errorf("%d workers after 100 sequential runs, %d before: workers not reused", after, before)
+	}
+
+	// Once the server stops, the workers leave.
+	cancel()
+	for deadline := time.Now().Add(10 * time.Second); w.workers.Load() > 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := w.workers.Load(); n != 0 {
+		t.Errorf("%d workers left after the context ended", n)
+	}
+	ok := false
+	w.run(func() { ok = true })
+	if !ok {
+		t.Error("run after the context ended did not run its function")
+	}
+}

@@ -1,6 +1,7 @@
 // Package rubblebench is the RubbleDB experiment (bench rubble, issue
-// 23): a local replicated KV cluster — an embedded etcd and R "nearstore
-// node serve" processes, every group's chain n1 → … → nR — under YCSB
+// 23): a local replicated KV cluster — an etcd ("nearstore cluster
+// etcd") and R "nearstore node serve" processes, one chain per group,
+// each node in every chain — under YCSB
 // Load, A, B and F, run two ways in the same run, interleaved: the
 // baseline, chain replication of kv/lsm in which every replica flushes
 // and compacts, and RubbleDB, in which only the primary (the chain's

@@ -20,8 +20,8 @@ func newBenchRubbleCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rubble",
 		Short: "RubbleDB against chain replication: CPU per operation per role under YCSB Load, A, B, F at R = 2, 3, 4",
-		Long: `rubble runs a local replicated KV cluster — an embedded etcd and R "nearstore
-node serve" processes, each group's chain n1 → … → nR — two ways in the
+		Long: `rubble runs a local replicated KV cluster — an etcd ("nearstore cluster
+etcd") and R "nearstore node serve" processes, one chain per group — two ways in the
 same run: baseline (--store lsm: chain replication, every replica flushes
 and compacts) and rubble (--store rubble: only the primary flushes and
 compacts and ships its tables into the secondaries' slot pools). For each

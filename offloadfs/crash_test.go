@@ -93,14 +93,23 @@ func newCrashDev(img *diskImage, crashAt int) *crashDev {
 func (d *crashDev) Size() int64    { return int64(len(d.cur.base)) }
 func (d *crashDev) BlockSize() int { return 512 }
 
+// usable refuses an I/O of n bytes at off after the crash or outside
+// the device; d.mu is held.
+func (d *crashDev) usable(op string, off int64, n int) error {
+	if d.crashed {
+		return errCrash
+	}
+	if off < 0 || off+int64(n) > d.Size() {
+		return fmt.Errorf("crashdev: %s [%d, +%d) out of range", op, off, n)
+	}
+	return nil
+}
+
 func (d *crashDev) ReadAt(p []byte, off int64) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.crashed {
-		return 0, errCrash
-	}
-	if off < 0 || off+int64(len(p)) > d.Size() {
-		return 0, fmt.Errorf("crashdev: read [%d, +%d) out of range", off, len(p))
+	if err := d.usable("read", off, len(p)); err != nil {
+		return 0, err
 	}
 	d.cur.readAt(p, off)
 	return len(p), nil
@@ -109,11 +118,8 @@ func (d *crashDev) ReadAt(p []byte, off int64) (int, error) {
 func (d *crashDev) WriteAt(p []byte, off int64) (int, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.crashed {
-		return 0, errCrash
-	}
-	if off < 0 || off+int64(len(p)) > d.Size() {
-		return 0, fmt.Errorf("crashdev: write [%d, +%d) out of range", off, len(p))
+	if err := d.usable("write", off, len(p)); err != nil {
+		return 0, err
 	}
 	w := pwrite{off, append([]byte(nil), p...)}
 	if d.writes == d.crashAt {

@@ -51,14 +51,17 @@ func envOr(name, def string) string {
 	return def
 }
 
-func (c *conn) flags(cmd *cobra.Command) {
-	f := cmd.Flags()
-	f.StringVarP(&c.addr, "addr", "a", envOr("NEARSTORE_ADDR", "127.0.0.1:4420"), "target address (host:port; default $NEARSTORE_ADDR)")
-	f.StringVarP(&c.nqn, "nqn", "n", envOr("NEARSTORE_NQN", defaultNQN), "subsystem NQN (default $NEARSTORE_NQN)")
-	f.Uint32Var(&c.nsid, "nsid", 1, "namespace ID")
-	f.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C)")
-	f.StringVar(&c.hostNQN, "hostnqn", "", "this host's NQN (default: "+host.HostNQNFile+", else derived from /etc/machine-id)")
-	f.StringVar(&c.hostID, "hostid", "", "this host's ID, a UUID (default: "+host.HostIDFile+", else derived with the NQN)")
+func (c *conn) flags(cmd *cobra.Command) { c.flagsTo(cmd.Flags(), "") }
+
+// flagsTo adds the connection flags to f; with, if set, is when they
+// apply, said in each help text (", with --fs-dir").
+func (c *conn) flagsTo(f *pflag.FlagSet, with string) {
+	f.StringVarP(&c.addr, "addr", "a", envOr("NEARSTORE_ADDR", "127.0.0.1:4420"), "target address"+with+" (host:port; default $NEARSTORE_ADDR)")
+	f.StringVarP(&c.nqn, "nqn", "n", envOr("NEARSTORE_NQN", defaultNQN), "subsystem NQN"+with+" (default $NEARSTORE_NQN)")
+	f.Uint32Var(&c.nsid, "nsid", 1, "namespace ID"+with)
+	f.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C)"+with)
+	f.StringVar(&c.hostNQN, "hostnqn", "", "this host's NQN"+with+" (default: "+host.HostNQNFile+", else derived from /etc/machine-id)")
+	f.StringVar(&c.hostID, "hostid", "", "this host's ID, a UUID"+with+" (default: "+host.HostIDFile+", else derived with the NQN)")
 	c.authFlags(f)
 }
 

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/bench/lsmbench"
-	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/vfs"
 	"github.com/nearstore/nearstore/vfs/overlay"
@@ -43,13 +42,7 @@ get, scan and stats print text, or JSON with --json.`,
 	pf := cmd.PersistentFlags()
 	pf.StringVar(&dir, "dir", "", "the store's local directory")
 	pf.StringVar(&fsDir, "fs-dir", "", "the store's directory in the offloadfs on the target (instead of --dir)")
-	pf.StringVarP(&c.addr, "addr", "a", envOr("NEARSTORE_ADDR", "127.0.0.1:4420"), "target address, with --fs-dir (host:port; default $NEARSTORE_ADDR)")
-	pf.StringVarP(&c.nqn, "nqn", "n", envOr("NEARSTORE_NQN", defaultNQN), "subsystem NQN, with --fs-dir (default $NEARSTORE_NQN)")
-	pf.Uint32Var(&c.nsid, "nsid", 1, "namespace ID, with --fs-dir")
-	pf.BoolVar(&c.digests, "digests", false, "request header and data digests (CRC32C), with --fs-dir")
-	pf.StringVar(&c.hostNQN, "hostnqn", "", "this host's NQN, with --fs-dir (default: "+host.HostNQNFile+", else derived from /etc/machine-id)")
-	pf.StringVar(&c.hostID, "hostid", "", "this host's ID, a UUID, with --fs-dir (default: "+host.HostIDFile+", else derived with the NQN)")
-	c.authFlags(pf)
+	c.flagsTo(pf, ", with --fs-dir")
 	// open opens the store; done closes it and, on offloadfs, unmounts.
 	open := func(cmd *cobra.Command, rw bool) (d *lsm.DB, done func() error, err error) {
 		opts := lsm.Options{Logger: g.logger()}

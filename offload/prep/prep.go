@@ -160,21 +160,9 @@ func toRGB(img image.Image) rgb {
 			}
 		}
 	case *image.NRGBA:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			row := m.Pix[(y-b.Min.Y)*m.Stride:]
-			for x := range out.w {
-				copy(out.pix[i:i+3], row[4*x:4*x+3])
-				i += 3
-			}
-		}
+		out.fromRGBA(m.Pix, m.Stride)
 	case *image.RGBA:
-		for y := b.Min.Y; y < b.Max.Y; y++ {
-			row := m.Pix[(y-b.Min.Y)*m.Stride:]
-			for x := range out.w {
-				copy(out.pix[i:i+3], row[4*x:4*x+3])
-				i += 3
-			}
-		}
+		out.fromRGBA(m.Pix, m.Stride)
 	default:
 		for y := b.Min.Y; y < b.Max.Y; y++ {
 			for x := b.Min.X; x < b.Max.X; x++ {
@@ -185,6 +173,19 @@ func toRGB(img image.Image) rgb {
 		}
 	}
 	return out
+}
+
+// fromRGBA fills o from 4-byte RGBA pixels, rows stride bytes apart
+// (image.RGBA's and image.NRGBA's Pix), dropping alpha.
+func (o *rgb) fromRGBA(pix []uint8, stride int) {
+	i := 0
+	for y := range o.h {
+		row := pix[y*stride:]
+		for x := range o.w {
+			copy(o.pix[i:i+3], row[4*x:4*x+3])
+			i += 3
+		}
+	}
 }
 
 // ErrDecode means an image did not decode.

@@ -401,95 +401,65 @@ func emitInsn(c *code, p *program, i, b, nb int, blockOf []int, maxBack uint64) 
 		c.op(w, wI64ExtI32U)
 		c.set(d)
 	}
-	// div64 emits the kernel's division rules: x/0 = 0, x%0 = x; signed
-	// MinInt64/-1 wraps (wasm would trap).
-	div64 := func(useImm, signed, rem bool) {
-		src64(useImm)
-		c.set(locAddr) // divisor
+	// div emits the kernel's division rules: x/0 = 0, x%0 = x; signed
+	// MinInt/-1 wraps (wasm would trap). The 32-bit forms divide the low
+	// halves and zero-extend the result; locAddr holds the divisor,
+	// zero-extended, in both.
+	div := func(is32, useImm, signed, rem bool) {
+		ty, minus1, sub := byte(wTypeI64), int64(-1), byte(wI64Sub)
+		ops := [4]byte{wI64DivU, wI64RemU, wI64DivS, wI64RemS}
+		dst := func() { c.get(d) }
+		zero := func() { c.i64(0) }
+		if is32 {
+			ty, minus1, sub = wTypeI32, 0xffffffff, wI32Sub
+			ops = [4]byte{wI32DivU, wI32RemU, wI32DivS, wI32RemS}
+			dst = func() { c.get(d); c.op(wI32WrapI64) }
+			zero = func() { c.i32(0) }
+		}
+		c.operand(s, ins.imm, useImm, is32)
+		if is32 {
+			c.op(wI64ExtI32U)
+		}
+		c.set(locAddr)
 		c.get(locAddr)
-		c.op(wI64Eqz, wIf, wTypeI64)
+		c.op(wI64Eqz, wIf, ty)
 		if rem {
-			c.get(d)
+			dst()
 		} else {
-			c.i64(0)
+			zero()
 		}
 		c.op(wElse)
 		if signed {
 			c.get(locAddr)
-			c.i64(-1)
-			c.op(wI64Eq, wIf, wTypeI64)
-			if rem {
-				c.i64(0)
-			} else {
-				c.i64(0)
-				c.get(d)
-				c.op(wI64Sub)
+			c.i64(minus1)
+			c.op(wI64Eq, wIf, ty)
+			zero()
+			if !rem {
+				dst()
+				c.op(sub)
 			}
 			c.op(wElse)
 		}
-		c.get(d)
+		dst()
 		c.get(locAddr)
-		switch {
-		case signed && rem:
-			c.op(wI64RemS)
-		case signed:
-			c.op(wI64DivS)
-		case rem:
-			c.op(wI64RemU)
-		default:
-			c.op(wI64DivU)
-		}
-		if signed {
-			c.op(wEnd)
-		}
-		c.op(wEnd)
-		c.set(d)
-	}
-	div32 := func(useImm, signed, rem bool) {
-		src32(useImm)
-		c.op(wI64ExtI32U)
-		c.set(locAddr) // divisor, zero-extended
-		c.get(locAddr)
-		c.op(wI64Eqz, wIf, wTypeI32)
-		if rem {
-			c.get(d)
+		if is32 {
 			c.op(wI32WrapI64)
-		} else {
-			c.i32(0)
 		}
-		c.op(wElse)
+		k := 0
+		if rem {
+			k++
+		}
 		if signed {
-			c.get(locAddr)
-			c.i64(0xffffffff)
-			c.op(wI64Eq, wIf, wTypeI32)
-			if rem {
-				c.i32(0)
-			} else {
-				c.i32(0)
-				c.get(d)
-				c.op(wI32WrapI64, wI32Sub)
-			}
-			c.op(wElse)
+			k += 2
 		}
-		c.get(d)
-		c.op(wI32WrapI64)
-		c.get(locAddr)
-		c.op(wI32WrapI64)
-		switch {
-		case signed && rem:
-			c.op(wI32RemS)
-		case signed:
-			c.op(wI32DivS)
-		case rem:
-			c.op(wI32RemU)
-		default:
-			c.op(wI32DivU)
-		}
+		c.op(ops[k])
 		if signed {
 			c.op(wEnd)
 		}
 		c.op(wEnd)
-		c.op(wI64ExtI32U)
+		if is32 {
+			c.op(wI64ExtI32U)
+		}
 		c.set(d)
 	}
 	// bswap emits rd = the low n bytes of rd in reverse order.
@@ -514,10 +484,8 @@ func emitInsn(c *code, p *program, i, b, nb int, blockOf []int, maxBack uint64) 
 	}
 	if a, is32, useImm := aluOf(ins.op); a != nil {
 		switch {
-		case a.kind == aluDiv && is32:
-			div32(useImm, a.signed, a.rem)
 		case a.kind == aluDiv:
-			div64(useImm, a.signed, a.rem)
+			div(is32, useImm, a.signed, a.rem)
 		case a.kind == aluMov && is32:
 			src32(useImm)
 			c.op(wI64ExtI32U)

@@ -23,6 +23,7 @@ import (
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/testhost"
+	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -161,18 +162,11 @@ func TestCLI(t *testing.T) {
 	const nqn = "nqn.2026-11.io.nearstore:cli-e2e"
 	srv := exec.Command(bin, "target", "serve", "--listen", "127.0.0.1:0", "--nqn", nqn,
 		"--volume", "file:"+volPath, "--metrics", "127.0.0.1:0")
-	stdout, err := srv.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	stderr, err := srv.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
+	p := testproc.Start(t, srv)
 	addrc, metricsc := make(chan string, 1), make(chan string, 1)
 	var logs bytes.Buffer
 	logsDone := make(chan struct{})
@@ -188,32 +182,21 @@ func TestCLI(t *testing.T) {
 		}
 	}()
 	go func() {
-		sc := bufio.NewScanner(stdout)
 		re := regexp.MustCompile(`^serving \S+ on (\S+) `)
-		for sc.Scan() {
-			if m := re.FindStringSubmatch(sc.Text()); m != nil {
+		for line := range p.Lines {
+			if m := re.FindStringSubmatch(line); m != nil {
 				addrc <- m[1]
 			}
 		}
-		_, _ = io.Copy(io.Discard, stdout)
 	}()
-	go func() { exited <- srv.Wait() }()
-	waited := false
-	t.Cleanup(func() {
-		if !waited {
-			_ = srv.Process.Kill()
-			<-exited
-		}
-	})
 	var addr, metricsURL string
 	for addr == "" || metricsURL == "" {
 		select {
 		case addr = <-addrc:
 		case metricsURL = <-metricsc:
-		case err := <-exited:
-			waited = true
+		case <-p.Done():
 			<-logsDone
-			t.Fatalf("the target exited: %v\n%s", err, logs.String())
+			t.Fatalf("the target exited: %v\n%s", p.Cmd.ProcessState, logs.String())
 		case <-time.After(30 * time.Second):
 			t.Fatal("the target did not report its address")
 		}
@@ -415,11 +398,10 @@ func TestCLI(t *testing.T) {
 	if err := srv.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
-	err = <-exited
-	waited = true
-	if err != nil {
+	<-p.Done()
+	if st := p.Cmd.ProcessState; !st.Success() {
 		<-logsDone
-		t.Errorf("the target exited with %v\n%s", err, logs.String())
+		t.Errorf("the target exited with %v\n%s", st, logs.String())
 	}
 }
 

@@ -126,7 +126,7 @@ func MoveRange(ctx context.Context, cfg MoveConfig) (MoveStats, error) {
 // every node acknowledges it, then the range thaws.
 func endMove(ctx context.Context, cfg MoveConfig, m cluster.ShardMap, start []byte, st MoveStats, frozenAt time.Time) (MoveStats, error) {
 	st.Versions[1] = m.Version
-	if err := waitAcks(ctx, cfg.Control, m.Version); err != nil {
+	if err := WaitAcks(ctx, cfg.Control, m.Version); err != nil {
 		return st, fmt.Errorf("chain: switched (version %d), not yet ended (run the move again to end it): %w", m.Version, err)
 	}
 	m, _, err := cfg.Control.UpdateShardMap(ctx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
@@ -161,7 +161,7 @@ func AbortMove(ctx context.Context, ctl *cluster.Control) (cluster.ShardMap, err
 
 // copyRange is step 2 of MoveRange, once every node enforces the begin.
 func copyRange(ctx context.Context, cfg MoveConfig, sh cluster.Shard, st *MoveStats) error {
-	if err := waitAcks(ctx, cfg.Control, st.Versions[0]); err != nil {
+	if err := WaitAcks(ctx, cfg.Control, st.Versions[0]); err != nil {
 		return err
 	}
 	end := sh.End
@@ -243,10 +243,10 @@ func pagedApply(ctx context.Context, workers int, c *Client, start, end []byte, 
 	}
 }
 
-// waitAcks returns once every live node has acknowledged shard map
+// WaitAcks returns once every live node has acknowledged shard map
 // version v or a later one (a node that dies meanwhile stops counting
-// when its lease expires).
-func waitAcks(ctx context.Context, ctl *cluster.Control, v uint64) error {
+// when its lease expires): from then on every node enforces it.
+func WaitAcks(ctx context.Context, ctl *cluster.Control, v uint64) error {
 	for {
 		nodes, err := ctl.Nodes(ctx)
 		if err != nil {

@@ -33,7 +33,7 @@ func TestBalanceMovesRangeUnderLoad(t *testing.T) {
 	defer rt.Close()
 
 	// Keys of g0's range only.
-	l := chaintest.Start(rt, func(w, i int) string { return fmt.Sprintf("%c-w%d-%06d", byte(rand.IntN(0x80)), w, i) })
+	l := chaintest.Start(rt, func(w, i int) string { return fmt.Sprintf("%c-w%d-%06d", byte(rand.IntN(0x80)), w, i) }, nil)
 	l.WaitAcked(t, 200)
 	p, moved, st, err := chain.Balance(ctx, chain.BalanceConfig{Control: r.ctl, Window: 2 * time.Second, Ratio: 2, MinWrites: 20})
 	if err != nil || !moved {
@@ -69,10 +69,14 @@ func TestBalanceMovesRangeUnderLoad(t *testing.T) {
 
 	// A mover that died after its begin leaves the range frozen: writes
 	// to it wait; the same move run again resumes and ends it.
-	if _, _, err := r.ctl.UpdateShardMap(ctx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
+	begun, _, err := r.ctl.UpdateShardMap(ctx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
 		next, err := cluster.BeginMove(cur, []byte{0x20}, []byte{0x30}, "g1")
 		return next, err == nil, err
-	}); err != nil {
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chain.WaitAcks(ctx, r.ctl, begun.Version); err != nil {
 		t.Fatal(err)
 	}
 	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)

@@ -35,6 +35,9 @@ type Node struct {
 //
 //	nodes/<id>      Node (JSON), attached to the node's lease
 //	chains/<group>  Chain (JSON), changed only by compare-and-swap
+//	shards          ShardMap (JSON), changed only by compare-and-swap
+//	shardacks/<id>  the shard map version node id enforces, on its lease
+//	load/<id>       NodeLoad (JSON), node id's write counters, on its lease
 //
 // Every change of a chain is one etcd transaction that compares the
 // stored value (which holds the epoch) with the one the change was

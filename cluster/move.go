@@ -48,6 +48,12 @@ func (m ShardMap) CanScan(group string, start, end []byte) bool {
 	return true
 }
 
+// Equal reports whether the shard is exactly [start, end) (end nil or
+// empty: no bound).
+func (s Shard) Equal(start, end []byte) bool {
+	return bytes.Equal(s.Start, start) && bytes.Equal(s.End, end)
+}
+
 // Moving returns the shard being moved, if any.
 func (m ShardMap) Moving() (Shard, bool) {
 	for _, s := range m.Shards {

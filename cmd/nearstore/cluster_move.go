@@ -31,6 +31,7 @@ func newClusterMoveCmd() *cobra.Command {
 		timeout  time.Duration
 		startArg string
 		endArg   string
+		abort    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "move --start KEY [--end KEY] --to GROUP",
@@ -42,10 +43,26 @@ copied from the old group's tail through the new group's chain, the map
 switches to the new group, and the range thaws. Client writes to the range
 wait for the move and then go to the new group. Keys take Go escapes
 ("\x80"), as "cluster status" prints them. It prints one line:
-"moved [START, END) FROM -> TO: N keys copied, M cleared, frozen D".`,
+"moved [START, END) FROM -> TO: N keys copied, M cleared, frozen D".
+A move left unfinished (its process died: the range stays frozen) is
+resumed by running the same command again, or, before its switch, undone
+with --abort.`,
 		Example: `  nearstore cluster move --etcd http://127.0.0.1:2379 --start '\x40' --end '\x80' --to g1`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if abort {
+				ctl, closeCtl, err := ef.control()
+				if err != nil {
+					return err
+				}
+				defer closeCtl()
+				m, err := chain.AbortMove(cmd.Context(), ctl)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "aborted: shard map version %d\n", m.Version)
+				return nil
+			}
 			if to == "" || !cmd.Flags().Changed("start") {
 				return usageErrorf("--start and --to are required")
 			}
@@ -79,6 +96,7 @@ wait for the move and then go to the new group. Keys take Go escapes
 	cmd.Flags().StringVar(&endArg, "end", "", "key past the range (default: the end of the key space)")
 	cmd.Flags().StringVar(&to, "to", "", "group to move the range to (required)")
 	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up (undoing the move if it has not switched) after this long")
+	cmd.Flags().BoolVar(&abort, "abort", false, "undo the unfinished move that has not switched (no other flag needed)")
 	return cmd
 }
 

@@ -23,8 +23,10 @@ type Writer interface {
 // Load writes from two goroutines: new keys (key(w, i) for writer w's
 // i-th write) and, every fourth write, an overwrite of one of the
 // writer's acknowledged keys. It records each key's last acknowledged
-// value. A key whose write failed is never written again and not
-// recorded (the write may or may not have happened).
+// value, and calls check (if not nil) with every fifth acknowledged
+// write right after its acknowledgement. A key whose write failed is
+// never written again and not recorded (the write may or may not have
+// happened).
 type Load struct {
 	stop  atomic.Bool
 	wg    sync.WaitGroup
@@ -35,7 +37,7 @@ type Load struct {
 }
 
 // Start starts the load; each Put may retry for up to a minute.
-func Start(w Writer, key func(writer, i int) string) *Load {
+func Start(w Writer, key func(writer, i int) string, check func(key, value string)) *Load {
 	l := &Load{acked: map[string]string{}}
 	for wr := range 2 {
 		l.wg.Add(1)
@@ -64,6 +66,9 @@ func Start(w Writer, key func(writer, i int) string) *Load {
 					l.n.Add(1)
 				}
 				l.mu.Unlock()
+				if err == nil && check != nil && i%5 == 0 {
+					check(k, v)
+				}
 			}
 		}()
 	}

@@ -47,5 +47,8 @@
 //
 // client.go routes: writes to the head, reads by ReadMode (ReadCRRS or
 // ReadTail), retrying through reconfigurations until its context ends.
+// router.go routes by the cluster's shard map, which every host enforces
+// and acknowledges in etcd; move.go moves a key range between groups (a
+// COPY, then a switch of the map) and balances write load by such moves.
 // docs/CLUSTER.md has the whole protocol.
 package chain

@@ -61,7 +61,10 @@ type MoveStats struct {
 //
 // A failure before the switch undoes the begin (cluster.AbortMove); the
 // new group's partial copy is unreachable and cleared by the next move
-// into it. After the switch, MoveRange retries the end until ctx ends.
+// into it. A move its mover left unfinished (the process died) is resumed
+// by calling MoveRange again with the same range and group: before the
+// switch the copy is redone, after it only the end; AbortMove undoes one
+// that has not switched.
 // The old group's copy of the range stays on its devices, unreachable.
 func MoveRange(ctx context.Context, cfg MoveConfig) (MoveStats, error) {
 	var st MoveStats
@@ -71,14 +74,22 @@ func MoveRange(ctx context.Context, cfg MoveConfig) (MoveStats, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = 16
 	}
-	lg := cfg.Log
-	if lg == nil {
-		lg = slog.Default()
-	}
+	lg := cfg.logger()
 	if _, err := cfg.Control.Chain(ctx, cfg.To); err != nil {
 		return st, fmt.Errorf("chain: move to %s: %w", cfg.To, err)
 	}
+	// A move of this range to this group that a mover left unfinished
+	// (it died, or its context ended) is resumed where the map says it
+	// stands: the copy is redone whole (clearing first), the switch kept.
+	var switched bool
 	m, _, err := cfg.Control.UpdateShardMap(ctx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
+		if s, ok := cur.Moving(); ok && s.MovingTo == cfg.To && s.Equal(cfg.Start, cfg.End) {
+			return cur, false, nil
+		}
+		if s := cur.Shards[cur.Lookup(cfg.Start)]; s.Frozen && s.MovingTo == "" && s.Group == cfg.To && s.Equal(cfg.Start, cfg.End) {
+			switched = true
+			return cur, false, nil
+		}
 		next, err := cluster.BeginMove(cur, cfg.Start, cfg.End, cfg.To)
 		return next, err == nil, err
 	})
@@ -86,16 +97,17 @@ func MoveRange(ctx context.Context, cfg MoveConfig) (MoveStats, error) {
 		return st, fmt.Errorf("chain: begin move: %w", err)
 	}
 	frozenAt := time.Now()
+	if switched {
+		lg.Info("move: resuming after its switch", "start", cfg.Start, "end", cfg.End, "to", cfg.To, "version", m.Version)
+		return endMove(ctx, cfg, m, cfg.Start, st, frozenAt)
+	}
 	sh, _ := m.Moving()
 	st.From, st.Versions[0] = sh.Group, m.Version
 	lg.Info("move: begun", "start", sh.Start, "end", sh.End, "from", sh.Group, "to", cfg.To, "version", m.Version)
 	if err := copyRange(ctx, cfg, sh, &st); err != nil {
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		if _, _, aerr := cfg.Control.UpdateShardMap(actx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
-			next, err := cluster.AbortMove(cur)
-			return next, err == nil, err
-		}); aerr != nil {
+		if _, aerr := AbortMove(actx, cfg.Control); aerr != nil {
 			err = errors.Join(err, fmt.Errorf("abort: %w", aerr))
 		}
 		return st, fmt.Errorf("chain: move [%q, %q) to %s: %w", sh.Start, sh.End, cfg.To, err)
@@ -107,25 +119,49 @@ func MoveRange(ctx context.Context, cfg MoveConfig) (MoveStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("chain: switch move: %w", err)
 	}
+	return endMove(ctx, cfg, m, sh.Start, st, frozenAt)
+}
+
+// endMove is steps 3 and 4 of MoveRange once the switch is in map m:
+// every node acknowledges it, then the range thaws.
+func endMove(ctx context.Context, cfg MoveConfig, m cluster.ShardMap, start []byte, st MoveStats, frozenAt time.Time) (MoveStats, error) {
 	st.Versions[1] = m.Version
-	if err := waitAcks(ctx, cfg.Control, m.Version); err != nil {
-		return st, fmt.Errorf("chain: switched (version %d), not yet ended: %w", m.Version, err)
+	if err := WaitAcks(ctx, cfg.Control, m.Version); err != nil {
+		return st, fmt.Errorf("chain: switched (version %d), not yet ended (run the move again to end it): %w", m.Version, err)
 	}
-	m, _, err = cfg.Control.UpdateShardMap(ctx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
-		next, err := cluster.EndMove(cur, sh.Start)
+	m, _, err := cfg.Control.UpdateShardMap(ctx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
+		next, err := cluster.EndMove(cur, start)
 		return next, err == nil, err
 	})
 	if err != nil {
 		return st, fmt.Errorf("chain: end move: %w", err)
 	}
 	st.Versions[2], st.Frozen = m.Version, time.Since(frozenAt)
-	lg.Info("move: done", "start", sh.Start, "end", sh.End, "from", sh.Group, "to", cfg.To, "copied", st.Copied, "cleared", st.Cleared, "frozen", st.Frozen, "version", m.Version)
+	cfg.logger().Info("move: done", "start", start, "from", st.From, "to", cfg.To, "copied", st.Copied, "cleared", st.Cleared, "frozen", st.Frozen, "version", m.Version)
 	return st, nil
+}
+
+func (cfg MoveConfig) logger() *slog.Logger {
+	if cfg.Log == nil {
+		return slog.Default()
+	}
+	return cfg.Log
+}
+
+// AbortMove undoes a move that has not switched (cluster.AbortMove): the
+// range thaws and stays with its group. For a move whose mover died
+// before the switch; running the move again resumes it instead.
+func AbortMove(ctx context.Context, ctl *cluster.Control) (cluster.ShardMap, error) {
+	m, _, err := ctl.UpdateShardMap(ctx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
+		next, err := cluster.AbortMove(cur)
+		return next, err == nil, err
+	})
+	return m, err
 }
 
 // copyRange is step 2 of MoveRange, once every node enforces the begin.
 func copyRange(ctx context.Context, cfg MoveConfig, sh cluster.Shard, st *MoveStats) error {
-	if err := waitAcks(ctx, cfg.Control, st.Versions[0]); err != nil {
+	if err := WaitAcks(ctx, cfg.Control, st.Versions[0]); err != nil {
 		return err
 	}
 	end := sh.End
@@ -207,10 +243,10 @@ func pagedApply(ctx context.Context, workers int, c *Client, start, end []byte, 
 	}
 }
 
-// waitAcks returns once every live node has acknowledged shard map
+// WaitAcks returns once every live node has acknowledged shard map
 // version v or a later one (a node that dies meanwhile stops counting
-// when its lease expires).
-func waitAcks(ctx context.Context, ctl *cluster.Control, v uint64) error {
+// when its lease expires): from then on every node enforces it.
+func WaitAcks(ctx context.Context, ctl *cluster.Control, v uint64) error {
 	for {
 		nodes, err := ctl.Nodes(ctx)
 		if err != nil {

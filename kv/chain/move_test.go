@@ -2,11 +2,13 @@ package chain_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/internal/chaintest"
 	"github.com/nearstore/nearstore/kv/chain"
 )
@@ -31,7 +33,7 @@ func TestBalanceMovesRangeUnderLoad(t *testing.T) {
 	defer rt.Close()
 
 	// Keys of g0's range only.
-	l := chaintest.Start(rt, func(w, i int) string { return fmt.Sprintf("%c-w%d-%06d", byte(rand.IntN(0x80)), w, i) })
+	l := chaintest.Start(rt, func(w, i int) string { return fmt.Sprintf("%c-w%d-%06d", byte(rand.IntN(0x80)), w, i) }, nil)
 	l.WaitAcked(t, 200)
 	p, moved, st, err := chain.Balance(ctx, chain.BalanceConfig{Control: r.ctl, Window: 2 * time.Second, Ratio: 2, MinWrites: 20})
 	if err != nil || !moved {
@@ -63,6 +65,35 @@ func TestBalanceMovesRangeUnderLoad(t *testing.T) {
 	if m, err = r.ctl.ShardMap(ctx); err != nil || len(m.Shards) != 2 || m.Version != 7 {
 		t.Fatalf("map after moving back: %+v %v (want the first map's shards again)", m, err)
 	}
+	chaintest.CheckOwned(ctx, t, r.ctl, rt, acked)
+
+	// A mover that died after its begin leaves the range frozen: writes
+	// to it wait; the same move run again resumes and ends it.
+	begun, _, err := r.ctl.UpdateShardMap(ctx, func(cur cluster.ShardMap) (cluster.ShardMap, bool, error) {
+		next, err := cluster.BeginMove(cur, []byte{0x20}, []byte{0x30}, "g1")
+		return next, err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := chain.WaitAcks(ctx, r.ctl, begun.Version); err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	err = rt.Put(short, []byte("\x25frozen"), []byte("x"))
+	cancelShort()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a write to a frozen range: %v, want it to wait", err)
+	}
+	put := make(chan error, 1)
+	go func() { put <- rt.Put(ctx, []byte("\x25frozen"), []byte("v")) }()
+	if st, err = chain.MoveRange(ctx, chain.MoveConfig{Control: r.ctl, Start: []byte{0x20}, End: []byte{0x30}, To: "g1"}); err != nil {
+		t.Fatalf("resumed move: %v", err)
+	}
+	if err := <-put; err != nil {
+		t.Fatalf("the write that waited for the move: %v", err)
+	}
+	acked["\x25frozen"] = "v"
 	chaintest.CheckOwned(ctx, t, r.ctl, rt, acked)
 	// Scans see each key once, from its owner.
 	kvs, err := rt.Scan(ctx, nil, nil, 0)

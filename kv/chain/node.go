@@ -358,6 +358,17 @@ func (n *Node) Put(ctx context.Context, req *chainpb.PutRequest) (*chainpb.PutRe
 		n.mu.Unlock()
 		return nil, err
 	}
+	// A request whose client gave up (it waited for mu longer than the
+	// client's attempt) is not applied: the client has sent it again, or
+	// moved on to a later write of the same key, and applying this copy
+	// now would put the older value after the newer one. The client
+	// cancels an attempt before it sends the next, and the next reaches
+	// this node on the same connection after the cancellation, so the
+	// check under mu orders every attempt of a write before the next.
+	if err := ctx.Err(); err != nil {
+		n.mu.Unlock()
+		return nil, status.FromContextError(err).Err()
+	}
 	seq := n.applied + 1
 	if err := n.applyLocked(ctx, seq, Op{Key: req.Key, Value: req.Value, Delete: req.Delete}); err != nil {
 		n.mu.Unlock()

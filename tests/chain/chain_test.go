@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/nearstore/nearstore/cluster"
+	"github.com/nearstore/nearstore/internal/chaintest"
 	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/kv/chain"
 )
@@ -170,71 +170,19 @@ func (c *testCluster) waitGroup(g string, ok func(cluster.Chain) bool) cluster.C
 	return ch
 }
 
-// load writes distinct keys from two goroutines and records the ones
-// the chain acknowledged.
-type load struct {
-	// reader checks, right after every fifth acknowledged write, that
-	// the tail already returns it: a write is acknowledged only once it
-	// is on every replica.
-	reader *chain.Client
-	stale  atomic.Int64
-	stop   atomic.Bool
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	acked  map[string]string
-	n      atomic.Int64
-	fails  atomic.Int64
-}
-
-func startLoad(t *testing.T, cl, reader *chain.Client) *load {
-	l := &load{acked: map[string]string{}, reader: reader}
-	for w := range 2 {
-		l.wg.Add(1)
-		go func() {
-			defer l.wg.Done()
-			for i := 0; !l.stop.Load(); i++ {
-				k, v := fmt.Sprintf("w%d-%06d", w, i), fmt.Sprintf("value-%d-%d", w, i)
-				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-				err := cl.Put(ctx, []byte(k), []byte(v))
-				cancel()
-				if err != nil {
-					l.fails.Add(1)
-					continue
-				}
-				l.mu.Lock()
-				l.acked[k] = v
-				l.mu.Unlock()
-				l.n.Add(1)
-				if i%5 == 0 {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					got, found, err := l.reader.Get(ctx, []byte(k))
-					cancel()
-					if err == nil && (!found || string(got) != v) {
-						l.stale.Add(1)
-						t.Errorf("acknowledged write %s not at the tail right after: %q found=%v", k, got, found)
-					}
-				}
-			}
-		}()
-	}
-	return l
-}
-
-func (l *load) waitAcked(t *testing.T, n int64) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for l.n.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d writes acknowledged, want %d", l.n.Load(), n)
+// startLoad starts two checked writers through cl (chaintest.Load) and,
+// right after every fifth acknowledged write, reads it at the tail
+// through reader: a write is acknowledged only once it is on every
+// replica.
+func startLoad(t *testing.T, cl, reader *chain.Client) *chaintest.Load {
+	return chaintest.Start(cl, func(w, i int) string { return fmt.Sprintf("w%d-%06d", w, i) }, func(k, v string) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		got, found, err := reader.Get(ctx, []byte(k))
+		if err == nil && (!found || string(got) != v) {
+			t.Errorf("acknowledged write %s not at the tail right after: %q found=%v", k, got, found)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-func (l *load) finish() map[string]string {
-	l.stop.Store(true)
-	l.wg.Wait()
-	return l.acked
+	})
 }
 
 func checkAll(t *testing.T, cl *chain.Client, want map[string]string) {
@@ -289,7 +237,7 @@ func stopUnderLoad(t *testing.T, c *testCluster, name string, pick func(cluster.
 	defer tailReader.Close()
 
 	l := startLoad(t, writer, tailReader)
-	l.waitAcked(t, 300)
+	l.WaitAcked(t, 300)
 	c.signal(victim, sig)
 	after := c.waitChain(func(ch cluster.Chain) bool {
 		return ch.Epoch > before.Epoch && !slices.Contains(ch.Members, victim) && len(ch.Members) == 2
@@ -298,10 +246,10 @@ func stopUnderLoad(t *testing.T, c *testCluster, name string, pick func(cluster.
 	if !slices.Equal(after.Members, want) {
 		t.Fatalf("after killing %s the chain is %v, want %v", victim, after.Members, want)
 	}
-	l.waitAcked(t, l.n.Load()+300)
-	acked := l.finish()
+	l.WaitAcked(t, l.Acked()+300)
+	acked := l.Finish()
 	t.Logf("killed %s (%s): %d writes acknowledged, %d failed attempts; chain %v epoch %d",
-		name, victim, len(acked), l.fails.Load(), after.Members, after.Epoch)
+		name, victim, len(acked), l.Fails(), after.Members, after.Epoch)
 
 	// Every acknowledged write is at the new tail.
 	checkAll(t, tailReader, acked)
@@ -313,8 +261,8 @@ func stopUnderLoad(t *testing.T, c *testCluster, name string, pick func(cluster.
 		return len(ch.Members) == 3 && ch.Tail() == victim && ch.Joining == ""
 	})
 	l2 := startLoad(t, writer, tailReader)
-	l2.waitAcked(t, 100)
-	for k, v := range l2.finish() {
+	l2.WaitAcked(t, 100)
+	for k, v := range l2.Finish() {
 		acked[k] = v
 	}
 	if err := tailReader.Put(ctx, []byte("last"), []byte("x")); err != nil {

@@ -61,12 +61,12 @@ func TestLeedJoinUnderLoad(t *testing.T) {
 	}
 	defer tail.Close()
 	l := startLoad(t, writer, tail)
-	l.waitAcked(t, 300)
+	l.WaitAcked(t, 300)
 	c.start("n4")
 	joined := c.waitChain(func(ch cluster.Chain) bool { return len(ch.Members) == 4 && ch.Tail() == "n4" && ch.Joining == "" })
-	l.waitAcked(t, l.n.Load()+300)
-	acked := l.finish()
-	t.Logf("n4 joined (chain %v epoch %d) under %d acknowledged writes, %d failed attempts", joined.Members, joined.Epoch, len(acked), l.fails.Load())
+	l.WaitAcked(t, l.Acked()+300)
+	acked := l.Finish()
+	t.Logf("n4 joined (chain %v epoch %d) under %d acknowledged writes, %d failed attempts", joined.Members, joined.Epoch, len(acked), l.Fails())
 	checkAll(t, tail, acked)
 	if got := tail.Chain(); got.Tail() != "n4" {
 		t.Fatalf("the reads went to %s, not to the new tail n4 (%+v)", got.Tail(), got)
@@ -88,7 +88,7 @@ func TestLeedBalanceUnderLoad(t *testing.T) {
 	}
 	defer rt.Close()
 	// At most 9 bytes (LEED's keys are 1 to 16), first byte in g0's range.
-	l := chaintest.Start(rt, func(w, i int) string { return fmt.Sprintf("%c%d-%06d", byte(rand.IntN(0x80)), w, i) })
+	l := chaintest.Start(rt, func(w, i int) string { return fmt.Sprintf("%c%d-%06d", byte(rand.IntN(0x80)), w, i) }, nil)
 	l.WaitAcked(t, 200)
 	run := func(args ...string) clitest.Result {
 		return clitest.Run(t, 5*time.Minute, nil, nil, append(args, "--etcd", c.endpoint)...)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/nearstore/nearstore/cluster"
+	"github.com/nearstore/nearstore/internal/clustertest"
 )
 
 // TestLeedKillNodeUnderLoad is TestKillNodeUnderLoad with every node's
@@ -21,7 +22,7 @@ func TestLeedKillNodeUnderLoad(t *testing.T) {
 		{"middle", func(c cluster.Chain) string { return c.Members[1] }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			killUnderLoad(t, newClusterWith(t, args, "n1", "n2", "n3"), tt.name, tt.pick)
+			clustertest.KillUnderLoad(t, clustertest.NewClusterWith(t, args, "n1", "n2", "n3"), tt.name, tt.pick)
 		})
 	}
 }

@@ -142,25 +142,25 @@ func (rn *rubbleNode) close() error {
 }
 
 // statsLine is one "stats" line of a node serving group: its store's
-// flush and compaction work (the CPU a RubbleDB secondary is spared)
+// flush and compaction work since the process started (the CPU a
+// RubbleDB secondary is spared)
 // and, with --store rubble, its role and shipping. Fields are
 // name=value, durations in milliseconds, bytes in bytes.
 func statsLine(id, group string, st chain.Store) string {
-	var db *lsm.DB
+	var m lsm.Metrics
 	mode, ship := "lsm", ""
 	switch s := st.(type) {
 	case *rubble.Store:
-		db = s.DB()
+		m = s.Work()
 		rs := s.Stats()
 		mode = rs.Mode.String()
-		ship = fmt.Sprintf(" shipped_edits=%d shipped_tables=%d shipped_bytes=%d ship_ms=%d installed=%d fell_back=%v",
-			rs.ShippedEdits, rs.ShippedTables, rs.ShippedBytes, rs.ShipTime.Milliseconds(), rs.Installed, rs.FellBack)
+		ship = fmt.Sprintf(" shipped_edits=%d shipped_tables=%d shipped_bytes=%d ship_ms=%d installed=%d resyncs=%d fell_back=%v",
+			rs.ShippedEdits, rs.ShippedTables, rs.ShippedBytes, rs.ShipTime.Milliseconds(), rs.Installed, rs.Resyncs, rs.FellBack)
 	case interface{ DB() *lsm.DB }:
-		db = s.DB()
+		m = s.DB().Metrics()
 	default:
 		return ""
 	}
-	m := db.Metrics()
 	return fmt.Sprintf("stats node=%s group=%s mode=%s flushes=%d flush_bytes=%d flush_ms=%d compactions=%d compact_read=%d compact_written=%d compact_ms=%d%s",
 		id, group, mode, m.Flush.Count, m.Flush.BytesWritten, m.Flush.Duration.Milliseconds(),
 		m.Compact.Count, m.Compact.BytesRead, m.Compact.BytesWritten, m.Compact.Duration.Milliseconds(), ship)

@@ -287,3 +287,31 @@ func Moved(e *VersionEdit) map[uint64]bool {
 	}
 	return out
 }
+
+// VersionAfter returns an edit that builds, from nothing, the version
+// the store would hold after e: what a replica that joins installs
+// whole (after AdvanceSeq). Call it from BeforeEdit, while the version
+// cannot change.
+func (d *DB) VersionAfter(e *VersionEdit) (*VersionEdit, error) {
+	d.mu.Lock()
+	cur := d.current
+	d.mu.Unlock()
+	nv, err := cur.Apply(e)
+	if err != nil {
+		return nil, err
+	}
+	return nv.snapshotEdit(), nil
+}
+
+// AdvanceSeq raises the store's sequence numbers to seq if they are
+// below it: a new replica about to install a primary's whole tree
+// (InstallEdit of VersionAfter's edit), whose writes up to seq are all
+// in those tables. No write may run beside it.
+func (d *DB) AdvanceSeq(seq SeqNum) {
+	d.commitMu.Lock()
+	defer d.commitMu.Unlock()
+	if seq > d.logSeq.Load() {
+		d.logSeq.Store(seq)
+		d.visibleSeq.Store(seq)
+	}
+}

@@ -122,6 +122,10 @@ func OpenSecondary(ctx context.Context, cfg SecondaryConfig) (*Secondary, error)
 // DB is the secondary's store, for reads.
 func (s *Secondary) DB() *lsm.DB { return s.db }
 
+// FS is the store's file system: its own, where a table of the file
+// map opens as its slot.
+func (s *Secondary) FS() vfs.FS { return slotFS{FS: s.cfg.FS.VFS(), s: s} }
+
 // Pool is the secondary's slot pool.
 func (s *Secondary) Pool() *Pool { return s.pool }
 

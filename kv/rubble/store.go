@@ -115,12 +115,39 @@ type Store struct {
 	fellBack bool // the group runs the fallback (this node sent or got its record)
 	stats    StoreStats
 	window   windowStart
+	fellAt   time.Time            // when the group fell back
+	resyncAt map[string]time.Time // the primary's last resync try of each local replica
+	dbName   string               // the store's directory in Dir: db, or db2 after a resync
+	// recent are a local replica's last writes with the primary's
+	// sequence numbers (at most recentCap bytes): what a resync needs
+	// besides the primary's tables (those its memtables hold).
+	recent      []tagged
+	recentBytes int
+	// retired sums the flush and compaction work of the trees this
+	// store closed (Reset, resync), so Work covers the process.
+	retired lsm.Metrics
 
 	noteMu   sync.Mutex
 	noteVer  uint64
 	noteBody []byte
 	noteAt   uint64 // noteVer the body was made at
 	noteCh   chan struct{}
+}
+
+// tagged is a write as the primary numbered it.
+type tagged struct {
+	seq uint64
+	op  chain.Op
+}
+
+// recentCap bounds a local replica's recent writes: room for more
+// memtables than the primary lets wait for a flush (WaitForRoom).
+func (s *Store) recentCap() int {
+	m := s.cfg.Options.MemTableSize
+	if m <= 0 {
+		m = 4 << 20
+	}
+	return 10 * m
 }
 
 // assigned is a slot of node given to a table by the record at seq.
@@ -142,8 +169,10 @@ type StoreStats struct {
 	// secondary) and bytes, and the time spent shipping.
 	ShippedEdits, ShippedTables, ShippedBytes uint64
 	ShipTime                                  time.Duration
-	// Installed: edits installed as a secondary.
-	Installed uint64
+	// Installed: edits installed as a secondary; Resyncs: times a local
+	// replica became a secondary again by installing the primary's
+	// whole tree.
+	Installed, Resyncs uint64
 	// FellBack: the group runs the fallback.
 	FellBack bool
 }
@@ -177,7 +206,7 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	if lg == nil {
 		lg = slog.Default()
 	}
-	s := &Store{cfg: cfg, log: lg.With("rubble", cfg.Dir), notes: map[string]*note{}, notesCh: make(chan struct{}),
+	s := &Store{cfg: cfg, log: lg.With("rubble", cfg.Dir), notes: map[string]*note{}, resyncAt: map[string]time.Time{}, notesCh: make(chan struct{}),
 		noteVer: uint64(time.Now().UnixNano()), noteCh: make(chan struct{})}
 	s.window.at = time.Now()
 	vfs := cfg.FS.VFS()
@@ -189,13 +218,30 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			return nil, err
 		}
 	}
-	sec, err := s.openSecondary(ctx)
-	if err != nil {
-		s.log.Warn("store does not reopen: starting empty", "err", err)
-		if err := s.wipe(); err != nil {
+	// The store is in db, or in db2 after a resync (resyncLocked);
+	// both exist only if a resync was cut short, and then neither is
+	// trusted.
+	s.dbName = "db"
+	_, errDB := cfg.FS.Stat(cfg.Dir + "/db")
+	_, errDB2 := cfg.FS.Stat(cfg.Dir + "/db2")
+	if errDB == nil && errDB2 == nil {
+		s.log.Warn("two stores (a resync was cut short): starting empty")
+		if err := s.wipe("db2"); err != nil {
 			return nil, err
 		}
-		if sec, err = s.openSecondary(ctx); err != nil {
+		if err := s.wipe("db"); err != nil {
+			return nil, err
+		}
+	} else if errDB2 == nil {
+		s.dbName = "db2"
+	}
+	sec, err := s.openSecondary(ctx, s.dbName)
+	if err != nil {
+		s.log.Warn("store does not reopen: starting empty", "err", err)
+		if err := s.wipe(s.dbName); err != nil {
+			return nil, err
+		}
+		if sec, err = s.openSecondary(ctx, s.dbName); err != nil {
 			return nil, err
 		}
 	}
@@ -214,26 +260,31 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 }
 
 func (s *Store) poolDir() string { return s.cfg.Dir + "/slots" }
-func (s *Store) dbDir() string   { return s.cfg.Dir + "/db" }
+func (s *Store) dbDir() string   { return s.cfg.Dir + "/" + s.dbName }
 
-func (s *Store) openSecondary(ctx context.Context) (*Secondary, error) {
+func (s *Store) openSecondary(ctx context.Context, name string) (*Secondary, error) {
 	o := s.cfg.Options
 	o.Logger = s.log
-	return OpenSecondary(ctx, SecondaryConfig{FS: s.cfg.FS, Dir: s.dbDir(), PoolDir: s.poolDir(), Persist: true,
+	return OpenSecondary(ctx, SecondaryConfig{FS: s.cfg.FS, Dir: s.cfg.Dir + "/" + name, PoolDir: s.poolDir(), Persist: true,
 		Options: o, Released: func(int) { s.bumpNote() }})
 }
 
-// wipe removes the store's files (not the pool).
-func (s *Store) wipe() error {
+// wipe removes the store in the group's directory name (not the pool),
+// the directory itself included.
+func (s *Store) wipe(name string) error {
 	vfs := s.cfg.FS.VFS()
-	names, err := vfs.List(s.dbDir())
+	dir := s.cfg.Dir + "/" + name
+	names, err := vfs.List(dir)
 	if err != nil {
 		return nil // no store
 	}
 	for _, nm := range names {
-		if err := vfs.Remove(vfs.PathJoin(s.dbDir(), nm)); err != nil {
-			return fmt.Errorf("rubble: wipe %s: %w", s.dbDir(), err)
+		if err := vfs.Remove(vfs.PathJoin(dir, nm)); err != nil {
+			return fmt.Errorf("rubble: wipe %s: %w", dir, err)
 		}
+	}
+	if err := vfs.Remove(dir); err != nil {
+		return fmt.Errorf("rubble: wipe %s: %w", dir, err)
 	}
 	return nil
 }
@@ -255,6 +306,33 @@ func (s *Store) DB() *lsm.DB { return s.sec.Load().DB() }
 
 // Pool is the store's slot pool.
 func (s *Store) Pool() *Pool { return s.sec.Load().Pool() }
+
+// Work returns the current tree's metrics with the flush and
+// compaction work of every tree the store had before added in: what the
+// replica spent on flushing and compacting since it opened.
+func (s *Store) Work() lsm.Metrics {
+	s.mu.Lock()
+	r := s.retired
+	s.mu.Unlock()
+	m := s.DB().Metrics()
+	addWork(&m, r)
+	return m
+}
+
+func addWork(m *lsm.Metrics, r lsm.Metrics) {
+	m.Flush.Count += r.Flush.Count
+	m.Flush.BytesWritten += r.Flush.BytesWritten
+	m.Flush.Duration += r.Flush.Duration
+	m.Compact.Count += r.Compact.Count
+	m.Compact.BytesRead += r.Compact.BytesRead
+	m.Compact.BytesWritten += r.Compact.BytesWritten
+	m.Compact.Duration += r.Compact.Duration
+}
+
+// retireLocked adds the work of the tree about to close to retired.
+func (s *Store) retireLocked(sec *Secondary) {
+	addWork(&s.retired, sec.DB().Metrics())
+}
 
 // Stats returns the running totals.
 func (s *Store) Stats() StoreStats {
@@ -422,6 +500,15 @@ func (s *Store) Apply(ctx context.Context, seq uint64, op chain.Op) error {
 		return fmt.Errorf("rubble: apply %d: %w", seq, err)
 	}
 	s.applied.Store(seq)
+	if op.Tag != 0 {
+		s.recent = append(s.recent, tagged{seq, op})
+		s.recentBytes += len(op.Key) + len(op.Value) + 32
+		for s.recentBytes > s.recentCap() {
+			w := s.recent[0]
+			s.recent = s.recent[1:]
+			s.recentBytes -= len(w.op.Key) + len(w.op.Value) + 32
+		}
+	}
 	return nil
 }
 
@@ -434,11 +521,17 @@ func (s *Store) applyRecordLocked(ctx context.Context, seq uint64, body []byte) 
 		return
 	}
 	if rc.kind == recFallback {
-		s.fellBack = true
+		s.fellBack, s.fellAt = true, time.Now()
 		s.toLocalLocked("the group falls back")
 		return
 	}
 	s.noteAssignedLocked(seq, rc)
+	if files, ok := rc.files[s.cfg.ID]; ok && s.mode == ModeLocal && rc.base != nil {
+		if err := s.resyncLocked(ctx, rc.base, files); err != nil {
+			s.log.Info("resync refused: still compacting locally", "record", seq, "err", err)
+		}
+		return
+	}
 	if s.mode != ModeSecondary {
 		return
 	}
@@ -493,16 +586,18 @@ func (s *Store) Reset(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cancelShip()
+	s.retireLocked(s.sec.Load())
 	if err := s.sec.Load().Close(); err != nil && !errors.Is(err, lsm.ErrClosed) {
 		s.log.Warn("close before reset", "err", err)
 	}
-	if err := s.wipe(); err != nil {
+	if err := s.wipe(s.dbName); err != nil {
 		return err
 	}
-	sec, err := s.openSecondary(ctx)
+	sec, err := s.openSecondary(ctx, s.dbName)
 	if err != nil {
 		return err
 	}
+	s.recent, s.recentBytes = nil, 0
 	s.sec.Store(sec)
 	s.ship, s.cancelShip = context.WithCancel(context.Background())
 	s.applied.Store(0)
@@ -539,5 +634,67 @@ func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("rubble: set applied: %w", err)
 	}
 	s.applied.Store(seq)
+	return nil
+}
+
+// resyncLocked makes a local replica a secondary again: a new store (in
+// the other of db and db2) gets the primary's writes past its tables
+// from the recent writes, at the primary's numbers, then the primary's
+// whole tree (base, written into this node's slots: files), and
+// replaces the old store, whose slots it frees. Any failure leaves the
+// old store as it was.
+func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot) error {
+	e, err := lsm.DecodeVersionEdit(base)
+	if err != nil {
+		return err
+	}
+	var upTo lsm.SeqNum // every write of the primary up to it is in base
+	for _, nf := range e.NewFiles {
+		upTo = max(upTo, nf.Meta.LargestSeq)
+	}
+	if len(s.recent) == 0 || s.recent[0].op.Tag > uint64(upTo) {
+		return fmt.Errorf("the writes past the primary's tables (seq %d) are not all among the recent ones", upTo)
+	}
+	name := "db2"
+	if s.dbName == "db2" {
+		name = "db"
+	}
+	if err := s.wipe(name); err != nil {
+		return err
+	}
+	sec, err := s.openSecondary(ctx, name)
+	if err == nil {
+		sec.DB().AdvanceSeq(upTo)
+		for _, w := range s.recent {
+			if lsm.SeqNum(w.op.Tag) > upTo && err == nil {
+				err = sec.Apply(ctx, lsmstore.WriteBatch(w.seq, w.op).Repr(), lsm.SeqNum(w.op.Tag))
+			}
+		}
+		if err == nil {
+			err = sec.Install(ctx, base, files)
+		}
+		if err != nil {
+			sec.Close()
+		}
+	}
+	if err != nil {
+		if werr := s.wipe(name); werr != nil {
+			s.log.Warn("resync: clean up", "err", werr)
+		}
+		return err
+	}
+	old, oldName := s.sec.Load(), s.dbName
+	s.retireLocked(old)
+	s.sec.Store(sec)
+	s.dbName, s.mode, s.recent, s.recentBytes = name, ModeSecondary, nil, 0
+	if err := old.Close(); err != nil {
+		s.log.Warn("resync: close the local store", "err", err)
+	}
+	if err := s.wipe(oldName); err != nil {
+		s.log.Warn("resync: remove the local store", "err", err)
+	}
+	s.stats.Resyncs++
+	s.log.Info("resynced: a secondary again", "tables", len(files), "upTo", upTo)
+	s.bumpNote()
 	return nil
 }

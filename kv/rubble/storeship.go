@@ -26,8 +26,16 @@ type target struct {
 // chain could not take (this node is no longer the head) fails the
 // edit, and the store with it: the node then rejoins by COPY.
 func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
+	m := s.DB().Metrics()
 	s.mu.Lock()
 	ctx, fellBack := s.ship, s.fellBack
+	if fellBack && !s.cfg.Fallback && time.Since(s.fellAt) > 4*s.cfg.FallbackWindow {
+		// Try shipping again: the local replicas are resynced, and the
+		// next window measures it anew.
+		s.log.Info("trying shipping again after the fallback", "since", time.Since(s.fellAt))
+		s.fellBack, fellBack = false, false
+		s.window = windowStart{at: time.Now(), ship: s.stats.ShipTime, flush: m.Flush.Duration, compa: m.Compact.Duration}
+	}
 	s.mu.Unlock()
 	if fellBack {
 		return nil
@@ -39,29 +47,53 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 		return nil // the tree does not change
 	}
 	start := time.Now()
-	targets := s.targets(ctx)
+	targets, resync := s.targets(ctx)
+	sec := s.sec.Load()
 	shipped := shippedFiles(e)
-	tables, size, err := readTables(s.cfg.FS.VFS(), s.dbDir(), shipped)
+	tables, size, err := readTables(sec.FS(), s.dbDir(), shipped)
 	if err != nil {
 		return err
 	}
 	rc := &record{kind: recEdit, prev: s.DB().Fingerprint(), edit: e.Encode(nil), files: map[string][]FileSlot{}}
+	var baseFiles []lsm.NewFile
+	var baseTables [][]byte
+	if len(resync) > 0 {
+		// The local replicas get the whole tree as it is after e.
+		base, err := s.DB().VersionAfter(e)
+		if err == nil {
+			baseFiles = base.NewFiles
+			baseTables, _, err = readTables(sec.FS(), s.dbDir(), baseFiles)
+		}
+		if err != nil {
+			s.log.Warn("resync: no base", "err", err)
+			resync = nil
+		} else {
+			rc.base = base.Encode(nil)
+		}
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, t := range targets {
+	send := func(t *target, files []lsm.NewFile, tables [][]byte, what string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			files, err := s.shipTo(ctx, t, shipped, tables)
+			got, err := s.shipTo(ctx, t, files, tables)
 			if err != nil {
-				// The record goes without it: it turns local on it.
-				s.log.Warn("ship: secondary left out of the edit", "node", t.id, "err", err)
+				// The record goes without it: a secondary turns local
+				// on it, a local replica stays so.
+				s.log.Warn("ship: replica left out of the edit", "node", t.id, "what", what, "err", err)
 				return
 			}
 			mu.Lock()
-			rc.files[t.id] = files
+			rc.files[t.id] = got
 			mu.Unlock()
 		}()
+	}
+	for _, t := range targets {
+		send(t, shipped, tables, "edit")
+	}
+	for _, t := range resync {
+		send(t, baseFiles, baseTables, "resync")
 	}
 	wg.Wait()
 	_, err = s.app.Append(ctx, rc.encode())
@@ -112,9 +144,11 @@ func (s *Store) shipTo(ctx context.Context, t *target, shipped []lsm.NewFile, ta
 
 // targets are the members after this node (and a joining node) whose
 // newest note says they are secondaries, each with its free slots (one
-// edit is shipped at a time: the store calls BeforeEdit so). It first waits, up to NoteWait, for a note
-// from every member it has none from.
-func (s *Store) targets(ctx context.Context) []*target {
+// edit is shipped at a time: the store calls BeforeEdit so); resync are
+// those that compact locally and are due a resync (at most one try per
+// resyncEvery each). It first waits, up to NoteWait, for a note from
+// every member it has none from.
+func (s *Store) targets(ctx context.Context) (ship, resync []*target) {
 	deadline := time.Now().Add(s.cfg.NoteWait)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -141,10 +175,12 @@ func (s *Store) targets(ctx context.Context) []*target {
 			break
 		}
 	}
-	var out []*target
 	for _, id := range append(slices.Clone(s.chain.Members), s.chain.Joining) {
 		n, ok := s.notes[id]
-		if id == "" || id == s.cfg.ID || !ok || n.mode != ModeSecondary {
+		if id == "" || id == s.cfg.ID || !ok || n.mode == ModePrimary {
+			continue
+		}
+		if n.mode == ModeLocal && (s.fellBack || s.cfg.Fallback || time.Since(s.resyncAt[id]) < resyncEvery) {
 			continue
 		}
 		taken := map[int]bool{}
@@ -159,10 +195,19 @@ func (s *Store) targets(ctx context.Context) []*target {
 				t.free = append(t.free, i)
 			}
 		}
-		out = append(out, t)
+		if n.mode == ModeLocal {
+			s.resyncAt[id] = time.Now()
+			resync = append(resync, t)
+		} else {
+			ship = append(ship, t)
+		}
 	}
-	return out
+	return ship, resync
 }
+
+// resyncEvery spaces a primary's tries to resync a local replica: each
+// writes its whole tree into the replica's pool.
+const resyncEvery = 5 * time.Second
 
 // fallbackDue reports whether, over the last window, shipping took
 // longer than the primary's own flushes and compactions; it starts a
@@ -192,7 +237,7 @@ func (s *Store) fallBack(ctx context.Context) error {
 		return fmt.Errorf("rubble: append fallback: %w", err)
 	}
 	s.mu.Lock()
-	s.fellBack = true
+	s.fellBack, s.fellAt = true, time.Now()
 	s.mu.Unlock()
 	return nil
 }

@@ -261,11 +261,15 @@ const (
 //	9   4  L, then L bytes: the edit (lsm.VersionEdit.Encode)
 //	    4  R, then R replicas: ID length (2), ID, F (4), then F
 //	       files: table (8), slot (4)
+//	    4  B, then B bytes: the base (0: none), an lsm.VersionEdit
+//	       building the primary's whole tree after the edit, for the
+//	       local replicas it resyncs (their files: every base table)
 type record struct {
 	kind  uint8
 	prev  uint64
 	edit  []byte
 	files map[string][]FileSlot
+	base  []byte
 }
 
 func (rc *record) encode() []byte {
@@ -291,7 +295,8 @@ func (rc *record) encode() []byte {
 			b = binary.LittleEndian.AppendUint32(b, uint32(f.Slot))
 		}
 	}
-	return b
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(rc.base)))
+	return append(b, rc.base...)
 }
 
 func decodeRecord(b []byte) (*record, error) {
@@ -326,6 +331,9 @@ func decodeRecord(b []byte) (*record, error) {
 			fs[i] = FileSlot{Table: r.u64(), Slot: int(r.u32())}
 		}
 		rc.files[id] = fs
+	}
+	if base := r.take(uint64(r.u32())); len(base) > 0 {
+		rc.base = base
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("rubble: record: %w", r.err)

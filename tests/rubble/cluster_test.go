@@ -125,15 +125,19 @@ func TestRubbleKillNodeUnderLoad(t *testing.T) {
 			first := num(t, waitStats(t, c, now.Head(), "a stats line", func(map[string]string) bool { return true }), "shipped_edits")
 			more := clustertest.StartLoad(t, writer, tail)
 			more.WaitAcked(t, 2000)
-			for k, v := range more.Finish() {
-				acked[k] = v
-			}
 			st := waitStats(t, c, now.Head(), "more shipped edits", func(st map[string]string) bool {
 				return st["mode"] == "primary" && num(t, st, "shipped_edits") > first
 			})
 			t.Logf("after: chain %v; head %s: %v", now.Members, now.Head(), st)
+			// The restarted node joined by COPY and compacted for
+			// itself; under the load the primary resyncs it, and every
+			// other member is a secondary again.
 			for _, id := range now.Members[1:] {
+				waitStats(t, c, id, "the secondary's role", func(st map[string]string) bool { return st["mode"] == "secondary" })
 				t.Logf("node %s: %s", id, c.Last(id, "stats", "group="+clustertest.Group))
+			}
+			for k, v := range more.Finish() {
+				acked[k] = v
 			}
 			clustertest.CheckAll(t, tail, acked)
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -175,4 +176,43 @@ func fsckPool(t *testing.T, data string) {
 		t.Fatalf("%s: pool has %d slots, made with 64", data, n)
 	}
 	t.Logf("%s: pool of %d slots clean", filepath.Base(data), len(p.Slots()))
+}
+
+// TestRubbleFallback forces the fallback (--rubble-fallback): the
+// primary's first edit is preceded by the fallback record, after which
+// every replica flushes and compacts for itself and nothing is shipped;
+// the group then survives its head's SIGKILL under load as a plain
+// replicated kv/lsm, losing no acknowledged write.
+func TestRubbleFallback(t *testing.T) {
+	c := clustertest.NewClusterWith(t, append(slices.Clone(rubbleArgs), "--rubble-fallback"), "n1", "n2", "n3")
+	ctx := context.Background()
+	writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	tail, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group, Reads: chain.ReadTail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tail.Close()
+	ch := c.WaitChain(func(cluster.Chain) bool { return true })
+	l := clustertest.StartLoad(t, writer, tail)
+	l.WaitAcked(t, 3000)
+	for _, id := range ch.Members {
+		want := "local"
+		if id == ch.Head() {
+			want = "primary"
+		}
+		st := waitStats(t, c, id, "the fallback with flushes and compactions", func(st map[string]string) bool {
+			return st["fell_back"] == "true" && num(t, st, "flushes") > 0
+		})
+		if st["mode"] != want || num(t, st, "shipped_edits") != 0 || num(t, st, "installed") != 0 {
+			t.Fatalf("node %s in the fallback: %v; want mode %s, nothing shipped or installed", id, st, want)
+		}
+		t.Logf("node %s: %s", id, c.Last(id, "stats", "group="+clustertest.Group))
+	}
+	acked := l.Finish()
+	clustertest.KillUnderLoad(t, c, "head", cluster.Chain.Head)
+	clustertest.CheckAll(t, tail, acked)
 }

@@ -19,7 +19,8 @@ type Op struct {
 	// write: Key, Value and Delete are unset and no key turns dirty. The
 	// head's store makes records (Node.Append); they are numbered,
 	// logged, shipped and committed as writes are, so every replica's
-	// store gets each at its place in the one order of the chain.
+	// store gets each at its place in the one order of the chain. A
+	// store whose head never appends (lsmstore, leedstore) never gets one.
 	Record []byte
 }
 

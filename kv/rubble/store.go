@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,14 +41,14 @@ type StoreConfig struct {
 	ID string
 	// FS is the node's offloadfs, on the volume its target exports; Dir
 	// is the group's directory there: its pool in Dir/slots, its store
-	// in Dir/db.
+	// in Dir/db<N> (a new N for each new store: Reset, resync).
 	FS  *offloadfs.FS
 	Dir string
 	// Slots and SlotSize size the pool made on the first open; an
 	// existing pool is used as it is.
 	Slots    int
 	SlotSize int64
-	// Options are the store's kv/lsm options (Dir/db on FS).
+	// Options are the store's kv/lsm options.
 	Options lsm.Options
 	// Dialer reaches the other nodes' volumes when this node is the
 	// group's primary.
@@ -117,7 +119,9 @@ type Store struct {
 	window   windowStart
 	fellAt   time.Time            // when the group fell back
 	resyncAt map[string]time.Time // the primary's last resync try of each local replica
-	dbName   string               // the store's directory in Dir: db, or db2 after a resync
+	dbName   string               // the store's directory in Dir, db<dbSeq>
+	dbSeq    uint64
+	closing  sync.WaitGroup // replaced stores being closed (retireLocked)
 	// recent are a local replica's last writes with the primary's
 	// sequence numbers (at most recentCap bytes): what a resync needs
 	// besides the primary's tables (those its memtables hold).
@@ -218,22 +222,35 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 			return nil, err
 		}
 	}
-	// The store is in db, or in db2 after a resync (resyncLocked);
-	// both exist only if a resync was cut short, and then neither is
-	// trusted.
-	s.dbName = "db"
-	_, errDB := cfg.FS.Stat(cfg.Dir + "/db")
-	_, errDB2 := cfg.FS.Stat(cfg.Dir + "/db2")
-	if errDB == nil && errDB2 == nil {
-		s.log.Warn("two stores (a resync was cut short): starting empty")
-		if err := s.wipe("db2"); err != nil {
-			return nil, err
+	// The store is in db<N>; a new one (Reset, resync) gets the next N
+	// and the old one is removed once closed. More than one exist only
+	// if that was cut short, and then none is trusted.
+	names, err := vfs.List(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("rubble: %w", err)
+	}
+	var dbs []string
+	for _, nm := range names {
+		if n, ok := strings.CutPrefix(nm, "db"); ok {
+			if k, err := strconv.ParseUint(n, 10, 64); err == nil {
+				dbs = append(dbs, nm)
+				s.dbSeq = max(s.dbSeq, k)
+			}
 		}
-		if err := s.wipe("db"); err != nil {
-			return nil, err
+	}
+	switch len(dbs) {
+	case 0:
+		s.dbName = s.nextDB()
+	case 1:
+		s.dbName = dbs[0]
+	default:
+		s.log.Warn("several stores (a reset or resync was cut short): starting empty", "stores", dbs)
+		for _, nm := range dbs {
+			if err := s.wipe(nm); err != nil {
+				return nil, err
+			}
 		}
-	} else if errDB2 == nil {
-		s.dbName = "db2"
+		s.dbName = s.nextDB()
 	}
 	sec, err := s.openSecondary(ctx, s.dbName)
 	if err != nil {
@@ -261,6 +278,31 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 
 func (s *Store) poolDir() string { return s.cfg.Dir + "/slots" }
 func (s *Store) dbDir() string   { return s.cfg.Dir + "/" + s.dbName }
+
+// nextDB names a new store directory.
+func (s *Store) nextDB() string {
+	s.dbSeq++
+	return "db" + strconv.FormatUint(s.dbSeq, 10)
+}
+
+// retireLocked adds the work of old's tree to retired and closes and
+// removes it in the background: closing waits for its flushes and
+// compactions, and a primary's may wait on the chain node, whose lock
+// the caller may hold (a COPY's Reset). Its context was cancelled, so
+// they fail out.
+func (s *Store) retireLocked(old *Secondary, name string) {
+	addWork(&s.retired, old.DB().Metrics())
+	s.closing.Add(1)
+	go func() {
+		defer s.closing.Done()
+		if err := old.Close(); err != nil && !errors.Is(err, lsm.ErrClosed) {
+			s.log.Info("closing a replaced store", "err", err)
+		}
+		if err := s.wipe(name); err != nil {
+			s.log.Warn("removing a replaced store", "err", err)
+		}
+	}()
+}
 
 func (s *Store) openSecondary(ctx context.Context, name string) (*Secondary, error) {
 	o := s.cfg.Options
@@ -293,12 +335,14 @@ func (s *Store) wipe(name string) error {
 // appends its edit records; call it before the node runs.
 func (s *Store) Attach(a Appender) { s.app = a }
 
-// Close closes the store.
+// Close closes the store, after the stores it replaced.
 func (s *Store) Close() error {
 	s.mu.Lock()
 	s.cancelShip()
 	s.mu.Unlock()
-	return s.sec.Load().Close()
+	err := s.sec.Load().Close()
+	s.closing.Wait()
+	return err
 }
 
 // DB is the store's tree (for metrics).
@@ -327,11 +371,6 @@ func addWork(m *lsm.Metrics, r lsm.Metrics) {
 	m.Compact.BytesRead += r.Compact.BytesRead
 	m.Compact.BytesWritten += r.Compact.BytesWritten
 	m.Compact.Duration += r.Compact.Duration
-}
-
-// retireLocked adds the work of the tree about to close to retired.
-func (s *Store) retireLocked(sec *Secondary) {
-	addWork(&s.retired, sec.DB().Metrics())
 }
 
 // Stats returns the running totals.
@@ -586,18 +625,16 @@ func (s *Store) Reset(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.cancelShip()
-	s.retireLocked(s.sec.Load())
-	if err := s.sec.Load().Close(); err != nil && !errors.Is(err, lsm.ErrClosed) {
-		s.log.Warn("close before reset", "err", err)
-	}
-	if err := s.wipe(s.dbName); err != nil {
-		return err
-	}
-	sec, err := s.openSecondary(ctx, s.dbName)
+	name := s.nextDB()
+	sec, err := s.openSecondary(ctx, name)
 	if err != nil {
+		if werr := s.wipe(name); werr != nil {
+			s.log.Warn("reset: clean up", "err", werr)
+		}
 		return err
 	}
-	s.recent, s.recentBytes = nil, 0
+	s.retireLocked(s.sec.Load(), s.dbName)
+	s.recent, s.recentBytes, s.dbName = nil, 0, name
 	s.sec.Store(sec)
 	s.ship, s.cancelShip = context.WithCancel(context.Background())
 	s.applied.Store(0)
@@ -638,7 +675,7 @@ func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
 }
 
 // resyncLocked makes a local replica a secondary again: a new store (in
-// the other of db and db2) gets the primary's writes past its tables
+// a new directory) gets the primary's writes past its tables
 // from the recent writes, at the primary's numbers, then the primary's
 // whole tree (base, written into this node's slots: files), and
 // replaces the old store, whose slots it frees. Any failure leaves the
@@ -655,13 +692,7 @@ func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot)
 	if len(s.recent) == 0 || s.recent[0].op.Tag > uint64(upTo) {
 		return fmt.Errorf("the writes past the primary's tables (seq %d) are not all among the recent ones", upTo)
 	}
-	name := "db2"
-	if s.dbName == "db2" {
-		name = "db"
-	}
-	if err := s.wipe(name); err != nil {
-		return err
-	}
+	name := s.nextDB()
 	sec, err := s.openSecondary(ctx, name)
 	if err == nil {
 		sec.DB().AdvanceSeq(upTo)
@@ -683,16 +714,9 @@ func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot)
 		}
 		return err
 	}
-	old, oldName := s.sec.Load(), s.dbName
-	s.retireLocked(old)
+	s.retireLocked(s.sec.Load(), s.dbName)
 	s.sec.Store(sec)
 	s.dbName, s.mode, s.recent, s.recentBytes = name, ModeSecondary, nil, 0
-	if err := old.Close(); err != nil {
-		s.log.Warn("resync: close the local store", "err", err)
-	}
-	if err := s.wipe(oldName); err != nil {
-		s.log.Warn("resync: remove the local store", "err", err)
-	}
 	s.stats.Resyncs++
 	s.log.Info("resynced: a secondary again", "tables", len(files), "upTo", upTo)
 	s.bumpNote()

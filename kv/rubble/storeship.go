@@ -50,9 +50,13 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 	targets, resync := s.targets(ctx)
 	sec := s.sec.Load()
 	shipped := shippedFiles(e)
-	tables, size, err := readTables(sec.FS(), s.dbDir(), shipped)
-	if err != nil {
-		return err
+	var tables [][]byte
+	var size uint64
+	if len(targets) > 0 {
+		var err error
+		if tables, size, err = readTables(sec.FS(), s.dbDir(), shipped); err != nil {
+			return err
+		}
 	}
 	rc := &record{kind: recEdit, prev: s.DB().Fingerprint(), edit: e.Encode(nil), files: map[string][]FileSlot{}}
 	var baseFiles []lsm.NewFile
@@ -96,7 +100,7 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 		send(t, baseFiles, baseTables, "resync")
 	}
 	wg.Wait()
-	_, err = s.app.Append(ctx, rc.encode())
+	_, err := s.app.Append(ctx, rc.encode())
 	s.mu.Lock()
 	if err == nil {
 		s.stats.ShippedEdits++

@@ -18,6 +18,7 @@ import (
 	"github.com/nearstore/nearstore/kv/rubble"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/target"
+	"github.com/nearstore/nearstore/vfs"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -59,6 +60,7 @@ type rubbleNode struct {
 	fsys   *offloadfs.FS
 	srv    *target.Server
 	addr   string
+	data   string // --data: each group's store in data/GROUP/db<N>, on the local file system
 	dialer *rubble.TargetDialer
 }
 
@@ -75,7 +77,7 @@ func startRubbleNode(ctx context.Context, data, id string, o rubbleFlags, ctl *c
 	if err != nil {
 		return nil, err
 	}
-	rn := &rubbleNode{vol: vol, dialer: &rubble.TargetDialer{Control: ctl, Self: id}}
+	rn := &rubbleNode{vol: vol, data: data, dialer: &rubble.TargetDialer{Control: ctl, Self: id}}
 	dev := offloadfs.VolumeDevice(vol)
 	if fresh {
 		if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
@@ -120,7 +122,7 @@ func (rn *rubbleNode) open(ctx context.Context, id, group string, o rubbleFlags,
 		slotSize = max(memt, 2*tfs) + 512<<10
 	}
 	return rubble.OpenStore(ctx, rubble.StoreConfig{
-		ID: id, FS: rn.fsys, Dir: group, Slots: o.slots, SlotSize: slotSize, Options: opts,
+		ID: id, FS: rn.fsys, Local: vfs.OS(rn.data), Dir: group, Slots: o.slots, SlotSize: slotSize, Options: opts,
 		Dialer: rn.dialer, Fallback: o.fallback, FallbackWindow: o.window, Log: log,
 	})
 }

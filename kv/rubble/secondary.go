@@ -20,10 +20,14 @@ type FileSlot struct {
 // SecondaryConfig configures OpenSecondary.
 type SecondaryConfig struct {
 	// FS is the secondary's own offloadfs, holding a pool (MakePool);
-	// the store's WALs and MANIFEST go in Dir on it, its tables are the
-	// pool's slots.
-	FS  *offloadfs.FS
-	Dir string
+	// the store's tables are the pool's slots.
+	FS *offloadfs.FS
+	// Local is the file system of the store's own files (WALs,
+	// MANIFEST, the map, tables it writes itself), in Dir (default: FS).
+	// A node keeps them on its local file system, the kernel's, and only
+	// the slots on the volume its target exports.
+	Local vfs.FS
+	Dir   string
 	// PoolDir is the pool's directory on FS (default SlotDir).
 	PoolDir string
 	// Persist keeps the file map in Dir (MapFileName), rewritten before
@@ -85,7 +89,11 @@ func OpenSecondary(ctx context.Context, cfg SecondaryConfig) (*Secondary, error)
 	o.L0SlowdownWritesThreshold = max(o.L0SlowdownWritesThreshold, 1<<30)
 	o.L0StopWritesThreshold = max(o.L0StopWritesThreshold, 1<<30)
 	o.SoftPendingCompactionBytes, o.HardPendingCompactionBytes = 1<<62, 1<<62
-	base := cfg.FS.VFS()
+	if cfg.Local == nil {
+		cfg.Local = cfg.FS.VFS()
+	}
+	s.cfg = cfg
+	base := cfg.Local
 	if _, err := base.Stat(base.PathJoin(cfg.Dir, "CURRENT")); err == nil {
 		if !cfg.Persist {
 			return nil, fmt.Errorf("rubble: secondary: %s holds a store already; a secondary without a persisted map starts empty", cfg.Dir)
@@ -124,7 +132,7 @@ func (s *Secondary) DB() *lsm.DB { return s.db }
 
 // FS is the store's file system: its own, where a table of the file
 // map opens as its slot.
-func (s *Secondary) FS() vfs.FS { return slotFS{FS: s.cfg.FS.VFS(), s: s} }
+func (s *Secondary) FS() vfs.FS { return slotFS{FS: s.cfg.Local, s: s} }
 
 // Pool is the secondary's slot pool.
 func (s *Secondary) Pool() *Pool { return s.pool }
@@ -258,7 +266,7 @@ func (s *Secondary) persistLocked() error {
 	for _, f := range s.byPath {
 		files = append(files, f)
 	}
-	base := s.cfg.FS.VFS()
+	base := s.cfg.Local
 	return writeMap(base, base.PathJoin(s.cfg.Dir, MapFileName), files)
 }
 
@@ -291,7 +299,7 @@ func (s *Secondary) unmapFiles(e *lsm.VersionEdit) {
 }
 
 func (s *Secondary) tablePath(n uint64) string {
-	return s.cfg.FS.VFS().PathJoin(s.cfg.Dir, lsm.TableName(n))
+	return s.cfg.Local.PathJoin(s.cfg.Dir, lsm.TableName(n))
 }
 
 // Tables is the file map: every live table and its slot.
@@ -322,7 +330,7 @@ func (f slotFS) lookup(name string) (FileSlot, bool) {
 
 func (f slotFS) Open(name string) (vfs.File, error) {
 	if fs, ok := f.lookup(name); ok {
-		return f.FS.Open(f.s.pool.slotName(fs.Slot))
+		return f.s.pool.fsys.VFS().Open(f.s.pool.slotName(fs.Slot))
 	}
 	return f.FS.Open(name)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/nearstore/nearstore/kv/chain/lsmstore"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/vfs"
 )
 
 // Dialer connects a primary to another node's volume: the namespace its
@@ -40,10 +41,12 @@ type StoreConfig struct {
 	// ID is the node's ID in the cluster.
 	ID string
 	// FS is the node's offloadfs, on the volume its target exports; Dir
-	// is the group's directory there: its pool in Dir/slots, its store
-	// in Dir/db<N> (a new N for each new store: Reset, resync).
-	FS  *offloadfs.FS
-	Dir string
+	// is the group's directory there: its pool in Dir/slots. Its store
+	// is in Dir/db<N> on Local (a new N for each new store: Reset,
+	// resync), default FS.
+	FS    *offloadfs.FS
+	Local vfs.FS
+	Dir   string
 	// Slots and SlotSize size the pool made on the first open; an
 	// existing pool is used as it is.
 	Slots    int
@@ -170,7 +173,8 @@ type windowStart struct {
 type StoreStats struct {
 	Mode Mode
 	// Shipped: edits shipped as primary, their tables (counted once per
-	// secondary) and bytes, and the time spent shipping.
+	// secondary) and bytes, and the time spent reading and writing them
+	// into the secondaries (not the wait for the chain to take the edit).
 	ShippedEdits, ShippedTables, ShippedBytes uint64
 	ShipTime                                  time.Duration
 	// Installed: edits installed as a secondary; Resyncs: times a local
@@ -213,9 +217,12 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	s := &Store{cfg: cfg, log: lg.With("rubble", cfg.Dir), notes: map[string]*note{}, resyncAt: map[string]time.Time{}, notesCh: make(chan struct{}),
 		noteVer: uint64(time.Now().UnixNano()), noteCh: make(chan struct{})}
 	s.window.at = time.Now()
-	vfs := cfg.FS.VFS()
+	if s.cfg.Local == nil {
+		s.cfg.Local = cfg.FS.VFS()
+	}
+	local := s.cfg.Local
 	if _, err := cfg.FS.Stat(s.poolDir()); err != nil {
-		if err := vfs.MkdirAll(cfg.Dir); err != nil {
+		if err := cfg.FS.VFS().MkdirAll(cfg.Dir); err != nil {
 			return nil, fmt.Errorf("rubble: %w", err)
 		}
 		if _, err := MakePoolAt(ctx, cfg.FS, s.poolDir(), cfg.Slots, cfg.SlotSize); err != nil {
@@ -225,7 +232,10 @@ func OpenStore(ctx context.Context, cfg StoreConfig) (*Store, error) {
 	// The store is in db<N>; a new one (Reset, resync) gets the next N
 	// and the old one is removed once closed. More than one exist only
 	// if that was cut short, and then none is trusted.
-	names, err := vfs.List(cfg.Dir)
+	if err := local.MkdirAll(cfg.Dir); err != nil {
+		return nil, fmt.Errorf("rubble: %w", err)
+	}
+	names, err := local.List(cfg.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("rubble: %w", err)
 	}
@@ -307,14 +317,14 @@ func (s *Store) retireLocked(old *Secondary, name string) {
 func (s *Store) openSecondary(ctx context.Context, name string) (*Secondary, error) {
 	o := s.cfg.Options
 	o.Logger = s.log
-	return OpenSecondary(ctx, SecondaryConfig{FS: s.cfg.FS, Dir: s.cfg.Dir + "/" + name, PoolDir: s.poolDir(), Persist: true,
+	return OpenSecondary(ctx, SecondaryConfig{FS: s.cfg.FS, Local: s.cfg.Local, Dir: s.cfg.Dir + "/" + name, PoolDir: s.poolDir(), Persist: true,
 		Options: o, Released: func(int) { s.bumpNote() }})
 }
 
 // wipe removes the store in the group's directory name (not the pool),
 // the directory itself included.
 func (s *Store) wipe(name string) error {
-	vfs := s.cfg.FS.VFS()
+	vfs := s.cfg.Local
 	dir := s.cfg.Dir + "/" + name
 	names, err := vfs.List(dir)
 	if err != nil {

@@ -27,9 +27,11 @@ func TestMain(m *testing.M) {
 }
 
 // rubbleArgs run each node with --store rubble: small memtables, so a
-// few thousand writes flush and compact many times, and small pools.
+// few thousand writes flush and compact many times, and small pools; a
+// 5 s lease, so a node on a loaded machine does not lose it (and rejoin
+// by COPY, as a local replica) while the test checks the secondaries.
 var rubbleArgs = []string{"--store", "rubble", "--memtable-size", "32768", "--rubble-size", "256MiB",
-	"--rubble-slots", "64", "--rubble-slot-size", "1048576", "--stats-interval", "300ms"}
+	"--rubble-slots", "64", "--rubble-slot-size", "1048576", "--stats-interval", "300ms", "--lease-ttl", "5"}
 
 var statRE = regexp.MustCompile(`(\w+)=(\S+)`)
 

@@ -28,6 +28,10 @@ type Node struct {
 	ID     string   `json:"id"`
 	Addr   string   `json:"addr"`   // host:port of its chain (gRPC) service
 	Groups []string `json:"groups"` // the replication groups it serves
+	// Target is the host:port of the node's NVMe/TCP target, if it
+	// exports a volume to its peers (kv/rubble: the primary writes its
+	// tables into the secondaries' slot pools there); empty: none.
+	Target string `json:"target,omitempty"`
 }
 
 // Control reads and changes the cluster's state in etcd. Keys, under

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/kv/chain"
+	"github.com/nearstore/nearstore/kv/rubble"
 )
 
 func newClusterCmd(g *globals) *cobra.Command {
@@ -108,6 +111,7 @@ func newNodeServeCmd(g *globals, use string) *cobra.Command {
 		readIOPS       float64
 		leaseTTL, memt int
 		ns             nodeStore
+		statsEvery     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   use,
@@ -151,9 +155,15 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 			if err != nil {
 				return err
 			}
+			targetAddr, stopTarget, err := ns.startRubble(cmd.Context(), data, id, ctl, g.logger())
+			if err != nil {
+				return err
+			}
+			defer stopTarget() // after the stores close (deferred later)
 			var nodes []*chain.Node
+			var stores []chain.Store
 			for _, gr := range groups {
-				st, closeStore, err := ns.open(cmd.Context(), dirOf(gr), g.logger())
+				st, closeStore, err := ns.open(cmd.Context(), id, gr, dirOf(gr), g.logger())
 				if err != nil {
 					return err
 				}
@@ -165,13 +175,28 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 				if err != nil {
 					return err
 				}
+				if a, ok := st.(interface{ Attach(rubble.Appender) }); ok {
+					a.Attach(n)
+				}
 				nodes = append(nodes, n)
+				stores = append(stores, st)
 			}
-			h, err := chain.NewHost(chain.HostConfig{ID: id, Addr: ln.Addr().String(), Control: ctl, LeaseTTL: leaseTTL, Log: g.logger()}, nodes...)
+			h, err := chain.NewHost(chain.HostConfig{ID: id, Addr: ln.Addr().String(), Target: targetAddr, Control: ctl, LeaseTTL: leaseTTL, Log: g.logger()}, nodes...)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "node %s serving on %s\n", id, ln.Addr())
+			var outMu sync.Mutex
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "node %s serving on %s\n", id, ln.Addr())
+			if statsEvery > 0 {
+				sctx, stopStats := context.WithCancel(cmd.Context())
+				statsDone := make(chan struct{})
+				go func() {
+					defer close(statsDone)
+					printStats(sctx, out, &outMu, id, groups, stores, statsEvery)
+				}()
+				defer func() { stopStats(); <-statsDone }()
+			}
 			err = h.Run(cmd.Context(), ln)
 			if cmd.Context().Err() != nil {
 				return nil
@@ -187,6 +212,7 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 	cmd.Flags().Float64Var(&readIOPS, "read-iops", 0, "model a device admitting this many store reads per second, per group (0: unthrottled)")
 	cmd.Flags().IntVar(&leaseTTL, "lease-ttl", 2, "etcd lease in seconds: a dead node leaves the chains this long after")
 	cmd.Flags().IntVar(&memt, "memtable-size", 0, "kv/lsm memtable size in bytes (0: the default)")
+	cmd.Flags().DurationVar(&statsEvery, "stats-interval", 0, "print a \"stats node=ID group=G mode=M flushes=… flush_ms=… compactions=… compact_ms=… …\" line per group this often, and once at exit (0: never)")
 	ns.flags(cmd.Flags())
 	return cmd
 }
@@ -198,6 +224,9 @@ func newClusterUpCmd(g *globals) *cobra.Command {
 		nodes    int
 		groups   int
 		readIOPS float64
+		store    string
+		memt     int
+		stats    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -273,7 +302,8 @@ interrupted, stopping the nodes on the way out.`,
 			}()
 			for _, id := range ids {
 				p := exec.Command(self, "node", "serve", "--etcd", ef.endpoints, "--prefix", ef.prefix, "--groups", strings.Join(gnames, ","),
-					"--id", id, "--data", filepath.Join(dir, id), "--read-iops", fmt.Sprint(readIOPS), "--log-level", g.logLevel)
+					"--id", id, "--data", filepath.Join(dir, id), "--read-iops", fmt.Sprint(readIOPS), "--log-level", g.logLevel,
+					"--store", store, "--memtable-size", fmt.Sprint(memt), "--stats-interval", stats.String())
 				p.Stderr = os.Stderr
 				p.SysProcAttr = nodeProcAttr()
 				so, err := p.StdoutPipe()
@@ -284,11 +314,13 @@ interrupted, stopping the nodes on the way out.`,
 					return err
 				}
 				procs = append(procs, p)
-				line, err := bufio.NewReader(so).ReadString('\n')
+				rd := bufio.NewReader(so)
+				line, err := rd.ReadString('\n')
 				if err != nil {
 					return fmt.Errorf("node %s: %w", id, err)
 				}
 				fmt.Fprintf(out, "%s (pid %d)\n", strings.TrimSpace(line), p.Process.Pid)
+				go io.Copy(out, rd) // its stats lines
 			}
 			<-ctx.Done()
 			return nil
@@ -299,6 +331,9 @@ interrupted, stopping the nodes on the way out.`,
 	cmd.Flags().IntVar(&nodes, "nodes", 3, "number of nodes (each group's chain length)")
 	cmd.Flags().IntVar(&groups, "groups", 0, "number of replication groups g0…g(N-1) sharing the key space (0: one group, --group)")
 	cmd.Flags().Float64Var(&readIOPS, "read-iops", 0, "each node's modelled device read rate (0: unthrottled)")
+	cmd.Flags().StringVar(&store, "store", "lsm", "each node's store: lsm, leed or rubble (as node serve --store)")
+	cmd.Flags().IntVar(&memt, "memtable-size", 0, "each node's kv/lsm memtable size in bytes (0: the default)")
+	cmd.Flags().DurationVar(&stats, "stats-interval", 0, "each node prints its stats lines this often (node serve --stats-interval; 0: never)")
 	return cmd
 }
 

@@ -27,7 +27,10 @@ type HostConfig struct {
 	ID string
 	// Addr is the address clients and peers dial (host:port of the
 	// listener given to Run).
-	Addr    string
+	Addr string
+	// Target, if set, is published with the node's membership
+	// (cluster.Node.Target): where its NVMe/TCP target listens.
+	Target  string
 	Control *cluster.Control
 	// LeaseTTL is the node's etcd lease in seconds (default 2).
 	LeaseTTL int
@@ -122,7 +125,7 @@ func (h *Host) incarnation(ctx context.Context, serveErr <-chan error) error {
 			return err
 		}
 	}
-	reg, err := h.cfg.Control.Register(ctx, cluster.Node{ID: h.cfg.ID, Addr: h.cfg.Addr, Groups: h.Groups()}, h.cfg.LeaseTTL)
+	reg, err := h.cfg.Control.Register(ctx, cluster.Node{ID: h.cfg.ID, Addr: h.cfg.Addr, Groups: h.Groups(), Target: h.cfg.Target}, h.cfg.LeaseTTL)
 	if err != nil {
 		return err
 	}

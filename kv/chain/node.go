@@ -48,6 +48,11 @@ type entry struct {
 	op  Op
 }
 
+type note struct {
+	version uint64
+	body    []byte
+}
+
 // Node is one replica of a group's chain: it serves Put at the head, Get
 // at every member, and ships the writes it applied to its successor.
 //
@@ -88,6 +93,9 @@ type Node struct {
 	gating    bool
 	gateFrom  uint64
 	promoting bool
+	// notes are the newest store note of every origin heard of (this
+	// node's own store included), to send up on acks (Noter).
+	notes map[string]note
 
 	// shards is the shard map the node enforces (nil: the cluster has
 	// none, and the group holds every key); it only moves to newer
@@ -127,7 +135,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	return &Node{
 		cfg: cfg, log: lg.With("node", cfg.ID, "group", cfg.Group),
 		changed: make(chan struct{}), applied: a, committed: a, logBase: a, succApplied: a,
-		dirty: map[string]uint64{}, conns: map[string]*grpc.ClientConn{}, writes: map[string]uint64{},
+		dirty: map[string]uint64{}, conns: map[string]*grpc.ClientConn{}, notes: map[string]note{}, writes: map[string]uint64{},
 	}, nil
 }
 
@@ -177,6 +185,9 @@ func (n *Node) follow(ctx context.Context) {
 	n.stopShipper()
 	n.mu.Lock()
 	n.chain = cluster.Chain{}
+	if w, ok := n.cfg.Store.(ChainWatcher); ok {
+		w.SetChain(n.chain, n.cfg.ID)
+	}
 	n.notifyLocked()
 	n.mu.Unlock()
 }
@@ -194,6 +205,9 @@ func (n *Node) setChain(ctx context.Context, c cluster.Chain) {
 		n.joiner = succ
 	}
 	n.succApplied, n.hasSucc = n.committed, member && succ != ""
+	if w, ok := n.cfg.Store.(ChainWatcher); ok {
+		w.SetChain(c, n.cfg.ID)
+	}
 	n.advanceLocked()
 	n.log.Info("configuration", "epoch", c.Epoch, "members", c.Members, "joining", c.Joining, "successor", succ, "applied", n.applied, "committed", n.committed)
 	n.notifyLocked()
@@ -249,7 +263,7 @@ func (n *Node) setCommittedLocked(c uint64) {
 		if e.seq > c {
 			break
 		}
-		if k := string(e.op.Key); n.dirty[k] == e.seq {
+		if k := string(e.op.Key); e.op.Record == nil && n.dirty[k] == e.seq {
 			delete(n.dirty, k)
 		}
 	}
@@ -270,14 +284,22 @@ func (n *Node) truncateLocked() {
 	n.logBase += uint64(drop)
 }
 
-// applyLocked applies the write seq (== applied+1) and logs it.
-func (n *Node) applyLocked(ctx context.Context, seq uint64, op Op) error {
-	if err := n.cfg.Store.Apply(ctx, seq, op); err != nil {
+// applyLocked applies the write seq (== applied+1) and logs it; at the
+// head (head set) a HeadStore completes the op that is logged.
+func (n *Node) applyLocked(ctx context.Context, seq uint64, op Op, head bool) error {
+	if hs, ok := n.cfg.Store.(HeadStore); ok && head {
+		var err error
+		if op, err = hs.ApplyHead(ctx, seq, op); err != nil {
+			return err
+		}
+	} else if err := n.cfg.Store.Apply(ctx, seq, op); err != nil {
 		return err
 	}
 	n.applied = seq
 	n.entries = append(n.entries, entry{seq, op})
-	n.dirty[string(op.Key)] = seq
+	if op.Record == nil {
+		n.dirty[string(op.Key)] = seq
+	}
 	n.advanceLocked()
 	n.notifyLocked()
 	return nil
@@ -344,19 +366,34 @@ func (n *Node) checkRequestLocked(group string, epoch uint64) error {
 // Put implements the head's write: sequence, apply, ship, wait for the
 // commit point to pass it.
 func (n *Node) Put(ctx context.Context, req *chainpb.PutRequest) (*chainpb.PutResponse, error) {
+	if t, ok := n.cfg.Store.(Throttler); ok {
+		if err := t.WaitForRoom(ctx); err != nil {
+			return nil, status.Errorf(codes.Unavailable, "chain: %v", err)
+		}
+	}
 	n.mu.Lock()
 	if err := n.checkRequestLocked(req.Group, req.Epoch); err != nil {
 		n.mu.Unlock()
 		return nil, err
 	}
-	if n.chain.Head() != n.cfg.ID || n.copying {
-		n.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "chain: node %s is not the head of epoch %d", n.cfg.ID, n.chain.Epoch)
-	}
-	if n.shards != nil && !n.shards.CanWrite(n.cfg.Group, req.Key) {
-		err := n.wrongShard(req.Key)
+	seq, err := n.headApplyLocked(ctx, Op{Key: req.Key, Value: req.Value, Delete: req.Delete})
+	if err != nil {
 		n.mu.Unlock()
 		return nil, err
+	}
+	if err := n.waitCommitLocked(ctx, seq); err != nil {
+		return nil, err
+	}
+	return &chainpb.PutResponse{Seq: seq}, nil
+}
+
+// headApplyLocked numbers op as the head's next write and applies it.
+func (n *Node) headApplyLocked(ctx context.Context, op Op) (uint64, error) {
+	if n.chain.Head() != n.cfg.ID || n.copying {
+		return 0, status.Errorf(codes.FailedPrecondition, "chain: node %s is not the head of epoch %d", n.cfg.ID, n.chain.Epoch)
+	}
+	if n.shards != nil && op.Record == nil && !n.shards.CanWrite(n.cfg.Group, op.Key) {
+		return 0, n.wrongShard(op.Key)
 	}
 	// A request whose client gave up (it waited for mu longer than the
 	// client's attempt) is not applied: the client has sent it again, or
@@ -366,29 +403,67 @@ func (n *Node) Put(ctx context.Context, req *chainpb.PutRequest) (*chainpb.PutRe
 	// this node on the same connection after the cancellation, so the
 	// check under mu orders every attempt of a write before the next.
 	if err := ctx.Err(); err != nil {
-		n.mu.Unlock()
-		return nil, status.FromContextError(err).Err()
+		return 0, status.FromContextError(err).Err()
 	}
 	seq := n.applied + 1
-	if err := n.applyLocked(ctx, seq, Op{Key: req.Key, Value: req.Value, Delete: req.Delete}); err != nil {
-		n.mu.Unlock()
-		return nil, status.Errorf(codes.Internal, "chain: %v", err)
+	if err := n.applyLocked(ctx, seq, op, true); err != nil {
+		return 0, status.Errorf(codes.Internal, "chain: %v", err)
 	}
-	if n.shards != nil {
-		n.writes[hex.EncodeToString(n.shards.Shards[n.shards.Lookup(req.Key)].Start)]++
+	if n.shards != nil && op.Record == nil {
+		n.writes[hex.EncodeToString(n.shards.Shards[n.shards.Lookup(op.Key)].Start)]++
 	}
+	return seq, nil
+}
+
+// waitCommitLocked waits until write seq is committed, and unlocks mu.
+func (n *Node) waitCommitLocked(ctx context.Context, seq uint64) error {
 	for n.committed < seq {
 		ch := n.changed
 		n.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, status.FromContextError(ctx.Err()).Err()
+			return status.FromContextError(ctx.Err()).Err()
 		}
 		n.mu.Lock()
 	}
 	n.mu.Unlock()
-	return &chainpb.PutResponse{Seq: seq}, nil
+	return nil
+}
+
+// Append adds a store record at the head (Op.Record, completed by a
+// HeadStore): numbered as the next write, shipped in order with the
+// writes, and returned from once every member of the chain holds it.
+// It fails if the node is not the head, or stops being it before the
+// record is committed (a record the node applied but the chain lost is
+// gone with the node's place in it).
+func (n *Node) Append(ctx context.Context, record []byte) (uint64, error) {
+	if record == nil {
+		record = []byte{}
+	}
+	n.mu.Lock()
+	epoch := n.chain.Epoch
+	seq, err := n.headApplyLocked(ctx, Op{Record: record})
+	if err != nil {
+		n.mu.Unlock()
+		return 0, err
+	}
+	for n.committed < seq {
+		if n.chain.Epoch != epoch && n.chain.Head() != n.cfg.ID {
+			n.mu.Unlock()
+			return 0, status.Errorf(codes.Aborted, "chain: node %s stopped being the head before record %d was committed", n.cfg.ID, seq)
+		}
+		ch := n.changed
+		n.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, status.FromContextError(ctx.Err()).Err()
+		}
+		n.mu.Lock()
+	}
+	n.mu.Unlock()
+	return seq, nil
 }
 
 // admitRead paces store reads at ReadIOPS.
@@ -528,6 +603,7 @@ func (n *Node) ship(ctx context.Context, c cluster.Chain, succ string) error {
 	// the log does not, else from a COPY of a snapshot taken now.
 	var snap Snapshot
 	n.mu.Lock()
+	n.takeNotesLocked(hello.Notes)
 	cursor := hello.Applied + 1
 	// A joining node always gets a COPY: it left the chain when it
 	// started, and what it still holds may have writes the chain never
@@ -572,7 +648,7 @@ func (n *Node) ship(ctx context.Context, c cluster.Chain, succ string) error {
 		batch := append([]entry(nil), n.entries[cursor-n.logBase-1:]...)
 		n.mu.Unlock()
 		for _, e := range batch {
-			w := &chainpb.Write{Seq: e.seq, Key: e.op.Key, Value: e.op.Value, Delete: e.op.Delete}
+			w := &chainpb.Write{Seq: e.seq, Key: e.op.Key, Value: e.op.Value, Delete: e.op.Delete, Tag: e.op.Tag, Record: e.op.Record}
 			if err := st.Send(hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Write{Write: w}})); err != nil {
 				return err
 			}
@@ -618,6 +694,7 @@ func (n *Node) recvAcks(ctx context.Context, st chainpb.Chain_ShipClient, c clus
 			return ctx.Err()
 		}
 		n.succApplied = max(n.succApplied, min(a.Applied, n.applied))
+		n.takeNotesLocked(a.Notes)
 		if succ == n.joiner {
 			n.joinerAck = a.Applied
 			if !n.gating {
@@ -668,8 +745,10 @@ func (n *Node) Ship(st chainpb.Chain_ShipServer) error {
 	if first.GetHello() == nil {
 		return status.Error(codes.InvalidArgument, "chain: stream must start with hello")
 	}
+	sent := map[string]uint64{}
 	n.mu.Lock()
-	a := &chainpb.ShipAck{Applied: n.applied, Committed: n.committed}
+	n.ownNoteLocked()
+	a := &chainpb.ShipAck{Applied: n.applied, Committed: n.committed, Notes: n.newNotesLocked(sent)}
 	copies := n.copies
 	n.mu.Unlock()
 	if err := st.Send(a); err != nil {
@@ -678,7 +757,7 @@ func (n *Node) Ship(st chainpb.Chain_ShipServer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sendErr := make(chan error, 1)
-	go func() { sendErr <- n.sendAcks(ctx, st, a, copies) }()
+	go func() { sendErr <- n.sendAcks(ctx, st, a, copies, sent) }()
 	copyStarted := false // a COPY on this stream has reset the store
 	for {
 		m, err := st.Recv()
@@ -735,7 +814,7 @@ func (n *Node) receive(ctx context.Context, m *chainpb.ShipMsg, copyStarted *boo
 		if w.Seq != n.applied+1 {
 			return status.Errorf(codes.FailedPrecondition, "chain: write %d after %d: gap", w.Seq, n.applied)
 		}
-		if err := n.applyLocked(ctx, w.Seq, Op{Key: w.Key, Value: w.Value, Delete: w.Delete}); err != nil {
+		if err := n.applyLocked(ctx, w.Seq, Op{Key: w.Key, Value: w.Value, Delete: w.Delete, Tag: w.Tag, Record: w.Record}, false); err != nil {
 			return status.Errorf(codes.Internal, "chain: %v", err)
 		}
 	case *chainpb.ShipMsg_Chunk:
@@ -775,21 +854,29 @@ func (n *Node) receive(ctx context.Context, m *chainpb.ShipMsg, copyStarted *boo
 }
 
 // sendAcks reports this node's applied and committed points upstream
-// whenever they move (not during a COPY).
-func (n *Node) sendAcks(ctx context.Context, st chainpb.Chain_ShipServer, last *chainpb.ShipAck, copies uint64) error {
+// whenever they move (not during a COPY), and the store notes newer than
+// those sent on this stream (sent: origin → version).
+func (n *Node) sendAcks(ctx context.Context, st chainpb.Chain_ShipServer, last *chainpb.ShipAck, copies uint64, sent map[string]uint64) error {
 	for {
 		n.mu.Lock()
-		for n.copying || (n.applied == last.Applied && n.committed == last.Committed && n.copies == copies) {
+		var notes []*chainpb.Note
+		for {
+			noteChanged := n.ownNoteLocked()
+			notes = n.newNotesLocked(sent)
+			if !n.copying && (len(notes) > 0 || n.applied != last.Applied || n.committed != last.Committed || n.copies != copies) {
+				break
+			}
 			ch := n.changed
 			n.mu.Unlock()
 			select {
 			case <-ch:
+			case <-noteChanged:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 			n.mu.Lock()
 		}
-		a := &chainpb.ShipAck{Applied: n.applied, Committed: n.committed}
+		a := &chainpb.ShipAck{Applied: n.applied, Committed: n.committed, Notes: notes}
 		copies = n.copies
 		n.mu.Unlock()
 		if err := st.Send(a); err != nil {
@@ -873,4 +960,47 @@ func (n *Node) Scan(ctx context.Context, req *chainpb.ScanRequest) (*chainpb.Sca
 		return nil, status.Errorf(codes.Internal, "chain: scan: %v", err)
 	}
 	return resp, nil
+}
+
+// ownNoteLocked records the store's newest note among the notes (a
+// Noter's) and returns the channel that tells of the next (nil: none).
+func (n *Node) ownNoteLocked() <-chan struct{} {
+	nt, ok := n.cfg.Store.(Noter)
+	if !ok {
+		return nil
+	}
+	body, v, ch := nt.Note()
+	if body != nil && v > n.notes[n.cfg.ID].version {
+		n.notes[n.cfg.ID] = note{v, body}
+	}
+	return ch
+}
+
+// newNotesLocked returns the notes newer than sent says this stream
+// carried, and marks them sent.
+func (n *Node) newNotesLocked(sent map[string]uint64) []*chainpb.Note {
+	var out []*chainpb.Note
+	for from, nt := range n.notes {
+		if nt.version > sent[from] {
+			out = append(out, &chainpb.Note{From: from, Version: nt.version, Body: nt.body})
+			sent[from] = nt.version
+		}
+	}
+	return out
+}
+
+// takeNotesLocked keeps the newer of the successor's notes and gives
+// them to a Noter store.
+func (n *Node) takeNotesLocked(notes []*chainpb.Note) {
+	nt, isNoter := n.cfg.Store.(Noter)
+	for _, m := range notes {
+		if m.From == n.cfg.ID || m.Version <= n.notes[m.From].version {
+			continue
+		}
+		n.notes[m.From] = note{m.Version, m.Body}
+		if isNoter {
+			nt.Noted(m.From, m.Version, m.Body)
+		}
+		n.notifyLocked()
+	}
 }

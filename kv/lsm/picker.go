@@ -319,12 +319,14 @@ func (d *DB) runCompaction(ctx context.Context, c *compaction) error {
 	}
 	d.mu.Unlock()
 	res, err := d.runCompactionTask(ctx, task)
+	took := time.Since(start)
 	if err == nil {
 		err = d.fs.SyncDir(d.dir)
 	}
 	if err == nil {
 		err = d.logAndApply(res.Edit, func() {
 			d.m.compactions++
+			d.m.compactDur += took
 			d.m.compactRead += res.BytesRead
 			d.m.compactWritten += res.BytesWritten
 			d.m.levelIn[c.outputLevel] += res.BytesRead

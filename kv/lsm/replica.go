@@ -2,8 +2,10 @@ package lsm
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 )
 
 // errFlushesDisabled is Flush's answer on a store opened with
@@ -78,15 +80,32 @@ func (d *DB) InstallEdit(ctx context.Context, e *VersionEdit) error {
 		return fmt.Errorf("lsm: install edit: its tables hold writes up to seq %d, this store has applied only up to %d", covered, last)
 	}
 	own := &VersionEdit{DeletedFiles: e.DeletedFiles, NewFiles: make([]NewFile, len(e.NewFiles))}
+	moves := Moved(e)
+	held := map[uint64]*FileMeta{}
+	d.mu.Lock()
+	for _, fs := range d.current.Levels {
+		for _, f := range fs {
+			held[f.FileNum] = f
+		}
+	}
+	d.mu.Unlock()
+	var fresh []NewFile
 	for i, nf := range e.NewFiles {
+		if f, ok := held[nf.Meta.FileNum]; ok && moves[nf.Meta.FileNum] {
+			// A move keeps the table's meta, as the primary's does, so
+			// its references carry over and the table is not removed.
+			own.NewFiles[i] = NewFile{Level: nf.Level, Meta: f}
+			continue
+		}
 		f := nf.Meta // a fresh meta (refs, compacting): it is ours now
 		own.NewFiles[i] = NewFile{Level: nf.Level, Meta: &FileMeta{FileNum: f.FileNum, Size: f.Size,
 			Smallest: f.Smallest, Largest: f.Largest, SmallestSeq: f.SmallestSeq, LargestSeq: f.LargestSeq, RangeDels: f.RangeDels}}
+		fresh = append(fresh, own.NewFiles[i])
 	}
 	// Every new table must open (footer, index, filter) before the edit
 	// goes in: a table the primary failed to write is refused here, not
 	// found by a read later.
-	for _, nf := range own.NewFiles {
+	for _, nf := range fresh {
 		h, err := d.tc.get(nf.Meta.FileNum, nf.Meta.Size)
 		if err != nil {
 			d.tc.evict(nf.Meta.FileNum)
@@ -111,6 +130,12 @@ func (d *DB) InstallEdit(ctx context.Context, e *VersionEdit) error {
 		} else {
 			own.LogNumber = d.mem.logNum
 		}
+	}
+	for _, nf := range fresh {
+		// Numbers this store gives its own files later (a replica that
+		// starts to flush and compact, SetReplica) stay clear of the
+		// primary's tables.
+		d.nextFileNum = max(d.nextFileNum, nf.Meta.FileNum+1)
 	}
 	d.mu.Unlock()
 	err := d.logAndApply(own, func() {
@@ -195,3 +220,98 @@ func (d *DB) TablePath(fileNum uint64) string { return d.path(tableFileName(file
 
 // TableName is the name of table fileNum in a store's directory.
 func TableName(fileNum uint64) string { return tableFileName(fileNum) }
+
+// SetReplica switches the store at run time between a replica (replica
+// true: as Options.DisableFlushes and DisableAutomaticCompactions, its
+// tables installed by InstallEdit) and a store that flushes and compacts
+// itself (a RubbleDB primary, or a replica fallen back to compacting
+// locally), with beforeEdit as Options.BeforeEdit from the next edit on.
+// It waits for an edit in progress to be logged (its BeforeEdit to
+// return). A store leaving the replica role flushes the memtables it
+// kept at once; one entering it lets a running flush or compaction
+// finish, and InstallEdit must then wait for them (Metrics shows none in
+// progress) since it may not run beside a flush.
+func (d *DB) SetReplica(replica bool, beforeEdit func(e *VersionEdit) error) {
+	d.manifestMu.Lock()
+	defer d.manifestMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.opts.DisableFlushes, d.opts.DisableAutomaticCompactions = replica, replica
+	d.opts.BeforeEdit = beforeEdit
+	d.maybeScheduleLocked()
+	d.notifyLocked()
+}
+
+// Fingerprint hashes the current version's tables (each one's level and
+// number, level by level in the version's order): stores that applied
+// the same edits from the same start have the same fingerprint, so a
+// replica compares its own with its primary's before installing the
+// primary's next edit, and refuses an edit made to another tree.
+func (d *DB) Fingerprint() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	h := fnv.New64a()
+	var buf [9]byte
+	for l, fs := range d.current.Levels {
+		for _, f := range fs {
+			buf[0] = byte(l)
+			binary.LittleEndian.PutUint64(buf[1:], f.FileNum)
+			h.Write(buf[:])
+		}
+	}
+	return h.Sum64()
+}
+
+// WriteBacklog is the number of memtables waiting for a flush and of L0
+// tables: what a primary whose writes must not stall in Apply (kv/rubble)
+// throttles its writers by before they commit.
+func (d *DB) WriteBacklog() (immutable, l0 int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.imm), len(d.current.Levels[0])
+}
+
+// Moved is the set of tables e moves: added at one level and deleted
+// from another by the same edit (a compaction that moves a table down
+// without rewriting it). A replica already holds them.
+func Moved(e *VersionEdit) map[uint64]bool {
+	del := map[uint64]bool{}
+	for _, d := range e.DeletedFiles {
+		del[d.FileNum] = true
+	}
+	out := map[uint64]bool{}
+	for _, nf := range e.NewFiles {
+		if del[nf.Meta.FileNum] {
+			out[nf.Meta.FileNum] = true
+		}
+	}
+	return out
+}
+
+// VersionAfter returns an edit that builds, from nothing, the version
+// the store would hold after e: what a replica that joins installs
+// whole (after AdvanceSeq). Call it from BeforeEdit, while the version
+// cannot change.
+func (d *DB) VersionAfter(e *VersionEdit) (*VersionEdit, error) {
+	d.mu.Lock()
+	cur := d.current
+	d.mu.Unlock()
+	nv, err := cur.Apply(e)
+	if err != nil {
+		return nil, err
+	}
+	return nv.snapshotEdit(), nil
+}
+
+// AdvanceSeq raises the store's sequence numbers to seq if they are
+// below it: a new replica about to install a primary's whole tree
+// (InstallEdit of VersionAfter's edit), whose writes up to seq are all
+// in those tables. No write may run beside it.
+func (d *DB) AdvanceSeq(seq SeqNum) {
+	d.commitMu.Lock()
+	defer d.commitMu.Unlock()
+	if seq > d.logSeq.Load() {
+		d.logSeq.Store(seq)
+		d.visibleSeq.Store(seq)
+	}
+}

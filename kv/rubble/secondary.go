@@ -20,10 +20,21 @@ type FileSlot struct {
 // SecondaryConfig configures OpenSecondary.
 type SecondaryConfig struct {
 	// FS is the secondary's own offloadfs, holding a pool (MakePool);
-	// the store's WALs and MANIFEST go in Dir on it, its tables are the
-	// pool's slots.
-	FS  *offloadfs.FS
-	Dir string
+	// the store's tables are the pool's slots.
+	FS *offloadfs.FS
+	// Local is the file system of the store's own files (WALs,
+	// MANIFEST, the map, tables it writes itself), in Dir (default: FS).
+	// A node keeps them on its local file system, the kernel's, and only
+	// the slots on the volume its target exports.
+	Local vfs.FS
+	Dir   string
+	// PoolDir is the pool's directory on FS (default SlotDir).
+	PoolDir string
+	// Persist keeps the file map in Dir (MapFileName), rewritten before
+	// every install and after every release, so that an existing store
+	// reopens with its tables; without it the map is in memory only and
+	// OpenSecondary refuses an existing store.
+	Persist bool
 	// Options are the store's; OpenSecondary turns flushes and
 	// compactions off and raises the write-stall thresholds, since only
 	// the primary's edits make room.
@@ -56,11 +67,15 @@ type Secondary struct {
 }
 
 // OpenSecondary opens the pool on cfg.FS and a store in cfg.Dir whose
-// tables are the pool's slots. The store must be new: the file map is
-// kept in memory, so a secondary that restarts rejoins by a copy of the
-// group's state (docs/CLUSTER.md).
+// tables are the pool's slots. Without cfg.Persist the store must be
+// new (the file map is kept in memory, so a secondary that restarts
+// rejoins by a copy of the group's state); with it, an existing store
+// reopens with its persisted map.
 func OpenSecondary(ctx context.Context, cfg SecondaryConfig) (*Secondary, error) {
-	pool, err := OpenPool(ctx, cfg.FS)
+	if cfg.PoolDir == "" {
+		cfg.PoolDir = SlotDir
+	}
+	pool, err := OpenPoolAt(ctx, cfg.FS, cfg.PoolDir)
 	if err != nil {
 		return nil, err
 	}
@@ -74,9 +89,35 @@ func OpenSecondary(ctx context.Context, cfg SecondaryConfig) (*Secondary, error)
 	o.L0SlowdownWritesThreshold = max(o.L0SlowdownWritesThreshold, 1<<30)
 	o.L0StopWritesThreshold = max(o.L0StopWritesThreshold, 1<<30)
 	o.SoftPendingCompactionBytes, o.HardPendingCompactionBytes = 1<<62, 1<<62
-	base := cfg.FS.VFS()
+	if cfg.Local == nil {
+		cfg.Local = cfg.FS.VFS()
+	}
+	s.cfg = cfg
+	base := cfg.Local
 	if _, err := base.Stat(base.PathJoin(cfg.Dir, "CURRENT")); err == nil {
-		return nil, fmt.Errorf("rubble: secondary: %s holds a store already; a secondary starts empty", cfg.Dir)
+		if !cfg.Persist {
+			return nil, fmt.Errorf("rubble: secondary: %s holds a store already; a secondary without a persisted map starts empty", cfg.Dir)
+		}
+		files, err := readMap(base, base.PathJoin(cfg.Dir, MapFileName))
+		if err != nil {
+			return nil, fmt.Errorf("rubble: secondary: %s holds a store: %w", cfg.Dir, err)
+		}
+		for _, f := range files {
+			if f.Slot < 0 || f.Slot >= len(pool.slots) || s.inUse[f.Slot] {
+				return nil, fmt.Errorf("rubble: secondary: %s: slot %d of table %d is out of the pool or given twice", MapFileName, f.Slot, f.Table)
+			}
+			s.byPath[s.tablePath(f.Table)] = f
+			s.inUse[f.Slot] = true
+		}
+	} else if cfg.Persist {
+		// A new store starts with an empty map on disk, so a store
+		// without one was not made by a persisting secondary.
+		if err := base.MkdirAll(cfg.Dir); err != nil {
+			return nil, fmt.Errorf("rubble: secondary: %w", err)
+		}
+		if err := writeMap(base, base.PathJoin(cfg.Dir, MapFileName), nil); err != nil {
+			return nil, err
+		}
 	}
 	db, err := lsm.Open(slotFS{FS: base, s: s}, cfg.Dir, o)
 	if err != nil {
@@ -89,11 +130,25 @@ func OpenSecondary(ctx context.Context, cfg SecondaryConfig) (*Secondary, error)
 // DB is the secondary's store, for reads.
 func (s *Secondary) DB() *lsm.DB { return s.db }
 
+// FS is the store's file system: its own, where a table of the file
+// map opens as its slot.
+func (s *Secondary) FS() vfs.FS { return slotFS{FS: s.cfg.Local, s: s} }
+
 // Pool is the secondary's slot pool.
 func (s *Secondary) Pool() *Pool { return s.pool }
 
 // Close closes the store.
 func (s *Secondary) Close() error { return s.db.Close() }
+
+// SetReplica switches the store between the secondary's role (true: it
+// installs the primary's edits) and flushing and compacting itself,
+// with beforeEdit as its lsm.Options.BeforeEdit (lsm.DB.SetReplica): a
+// secondary that becomes its group's primary, or falls back to
+// compacting locally. Its slot tables stay in its tree until its own
+// compactions delete them, which releases their slots.
+func (s *Secondary) SetReplica(replica bool, beforeEdit func(*lsm.VersionEdit) error) {
+	s.db.SetReplica(replica, beforeEdit)
+}
 
 // Apply applies a primary's batch (lsm.Batch.Repr) at the primary's
 // sequence number seq. Calls come in the primary's order.
@@ -164,10 +219,11 @@ func (s *Secondary) mapFiles(e *lsm.VersionEdit, files []FileSlot) error {
 		bySlot[f.Slot] = f.Table
 		byTable[f.Table] = f.Slot
 	}
-	if len(byTable) != len(files) || len(files) != len(e.NewFiles) {
-		return fmt.Errorf("rubble: install: %d slots for %d new tables", len(files), len(e.NewFiles))
+	shipped := shippedFiles(e)
+	if len(byTable) != len(files) || len(files) != len(shipped) {
+		return fmt.Errorf("rubble: install: %d slots for %d new tables", len(files), len(shipped))
 	}
-	for _, nf := range e.NewFiles {
+	for _, nf := range shipped {
 		if _, ok := byTable[nf.Meta.FileNum]; !ok {
 			return fmt.Errorf("rubble: install: new table %d has no slot", nf.Meta.FileNum)
 		}
@@ -189,7 +245,42 @@ func (s *Secondary) mapFiles(e *lsm.VersionEdit, files []FileSlot) error {
 		s.byPath[s.tablePath(f.Table)] = f
 		s.inUse[f.Slot] = true
 	}
+	if err := s.persistLocked(); err != nil {
+		for _, f := range files {
+			delete(s.byPath, s.tablePath(f.Table))
+			delete(s.inUse, f.Slot)
+		}
+		return fmt.Errorf("rubble: install: %w", err)
+	}
 	return nil
+}
+
+// persistLocked writes the file map (Persist), so that a store reopened
+// finds every table its MANIFEST may name. A leftover entry of a
+// released slot is harmless: the table is in no version.
+func (s *Secondary) persistLocked() error {
+	if !s.cfg.Persist {
+		return nil
+	}
+	files := make([]FileSlot, 0, len(s.byPath))
+	for _, f := range s.byPath {
+		files = append(files, f)
+	}
+	base := s.cfg.Local
+	return writeMap(base, base.PathJoin(s.cfg.Dir, MapFileName), files)
+}
+
+// shippedFiles are the new tables of e that a primary ships: all but
+// those e moves, which its replicas hold already.
+func shippedFiles(e *lsm.VersionEdit) []lsm.NewFile {
+	moved := lsm.Moved(e)
+	var out []lsm.NewFile
+	for _, nf := range e.NewFiles {
+		if !moved[nf.Meta.FileNum] {
+			out = append(out, nf)
+		}
+	}
+	return out
 }
 
 // unmapFiles takes e's new tables out of the map after a failed install
@@ -197,17 +288,18 @@ func (s *Secondary) mapFiles(e *lsm.VersionEdit, files []FileSlot) error {
 func (s *Secondary) unmapFiles(e *lsm.VersionEdit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, nf := range e.NewFiles {
+	for _, nf := range shippedFiles(e) {
 		p := s.tablePath(nf.Meta.FileNum)
 		if f, ok := s.byPath[p]; ok {
 			delete(s.byPath, p)
 			delete(s.inUse, f.Slot)
 		}
 	}
+	_ = s.persistLocked() // the entries left are harmless (persistLocked)
 }
 
 func (s *Secondary) tablePath(n uint64) string {
-	return s.cfg.FS.VFS().PathJoin(s.cfg.Dir, lsm.TableName(n))
+	return s.cfg.Local.PathJoin(s.cfg.Dir, lsm.TableName(n))
 }
 
 // Tables is the file map: every live table and its slot.
@@ -238,7 +330,7 @@ func (f slotFS) lookup(name string) (FileSlot, bool) {
 
 func (f slotFS) Open(name string) (vfs.File, error) {
 	if fs, ok := f.lookup(name); ok {
-		return f.FS.Open(slotName(fs.Slot))
+		return f.s.pool.fsys.VFS().Open(f.s.pool.slotName(fs.Slot))
 	}
 	return f.FS.Open(name)
 }
@@ -246,13 +338,22 @@ func (f slotFS) Open(name string) (vfs.File, error) {
 func (f slotFS) Remove(name string) error {
 	f.s.mu.Lock()
 	fs, ok := f.s.byPath[name]
+	var perr error
 	if ok {
 		delete(f.s.byPath, name)
-		delete(f.s.inUse, fs.Slot)
+		// Persisted before the slot is released: a map naming a free
+		// slot could, reopened, open a table since overwritten. If it
+		// cannot be written the slot stays held (leaked, never reused).
+		if perr = f.s.persistLocked(); perr == nil {
+			delete(f.s.inUse, fs.Slot)
+		}
 	}
 	f.s.mu.Unlock()
 	if !ok {
 		return f.FS.Remove(name)
+	}
+	if perr != nil {
+		return fmt.Errorf("rubble: release slot %d: %w", fs.Slot, perr)
 	}
 	if f.s.cfg.Released != nil {
 		f.s.cfg.Released(fs.Slot)

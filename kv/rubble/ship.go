@@ -157,15 +157,10 @@ func (s *Shipper) BeforeEdit(e *lsm.VersionEdit) error {
 // ahead of the primary, which turns read-only (lsm.Options.BeforeEdit),
 // so the group must be reconfigured (docs/CLUSTER.md: no fallback yet).
 func (s *Shipper) Ship(ctx context.Context, e *lsm.VersionEdit) error {
-	tables := make([][]byte, len(e.NewFiles))
-	var size uint64
-	for i, nf := range e.NewFiles {
-		b, err := s.readTable(nf.Meta)
-		if err != nil {
-			return err
-		}
-		tables[i] = b
-		size += uint64(len(b))
+	shipped := shippedFiles(e)
+	tables, size, err := readTables(s.cfg.FS, s.cfg.Dir, shipped)
+	if err != nil {
+		return err
 	}
 	enc := e.Encode(nil)
 	errs := make([]error, len(s.reps))
@@ -174,7 +169,7 @@ func (s *Shipper) Ship(ctx context.Context, e *lsm.VersionEdit) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			files, err := r.write(ctx, e, tables)
+			files, err := r.write(ctx, shipped, tables)
 			if err == nil {
 				err = r.Send(ctx, enc, files)
 			}
@@ -200,23 +195,31 @@ func (s *Shipper) Ship(ctx context.Context, e *lsm.VersionEdit) error {
 
 // write writes the tables into free slots of r and flushes r's device;
 // it returns the slots taken (even on error, for the caller to free).
-func (r *replicaState) write(ctx context.Context, e *lsm.VersionEdit, tables [][]byte) ([]FileSlot, error) {
+func (r *replicaState) write(ctx context.Context, shipped []lsm.NewFile, tables [][]byte) ([]FileSlot, error) {
+	return writeTables(ctx, r.Dev, r.SlotSize, r.take, shipped, tables)
+}
+
+// writeTables writes each table (of shipped) into a slot take gives,
+// then flushes dev; it returns the slots taken (even on error, for the
+// caller to free).
+func writeTables(ctx context.Context, dev SlotWriter, slotSize int64, take func(context.Context) (Slot, error),
+	shipped []lsm.NewFile, tables [][]byte) ([]FileSlot, error) {
 	var files []FileSlot
 	for i, t := range tables {
-		if int64(len(t)) > r.SlotSize {
-			return files, fmt.Errorf("table %d is %d bytes, over the %d-byte slot", e.NewFiles[i].Meta.FileNum, len(t), r.SlotSize)
+		if int64(len(t)) > slotSize {
+			return files, fmt.Errorf("table %d is %d bytes, over the %d-byte slot", shipped[i].Meta.FileNum, len(t), slotSize)
 		}
-		sl, err := r.take(ctx)
+		sl, err := take(ctx)
 		if err != nil {
 			return files, err
 		}
-		files = append(files, FileSlot{Table: e.NewFiles[i].Meta.FileNum, Slot: sl.Index})
-		if err := writeExtents(ctx, r.Dev, sl, t); err != nil {
-			return files, fmt.Errorf("table %d into slot %d: %w", e.NewFiles[i].Meta.FileNum, sl.Index, err)
+		files = append(files, FileSlot{Table: shipped[i].Meta.FileNum, Slot: sl.Index})
+		if err := writeExtents(ctx, dev, sl, t); err != nil {
+			return files, fmt.Errorf("table %d into slot %d: %w", shipped[i].Meta.FileNum, sl.Index, err)
 		}
 	}
 	if len(files) > 0 {
-		if err := r.Dev.Flush(ctx); err != nil {
+		if err := dev.Flush(ctx); err != nil {
 			return files, err
 		}
 	}
@@ -248,10 +251,25 @@ func writeExtents(ctx context.Context, dev SlotWriter, sl Slot, b []byte) error 
 	return nil
 }
 
-// readTable reads a new table of the primary whole.
-func (s *Shipper) readTable(m *lsm.FileMeta) ([]byte, error) {
-	name := s.cfg.FS.PathJoin(s.cfg.Dir, lsm.TableName(m.FileNum))
-	f, err := s.cfg.FS.Open(name)
+// readTables reads the tables of files whole, and their total size.
+func readTables(fsys vfs.FS, dir string, files []lsm.NewFile) ([][]byte, uint64, error) {
+	tables := make([][]byte, len(files))
+	var size uint64
+	for i, nf := range files {
+		b, err := readTable(fsys, dir, nf.Meta)
+		if err != nil {
+			return nil, 0, err
+		}
+		tables[i] = b
+		size += uint64(len(b))
+	}
+	return tables, size, nil
+}
+
+// readTable reads a new table of the primary (in dir on fsys) whole.
+func readTable(fsys vfs.FS, dir string, m *lsm.FileMeta) ([]byte, error) {
+	name := fsys.PathJoin(dir, lsm.TableName(m.FileNum))
+	f, err := fsys.Open(name)
 	if err != nil {
 		return nil, fmt.Errorf("rubble: ship: %w", err)
 	}

@@ -35,26 +35,34 @@ type Slot struct {
 // stay right for the life of the pool.
 type Pool struct {
 	fsys     *offloadfs.FS
+	dir      string
 	slotSize int64
 	slots    []Slot
 }
 
-func slotName(i int) string { return SlotDir + "/slot-" + strconv.Itoa(i) }
+func (p *Pool) slotName(i int) string { return p.dir + "/slot-" + strconv.Itoa(i) }
 
-// MakePool creates n slots of slotSize bytes each on fsys (which must
-// have no pool yet) and syncs them.
+// MakePool creates n slots of slotSize bytes each in SlotDir on fsys
+// (which must have no pool there yet) and syncs them.
 func MakePool(ctx context.Context, fsys *offloadfs.FS, n int, slotSize int64) (*Pool, error) {
+	return MakePoolAt(ctx, fsys, SlotDir, n, slotSize)
+}
+
+// MakePoolAt is MakePool with the pool's directory dir: a node hosting
+// several groups keeps one pool per group on its one file system.
+func MakePoolAt(ctx context.Context, fsys *offloadfs.FS, dir string, n int, slotSize int64) (*Pool, error) {
 	if n <= 0 || slotSize <= 0 {
 		return nil, fmt.Errorf("rubble: pool of %d slots of %d bytes: want both > 0", n, slotSize)
 	}
-	if _, err := fsys.Stat(SlotDir); err == nil {
-		return nil, fmt.Errorf("rubble: %s exists: the volume has a pool already", SlotDir)
+	if _, err := fsys.Stat(dir); err == nil {
+		return nil, fmt.Errorf("rubble: %s exists: the volume has a pool there already", dir)
 	}
-	if err := fsys.MkdirAll(SlotDir); err != nil {
+	p := &Pool{dir: dir}
+	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("rubble: make pool: %w", err)
 	}
 	for i := range n {
-		f, err := fsys.Create(slotName(i))
+		f, err := fsys.Create(p.slotName(i))
 		if err != nil {
 			return nil, fmt.Errorf("rubble: make pool: %w", err)
 		}
@@ -72,23 +80,28 @@ func MakePool(ctx context.Context, fsys *offloadfs.FS, n int, slotSize int64) (*
 	if err := fsys.Sync(ctx); err != nil {
 		return nil, fmt.Errorf("rubble: make pool: %w", err)
 	}
-	return OpenPool(ctx, fsys)
+	return OpenPoolAt(ctx, fsys, dir)
 }
 
-// OpenPool reads the pool on fsys: every slot's extents, after checking
-// the pool's invariants.
+// OpenPool reads the pool in SlotDir on fsys: every slot's extents,
+// after checking the pool's invariants.
 func OpenPool(ctx context.Context, fsys *offloadfs.FS) (*Pool, error) {
-	names, err := fsys.VFS().List(SlotDir)
+	return OpenPoolAt(ctx, fsys, SlotDir)
+}
+
+// OpenPoolAt is OpenPool of the pool in dir.
+func OpenPoolAt(ctx context.Context, fsys *offloadfs.FS, dir string) (*Pool, error) {
+	names, err := fsys.VFS().List(dir)
 	if err != nil {
 		return nil, fmt.Errorf("rubble: open pool: %w", err)
 	}
-	p := &Pool{fsys: fsys, slotSize: -1}
+	p := &Pool{fsys: fsys, dir: dir, slotSize: -1}
 	idx := make([]int, 0, len(names))
 	for _, nm := range names {
 		s, ok := strings.CutPrefix(nm, "slot-")
 		i, err := strconv.Atoi(s)
 		if !ok || err != nil || i < 0 || strconv.Itoa(i) != s {
-			return nil, fmt.Errorf("rubble: open pool: stray file %s/%s", SlotDir, nm)
+			return nil, fmt.Errorf("rubble: open pool: stray file %s/%s", dir, nm)
 		}
 		idx = append(idx, i)
 	}
@@ -102,7 +115,7 @@ func OpenPool(ctx context.Context, fsys *offloadfs.FS) (*Pool, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		f, err := fsys.Open(slotName(i))
+		f, err := fsys.Open(p.slotName(i))
 		if err != nil {
 			return nil, fmt.Errorf("rubble: open pool: %w", err)
 		}
@@ -170,7 +183,7 @@ func (p *Pool) Check(ctx context.Context) error {
 	if err := r.Err(); err != nil {
 		return fmt.Errorf("rubble: fsck: %w", err)
 	}
-	q, err := OpenPool(ctx, p.fsys)
+	q, err := OpenPoolAt(ctx, p.fsys, p.dir)
 	if err != nil {
 		return err
 	}

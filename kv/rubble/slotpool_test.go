@@ -56,7 +56,7 @@ func TestSlotPool(t *testing.T) {
 		t.Fatalf("after refused second pool: %v", err)
 	}
 	// Writing a slot's bytes (as a shipped table does) moves no block.
-	f, err := fsys.OpenFile(slotName(3), os.O_RDWR)
+	f, err := fsys.OpenFile(p.slotName(3), os.O_RDWR)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSlotPoolRefusesDamage(t *testing.T) {
 		damage func(fsys *offloadfs.FS) error
 		want   string
 	}{
-		{"missing slot", func(fsys *offloadfs.FS) error { return fsys.Remove(slotName(1)) }, "slot 1 missing"},
+		{"missing slot", func(fsys *offloadfs.FS) error { return fsys.Remove(SlotDir + "/slot-1") }, "slot 1 missing"},
 		{"stray file", func(fsys *offloadfs.FS) error {
 			f, err := fsys.Create(SlotDir + "/junk")
 			if err == nil {
@@ -106,7 +106,7 @@ func TestSlotPoolRefusesDamage(t *testing.T) {
 			return err
 		}, "stray file"},
 		{"shrunk slot", func(fsys *offloadfs.FS) error {
-			f, err := fsys.OpenFile(slotName(2), os.O_RDWR)
+			f, err := fsys.OpenFile(SlotDir+"/slot-2", os.O_RDWR)
 			if err != nil {
 				return err
 			}

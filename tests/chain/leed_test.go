@@ -12,6 +12,7 @@ import (
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/internal/chaintest"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/clustertest"
 	"github.com/nearstore/nearstore/kv/chain"
 )
 
@@ -38,7 +39,7 @@ func TestLeedKillNodeUnderLoad(t *testing.T) {
 		{"leave", middle, syscall.SIGTERM},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			stopUnderLoad(t, newClusterWith(t, leedArgs, "n1", "n2", "n3"), tt.name, tt.pick, tt.sig)
+			clustertest.StopUnderLoad(t, clustertest.NewClusterWith(t, leedArgs, "n1", "n2", "n3"), tt.name, tt.pick, tt.sig)
 		})
 	}
 }
@@ -48,26 +49,26 @@ func TestLeedKillNodeUnderLoad(t *testing.T) {
 // since, becomes the tail, and every acknowledged write reads back from
 // it.
 func TestLeedJoinUnderLoad(t *testing.T) {
-	c := newClusterWith(t, leedArgs, "n1", "n2", "n3")
+	c := clustertest.NewClusterWith(t, leedArgs, "n1", "n2", "n3")
 	ctx := context.Background()
-	writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group})
+	writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer writer.Close()
-	tail, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.ctl, Group: group, Reads: chain.ReadTail})
+	tail, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group, Reads: chain.ReadTail})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer tail.Close()
-	l := startLoad(t, writer, tail)
+	l := clustertest.StartLoad(t, writer, tail)
 	l.WaitAcked(t, 300)
-	c.start("n4")
-	joined := c.waitChain(func(ch cluster.Chain) bool { return len(ch.Members) == 4 && ch.Tail() == "n4" && ch.Joining == "" })
+	c.Start("n4")
+	joined := c.WaitChain(func(ch cluster.Chain) bool { return len(ch.Members) == 4 && ch.Tail() == "n4" && ch.Joining == "" })
 	l.WaitAcked(t, l.Acked()+300)
 	acked := l.Finish()
 	t.Logf("n4 joined (chain %v epoch %d) under %d acknowledged writes, %d failed attempts", joined.Members, joined.Epoch, len(acked), l.Fails())
-	checkAll(t, tail, acked)
+	clustertest.CheckAll(t, tail, acked)
 	if got := tail.Chain(); got.Tail() != "n4" {
 		t.Fatalf("the reads went to %s, not to the new tail n4 (%+v)", got.Tail(), got)
 	}
@@ -79,10 +80,10 @@ func TestLeedJoinUnderLoad(t *testing.T) {
 // (g0's old copy cleared first). No acknowledged write is lost, and each
 // key reads back from its owner group only.
 func TestLeedBalanceUnderLoad(t *testing.T) {
-	c := newClusterGroups(t, leedArgs, []string{"g0", "g1"}, "n1", "n2", "n3")
+	c := clustertest.NewClusterGroups(t, leedArgs, []string{"g0", "g1"}, "n1", "n2", "n3")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rt, err := chain.NewRouter(ctx, chain.RouterConfig{Control: c.ctl})
+	rt, err := chain.NewRouter(ctx, chain.RouterConfig{Control: c.Ctl})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +92,7 @@ func TestLeedBalanceUnderLoad(t *testing.T) {
 	l := chaintest.Start(rt, func(w, i int) string { return fmt.Sprintf("%c%d-%06d", byte(rand.IntN(0x80)), w, i) }, nil)
 	l.WaitAcked(t, 200)
 	run := func(args ...string) clitest.Result {
-		return clitest.Run(t, 5*time.Minute, nil, nil, append(args, "--etcd", c.endpoint)...)
+		return clitest.Run(t, 5*time.Minute, nil, nil, append(args, "--etcd", c.Endpoint)...)
 	}
 	r := run("cluster", "balance", "--window", "2s", "--ratio", "2", "--min-writes", "20")
 	if r.Code != 0 || !strings.Contains(r.Stdout, `moved ["@", "\x80") g0 -> g1: `) {
@@ -110,7 +111,7 @@ func TestLeedBalanceUnderLoad(t *testing.T) {
 	l.WaitAcked(t, l.Acked()+100)
 	acked := l.Finish()
 	t.Logf("%d keys acknowledged, %d failed attempts", len(acked), l.Fails())
-	chaintest.CheckOwned(ctx, t, c.ctl, rt, acked)
+	chaintest.CheckOwned(ctx, t, c.Ctl, rt, acked)
 	if r := run("cluster", "status"); r.Code != 0 || !strings.Contains(r.Stdout, `shard ["", "\x80") group g0`+"\n") {
 		t.Fatalf("status after moving back: %+v", r)
 	}

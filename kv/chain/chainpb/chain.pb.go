@@ -493,11 +493,21 @@ func (*Hello) Descriptor() ([]byte, []int) {
 }
 
 type Write struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
-	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
-	Delete        bool                   `protobuf:"varint,4,opt,name=delete,proto3" json:"delete,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Seq    uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Key    []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Value  []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Delete bool                   `protobuf:"varint,4,opt,name=delete,proto3" json:"delete,omitempty"`
+	// tag is the store's own number for the write, given by the head's
+	// store and applied with it at every replica (kv/rubble: the head's
+	// kv/lsm sequence number, so a replica's memtables and the tables the
+	// head ships hold the write under one number). 0: none.
+	Tag uint64 `protobuf:"varint,5,opt,name=tag,proto3" json:"tag,omitempty"`
+	// record, if set, makes this entry a store record instead of a write
+	// (key, value and delete unset): opaque to the chain, numbered and
+	// delivered in order with the writes to every replica's store
+	// (kv/rubble: a version edit and the file map of its shipped tables).
+	Record        []byte `protobuf:"bytes,6,opt,name=record,proto3" json:"record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -558,6 +568,20 @@ func (x *Write) GetDelete() bool {
 		return x.Delete
 	}
 	return false
+}
+
+func (x *Write) GetTag() uint64 {
+	if x != nil {
+		return x.Tag
+	}
+	return 0
+}
+
+func (x *Write) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
 }
 
 type CopyChunk struct {
@@ -654,7 +678,11 @@ type ShipAck struct {
 	Applied uint64 `protobuf:"varint,1,opt,name=applied,proto3" json:"applied,omitempty"`
 	// committed: every write up to it is on every member from the
 	// successor to the tail.
-	Committed     uint64 `protobuf:"varint,2,opt,name=committed,proto3" json:"committed,omitempty"`
+	Committed uint64 `protobuf:"varint,2,opt,name=committed,proto3" json:"committed,omitempty"`
+	// notes are store notes of the successor and of the members below it
+	// (each the newest its origin made, sent when it changed), carried up
+	// the chain to the head (kv/rubble: which slots a secondary holds).
+	Notes         []*Note `protobuf:"bytes,3,rep,name=notes,proto3" json:"notes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -703,6 +731,75 @@ func (x *ShipAck) GetCommitted() uint64 {
 	return 0
 }
 
+func (x *ShipAck) GetNotes() []*Note {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// Note is one node's store note: opaque to the chain; a higher version
+// from the same origin replaces a lower one.
+type Note struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Body          []byte                 `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Note) Reset() {
+	*x = Note{}
+	mi := &file_chain_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Note) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Note) ProtoMessage() {}
+
+func (x *Note) ProtoReflect() protoreflect.Message {
+	mi := &file_chain_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Note.ProtoReflect.Descriptor instead.
+func (*Note) Descriptor() ([]byte, []int) {
+	return file_chain_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Note) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *Note) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *Note) GetBody() []byte {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
 type ScanRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -716,7 +813,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_chain_proto_msgTypes[11]
+	mi := &file_chain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +825,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chain_proto_msgTypes[11]
+	mi := &file_chain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +838,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_chain_proto_rawDescGZIP(), []int{11}
+	return file_chain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ScanRequest) GetGroup() string {
@@ -790,7 +887,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_chain_proto_msgTypes[12]
+	mi := &file_chain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +899,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chain_proto_msgTypes[12]
+	mi := &file_chain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +912,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_chain_proto_rawDescGZIP(), []int{12}
+	return file_chain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ScanResponse) GetKvs() []*KV {
@@ -867,19 +964,26 @@ const file_chain_proto_rawDesc = "" +
 	"\x05chunk\x18\x06 \x01(\v2\x1a.nearstore.chain.CopyChunkH\x00R\x05chunk\x12/\n" +
 	"\x04done\x18\a \x01(\v2\x19.nearstore.chain.CopyDoneH\x00R\x04doneB\x06\n" +
 	"\x04body\"\a\n" +
-	"\x05Hello\"Y\n" +
+	"\x05Hello\"\x83\x01\n" +
 	"\x05Write\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x16\n" +
-	"\x06delete\x18\x04 \x01(\bR\x06delete\"2\n" +
+	"\x06delete\x18\x04 \x01(\bR\x06delete\x12\x10\n" +
+	"\x03tag\x18\x05 \x01(\x04R\x03tag\x12\x16\n" +
+	"\x06record\x18\x06 \x01(\fR\x06record\"2\n" +
 	"\tCopyChunk\x12%\n" +
 	"\x03kvs\x18\x01 \x03(\v2\x13.nearstore.chain.KVR\x03kvs\"\x1c\n" +
 	"\bCopyDone\x12\x10\n" +
-	"\x03seq\x18\x01 \x01(\x04R\x03seq\"A\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\"n\n" +
 	"\aShipAck\x12\x18\n" +
 	"\aapplied\x18\x01 \x01(\x04R\aapplied\x12\x1c\n" +
-	"\tcommitted\x18\x02 \x01(\x04R\tcommitted\"w\n" +
+	"\tcommitted\x18\x02 \x01(\x04R\tcommitted\x12+\n" +
+	"\x05notes\x18\x03 \x03(\v2\x15.nearstore.chain.NoteR\x05notes\"H\n" +
+	"\x04Note\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\tR\x04from\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x12\n" +
+	"\x04body\x18\x03 \x01(\fR\x04body\"w\n" +
 	"\vScanRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x14\n" +
@@ -907,7 +1011,7 @@ func file_chain_proto_rawDescGZIP() []byte {
 	return file_chain_proto_rawDescData
 }
 
-var file_chain_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_chain_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_chain_proto_goTypes = []any{
 	(*PutRequest)(nil),   // 0: nearstore.chain.PutRequest
 	(*PutResponse)(nil),  // 1: nearstore.chain.PutResponse
@@ -920,8 +1024,9 @@ var file_chain_proto_goTypes = []any{
 	(*CopyChunk)(nil),    // 8: nearstore.chain.CopyChunk
 	(*CopyDone)(nil),     // 9: nearstore.chain.CopyDone
 	(*ShipAck)(nil),      // 10: nearstore.chain.ShipAck
-	(*ScanRequest)(nil),  // 11: nearstore.chain.ScanRequest
-	(*ScanResponse)(nil), // 12: nearstore.chain.ScanResponse
+	(*Note)(nil),         // 11: nearstore.chain.Note
+	(*ScanRequest)(nil),  // 12: nearstore.chain.ScanRequest
+	(*ScanResponse)(nil), // 13: nearstore.chain.ScanResponse
 }
 var file_chain_proto_depIdxs = []int32{
 	6,  // 0: nearstore.chain.ShipMsg.hello:type_name -> nearstore.chain.Hello
@@ -929,20 +1034,21 @@ var file_chain_proto_depIdxs = []int32{
 	8,  // 2: nearstore.chain.ShipMsg.chunk:type_name -> nearstore.chain.CopyChunk
 	9,  // 3: nearstore.chain.ShipMsg.done:type_name -> nearstore.chain.CopyDone
 	4,  // 4: nearstore.chain.CopyChunk.kvs:type_name -> nearstore.chain.KV
-	4,  // 5: nearstore.chain.ScanResponse.kvs:type_name -> nearstore.chain.KV
-	0,  // 6: nearstore.chain.Chain.Put:input_type -> nearstore.chain.PutRequest
-	2,  // 7: nearstore.chain.Chain.Get:input_type -> nearstore.chain.GetRequest
-	5,  // 8: nearstore.chain.Chain.Ship:input_type -> nearstore.chain.ShipMsg
-	11, // 9: nearstore.chain.Chain.Scan:input_type -> nearstore.chain.ScanRequest
-	1,  // 10: nearstore.chain.Chain.Put:output_type -> nearstore.chain.PutResponse
-	3,  // 11: nearstore.chain.Chain.Get:output_type -> nearstore.chain.GetResponse
-	10, // 12: nearstore.chain.Chain.Ship:output_type -> nearstore.chain.ShipAck
-	12, // 13: nearstore.chain.Chain.Scan:output_type -> nearstore.chain.ScanResponse
-	10, // [10:14] is the sub-list for method output_type
-	6,  // [6:10] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	11, // 5: nearstore.chain.ShipAck.notes:type_name -> nearstore.chain.Note
+	4,  // 6: nearstore.chain.ScanResponse.kvs:type_name -> nearstore.chain.KV
+	0,  // 7: nearstore.chain.Chain.Put:input_type -> nearstore.chain.PutRequest
+	2,  // 8: nearstore.chain.Chain.Get:input_type -> nearstore.chain.GetRequest
+	5,  // 9: nearstore.chain.Chain.Ship:input_type -> nearstore.chain.ShipMsg
+	12, // 10: nearstore.chain.Chain.Scan:input_type -> nearstore.chain.ScanRequest
+	1,  // 11: nearstore.chain.Chain.Put:output_type -> nearstore.chain.PutResponse
+	3,  // 12: nearstore.chain.Chain.Get:output_type -> nearstore.chain.GetResponse
+	10, // 13: nearstore.chain.Chain.Ship:output_type -> nearstore.chain.ShipAck
+	13, // 14: nearstore.chain.Chain.Scan:output_type -> nearstore.chain.ScanResponse
+	11, // [11:15] is the sub-list for method output_type
+	7,  // [7:11] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_chain_proto_init() }
@@ -962,7 +1068,7 @@ func file_chain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chain_proto_rawDesc), len(file_chain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

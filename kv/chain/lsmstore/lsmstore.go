@@ -43,19 +43,80 @@ func Open(dir string, opts lsm.Options) (*Store, error) {
 		return nil, fmt.Errorf("lsmstore: %w", err)
 	}
 	s := &Store{db: db}
+	a, err := ReadApplied(db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.applied.Store(a)
+	return s, nil
+}
+
+// ReadApplied reads the applied sequence number recorded in db (0 if
+// none): the layout's "m" key.
+func ReadApplied(db *lsm.DB) (uint64, error) {
 	v, err := db.Get(metaKey)
 	switch {
 	case errors.Is(err, lsm.ErrNotFound):
+		return 0, nil
 	case err != nil:
-		db.Close()
-		return nil, fmt.Errorf("lsmstore: read applied: %w", err)
+		return 0, fmt.Errorf("lsmstore: read applied: %w", err)
 	case len(v) != 8:
-		db.Close()
-		return nil, fmt.Errorf("lsmstore: applied record is %d bytes, want 8", len(v))
-	default:
-		s.applied.Store(binary.BigEndian.Uint64(v))
+		return 0, fmt.Errorf("lsmstore: applied record is %d bytes, want 8", len(v))
 	}
-	return s, nil
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// DB is the tree underneath, for its metrics.
+func (s *Store) DB() *lsm.DB { return s.db }
+
+// WriteBatch is the batch of write seq in the layout: op on its user
+// key and the applied record, in one batch.
+func WriteBatch(seq uint64, op chain.Op) *lsm.Batch {
+	b := lsm.NewBatch()
+	if op.Delete {
+		b.Delete(userKey(op.Key))
+	} else {
+		b.Set(userKey(op.Key), op.Value)
+	}
+	b.Set(metaKey, seqBytes(seq))
+	return b
+}
+
+// ResetBatch deletes every user key and records applied 0.
+func ResetBatch() *lsm.Batch {
+	b := lsm.NewBatch()
+	b.DeleteRange(userLower, userUpper)
+	b.Set(metaKey, seqBytes(0))
+	return b
+}
+
+// ImportBatch sets the KVs of a COPY on their user keys.
+func ImportBatch(kvs []chain.KV) *lsm.Batch {
+	b := lsm.NewBatch()
+	for _, kv := range kvs {
+		b.Set(userKey(kv.Key), kv.Value)
+	}
+	return b
+}
+
+// AppliedBatch records seq as applied (the end of a COPY).
+func AppliedBatch(seq uint64) *lsm.Batch {
+	b := lsm.NewBatch()
+	b.Set(metaKey, seqBytes(seq))
+	return b
+}
+
+// Get reads user key key in db.
+func Get(db *lsm.DB, key []byte) ([]byte, bool, error) {
+	v, err := db.Get(userKey(key))
+	if errors.Is(err, lsm.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
 }
 
 // Close closes the tree.
@@ -70,14 +131,7 @@ func (s *Store) Apply(ctx context.Context, seq uint64, op chain.Op) error {
 	if want := s.applied.Load() + 1; seq != want {
 		return fmt.Errorf("lsmstore: write %d out of order (next is %d)", seq, want)
 	}
-	b := lsm.NewBatch()
-	if op.Delete {
-		b.Delete(userKey(op.Key))
-	} else {
-		b.Set(userKey(op.Key), op.Value)
-	}
-	b.Set(metaKey, seqBytes(seq))
-	if err := s.db.Apply(ctx, b, s.wo); err != nil {
+	if err := s.db.Apply(ctx, WriteBatch(seq, op), s.wo); err != nil {
 		return fmt.Errorf("lsmstore: apply %d: %w", seq, err)
 	}
 	s.applied.Store(seq)
@@ -86,14 +140,7 @@ func (s *Store) Apply(ctx context.Context, seq uint64, op chain.Op) error {
 
 // Get implements chain.Store.
 func (s *Store) Get(_ context.Context, key []byte) ([]byte, bool, error) {
-	v, err := s.db.Get(userKey(key))
-	if errors.Is(err, lsm.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, err
-	}
-	return v, true, nil
+	return Get(s.db, key)
 }
 
 // Applied implements chain.Store.
@@ -101,10 +148,7 @@ func (s *Store) Applied() uint64 { return s.applied.Load() }
 
 // Reset implements chain.Store: one range deletion over the user keys.
 func (s *Store) Reset(ctx context.Context) error {
-	b := lsm.NewBatch()
-	b.DeleteRange(userLower, userUpper)
-	b.Set(metaKey, seqBytes(0))
-	if err := s.db.Apply(ctx, b, s.wo); err != nil {
+	if err := s.db.Apply(ctx, ResetBatch(), s.wo); err != nil {
 		return fmt.Errorf("lsmstore: reset: %w", err)
 	}
 	s.applied.Store(0)
@@ -113,11 +157,7 @@ func (s *Store) Reset(ctx context.Context) error {
 
 // Import implements chain.Store.
 func (s *Store) Import(ctx context.Context, kvs []chain.KV) error {
-	b := lsm.NewBatch()
-	for _, kv := range kvs {
-		b.Set(userKey(kv.Key), kv.Value)
-	}
-	if err := s.db.Apply(ctx, b, s.wo); err != nil {
+	if err := s.db.Apply(ctx, ImportBatch(kvs), s.wo); err != nil {
 		return fmt.Errorf("lsmstore: import: %w", err)
 	}
 	return nil
@@ -125,9 +165,7 @@ func (s *Store) Import(ctx context.Context, kvs []chain.KV) error {
 
 // SetApplied implements chain.Store.
 func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
-	b := lsm.NewBatch()
-	b.Set(metaKey, seqBytes(seq))
-	if err := s.db.Apply(ctx, b, &lsm.WriteOptions{Sync: true}); err != nil {
+	if err := s.db.Apply(ctx, AppliedBatch(seq), &lsm.WriteOptions{Sync: true}); err != nil {
 		return fmt.Errorf("lsmstore: set applied: %w", err)
 	}
 	s.applied.Store(seq)
@@ -136,7 +174,13 @@ func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
 
 // Snapshot implements chain.Store.
 func (s *Store) Snapshot() (chain.Snapshot, error) {
-	return &snapshot{snap: s.db.NewSnapshot(), seq: s.applied.Load()}, nil
+	return NewSnapshot(s.db, s.applied.Load()), nil
+}
+
+// NewSnapshot is a chain.Snapshot of db now, which holds the writes up
+// to seq.
+func NewSnapshot(db *lsm.DB, seq uint64) chain.Snapshot {
+	return &snapshot{snap: db.NewSnapshot(), seq: seq}
 }
 
 type snapshot struct {
@@ -175,11 +219,16 @@ var _ chain.RangeScanner = (*Store)(nil)
 
 // Scan implements chain.RangeScanner with one bounded iterator.
 func (s *Store) Scan(ctx context.Context, start, end []byte, fn func(key, value []byte) error) error {
+	return Scan(ctx, s.db, start, end, fn)
+}
+
+// Scan is chain.RangeScanner's Scan of db in the layout.
+func Scan(ctx context.Context, db *lsm.DB, start, end []byte, fn func(key, value []byte) error) error {
 	o := &lsm.IterOptions{LowerBound: userKey(start), UpperBound: userUpper}
 	if end != nil {
 		o.UpperBound = userKey(end)
 	}
-	it, err := s.db.NewIter(o)
+	it, err := db.NewIter(o)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,220 @@
+package rubble_test
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nearstore/nearstore/cluster"
+	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/clustertest"
+	"github.com/nearstore/nearstore/kv/chain"
+	"github.com/nearstore/nearstore/kv/rubble"
+	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/volume"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	clitest.Cleanup()
+	os.Exit(code)
+}
+
+// rubbleArgs run each node with --store rubble: small memtables, so a
+// few thousand writes flush and compact many times, and small pools; a
+// 5 s lease, so a node on a loaded machine does not lose it (and rejoin
+// by COPY, as a local replica) while the test checks the secondaries.
+var rubbleArgs = []string{"--store", "rubble", "--memtable-size", "32768", "--rubble-size", "256MiB",
+	"--rubble-slots", "64", "--rubble-slot-size", "1048576", "--stats-interval", "300ms", "--lease-ttl", "5"}
+
+var statRE = regexp.MustCompile(`(\w+)=(\S+)`)
+
+// stats parses node id's last stats line of the group.
+func stats(c *clustertest.Cluster, id string) map[string]string {
+	out := map[string]string{}
+	for _, m := range statRE.FindAllStringSubmatch(c.Last(id, "stats", "group="+clustertest.Group), -1) {
+		out[m[1]] = m[2]
+	}
+	return out
+}
+
+func num(t *testing.T, st map[string]string, k string) int {
+	t.Helper()
+	n, err := strconv.Atoi(st[k])
+	if err != nil {
+		t.Fatalf("stats field %s: %q (%v) in %v", k, st[k], err, st)
+	}
+	return n
+}
+
+// waitStats waits (generously) until ok holds for node id's stats.
+func waitStats(t *testing.T, c *clustertest.Cluster, id, what string, ok func(map[string]string) bool) map[string]string {
+	t.Helper()
+	deadline := time.Now().Add(120 * time.Second)
+	for {
+		st := stats(c, id)
+		if len(st) > 0 && ok(st) {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %s never showed %s: %v", id, what, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestRubbleKillNodeUnderLoad runs a RubbleDB group of three node
+// processes (each a target exporting its volume with its slot pool):
+// under a load of checked writes the head flushes and compacts and ships
+// its tables into the others' pools over NVMe/TCP, and they install them
+// without flushing or compacting. Then the head, a middle node or the
+// tail is killed with SIGKILL under load (clustertest.KillUnderLoad:
+// the chain reconfigures through etcd, every acknowledged write is read
+// from the new tail, the killed node restarts, rejoins by COPY and
+// serves the same data); a new head ships as primary; at the end every
+// node's pool passes fsck.
+func TestRubbleKillNodeUnderLoad(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		pick func(cluster.Chain) string
+	}{
+		{"head", cluster.Chain.Head},
+		{"middle", func(c cluster.Chain) string { return c.Members[1] }},
+		{"tail", cluster.Chain.Tail},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ids := []string{"n1", "n2", "n3"}
+			c := clustertest.NewClusterWith(t, rubbleArgs, ids...)
+			ctx := context.Background()
+			writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer writer.Close()
+			tail, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group, Reads: chain.ReadTail})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tail.Close()
+
+			// Shipping: the head flushes and compacts, the others only
+			// install what it ships.
+			before := c.WaitChain(func(cluster.Chain) bool { return true })
+			warm := clustertest.StartLoad(t, writer, tail)
+			warm.WaitAcked(t, 3000)
+			head := before.Head()
+			waitStats(t, c, head, "compactions as primary", func(st map[string]string) bool {
+				return st["mode"] == "primary" && num(t, st, "compactions") > 0 && num(t, st, "shipped_edits") > 0
+			})
+			acked := warm.Finish()
+			for _, id := range before.Members[1:] {
+				st := waitStats(t, c, id, "installed edits", func(st map[string]string) bool { return num(t, st, "installed") > 0 })
+				if st["mode"] != "secondary" || num(t, st, "flushes") != 0 || num(t, st, "compactions") != 0 {
+					t.Fatalf("secondary %s flushed or compacted, or is not a secondary: %v", id, st)
+				}
+			}
+			t.Logf("before the kill: head %s: %s", head, c.Last(head, "stats", "group="+clustertest.Group))
+
+			clustertest.KillUnderLoad(t, c, tt.name, tt.pick)
+
+			// The (possibly new) head ships as primary.
+			now := c.WaitChain(func(cluster.Chain) bool { return true })
+			first := num(t, waitStats(t, c, now.Head(), "a stats line", func(map[string]string) bool { return true }), "shipped_edits")
+			more := clustertest.StartLoad(t, writer, tail)
+			more.WaitAcked(t, 2000)
+			st := waitStats(t, c, now.Head(), "more shipped edits", func(st map[string]string) bool {
+				return st["mode"] == "primary" && num(t, st, "shipped_edits") > first
+			})
+			t.Logf("after: chain %v; head %s: %v", now.Members, now.Head(), st)
+			// The restarted node joined by COPY and compacted for
+			// itself; under the load the primary resyncs it, and every
+			// other member is a secondary again.
+			for _, id := range now.Members[1:] {
+				waitStats(t, c, id, "the secondary's role", func(st map[string]string) bool { return st["mode"] == "secondary" })
+				t.Logf("node %s: %s", id, c.Last(id, "stats", "group="+clustertest.Group))
+			}
+			for k, v := range more.Finish() {
+				acked[k] = v
+			}
+			clustertest.CheckAll(t, tail, acked)
+
+			c.KillAll()
+			for _, id := range ids {
+				fsckPool(t, filepath.Join(c.Dir, id))
+			}
+		})
+	}
+}
+
+// fsckPool mounts a killed node's volume (read-only: the journal is
+// replayed in memory) and checks the group's pool.
+func fsckPool(t *testing.T, data string) {
+	t.Helper()
+	ctx := context.Background()
+	vol, err := volume.Open("file:" + filepath.Join(data, "rubble.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vol.Close()
+	fsys, err := offloadfs.MountReadOnly(ctx, offloadfs.VolumeDevice(vol), offloadfs.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatalf("%s: mount: %v", data, err)
+	}
+	defer fsys.Close()
+	p, err := rubble.OpenPoolAt(ctx, fsys, clustertest.Group+"/slots")
+	if err != nil {
+		t.Fatalf("%s: %v", data, err)
+	}
+	if err := p.Check(ctx); err != nil {
+		t.Fatalf("%s: fsck: %v", data, err)
+	}
+	if n := len(p.Slots()); n != 64 {
+		t.Fatalf("%s: pool has %d slots, made with 64", data, n)
+	}
+	t.Logf("%s: pool of %d slots clean", filepath.Base(data), len(p.Slots()))
+}
+
+// TestRubbleFallback forces the fallback (--rubble-fallback): the
+// primary's first edit is preceded by the fallback record, after which
+// every replica flushes and compacts for itself and nothing is shipped;
+// the group then survives its head's SIGKILL under load as a plain
+// replicated kv/lsm, losing no acknowledged write.
+func TestRubbleFallback(t *testing.T) {
+	c := clustertest.NewClusterWith(t, append(slices.Clone(rubbleArgs), "--rubble-fallback"), "n1", "n2", "n3")
+	ctx := context.Background()
+	writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	tail, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group, Reads: chain.ReadTail})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tail.Close()
+	ch := c.WaitChain(func(cluster.Chain) bool { return true })
+	l := clustertest.StartLoad(t, writer, tail)
+	l.WaitAcked(t, 3000)
+	for _, id := range ch.Members {
+		want := "local"
+		if id == ch.Head() {
+			want = "primary"
+		}
+		st := waitStats(t, c, id, "the fallback with flushes and compactions", func(st map[string]string) bool {
+			return st["fell_back"] == "true" && num(t, st, "flushes") > 0
+		})
+		if st["mode"] != want || num(t, st, "shipped_edits") != 0 || num(t, st, "installed") != 0 {
+			t.Fatalf("node %s in the fallback: %v; want mode %s, nothing shipped or installed", id, st, want)
+		}
+		t.Logf("node %s: %s", id, c.Last(id, "stats", "group="+clustertest.Group))
+	}
+	acked := l.Finish()
+	clustertest.KillUnderLoad(t, c, "head", cluster.Chain.Head)
+	clustertest.CheckAll(t, tail, acked)
+}

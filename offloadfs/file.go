@@ -522,7 +522,7 @@ func (fsys *FS) dataIO(in *inode, p []byte, off uint64, write bool) error {
 		if write {
 			_, err = fsys.dev.WriteAt(p[:k], at)
 		} else {
-			_, err = fsys.dev.ReadAt(p[:k], at)
+			err = fsys.readExtent(p[:k], at, x.start*bs, (x.start+x.n)*bs)
 		}
 		if err != nil {
 			op := "read"
@@ -542,6 +542,38 @@ func (fsys *FS) dataIO(in *inode, p []byte, off uint64, write bool) error {
 	}
 	return nil
 }
+
+// readExtent reads p at device offset at, inside the extent [lo, hi). A
+// read of at most maxWholeRead bytes that does not start and end on block
+// boundaries goes to the device as one read of the whole blocks it
+// touches (the extent holds them all), copied out of a buffer: a device
+// that reads partial blocks as separate commands (host.Namespace reads
+// each partial edge block on its own) would otherwise send two, and a
+// table's block with its checksum trailer, a kv/lsm Get's only read,
+// straddles a block boundary. Larger reads go as they are: the copy would
+// cost more than the commands it saves.
+func (fsys *FS) readExtent(p []byte, at int64, lo, hi uint64) error {
+	bs := int64(fsys.bs)
+	start := at - at%bs
+	end := at + int64(len(p))
+	if r := end % bs; r != 0 {
+		end += bs - r
+	}
+	if start == at && end == at+int64(len(p)) || end-start > maxWholeRead || start < int64(lo) || end > int64(hi) {
+		_, err := fsys.dev.ReadAt(p, at)
+		return err
+	}
+	buf := make([]byte, end-start)
+	if _, err := fsys.dev.ReadAt(buf, start); err != nil {
+		return err
+	}
+	copy(p, buf[at-start:])
+	return nil
+}
+
+// maxWholeRead bounds the unaligned reads readExtent widens to whole
+// blocks.
+const maxWholeRead = 64 << 10
 
 // zeroData zeroes file bytes [off, off+n), inside the allocation.
 func (fsys *FS) zeroData(in *inode, off, n uint64) error {

@@ -30,8 +30,10 @@ type warmStacks struct {
 	workers atomic.Int64
 }
 
-// warmIdle is how long a worker waits for another request, at least.
-const warmIdle = 10 * time.Second
+// warmIdle is how long a worker waits for another request, at least: long
+// against the gaps of a steady load, short enough that a server gone idle
+// is soon back to the goroutines it had.
+const warmIdle = time.Second
 
 // warmJob is one request handed to a worker: f runs, then done is sent.
 type warmJob struct {

@@ -26,3 +26,14 @@ func TestBenchLSMModeFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestTargetServeCPUProfileBadPath: a profile file that cannot be made
+// fails `target serve --cpuprofile` with the flag's name, before it
+// serves anything.
+func TestTargetServeCPUProfileBadPath(t *testing.T) {
+	bad := t.TempDir() + "/missing/target.pprof"
+	_, err := runNearstore(t, "target", "serve", "--listen", "127.0.0.1:0", "--volume", "mem:1MiB", "--cpuprofile", bad)
+	if err == nil || !strings.Contains(err.Error(), "--cpuprofile") {
+		t.Fatalf("got %v, want an error about --cpuprofile", err)
+	}
+}

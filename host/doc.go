@@ -36,7 +36,11 @@
 // and handed to the queue's data sender goroutine, C2HTermReq ends the
 // connection. The reader never blocks on the network in the write direction,
 // so a target that writes responses inline while it reads cannot deadlock
-// against us. Every sender (the submitting goroutines, the data sender, the
+// against us: when it runs a Call's OnDone, the commands OnDone submits
+// are written by the reader before it reads again, and whatever the socket
+// does not take at once is queued and sent by another goroutine
+// (tcp.RawWriter's SetNoWait), so an event loop on the reader costs no
+// goroutine switch per completion and still never waits for the network. Every sender (the submitting goroutines, the data sender, the
 // keep-alive) writes through one tcp.Writer, which coalesces flushes: under
 // load many capsules leave in one system call, and an idle queue never holds
 // a capsule back. A Batch (Namespace.NewBatch) goes further: it buffers all

@@ -110,6 +110,7 @@ type queue struct {
 	// flushes before its next read (flushingReader).
 	delivering atomic.Bool
 	deferred   atomic.Bool
+	flushing   atomic.Bool // the reader is flushing (flushingReader)
 
 	wmu   sync.Mutex
 	watch *ctxWatch // the watch of the last context a lone call came with (watchLone)
@@ -177,10 +178,14 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 	// reader delivered the last. An idle queue's spins miss, and the
 	// PollReader backs off.
 	in := tcp.NewPollReader(conn, cfg.pollSpin, nil)
+	// What the reader writes (the capsules OnDone submitted) never waits
+	// for the socket: see the package comment's "One reader".
+	out := tcp.NewRawWriter(conn)
+	out.SetNoWait(func() bool { return q.delivering.Load() || q.flushing.Load() })
 	q.fr = tcp.NewFramer(struct {
 		io.Reader
 		io.Writer
-	}{flushingReader{q, in}, tcp.NewRawWriter(conn)}, tcp.RoleHost, framerBufSize)
+	}{flushingReader{q, in}, out}, tcp.RoleHost, framerBufSize)
 	q.w = tcp.NewWriter(q.fr)
 	for i := range cfg.cids {
 		q.free <- uint16(i)
@@ -443,7 +448,10 @@ type flushingReader struct {
 
 func (r flushingReader) Read(p []byte) (int, error) {
 	if r.q.deferred.Swap(false) {
-		if err := r.q.w.Flush(); err != nil {
+		r.q.flushing.Store(true)
+		err := r.q.w.Flush()
+		r.q.flushing.Store(false)
+		if err != nil {
 			return 0, fmt.Errorf("send capsule: %w", err)
 		}
 	}

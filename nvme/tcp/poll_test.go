@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -165,6 +166,74 @@ func TestRawWriter(t *testing.T) {
 	var se *os.SyscallError
 	if !errors.As(err, &se) {
 		t.Fatalf("write after a reset: %v, want a *os.SyscallError", err)
+	}
+}
+
+// TestRawWriterNoWait: with the peer not reading, writes made while
+// noWait holds return at once however much they write, a write that may
+// wait waits until the queue has drained, and the peer reads every byte in
+// order; a failed drain fails the writes after it.
+func TestRawWriterNoWait(t *testing.T) {
+	c, s := tcpPair(t)
+	w := NewRawWriter(c)
+	var noWait atomic.Bool
+	noWait.Store(true)
+	w.SetNoWait(noWait.Load)
+	chunk := make([]byte, 1<<20)
+	var want []byte
+	for i := range 16 { // more than loopback's socket buffers
+		for j := range chunk {
+			chunk[j] = byte(i + j*3)
+		}
+		start := time.Now()
+		if n, err := w.Write(chunk); err != nil || n != len(chunk) {
+			t.Fatalf("write %d: %d, %v", i, n, err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("write %d waited %v with nobody reading", i, d)
+		}
+		want = append(want, chunk...)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		b := make([]byte, len(want)+5)
+		_, _ = io.ReadFull(s, b)
+		got <- b
+	}()
+	noWait.Store(false)
+	if n, err := w.Write([]byte("tail!")); err != nil || n != 5 {
+		t.Fatalf("waiting write: %d, %v", n, err)
+	}
+	w.mu.Lock()
+	queued := w.queued
+	w.mu.Unlock()
+	if queued != nil {
+		t.Fatal("a waiting write returned before the queue drained")
+	}
+	if b := <-got; string(b) != string(want)+"tail!" {
+		t.Fatal("the peer read other bytes, or out of order")
+	}
+
+	// The peer resets the connection under a queue: the drain fails, and
+	// so does the next write.
+	noWait.Store(true)
+	s.(*net.TCPConn).SetLinger(0)
+	for range 16 {
+		if _, err := w.Write(chunk); err != nil {
+			break
+		}
+	}
+	s.Close()
+	var err error
+	for range 100 {
+		if _, err = w.Write([]byte("x")); err != nil {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err == nil {
+		t.Fatal("writes after a reset kept succeeding")
 	}
 }
 

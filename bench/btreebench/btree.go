@@ -838,6 +838,11 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var ops atomic.Int64
+	// late is set when a lookup that ended after the deadline was
+	// counted: only while the run had counted none, so that a short run
+	// on a loaded machine measures one lookup rather than nothing; the
+	// run's time then lasts until every thread is done.
+	var late atomic.Bool
 	var firstErr error
 	var errOnce sync.Once
 	hists := make([]*hist.Histogram, threads)
@@ -852,7 +857,7 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 			for runCtx.Err() == nil {
 				key := BTreeKey(rng.Int64N(cfg.Keys))
 				t0 := time.Now()
-				if !t0.Before(deadline) {
+				if !t0.Before(deadline) && ops.Load() > 0 {
 					return
 				}
 				v, err := e.store.Get(runCtx, mode, key)
@@ -867,7 +872,10 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 					cancel()
 					return
 				}
-				if t1.Before(deadline) {
+				if t1.Before(deadline) || ops.Load() == 0 {
+					if !t1.Before(deadline) {
+						late.Store(true)
+					}
 					h.Record(t1.Sub(t0))
 					ops.Add(1)
 				}
@@ -893,6 +901,10 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 		end()
 	}
 	wg.Wait()
+	secs := d.Seconds()
+	if late.Load() {
+		secs = time.Since(start).Seconds()
+	}
 	if firstErr != nil {
 		return BTreeRun{}, firstErr
 	}
@@ -909,7 +921,7 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 	}
 	n := int64(h.Count())
 	return BTreeRun{
-		Lookups: n, Seconds: d.Seconds(), OpsPerSec: float64(n) / d.Seconds(),
+		Lookups: n, Seconds: secs, OpsPerSec: float64(n) / secs,
 		P50us: report.Micros(h.Quantile(0.5)), P99us: report.Micros(h.Quantile(0.99)),
 		Commands:  harness.DiffCounts(after.cmds, before.cmds),
 		HostCPU:   (after.hostCPU - before.hostCPU).Seconds(),

@@ -112,6 +112,7 @@ func newNodeServeCmd(g *globals, use string) *cobra.Command {
 		leaseTTL, memt int
 		ns             nodeStore
 		statsEvery     time.Duration
+		cpuprof        string
 	)
 	cmd := &cobra.Command{
 		Use:   use,
@@ -144,6 +145,11 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 					return usageErrorf("bad or repeated group %q", gr)
 				}
 			}
+			stopProfile, err := startCPUProfile(cpuprof)
+			if err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
+			}
+			defer stopProfile()
 			ctl, closeCtl, err := ef.control()
 			if err != nil {
 				return err
@@ -212,6 +218,7 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 	cmd.Flags().Float64Var(&readIOPS, "read-iops", 0, "model a device admitting this many store reads per second, per group (0: unthrottled)")
 	cmd.Flags().IntVar(&leaseTTL, "lease-ttl", 2, "etcd lease in seconds: a dead node leaves the chains this long after")
 	cmd.Flags().IntVar(&memt, "memtable-size", 0, "kv/lsm memtable size in bytes (0: the default)")
+	cmd.Flags().StringVar(&cpuprof, "cpuprofile", "", "write a CPU profile of the node to this file, from start to shutdown (SIGINT/SIGTERM)")
 	cmd.Flags().DurationVar(&statsEvery, "stats-interval", 0, "print a \"stats node=ID group=G mode=M flushes=… flush_ms=… compactions=… compact_ms=… …\" line per group this often, and once at exit (0: never)")
 	ns.flags(cmd.Flags())
 	return cmd

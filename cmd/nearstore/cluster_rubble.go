@@ -92,6 +92,11 @@ func startRubbleNode(ctx context.Context, data, id string, o rubbleFlags, ctl *c
 	rn.srv, err = target.New(target.Config{
 		Subsystems: []target.SubsystemConfig{{NQN: rubble.NodeNQN(id), Namespaces: []target.NamespaceConfig{{Backend: vol, Name: img}}}},
 		Logger:     log,
+		// Only primaries writing tables into slots connect: batches of
+		// large writes now and then, where polling for the next command
+		// spends CPU the node's requests need and saves no latency that
+		// matters.
+		PollSpin: -1,
 	})
 	if err != nil {
 		rn.close()

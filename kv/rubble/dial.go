@@ -60,6 +60,9 @@ func (d *TargetDialer) Dial(ctx context.Context, node string) (SlotWriter, error
 		// A dead secondary fails its writes quickly: the edit goes on
 		// without it.
 		MaxReconnectWait: 2 * time.Second, ControllerLossTimeout: 10 * time.Second,
+		// Shipping is background work between flushes and compactions:
+		// no polling for completions, whose CPU the node's requests need.
+		PollSpin: -1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("rubble: connect to %s's target at %s: %w", node, info.Target, err)

@@ -227,7 +227,10 @@ func writeTables(ctx context.Context, dev SlotWriter, slotSize int64, take func(
 }
 
 // writeExtents writes b at the start of the slot: the slot's extents in
-// file order, the last block padded with zeros.
+// file order, the last block padded with zeros. The whole blocks are
+// written from b itself and only a partial last block is copied (into a
+// zeroed block): copying a table to pad it cost the primary a memmove
+// and an allocation of every table for every secondary.
 func writeExtents(ctx context.Context, dev SlotWriter, sl Slot, b []byte) error {
 	bs := dev.BlockSize()
 	for _, x := range sl.Extents.Extents {
@@ -235,13 +238,19 @@ func writeExtents(ctx context.Context, dev SlotWriter, sl Slot, b []byte) error 
 			return nil
 		}
 		n := min(len(b), int(x.Blocks)*bs)
-		chunk := b[:n]
-		if rem := n % bs; rem != 0 {
-			chunk = make([]byte, n+bs-rem)
-			copy(chunk, b[:n])
+		off := int64(x.LBA) * int64(bs)
+		whole := n - n%bs
+		if whole > 0 {
+			if _, err := dev.WriteAtContext(ctx, b[:whole], off); err != nil {
+				return err
+			}
 		}
-		if _, err := dev.WriteAtContext(ctx, chunk, int64(x.LBA)*int64(bs)); err != nil {
-			return err
+		if whole < n {
+			last := make([]byte, bs)
+			copy(last, b[whole:n])
+			if _, err := dev.WriteAtContext(ctx, last, off+int64(whole)); err != nil {
+				return err
+			}
 		}
 		b = b[n:]
 	}

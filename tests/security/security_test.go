@@ -24,18 +24,30 @@ const subNQN = "nqn.2026-11.io.nearstore:security"
 
 // freePort returns a loopback address nothing listens on now.
 func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	return freePorts(t, 1)[0]
+}
+
+// freePorts returns n distinct free loopback addresses: every listener
+// stays open until all n are chosen, so the kernel cannot hand the same
+// port out twice (it did, to --listen and --metrics).
+func freePorts(t *testing.T, n int) []string {
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs
 }
 
 // serve starts a target process with args added and waits until it
 // accepts connections; it returns its address and metrics address.
 func serve(t *testing.T, args ...string) (addr, metrics string) {
-	addr, metrics = freePort(t), freePort(t)
+	ports := freePorts(t, 2)
+	addr, metrics = ports[0], ports[1]
 	exited := clitest.Serve(t, addr, append([]string{"target", "serve", "--listen", addr, "--nqn", subNQN,
 		"--volume", "mem:64MiB", "--metrics", metrics}, args...)...)
 	t.Cleanup(func() {

@@ -240,12 +240,14 @@ type LambdaRun struct {
 	CacheMisses uint64 `json:"cache_misses"`
 }
 
-// LambdaBar is one of the issue's checks.
+// LambdaBar is one of the issue's checks. Its JSON has the keys every
+// bench's bars have (what, want, got, met) and says more: max, applies
+// and note.
 type LambdaBar struct {
-	Name string `json:"name"`
+	Name string `json:"what"`
 	// Value is the measured ratio, Want the bar, Max whether Value must
 	// stay at or below it (else at or above).
-	Value float64 `json:"value"`
+	Value float64 `json:"got"`
 	Want  float64 `json:"want"`
 	Max   bool    `json:"max"`
 	// Applies says whether the issue sets this bar for this setup (the

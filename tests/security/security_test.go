@@ -23,10 +23,6 @@ import (
 const subNQN = "nqn.2026-11.io.nearstore:security"
 
 // freePort returns a loopback address nothing listens on now.
-func freePort(t *testing.T) string {
-	return freePorts(t, 1)[0]
-}
-
 // freePorts returns n distinct free loopback addresses: every listener
 // stays open until all n are chosen, so the kernel cannot hand the same
 // port out twice (it did, to --listen and --metrics).

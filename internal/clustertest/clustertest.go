@@ -234,6 +234,18 @@ func StartLoad(t *testing.T, cl, reader *chain.Client) *chaintest.Load {
 	})
 }
 
+// Client connects a client of group Group reading by reads, closed when
+// the test ends.
+func (c *Cluster) Client(t *testing.T, reads chain.ReadMode) *chain.Client {
+	t.Helper()
+	cl, err := chain.NewClient(context.Background(), chain.ClientConfig{Control: c.Ctl, Group: Group, Reads: reads})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
 // CheckAll reads every write in want through cl.
 func CheckAll(t *testing.T, cl *chain.Client, want map[string]string) {
 	t.Helper()

@@ -50,17 +50,8 @@ func TestLeedKillNodeUnderLoad(t *testing.T) {
 // it.
 func TestLeedJoinUnderLoad(t *testing.T) {
 	c := clustertest.NewClusterWith(t, leedArgs, "n1", "n2", "n3")
-	ctx := context.Background()
-	writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close()
-	tail, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group, Reads: chain.ReadTail})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tail.Close()
+	writer := c.Client(t, chain.ReadCRRS)
+	tail := c.Client(t, chain.ReadTail)
 	l := clustertest.StartLoad(t, writer, tail)
 	l.WaitAcked(t, 300)
 	c.Start("n4")

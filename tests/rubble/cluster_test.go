@@ -91,17 +91,8 @@ func TestRubbleKillNodeUnderLoad(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ids := []string{"n1", "n2", "n3"}
 			c := clustertest.NewClusterWith(t, rubbleArgs, ids...)
-			ctx := context.Background()
-			writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer writer.Close()
-			tail, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group, Reads: chain.ReadTail})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tail.Close()
+			writer := c.Client(t, chain.ReadCRRS)
+			tail := c.Client(t, chain.ReadTail)
 
 			// Shipping: the head flushes and compacts, the others only
 			// install what it ships.
@@ -187,17 +178,8 @@ func fsckPool(t *testing.T, data string) {
 // replicated kv/lsm, losing no acknowledged write.
 func TestRubbleFallback(t *testing.T) {
 	c := clustertest.NewClusterWith(t, append(slices.Clone(rubbleArgs), "--rubble-fallback"), "n1", "n2", "n3")
-	ctx := context.Background()
-	writer, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close()
-	tail, err := chain.NewClient(ctx, chain.ClientConfig{Control: c.Ctl, Group: clustertest.Group, Reads: chain.ReadTail})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tail.Close()
+	writer := c.Client(t, chain.ReadCRRS)
+	tail := c.Client(t, chain.ReadTail)
 	ch := c.WaitChain(func(cluster.Chain) bool { return true })
 	l := clustertest.StartLoad(t, writer, tail)
 	l.WaitAcked(t, 3000)

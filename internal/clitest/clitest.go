@@ -53,6 +53,17 @@ func Cleanup() {
 	}
 }
 
+// Main is a test package's whole TestMain when its only duty is the
+// built binary: it runs the tests, removes the binary (Cleanup) and
+// exits with the tests' code. os.Exit skips deferred calls, so the
+// removal must come between m.Run and the exit, which is why it lives here
+// once rather than in every package.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
 // Binary returns the path of the built binary; the test fails if it does
 // not build.
 func Binary(t testing.TB) string {

@@ -6,7 +6,6 @@
 package chain_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/nearstore/nearstore/cluster"
@@ -14,11 +13,7 @@ import (
 	"github.com/nearstore/nearstore/internal/clustertest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clitest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 func TestKillNodeUnderLoad(t *testing.T) {
 	for _, tt := range []struct {

@@ -29,11 +29,7 @@ import (
 
 const testNQN = "nqn.2026-11.io.nearstore:cli"
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clitest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 // newTarget starts a target with one 512 MiB memory namespace (allocated
 // as written) and returns

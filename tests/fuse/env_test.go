@@ -44,11 +44,7 @@ const (
 	nsSize  = 128 << 20
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clitest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 // fuseProbe mounts a scratch file system in this process to learn whether
 // FUSE works here at all.

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,11 +24,7 @@ import (
 )
 
 // TestMain removes the nearstore binary clitest built, if a test did.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clitest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 // authCmdline is the kernel command line every auth scenario adds: a
 // refused authentication can leave the host's AUTH_Receive unanswered

@@ -26,11 +26,7 @@ import (
 
 const nqn = "nqn.2026-11.io.nearstore:leed-test"
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clitest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 // rig is a target with an NVM namespace (1) and a KV namespace (2) on a
 // file, which survives restarts of both the target and the store.

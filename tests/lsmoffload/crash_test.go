@@ -38,9 +38,7 @@ const (
 func TestMain(m *testing.M) {
 	switch os.Getenv("LSMOFFLOAD_ROLE") {
 	case "":
-		code := m.Run()
-		clitest.Cleanup()
-		os.Exit(code)
+		clitest.Main(m)
 	case "host":
 		err := hostMain()
 		fmt.Fprintln(os.Stderr, "host:", err)

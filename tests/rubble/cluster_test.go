@@ -3,7 +3,6 @@ package rubble_test
 import (
 	"context"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,11 +19,7 @@ import (
 	"github.com/nearstore/nearstore/volume"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clitest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 // rubbleArgs run each node with --store rubble: small memtables, so a
 // few thousand writes flush and compact many times, and small pools; a

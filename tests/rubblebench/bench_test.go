@@ -16,11 +16,7 @@ import (
 	"github.com/nearstore/nearstore/internal/clitest"
 )
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	clitest.Cleanup()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { clitest.Main(m) }
 
 const (
 	records   = 2000

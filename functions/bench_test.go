@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testruntime"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -32,7 +33,7 @@ func benchStats64(b *testing.B, size int) {
 			}
 		}
 	})
-	for _, rt := range runtimes(b) {
+	for _, rt := range testruntime.Both(b) {
 		b.Run(rt.Kind().String(), func(b *testing.B) {
 			m, err := rt.Load(context.Background(), must(Module("stats64", rt.Kind())), sandbox.Limits{Time: 10 * time.Second})
 			if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testruntime"
 	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/sandbox/wasm"
 )
@@ -40,7 +41,7 @@ func grepModules(t *testing.T) map[string]sandbox.Module {
 	t.Cleanup(func() { _ = interp.Close(ctx) })
 	lim := sandbox.Limits{Time: 20 * time.Second}
 	mods := map[string]sandbox.Module{"wasm interpreter": load(t, interp, "grep", lim)}
-	for _, rt := range runtimes(t) {
+	for _, rt := range testruntime.Both(t) {
 		mods[rt.Kind().String()] = load(t, rt, "grep", lim)
 	}
 	return mods
@@ -256,7 +257,7 @@ func BenchmarkGrep(b *testing.B) {
 					}
 				}
 			})
-			for _, rt := range runtimes(b) {
+			for _, rt := range testruntime.Both(b) {
 				b.Run(rt.Kind().String(), func(b *testing.B) {
 					ctx := context.Background()
 					lim := sandbox.Limits{Time: 10 * time.Second, MaxInstructions: 1 << 40, MaxBackJumps: 1 << 40}

@@ -10,27 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testruntime"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
-	"github.com/nearstore/nearstore/sandbox/ebpf"
-	"github.com/nearstore/nearstore/sandbox/wasm"
 )
-
-// runtimes returns both runtimes, closed when the test ends.
-func runtimes(t testing.TB) []sandbox.Runtime {
-	t.Helper()
-	ctx := context.Background()
-	w, err := wasm.NewRuntime(ctx, wasm.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := ebpf.NewRuntime(ebpf.Options{})
-	t.Cleanup(func() {
-		_ = w.Close(ctx)
-		_ = e.Close(ctx)
-	})
-	return []sandbox.Runtime{w, e}
-}
 
 func load(t *testing.T, rt sandbox.Runtime, name string, lim sandbox.Limits) sandbox.Module {
 	t.Helper()
@@ -151,7 +134,7 @@ func randomInput(r *rand.Rand, fn string) ([]byte, int) {
 // table's inputs and random ones and compares with the native functions.
 func TestRuntimesCompute(t *testing.T) {
 	ctx := context.Background()
-	for _, rt := range runtimes(t) {
+	for _, rt := range testruntime.Both(t) {
 		for _, fn := range Names() {
 			native := Native(fn)
 			if native == nil {
@@ -277,7 +260,7 @@ func TestRuntimesBTree(t *testing.T) {
 	if trees[3].depth < 6 {
 		t.Fatalf("the deep tree has %d levels", trees[3].depth)
 	}
-	for _, rt := range runtimes(t) {
+	for _, rt := range testruntime.Both(t) {
 		t.Run(rt.Kind().String(), func(t *testing.T) {
 			m := load(t, rt, "btree_lookup", sandbox.Limits{MaxSteps: 1000, Time: 20 * time.Second})
 			if !m.HasPushdown() || m.HasCompute() {
@@ -325,7 +308,7 @@ func TestRuntimesBTreeErrors(t *testing.T) {
 	index, _ := BuildBTreeFanout([]uint64{1, 2, 3, 4, 5}, 8, 2)
 	bad := bytes.Clone(index[:NodeSize])
 	binary.LittleEndian.PutUint64(bad[8:], 9) // type
-	for _, rt := range runtimes(t) {
+	for _, rt := range testruntime.Both(t) {
 		m := load(t, rt, "btree_lookup", sandbox.Limits{Time: 20 * time.Second})
 		inst, err := m.Acquire(context.Background())
 		if err != nil {

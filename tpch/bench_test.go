@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/functions"
+	"github.com/nearstore/nearstore/internal/testruntime"
 	"github.com/nearstore/nearstore/sandbox"
-	"github.com/nearstore/nearstore/sandbox/ebpf"
-	"github.com/nearstore/nearstore/sandbox/wasm"
 	"github.com/nearstore/nearstore/tpch"
 )
 
@@ -50,13 +49,7 @@ func BenchmarkScan(b *testing.B) {
 	rows, _ := table(b)
 	rows = rows[:1<<20]
 	ctx := context.Background()
-	w, err := wasm.NewRuntime(ctx, wasm.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer w.Close(ctx)
-	e := ebpf.NewRuntime(ebpf.Options{})
-	defer e.Close(ctx)
+	rts := testruntime.Both(b)
 	// No eBPF budgets: they cap one call's work, and this measures it.
 	lim := sandbox.Limits{Time: 10 * time.Second, MaxInstructions: 1 << 62, MaxBackJumps: 1 << 62}
 	for _, q := range validation(b) {
@@ -72,7 +65,7 @@ func BenchmarkScan(b *testing.B) {
 				}
 			}
 		})
-		for _, rt := range []sandbox.Runtime{w, e} {
+		for _, rt := range rts {
 			b.Run(fmt.Sprintf("Q%d/%v", q.Number, rt.Kind()), func(b *testing.B) {
 				mod, err := functions.Module(q.Function(), rt.Kind())
 				if err != nil {

@@ -10,9 +10,8 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/functions"
+	"github.com/nearstore/nearstore/internal/testruntime"
 	"github.com/nearstore/nearstore/sandbox"
-	"github.com/nearstore/nearstore/sandbox/ebpf"
-	"github.com/nearstore/nearstore/sandbox/wasm"
 	"github.com/nearstore/nearstore/tpch"
 )
 
@@ -28,21 +27,12 @@ type runner struct {
 func runners(tb testing.TB, lim sandbox.Limits) []runner {
 	tb.Helper()
 	ctx := context.Background()
-	w, err := wasm.NewRuntime(ctx, wasm.Options{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	e := ebpf.NewRuntime(ebpf.Options{})
-	tb.Cleanup(func() {
-		_ = w.Close(ctx)
-		_ = e.Close(ctx)
-	})
 	rs := []runner{{"native", func(q tpch.Query, in []byte, outCap int) ([]byte, error) {
 		out := make([]byte, outCap)
 		n, err := functions.Native(q.Function())(in, out)
 		return out[:n], err
 	}}}
-	for _, rt := range []sandbox.Runtime{w, e} {
+	for _, rt := range testruntime.Both(tb) {
 		mods := map[string]sandbox.Module{}
 		rs = append(rs, runner{rt.Kind().String(), func(q tpch.Query, in []byte, outCap int) ([]byte, error) {
 			m := mods[q.Function()]

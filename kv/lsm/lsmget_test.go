@@ -10,22 +10,16 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/functions"
+	"github.com/nearstore/nearstore/internal/testruntime"
 	"github.com/nearstore/nearstore/sandbox"
-	"github.com/nearstore/nearstore/sandbox/ebpf"
-	"github.com/nearstore/nearstore/sandbox/wasm"
 )
 
 // lsmGetModules loads lsm_get into both runtimes.
 func lsmGetModules(t testing.TB) []sandbox.Module {
 	t.Helper()
 	ctx := context.Background()
-	w, err := wasm.NewRuntime(ctx, wasm.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := ebpf.NewRuntime(ebpf.Options{})
 	var mods []sandbox.Module
-	for _, rt := range []sandbox.Runtime{w, e} {
+	for _, rt := range testruntime.Both(t) {
 		b, err := functions.Module("lsm_get", rt.Kind())
 		if err != nil {
 			t.Fatal(err)
@@ -45,8 +39,6 @@ func lsmGetModules(t testing.TB) []sandbox.Module {
 		for _, m := range mods {
 			_ = m.Close(ctx)
 		}
-		_ = w.Close(ctx)
-		_ = e.Close(ctx)
 	})
 	return mods
 }

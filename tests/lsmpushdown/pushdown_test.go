@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -51,19 +52,9 @@ func mount(t *testing.T) *offloadfs.FS {
 		Runtimes: func() ([]sandbox.Runtime, error) { return runtimes(ctx) },
 	})
 	t.Cleanup(srv.Stop)
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(cctx, srv.Addr(), testNQN, host.Options{
+	ctrl, ns := testhost.Connect(t, srv.Addr(), testNQN, 1, host.Options{
 		HostNQN: "nqn.2026-11.io.nearstore:lsm-owner", IOQueues: 4, KeepAlive: -1,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}

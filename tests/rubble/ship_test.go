@@ -12,9 +12,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/kv/rubble"
@@ -62,19 +62,9 @@ func secondary(t *testing.T, i int, released func(slot int)) (*rubble.Secondary,
 	if err != nil {
 		t.Fatal(err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(cctx, srv.Addr(), testNQN, host.Options{
+	_, ns := testhost.Connect(t, srv.Addr(), testNQN, 1, host.Options{
 		HostNQN: fmt.Sprintf("nqn.2026-11.io.nearstore:primary-to-%d", i), IOQueues: 2, KeepAlive: -1,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	return sec, ns
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
 )
@@ -33,16 +34,7 @@ func TestRunawayRecursion(t *testing.T) {
 		t.Fatal(err)
 	}
 	connect := func(nqn string) (*host.Controller, *host.Namespace) {
-		c, err := host.Connect(ctx, addr, subNQN, host.Options{HostNQN: nqn, QueueDepth: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		ns, err := c.Namespace(1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c, ns
+		return testhost.Connect(t, addr, subNQN, 1, host.Options{HostNQN: nqn, QueueDepth: 64})
 	}
 	ctrl, hostile := connect("nqn.2014-08.org.nvmexpress:uuid:recursing")
 	_, polite := connect("nqn.2014-08.org.nvmexpress:uuid:polite")

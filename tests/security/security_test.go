@@ -16,6 +16,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/tcp"
 )
@@ -189,17 +190,7 @@ func TestHostileClient(t *testing.T) {
 	if pk := metric(t, metrics, "nearstore_target_command_buffer_bytes_peak"); pk > 1<<20 {
 		t.Fatalf("the target held %v bytes of command buffers at its peak", pk)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := host.Connect(ctx, addr, subNQN, host.Options{HostNQN: "nqn.2014-08.org.nvmexpress:uuid:polite"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ns, err := c.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ns := testhost.Connect(t, addr, subNQN, 1, host.Options{HostNQN: "nqn.2014-08.org.nvmexpress:uuid:polite"})
 	want := []byte(strings.Repeat("still here ", 372))[:4096]
 	if _, err := ns.WriteAt(want, 8192); err != nil {
 		t.Fatal(err)

@@ -290,6 +290,22 @@ func (it *blockIter) Last() bool {
 	return true
 }
 
+// seekInterval positions at the first entry of the restart interval a
+// seek for target starts from (searchRestarts) and returns that
+// interval; false if the block has no entries or the entry cannot be
+// decoded.
+func (it *blockIter) seekInterval(target []byte) (int, bool) {
+	if it.b.restartOff == 0 {
+		it.valid = false
+		return 0, false
+	}
+	i := it.searchRestarts(target)
+	if it.err != nil || !it.seekRestart(i) {
+		return 0, false
+	}
+	return i, true
+}
+
 // searchRestarts returns the last restart interval whose first key is <
 // target (0 if none).
 func (it *blockIter) searchRestarts(target []byte) int {
@@ -308,12 +324,7 @@ func (it *blockIter) searchRestarts(target []byte) int {
 
 // SeekGE positions at the first entry with key >= target.
 func (it *blockIter) SeekGE(target []byte) bool {
-	if it.b.restartOff == 0 {
-		it.valid = false
-		return false
-	}
-	i := it.searchRestarts(target)
-	if it.err != nil || !it.seekRestart(i) {
+	if _, ok := it.seekInterval(target); !ok {
 		return false
 	}
 	for it.cmp(it.key, target) < 0 {
@@ -326,12 +337,8 @@ func (it *blockIter) SeekGE(target []byte) bool {
 
 // SeekLT positions at the last entry with key < target.
 func (it *blockIter) SeekLT(target []byte) bool {
-	if it.b.restartOff == 0 {
-		it.valid = false
-		return false
-	}
-	i := it.searchRestarts(target)
-	if it.err != nil || !it.seekRestart(i) {
+	i, ok := it.seekInterval(target)
+	if !ok {
 		return false
 	}
 	if it.cmp(it.key, target) >= 0 {

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -41,7 +42,7 @@ func populated(t *testing.T) ([]byte, uint64) {
 	t.Helper()
 	ctx := context.Background()
 	dev := newCrashDev(formatted(t, 16<<20), -1)
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func populated(t *testing.T) ([]byte, uint64) {
 }
 
 func mountImage(img []byte) (*offloadfs.FS, error) {
-	return offloadfs.Mount(context.Background(), newCrashDev(imageOf(img), -1), quiet())
+	return offloadfs.Mount(context.Background(), newCrashDev(imageOf(img), -1), testfs.Quiet())
 }
 
 func TestCorruptMetadata(t *testing.T) {
@@ -155,7 +156,7 @@ func fixInodeCRC(b []byte, off int64, g geometry) {
 func TestCorruptJournal(t *testing.T) {
 	ctx := context.Background()
 	dev := newCrashDev(formatted(t, 16<<20), -1)
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +202,7 @@ func TestCorruptJournal(t *testing.T) {
 func TestNoSpace(t *testing.T) {
 	ctx := context.Background()
 	dev := newCrashDev(formatted(t, 4<<20), -1)
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,11 +298,11 @@ func TestNoSpace(t *testing.T) {
 
 func TestNoInodes(t *testing.T) {
 	ctx := context.Background()
-	dev := newDev(t, "mem:16MiB")
+	dev := testfs.Device(t, "mem:16MiB")
 	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{Inodes: 16}); err != nil {
 		t.Fatal(err)
 	}
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +325,7 @@ func TestNoInodes(t *testing.T) {
 }
 
 func TestBadPaths(t *testing.T) {
-	fsys := newFS(t, "mem:16MiB")
+	fsys := testfs.New(t, "mem:16MiB")
 	f, err := fsys.Create("file")
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +377,7 @@ func TestBadPaths(t *testing.T) {
 func TestReadOnlyMount(t *testing.T) {
 	img, _ := populated(t)
 	dev := newCrashDev(imageOf(img), -1)
-	fsys, err := offloadfs.MountReadOnly(context.Background(), dev, quiet())
+	fsys, err := offloadfs.MountReadOnly(context.Background(), dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +405,7 @@ func TestReadOnlyMount(t *testing.T) {
 }
 
 func TestClosedFS(t *testing.T) {
-	fsys := newFS(t, "mem:16MiB")
+	fsys := testfs.New(t, "mem:16MiB")
 	f, _ := fsys.Create("x")
 	if err := fsys.Close(); err != nil {
 		t.Fatal(err)
@@ -421,11 +422,11 @@ func TestClosedFS(t *testing.T) {
 }
 
 func TestMkfsTooSmall(t *testing.T) {
-	dev := newDev(t, "mem:64KiB")
+	dev := testfs.Device(t, "mem:64KiB")
 	if err := offloadfs.Mkfs(context.Background(), dev, offloadfs.MkfsOptions{}); err == nil {
 		t.Fatal("mkfs on a 64 KiB device succeeded")
 	}
-	if _, err := offloadfs.Mount(context.Background(), dev, quiet()); !errors.Is(err, offloadfs.ErrNotFormatted) {
+	if _, err := offloadfs.Mount(context.Background(), dev, testfs.Quiet()); !errors.Is(err, offloadfs.ErrNotFormatted) {
 		t.Fatalf("mount of an unformatted device: %v", err)
 	}
 }

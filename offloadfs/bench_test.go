@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -26,8 +27,8 @@ type benchTarget interface {
 // benchTargets returns the raw device and a file of benchRegion bytes
 // (written once, so the device's memory is allocated in both cases).
 func benchTargets(b *testing.B) map[string]benchTarget {
-	raw := newDev(b, "mem:512MiB")
-	fsys := newFS(b, "mem:512MiB")
+	raw := testfs.Device(b, "mem:512MiB")
+	fsys := testfs.New(b, "mem:512MiB")
 	f, err := fsys.Create("bench")
 	if err != nil {
 		b.Fatal(err)
@@ -107,7 +108,7 @@ func BenchmarkRandRead4KParallel(b *testing.B) {
 
 // BenchmarkAppend1M appends to fresh files: allocation included.
 func BenchmarkAppend1M(b *testing.B) {
-	fsys := newFS(b, "mem:1GiB")
+	fsys := testfs.New(b, "mem:1GiB")
 	buf := make([]byte, 1<<20)
 	b.SetBytes(int64(len(buf)))
 	b.ResetTimer()
@@ -139,7 +140,7 @@ func BenchmarkCreate(b *testing.B) { benchCreate(b, false) }
 // benchCreate creates 4 KiB files, in a directory of 2000 at most,
 // committing each (sync) or all at the end.
 func benchCreate(b *testing.B, sync bool) {
-	fsys := newFS(b, "mem:512MiB")
+	fsys := testfs.New(b, "mem:512MiB")
 	if err := fsys.Mkdir("d"); err != nil {
 		b.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func benchCreate(b *testing.B, sync bool) {
 
 // BenchmarkStat stats files in a directory of 1000.
 func BenchmarkStat(b *testing.B) {
-	fsys := newFS(b, "mem:512MiB")
+	fsys := testfs.New(b, "mem:512MiB")
 	for i := range 1000 {
 		f, err := fsys.Create(fmt.Sprintf("f%04d", i))
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -235,7 +236,7 @@ func runFrom(t *testing.T, dev *crashDev, m *model, ops []op) *crashRun {
 	ctx := context.Background()
 	m = m.clone()
 	cr := &crashRun{snaps: []*model{m.clone()}}
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		if dev.crashed {
 			return cr
@@ -248,7 +249,7 @@ func runFrom(t *testing.T, dev *crashDev, m *model, ops []op) *crashRun {
 		var err error
 		if o.kind == opRemount {
 			if err = fsys.Close(); err == nil {
-				fsys, err = offloadfs.Mount(ctx, dev, quiet())
+				fsys, err = offloadfs.Mount(ctx, dev, testfs.Quiet())
 			}
 		} else {
 			// Create is two steps, each of which may commit: the file
@@ -299,7 +300,7 @@ func runFrom(t *testing.T, dev *crashDev, m *model, ops []op) *crashRun {
 func checkRecovery(t *testing.T, img *diskImage, cr *crashRun, what string) {
 	ctx := context.Background()
 	dev := newCrashDev(img, -1)
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatalf("%s: mount after crash: %v", what, err)
 	}
@@ -452,7 +453,7 @@ func TestCrashRecoveredIsUsable(t *testing.T) {
 	runUntilCrash(t, dev, ops)
 	img := dev.image(crashReorder, rand.New(rand.NewPCG(1, 1)))
 	dev = newCrashDev(img, -1)
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,7 +477,7 @@ func TestCrashRecoveredIsUsable(t *testing.T) {
 	if err := fsys.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fsys, err = offloadfs.Mount(ctx, dev, quiet())
+	fsys, err = offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -44,8 +45,8 @@ func writeZeros(d offloadfs.Device, off, n int64) error {
 // A file grows to any byte size, on a device that zeroes only whole
 // blocks: the ragged ends are written, the middle zeroed by the device.
 func TestGrowOnBlockZeroer(t *testing.T) {
-	dev := &strictZeroer{Device: newDev(t, "mem:64MiB")}
-	fsys := mkfsMount(t, dev)
+	dev := &strictZeroer{Device: testfs.Device(t, "mem:64MiB")}
+	fsys := testfs.Fresh(t, dev)
 	f, err := fsys.Create("/f")
 	if err != nil {
 		t.Fatal(err)
@@ -82,7 +83,7 @@ func TestGrowOnBlockZeroer(t *testing.T) {
 // A cancelled Sync is refused before it starts and leaves the file system
 // usable: a commit is never abandoned halfway.
 func TestSyncCancelled(t *testing.T) {
-	fsys := newFS(t, "mem:64MiB")
+	fsys := testfs.New(t, "mem:64MiB")
 	f, err := fsys.Create("/a")
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -53,11 +54,11 @@ func fragment(t *testing.T, fsys *offloadfs.FS, files, spare int) int {
 // checks it through growth, remount, truncation and removal.
 func TestFragmented(t *testing.T) {
 	ctx := context.Background()
-	dev := newDev(t, "mem:64MiB")
+	dev := testfs.Device(t, "mem:64MiB")
 	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{Inodes: 8192}); err != nil {
 		t.Fatal(err)
 	}
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestFragmented(t *testing.T) {
 
 	check := func(what string, want []byte) {
 		t.Helper()
-		if fsys, err = offloadfs.Mount(ctx, dev, quiet()); err != nil {
+		if fsys, err = offloadfs.Mount(ctx, dev, testfs.Quiet()); err != nil {
 			t.Fatalf("%s: %v", what, err)
 		}
 		checkFsck(t, fsys, what)
@@ -175,7 +176,7 @@ func fragmentedWorkload(t *testing.T, base *diskImage) (setup, rest []op) {
 		ops = append(ops, op{kind: opCreate, p: fmt.Sprintf("s%d", i), data: make([]byte, 512)})
 	}
 	// Size the filler on a scratch mount.
-	fsys, err := offloadfs.Mount(context.Background(), newCrashDev(base, -1), quiet())
+	fsys, err := offloadfs.Mount(context.Background(), newCrashDev(base, -1), testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,11 +237,11 @@ func TestCrashFragmented(t *testing.T) {
 // timer.
 func TestCommitInterval(t *testing.T) {
 	ctx := context.Background()
-	dev := newDev(t, "mem:16MiB")
+	dev := testfs.Device(t, "mem:16MiB")
 	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	opts := quiet()
+	opts := testfs.Quiet()
 	opts.CommitInterval = 10 * time.Millisecond
 	committed := make(chan offloadfs.Commit, 10)
 	opts.OnCommit = func(c offloadfs.Commit) {

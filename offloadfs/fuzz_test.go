@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -17,7 +18,7 @@ func fuzzImage(f *testing.F) []byte {
 	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{BlockSize: 512, Inodes: 64}); err != nil {
 		f.Fatal(err)
 	}
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -73,7 +74,7 @@ func FuzzMount(f *testing.F) {
 			}
 			b[off] ^= edits[4]
 		}
-		fsys, err := offloadfs.Mount(context.Background(), newCrashDev(imageOf(b), -1), quiet())
+		fsys, err := offloadfs.Mount(context.Background(), newCrashDev(imageOf(b), -1), testfs.Quiet())
 		if err != nil {
 			return
 		}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -40,7 +41,7 @@ func tree(t *testing.T, fsys *offloadfs.FS) map[string][]byte {
 // ReadDir, ReadFile, Read, ReadAt, Seek, directory listings, invalid
 // names) and holds exactly the tree's files with their bytes.
 func TestIOFS(t *testing.T) {
-	fsys := newFS(t, "mem:16MiB")
+	fsys := testfs.New(t, "mem:16MiB")
 	files := tree(t, fsys)
 	ifs := fsys.IOFS()
 	var want []string
@@ -80,7 +81,7 @@ func TestIOFS(t *testing.T) {
 // context live; a cancelled or failing put leaves the old file and no
 // temporary behind.
 func TestPutFile(t *testing.T) {
-	fsys := newFS(t, "mem:16MiB")
+	fsys := testfs.New(t, "mem:16MiB")
 	old := []byte("old contents\n")
 	if _, err := fsys.PutFile(context.Background(), "/f", bytes.NewReader(old)); err != nil {
 		t.Fatal(err)
@@ -130,7 +131,7 @@ func (e *endThenCancel) Read(p []byte) (int, error) {
 
 // TestRemoveAll removes a tree, and a missing name is no error.
 func TestRemoveAll(t *testing.T) {
-	fsys := newFS(t, "mem:16MiB")
+	fsys := testfs.New(t, "mem:16MiB")
 	tree(t, fsys)
 	if err := fsys.RemoveAll("/d"); err != nil {
 		t.Fatal(err)
@@ -155,7 +156,7 @@ func TestRemoveAll(t *testing.T) {
 // TestReadFile checks FS.ReadFile: a file's whole contents, an empty file
 // as no bytes, and a missing file as fs.ErrNotExist.
 func TestReadFile(t *testing.T) {
-	fsys := newFS(t, "mem:16MiB")
+	fsys := testfs.New(t, "mem:16MiB")
 	want := bytes.Repeat([]byte("0123456789"), 1000)
 	for name, data := range map[string][]byte{"/full": want, "/empty": nil} {
 		f, err := fsys.Create(name)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
@@ -61,7 +62,7 @@ func TestKillProcess(t *testing.T) {
 			t.Fatalf("round %d: the child synced nothing", round)
 		}
 
-		fsys, err := offloadfs.Mount(ctx, offloadfs.VolumeDevice(v), quiet())
+		fsys, err := offloadfs.Mount(ctx, offloadfs.VolumeDevice(v), testfs.Quiet())
 		if err != nil {
 			t.Fatalf("round %d: mount after kill: %v", round, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -13,11 +14,11 @@ import (
 // outgrow the journal.
 func TestManyCloses(t *testing.T) {
 	ctx := context.Background()
-	dev := newDev(t, "mem:1GiB")
+	dev := testfs.Device(t, "mem:1GiB")
 	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{Inodes: 8192}); err != nil {
 		t.Fatal(err)
 	}
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}

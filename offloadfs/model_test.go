@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -604,11 +605,11 @@ func TestModel(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			dev := newDev(t, tc.spec)
+			dev := testfs.Device(t, tc.spec)
 			if err := offloadfs.Mkfs(ctx, dev, tc.mkfs); err != nil {
 				t.Fatal(err)
 			}
-			fsys, err := offloadfs.Mount(ctx, dev, quiet())
+			fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -621,7 +622,7 @@ func TestModel(t *testing.T) {
 					if err := fsys.Close(); err != nil {
 						t.Fatalf("step %d: close: %v", i, err)
 					}
-					if fsys, err = offloadfs.Mount(ctx, dev, quiet()); err != nil {
+					if fsys, err = offloadfs.Mount(ctx, dev, testfs.Quiet()); err != nil {
 						t.Fatalf("step %d: mount: %v", i, err)
 					}
 				} else {
@@ -645,7 +646,7 @@ func TestModel(t *testing.T) {
 			if err := fsys.Sync(ctx); err != nil {
 				t.Fatal(err)
 			}
-			ro, err := offloadfs.MountReadOnly(ctx, dev, quiet())
+			ro, err := offloadfs.MountReadOnly(ctx, dev, testfs.Quiet())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
 	"github.com/nearstore/nearstore/internal/stamptest"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -610,7 +611,7 @@ func TestFunctionErrorsMatch(t *testing.T) {
 // TestNoFallback: without a target and without a host module, a request
 // cannot run at all, and says so.
 func TestNoFallback(t *testing.T) {
-	fsys := newFS(t, "mem:16MiB")
+	fsys := testfs.New(t, "mem:16MiB")
 	f, err := fsys.Create("f")
 	if err != nil {
 		t.Fatal(err)

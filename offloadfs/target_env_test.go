@@ -11,6 +11,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/stamptest"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testmodules"
 	"github.com/nearstore/nearstore/internal/testtarget"
@@ -93,7 +94,7 @@ func newRemoteEnv(t testing.TB, mutate func(*offloadfs.Options)) *remoteEnv {
 	if err := offloadfs.Mkfs(ctx, e.ns, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	opts := quiet()
+	opts := testfs.Quiet()
 	opts.Remote = e.ns
 	opts.Loader = e.ctrl
 	opts.Runtimes = []sandbox.Runtime{ebpf.NewRuntime(ebpf.Options{Logger: slog.New(slog.DiscardHandler)})}

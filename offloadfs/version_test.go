@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 )
@@ -39,8 +40,8 @@ func readThroughMap(t *testing.T, dev offloadfs.Device, m pushdown.File) []byte 
 func TestExtentVersions(t *testing.T) {
 	for _, spec := range []string{"mem:64MiB", "mem:64MiB?bs=4096"} {
 		t.Run(spec, func(t *testing.T) {
-			dev := newDev(t, spec)
-			fsys := mkfsMount(t, dev)
+			dev := testfs.Device(t, spec)
+			fsys := testfs.Fresh(t, dev)
 			f, err := fsys.Create("f")
 			if err != nil {
 				t.Fatal(err)
@@ -136,7 +137,7 @@ func TestExtentVersions(t *testing.T) {
 
 func TestChangeFeed(t *testing.T) {
 	ctx := context.Background()
-	dev := newDev(t, "mem:64MiB")
+	dev := testfs.Device(t, "mem:64MiB")
 	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestChangeFeed(t *testing.T) {
 		mu      sync.Mutex
 		commits []offloadfs.Commit
 	)
-	opts := quiet()
+	opts := testfs.Quiet()
 	opts.OnCommit = func(c offloadfs.Commit) {
 		mu.Lock()
 		commits = append(commits, c)
@@ -240,11 +241,11 @@ func TestChangeFeed(t *testing.T) {
 // TestVersionsSurviveRemount checks that versions are persistent.
 func TestVersionsSurviveRemount(t *testing.T) {
 	ctx := context.Background()
-	dev := newDev(t, "mem:64MiB")
+	dev := testfs.Device(t, "mem:64MiB")
 	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +270,7 @@ func TestVersionsSurviveRemount(t *testing.T) {
 	if err := fsys.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fsys, err = offloadfs.MountReadOnly(ctx, dev, quiet())
+	fsys, err = offloadfs.MountReadOnly(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +294,7 @@ func TestRemoveWhileOpen(t *testing.T) {
 	ctx := context.Background()
 	img := formatted(t, 16<<20)
 	dev := newCrashDev(img, -1)
-	fsys, err := offloadfs.Mount(ctx, dev, quiet())
+	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +344,7 @@ func TestRemoveWhileOpen(t *testing.T) {
 
 	// Crash now: the next mount frees the orphan.
 	crashed := newCrashDev(dev.image(crashUnflushed, nil), -1)
-	fs2, err := offloadfs.Mount(ctx, crashed, quiet())
+	fs2, err := offloadfs.Mount(ctx, crashed, testfs.Quiet())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,7 +375,7 @@ func TestRemoveWhileOpen(t *testing.T) {
 // syncs at once (for the race detector), then checks everything.
 func TestConcurrent(t *testing.T) {
 	ctx := context.Background()
-	fsys := newFS(t, "mem:128MiB")
+	fsys := testfs.New(t, "mem:128MiB")
 	const workers = 6
 	var wg sync.WaitGroup
 	errs := make(chan error, workers*2)

@@ -6,6 +6,7 @@ import (
 	iofs "io/fs"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 
 	"github.com/nearstore/nearstore/vfs"
@@ -13,12 +14,12 @@ import (
 )
 
 func TestVFS(t *testing.T) {
-	vfstest.Run(t, func(t *testing.T) vfs.FS { return newFS(t, "mem:64MiB").VFS() })
+	vfstest.Run(t, func(t *testing.T) vfs.FS { return testfs.New(t, "mem:64MiB").VFS() })
 }
 
 // TestSeek covers the cursor API that vfs.File leaves out.
 func TestSeek(t *testing.T) {
-	fsys := newFS(t, "mem:16MiB")
+	fsys := testfs.New(t, "mem:16MiB")
 	f, err := fsys.Create("/dir-less/../s")
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 )
 
@@ -36,8 +37,8 @@ func (d *readLog) take() [][2]int64 {
 // device as one read of whole blocks, and returns the file's bytes; a read
 // larger than the bound goes as it is.
 func TestUnalignedReadIsOneWholeBlockRead(t *testing.T) {
-	dev := &readLog{Device: newDev(t, "mem:64MiB?bs=4096")}
-	fsys := mkfsMount(t, dev)
+	dev := &readLog{Device: testfs.Device(t, "mem:64MiB?bs=4096")}
+	fsys := testfs.Fresh(t, dev)
 	f, err := fsys.Create("table")
 	if err != nil {
 		t.Fatal(err)

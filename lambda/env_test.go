@@ -11,6 +11,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -69,29 +70,18 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 	t.Cleanup(e.srv.Stop)
 
 	ctrl, ns := testhost.Connect(t, e.srv.Addr(), testNQN, 1, host.Options{HostNQN: ownerNQN, IOQueues: 4, KeepAlive: -1})
-	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testfs.Format(t, ns)
 	hrt, err := wasm.NewRuntime(ctx, wasm.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hrt.Close(context.Background()) })
-	e.fsys, err = offloadfs.Mount(ctx, ns, offloadfs.Options{
+	e.fsys = testfs.Mount(t, ns, offloadfs.Options{
 		CommitInterval: -1,
-		Logger:         slog.New(slog.DiscardHandler),
 		Remote:         ns,
 		Loader:         ctrl,
 		Runtimes:       []sandbox.Runtime{hrt},
 		FunctionLimits: limits,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := e.fsys.Close(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
 	})
 	e.d, err = New(ctx, e.fsys, Options{
 		Runtimes:     []sandbox.Runtime{hrt},

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
@@ -102,7 +103,7 @@ func TestOffloadCopy(t *testing.T) {
 		}
 		mustEqual(t, "out/ab replaced", r.contents(r.fsys, "out/ab"), b)
 		mustEqual(t, "a", r.contents(r.fsys, "a"), a)
-		rep := fsck(t, r.fsys)
+		rep := testfs.Fsck(t, r.fsys)
 		if rep.Orphans != 0 {
 			t.Fatalf("%d orphans left", rep.Orphans)
 		}
@@ -147,7 +148,7 @@ func TestOffloadOutsideGrant(t *testing.T) {
 		if err := g.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		fsck(t, r.fsys)
+		testfs.Fsck(t, r.fsys)
 	})
 }
 
@@ -183,7 +184,7 @@ func TestOffloadFailureLeavesNothing(t *testing.T) {
 	if free, _ := r.fsys.FreeBlocks(); free != freeBefore {
 		t.Fatalf("%d blocks free after failed tasks, %d before", free, freeBefore)
 	}
-	fsck(t, r.fsys)
+	testfs.Fsck(t, r.fsys)
 }
 
 // TestOffloadCacheNeverStale: the engine caches what tasks read, and a
@@ -297,7 +298,7 @@ func TestOffloadRejectedRunsLocally(t *testing.T) {
 			if got := r.metric("nearstore_offload_client_tasks_total", map[string]string{"where": "engine"}); got != 0 {
 				t.Errorf("client_tasks_total{where=engine} = %v, want 0", got)
 			}
-			fsck(t, r.fsys)
+			testfs.Fsck(t, r.fsys)
 		})
 	}
 }

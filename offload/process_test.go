@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -131,7 +132,7 @@ func startChild(t *testing.T, role string, env ...string) *testproc.Proc {
 // no block lost, committed files intact, no output.
 func afterCrash(t *testing.T, fsys *offloadfs.FS, r *rig, want map[string][]byte, freeBefore uint64) {
 	t.Helper()
-	rep := fsck(t, fsys)
+	rep := testfs.Fsck(t, fsys)
 	if rep.Orphans != 0 {
 		t.Fatalf("%d orphans after the mount", rep.Orphans)
 	}

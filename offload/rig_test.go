@@ -3,11 +3,8 @@ package offload_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"os"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -15,6 +12,7 @@ import (
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
 	"github.com/nearstore/nearstore/internal/testengine"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offload"
@@ -56,10 +54,7 @@ func newRig(t testing.TB) *rig {
 	r.target = testtarget.Start(t, testtarget.Config{NQN: rigNQN, Name: "unit", Volume: r.vol})
 	t.Cleanup(r.target.Stop)
 	r.ns = r.connect(ownerNQN)
-	ctx := context.Background()
-	if err := offloadfs.Mkfs(ctx, r.ns, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testfs.Format(t, r.ns)
 	r.fsys = r.mount()
 	return r
 }
@@ -67,18 +62,9 @@ func newRig(t testing.TB) *rig {
 // mount mounts the file system read-write as the owner.
 func (r *rig) mount() *offloadfs.FS {
 	r.t.Helper()
-	fsys, err := offloadfs.Mount(context.Background(), r.ns, offloadfs.Options{
-		CommitInterval: -1, Logger: slog.New(slog.DiscardHandler), Remote: r.ns,
-	})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() {
-		if err := fsys.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
-			r.t.Errorf("unmount: %v", err)
-		}
-	})
-	return fsys
+	opts := testfs.Quiet()
+	opts.Remote = r.ns
+	return testfs.Mount(r.t, r.ns, opts)
 }
 
 // metric sums the metric's samples with labels want.
@@ -180,19 +166,6 @@ func (r *rig) contents(fsys *offloadfs.FS, name string) []byte {
 		r.t.Fatal(err)
 	}
 	return b
-}
-
-// fsck checks the file system is consistent.
-func fsck(t testing.TB, fsys *offloadfs.FS) *offloadfs.Report {
-	t.Helper()
-	rep, err := fsys.Fsck(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("fsck: %v", rep.Problems)
-	}
-	return rep
 }
 
 func mustEqual(t testing.TB, what string, got, want []byte) {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offloadfs"
 )
@@ -39,7 +40,7 @@ func TestWasmTaskCopy(t *testing.T) {
 		}
 		mustEqual(t, "ab", r.contents(r.fsys, "ab"), want)
 		mustEqual(t, "a", r.contents(r.fsys, "a"), a)
-		fsck(t, r.fsys)
+		testfs.Fsck(t, r.fsys)
 	})
 }
 
@@ -66,7 +67,7 @@ func TestWasmTaskOutsideGrant(t *testing.T) {
 			}
 		}
 		mustEqual(t, "a", r.contents(r.fsys, "a"), a)
-		if rep := fsck(t, r.fsys); rep.Orphans != 0 {
+		if rep := testfs.Fsck(t, r.fsys); rep.Orphans != 0 {
 			t.Fatalf("%d orphans", rep.Orphans)
 		}
 	})
@@ -107,7 +108,7 @@ func TestWasmTaskNeverEnds(t *testing.T) {
 	}, []byte("c")); err != nil {
 		t.Fatalf("the next task: %v", err)
 	}
-	fsck(t, r.fsys)
+	testfs.Fsck(t, r.fsys)
 }
 
 // TestWasmTaskBadModules: what is not a task module is refused before

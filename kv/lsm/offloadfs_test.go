@@ -9,8 +9,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
-	"github.com/nearstore/nearstore/volume"
 )
 
 // TestModelOnOffloadFS runs the model test on offloadfs over a memory
@@ -18,20 +18,9 @@ import (
 // vfs adapter.
 func TestModelOnOffloadFS(t *testing.T) {
 	ctx := context.Background()
-	v, err := volume.Open("mem:256MiB")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
-	dev := offloadfs.VolumeDevice(v)
-	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(ctx, dev, offloadfs.Options{Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
+	dev := testfs.Device(t, "mem:256MiB")
+	testfs.Format(t, dev)
+	fsys := testfs.Mount(t, dev, offloadfs.Options{Logger: quietLogger()})
 	opts := smallOptions()
 	vf := fsys.VFS()
 	d, err := Open(vf, "db", opts)

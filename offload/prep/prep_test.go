@@ -7,15 +7,13 @@ import (
 	"image"
 	"image/color"
 	"image/png"
-	"log/slog"
 	"math"
 	"slices"
 	"testing"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offload"
 	"github.com/nearstore/nearstore/offload/prep"
-	"github.com/nearstore/nearstore/offloadfs"
-	"github.com/nearstore/nearstore/volume"
 )
 
 // identity keeps the whole image, unrotated: with a source of the output's
@@ -138,20 +136,8 @@ func TestProcessRefusesGarbage(t *testing.T) {
 // extents, returns exactly the tensors the host computes.
 func TestTaskMatchesHost(t *testing.T) {
 	ctx := context.Background()
-	v, err := volume.Open("mem:64MiB")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
-	dev := offloadfs.VolumeDevice(v)
-	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(ctx, dev, offloadfs.Options{CommitInterval: -1, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
+	dev := testfs.Device(t, "mem:64MiB")
+	fsys := testfs.Fresh(t, dev)
 	if err := prep.Generate(ctx, fsys, "/set", 5, 3, nil); err != nil {
 		t.Fatal(err)
 	}

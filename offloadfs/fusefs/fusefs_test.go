@@ -19,23 +19,16 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/offloadfs/fusefs"
-	"github.com/nearstore/nearstore/volume"
 )
 
 // newDevice returns an offloadfs device of size bytes in memory, formatted.
 func newDevice(t *testing.T, size int64) offloadfs.Device {
 	t.Helper()
-	v, err := volume.Open(fmt.Sprintf("mem:%d", size))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { v.Close() })
-	dev := offloadfs.VolumeDevice(v)
-	if err := offloadfs.Mkfs(context.Background(), dev, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	dev := testfs.Device(t, fmt.Sprintf("mem:%d", size))
+	testfs.Format(t, dev)
 	return dev
 }
 
@@ -152,13 +145,7 @@ func TestFilesAgree(t *testing.T) {
 			t.Fatalf("%s after unmount: %d bytes, want %d (or contents differ)", name, len(got), len(b))
 		}
 	}
-	r, err := ro.Fsck(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Err(); err != nil {
-		t.Fatal(err)
-	}
+	testfs.Fsck(t, ro)
 }
 
 // TestNamespace covers the directory operations and their errors.

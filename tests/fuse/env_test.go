@@ -32,6 +32,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -176,14 +177,7 @@ func (e *env) readOnly() *offloadfs.FS {
 // fsck checks the file system through the Go API.
 func (e *env) fsck() {
 	e.t.Helper()
-	fsys := e.readOnly()
-	r, err := fsys.Fsck(context.Background())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if err := r.Err(); err != nil {
-		e.t.Fatal(err)
-	}
+	testfs.Fsck(e.t, e.readOnly())
 }
 
 // mounted is a `nearstore fs mount` process.

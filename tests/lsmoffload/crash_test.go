@@ -24,6 +24,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/offload"
@@ -274,7 +275,7 @@ func killRound(t *testing.T, bin, victim string, rng *rand.Rand) {
 
 	fsys, unmount := tg.mount(ctx)
 	defer unmount()
-	fsck(t, fsys)
+	testfs.Fsck(t, fsys)
 	d, err := lsm.Open(fsys.VFS(), "db", storeOptions())
 	if err != nil {
 		t.Fatal(err)
@@ -288,16 +289,5 @@ func killRound(t *testing.T, bin, victim string, rng *rand.Rand) {
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	fsck(t, fsys)
-}
-
-func fsck(t *testing.T, fsys *offloadfs.FS) {
-	t.Helper()
-	rep, err := fsys.Fsck(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("fsck: %v", rep.Problems)
-	}
+	testfs.Fsck(t, fsys)
 }

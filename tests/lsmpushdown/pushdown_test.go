@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/lsm"
@@ -55,9 +56,7 @@ func mount(t *testing.T) *offloadfs.FS {
 	ctrl, ns := testhost.Connect(t, srv.Addr(), testNQN, 1, host.Options{
 		HostNQN: "nqn.2026-11.io.nearstore:lsm-owner", IOQueues: 4, KeepAlive: -1,
 	})
-	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testfs.Format(t, ns)
 	hrts, err := runtimes(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -67,23 +66,13 @@ func mount(t *testing.T) *offloadfs.FS {
 			rt.Close(context.Background())
 		}
 	})
-	fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{
+	return testfs.Mount(t, ns, offloadfs.Options{
 		CommitInterval: -1,
-		Logger:         slog.New(slog.DiscardHandler),
 		Remote:         ns,
 		Loader:         ctrl,
 		Runtimes:       hrts,
 		FunctionLimits: limits,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fsys.Close(); err != nil {
-			t.Errorf("unmount: %v", err)
-		}
-	})
-	return fsys
 }
 
 // TestPushdownGetUnderCompaction runs Gets, pushed down, against a model

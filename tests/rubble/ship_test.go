@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/lsm"
@@ -40,18 +41,8 @@ func secondary(t *testing.T, i int, released func(slot int)) (*rubble.Secondary,
 	srv := testtarget.Start(t, testtarget.Config{NQN: testNQN, Name: fmt.Sprintf("secondary-%d", i), Volume: vol})
 	t.Cleanup(srv.Stop)
 	dev := offloadfs.VolumeDevice(vol)
-	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(ctx, dev, offloadfs.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := fsys.Close(); err != nil {
-			t.Errorf("unmount secondary %d: %v", i, err)
-		}
-	})
+	testfs.Format(t, dev)
+	fsys := testfs.Mount(t, dev, offloadfs.Options{Logger: quiet})
 	if _, err := rubble.MakePool(ctx, fsys, 48, 1<<20); err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,12 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/testengine"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/lsm"
@@ -51,27 +51,13 @@ func newRig(t *testing.T) *rig {
 	r.tgt = testtarget.Start(t, testtarget.Config{NQN: rigNQN, Name: "lsm", Volume: r.vol})
 	t.Cleanup(r.tgt.Stop)
 	_, r.ns = testhost.Connect(t, r.tgt.Addr(), rigNQN, 1, host.Options{HostNQN: ownerNQN, IOQueues: 2, KeepAlive: -1})
-	ctx := context.Background()
-	if err := offloadfs.Mkfs(ctx, r.ns, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	testfs.Format(t, r.ns)
 	r.fsys = r.mount()
 	return r
 }
 
 func (r *rig) mount() *offloadfs.FS {
-	fsys, err := offloadfs.Mount(context.Background(), r.ns, offloadfs.Options{
-		Logger: slog.New(slog.DiscardHandler), Remote: r.ns,
-	})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() {
-		if err := fsys.Close(); err != nil && !errors.Is(err, os.ErrClosed) {
-			r.t.Errorf("unmount: %v", err)
-		}
-	})
-	return fsys
+	return testfs.Mount(r.t, r.ns, offloadfs.Options{Remote: r.ns})
 }
 
 // engine serves an in-target engine with tasks and adm, and returns a
@@ -178,7 +164,7 @@ func TestCompactionOffload(t *testing.T) {
 			if err := d.Close(); err != nil {
 				t.Fatal(err)
 			}
-			fsck(t, r.fsys)
+			testfs.Fsck(t, r.fsys)
 		})
 	}
 }
@@ -278,15 +264,4 @@ func levelTables(d *lsm.DB) []int {
 		out = append(out, l.Tables)
 	}
 	return out
-}
-
-func fsck(t *testing.T, fsys *offloadfs.FS) {
-	t.Helper()
-	rep, err := fsys.Fsck(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !rep.OK() {
-		t.Fatalf("fsck: %v", rep.Problems)
-	}
 }

@@ -493,17 +493,7 @@ func Bars(c *Comparison) []report.Bar {
 // ratio of the first two, and each system's median p50/p99 latency.
 func WriteTable(w io.Writer, c *Comparison) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	hdr := []string{"config"}
-	for _, s := range c.Systems {
-		hdr = append(hdr, s+" IOPS")
-	}
-	if len(c.Systems) > 1 {
-		hdr = append(hdr, "ratio")
-	}
-	for _, s := range c.Systems {
-		hdr = append(hdr, s+" p50/p99 µs")
-	}
-	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
+	fmt.Fprintln(tw, strings.Join(headerCells(c, "p50/p99 µs"), "\t")+"\t")
 	for _, r := range c.Rows {
 		fmt.Fprintln(tw, strings.Join(rowCells(c, r), "\t")+"\t")
 	}
@@ -512,16 +502,7 @@ func WriteTable(w io.Writer, c *Comparison) error {
 
 // WriteMarkdown prints the table of WriteTable as a Markdown table.
 func WriteMarkdown(w io.Writer, c *Comparison) error {
-	hdr := []string{"config"}
-	for _, s := range c.Systems {
-		hdr = append(hdr, s+" IOPS")
-	}
-	if len(c.Systems) > 1 {
-		hdr = append(hdr, "ratio")
-	}
-	for _, s := range c.Systems {
-		hdr = append(hdr, s+" p50 / p99 µs")
-	}
+	hdr := headerCells(c, "p50 / p99 µs")
 	align := make([]string, len(hdr))
 	for i := range align {
 		align[i] = "---:"
@@ -537,6 +518,23 @@ func WriteMarkdown(w io.Writer, c *Comparison) error {
 	}
 	_, err := io.WriteString(w, strings.Join(lines, "\n")+"\n")
 	return err
+}
+
+// headerCells are the column heads of the cells rowCells gives: the
+// point, each system's IOPS, their ratio when there are two or more
+// systems, and each system's latencies under the label lat.
+func headerCells(c *Comparison, lat string) []string {
+	hdr := []string{"config"}
+	for _, s := range c.Systems {
+		hdr = append(hdr, s+" IOPS")
+	}
+	if len(c.Systems) > 1 {
+		hdr = append(hdr, "ratio")
+	}
+	for _, s := range c.Systems {
+		hdr = append(hdr, s+" "+lat)
+	}
+	return hdr
 }
 
 func rowCells(c *Comparison, r ComparisonRow) []string {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/internal/testclock"
 	"github.com/nearstore/nearstore/pushdown"
 )
 
@@ -14,7 +15,7 @@ import (
 // host never granted anything gets nothing — and a Grant Release waits
 // for such I/O admitted before it.
 func TestAdmitGranted(t *testing.T) {
-	clock := &testClock{now: time.Unix(1_000_000, 0)}
+	clock := testclock.New(time.Unix(1_000_000, 0))
 	srv, addr := startServer(t, Config{Now: clock.Now}, "mem:16MiB")
 	_, owner := connectAs(t, addr, "nqn.2026-11.io.nearstore:owner", 1)
 	holdReservation(t, owner) // only the reservation holder grants
@@ -80,7 +81,7 @@ func TestAdmitGranted(t *testing.T) {
 	if err := admit(200, 1, true); !errors.Is(err, ErrNotGranted) {
 		t.Fatalf("after the release: %v, want ErrNotGranted", err)
 	}
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	if err := admit(100, 1, false); !errors.Is(err, ErrNotGranted) {
 		t.Fatalf("after the lease: %v, want ErrNotGranted", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testclock"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -63,24 +63,6 @@ func (*echoInstance) Release() {}
 // echoModuleBytes is a module the echo runtime accepts (and the host
 // recognises as wasm).
 var echoModuleBytes = []byte("\x00asm\x01\x00\x00\x00echo")
-
-// testClock is an injected clock for leases.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // connectAs connects a host under the given NQN and returns namespace
 // nsid.
@@ -354,7 +336,7 @@ func FuzzCover(f *testing.F) {
 func TestGrantReleaseBarrier(t *testing.T) {
 	var restricted atomic.Int64
 	tbl := grantTable{restricted: &restricted}
-	clock := &testClock{now: time.Unix(1000, 0)}
+	clock := testclock.New(time.Unix(1000, 0))
 	g := pushdown.Grant{ID: 1, Host: "task", Mode: pushdown.GrantRead, Lease: time.Minute, Extents: []pushdown.Extent{x(0, 8)}}
 	if _, _, err := tbl.put("owner", &g, clock.Now(), 10); err != nil {
 		t.Fatal(err)
@@ -723,7 +705,7 @@ func TestExtentMapRequests(t *testing.T) {
 
 // TestGrants: the grant policy end to end, with an injected clock.
 func TestGrants(t *testing.T) {
-	clock := &testClock{now: time.Unix(1_000_000, 0)}
+	clock := testclock.New(time.Unix(1_000_000, 0))
 	addr, reg, _, owner, fn := echoServer(t, Config{Now: clock.Now})
 	ctx := context.Background()
 	const taskNQN = "nqn.2026-11.io.nearstore:task"
@@ -807,7 +789,7 @@ func TestGrants(t *testing.T) {
 		{"write past it", func() error { return tns.WriteZeroes(ctx, 2000*512, 5*512) }, false},
 		{"write into the read grant", func() error { return writeAt(tns, 1001) }, false},
 	})
-	clock.advance(time.Minute)
+	clock.Advance(time.Minute)
 	run("the read grant expired", []check{
 		{"read inside", func() error { return readAt(tns, 1000, 1) }, false},
 		{"write in the read-write grant", func() error { return writeAt(tns, 2000) }, true},
@@ -863,7 +845,7 @@ func holdReservation(t testing.TB, ns *host.Namespace) {
 // of its own namespace. Now only the reservation holder grants, and a
 // grantee's standing ends with its last grant, released or expired.
 func TestGrantsNeedTheReservation(t *testing.T) {
-	clock := &testClock{now: time.Unix(1_000_000, 0)}
+	clock := testclock.New(time.Unix(1_000_000, 0))
 	addr, _, _, owner, _ := echoServer(t, Config{Now: clock.Now})
 	ctx := context.Background()
 	const victimNQN = "nqn.2026-11.io.nearstore:victim"
@@ -905,7 +887,7 @@ func TestGrantsNeedTheReservation(t *testing.T) {
 	if err := readVictim(); !errors.Is(err, host.ErrAccessDenied) {
 		t.Fatalf("task host outside its grant: %v", err)
 	}
-	clock.advance(time.Second)
+	clock.Advance(time.Second)
 	if err := readVictim(); err != nil {
 		t.Fatalf("after its last grant expired: %v", err)
 	}

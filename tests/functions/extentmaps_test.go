@@ -11,6 +11,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testclock"
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -241,24 +242,6 @@ func TestExtentMapLambdaWrite(t *testing.T) {
 	}
 }
 
-// testClock is the target's clock in the grant test.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
-
 // TestGrantsEndToEnd: a second host given a read grant reads inside it
 // (plainly and by λ read) and is denied outside it and for writes, without
 // the target touching a denied block; a read-write grant lets it write
@@ -266,7 +249,7 @@ func (c *testClock) advance(d time.Duration) {
 // denied even inside. The owner and an unrelated host are never affected.
 func TestGrantsEndToEnd(t *testing.T) {
 	t.Parallel()
-	clock := &testClock{now: time.Unix(2_000_000_000, 0)}
+	clock := testclock.New(time.Unix(2_000_000_000, 0))
 	e := newEnv(t, envConfig{limits: generous, now: clock.Now})
 	ctx := context.Background()
 	vol := e.vols[0]
@@ -390,7 +373,7 @@ func TestGrantsEndToEnd(t *testing.T) {
 		{"read inside", func() error { _, err := read(task, grantLBA, 1); return err }, false},
 		{"write in the read-write grant", func() error { return write(task, 30000) }, true},
 	})
-	clock.advance(time.Hour)
+	clock.Advance(time.Hour)
 	// Its last grant gone, the task host's standing ends: it is an
 	// ordinary host again, and no longer registered, so the owner's
 	// reservation lets it read and not write.

@@ -259,6 +259,26 @@ func CheckAll(t *testing.T, cl *chain.Client, want map[string]string) {
 	}
 }
 
+// Victim is a chain position a kill test stops: Pick names the member
+// at that position of a chain.
+type Victim struct {
+	Name string
+	Pick func(cluster.Chain) string
+}
+
+// Victims are the three positions whose loss chain replication repairs
+// differently: the head (a new head takes the writes), a middle node
+// (its neighbours are joined) and the tail (its predecessor becomes the
+// tail and acknowledges). Middle is the second member, so the chain
+// must have three or more.
+func Victims() []Victim {
+	return []Victim{
+		{"head", cluster.Chain.Head},
+		{"middle", func(c cluster.Chain) string { return c.Members[1] }},
+		{"tail", cluster.Chain.Tail},
+	}
+}
+
 // KillUnderLoad kills the member pick names while two writers load the
 // chain, checks that every acknowledged write is at the new tail, then
 // restarts the member and checks that it rejoins as the tail through

@@ -8,7 +8,6 @@ package chain_test
 import (
 	"testing"
 
-	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/internal/clustertest"
 )
@@ -16,16 +15,9 @@ import (
 func TestMain(m *testing.M) { clitest.Main(m) }
 
 func TestKillNodeUnderLoad(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		pick func(cluster.Chain) string
-	}{
-		{"head", cluster.Chain.Head},
-		{"middle", func(c cluster.Chain) string { return c.Members[1] }},
-		{"tail", cluster.Chain.Tail},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			clustertest.KillUnderLoad(t, clustertest.NewCluster(t, "n1", "n2", "n3"), tt.name, tt.pick)
+	for _, v := range clustertest.Victims() {
+		t.Run(v.Name, func(t *testing.T) {
+			clustertest.KillUnderLoad(t, clustertest.NewCluster(t, "n1", "n2", "n3"), v.Name, v.Pick)
 		})
 	}
 }

@@ -75,15 +75,8 @@ func waitStats(t *testing.T, c *clustertest.Cluster, id, what string, ok func(ma
 // serves the same data); a new head ships as primary; at the end every
 // node's pool passes fsck.
 func TestRubbleKillNodeUnderLoad(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		pick func(cluster.Chain) string
-	}{
-		{"head", cluster.Chain.Head},
-		{"middle", func(c cluster.Chain) string { return c.Members[1] }},
-		{"tail", cluster.Chain.Tail},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, v := range clustertest.Victims() {
+		t.Run(v.Name, func(t *testing.T) {
 			ids := []string{"n1", "n2", "n3"}
 			c := clustertest.NewClusterWith(t, rubbleArgs, ids...)
 			writer := c.Client(t, chain.ReadCRRS)
@@ -107,7 +100,7 @@ func TestRubbleKillNodeUnderLoad(t *testing.T) {
 			}
 			t.Logf("before the kill: head %s: %s", head, c.Last(head, "stats", "group="+clustertest.Group))
 
-			clustertest.KillUnderLoad(t, c, tt.name, tt.pick)
+			clustertest.KillUnderLoad(t, c, v.Name, v.Pick)
 
 			// The (possibly new) head ships as primary.
 			now := c.WaitChain(func(cluster.Chain) bool { return true })

@@ -33,6 +33,7 @@ import (
 
 	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/nearstore/nearstore/bench/internal/harness"
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/kv/chain"
@@ -169,14 +170,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			p.Process.Signal(os.Interrupt)
-		}
-		for _, p := range procs {
-			p.Wait()
-		}
-	}()
+	defer func() { proc.InterruptAll(procs) }()
 	for _, id := range ids {
 		progress("starting node " + id)
 		p := exec.CommandContext(ctx, cfg.Binary, append([]string{"cluster", "node", "--etcd", e.Endpoints()[0], "--group", group, "--id", id,

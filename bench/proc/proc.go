@@ -174,6 +174,19 @@ func (t *tailBuffer) String() string {
 	return string(t.b)
 }
 
+// InterruptAll sends os.Interrupt to every started command in cmds, then
+// waits for each to exit, ignoring how: all are asked first so their
+// graceful shutdowns overlap. It is for children that stop cleanly on
+// Ctrl-C (nearstore's cluster nodes), started with os/exec directly.
+func InterruptAll(cmds []*exec.Cmd) {
+	for _, c := range cmds {
+		c.Process.Signal(os.Interrupt)
+	}
+	for _, c := range cmds {
+		c.Wait()
+	}
+}
+
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
 func FreePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

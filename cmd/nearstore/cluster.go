@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/kv/chain"
 	"github.com/nearstore/nearstore/kv/rubble"
@@ -299,14 +300,7 @@ interrupted, stopping the nodes on the way out.`,
 				return err
 			}
 			var procs []*exec.Cmd
-			defer func() {
-				for _, p := range procs {
-					p.Process.Signal(os.Interrupt)
-				}
-				for _, p := range procs {
-					p.Wait()
-				}
-			}()
+			defer func() { proc.InterruptAll(procs) }()
 			for _, id := range ids {
 				p := exec.Command(self, "node", "serve", "--etcd", ef.endpoints, "--prefix", ef.prefix, "--groups", strings.Join(gnames, ","),
 					"--id", id, "--data", filepath.Join(dir, id), "--read-iops", fmt.Sprint(readIOPS), "--log-level", g.logLevel,

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 	"time"
 
@@ -13,10 +11,8 @@ import (
 
 func newBenchChainCmd() *cobra.Command {
 	var (
-		cfg      chainbench.Config
-		plotFile string
-		asJSON   bool
-		quiet    bool
+		cfg chainbench.Config
+		rf  reportFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "chain",
@@ -37,7 +33,7 @@ leaves the nodes unthrottled, sharing this machine's CPUs with the client.`,
   nearstore bench chain --read-iops 0 --duration 5s --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runChainBench(cmd, cfg, plotFile, asJSON, quiet)
+			return runChainBench(cmd, cfg, &rf)
 		},
 	}
 	f := cmd.Flags()
@@ -50,45 +46,22 @@ leaves the nodes unthrottled, sharing this machine's CPUs with the client.`,
 	f.IntVar(&cfg.Repeat, "repeat", 3, "runs per mode, alternating (medians are reported)")
 	f.Float64Var(&cfg.ReadIOPS, "read-iops", 2000, "each node's modelled device read rate (0: unthrottled)")
 	f.StringVar(&cfg.Dir, "dir", "", "directory for etcd's and the nodes' data (default: a temporary one)")
-	f.StringVar(&plotFile, "plot", "", "write the runs' throughput to this file (.png, .svg or .pdf)")
-	f.BoolVar(&asJSON, "json", false, "print every run, the medians and the bar as JSON")
-	f.BoolVar(&quiet, "quiet", false, "no progress on stderr")
+	rf.add(f, "the runs' throughput", "print every run, the medians and the bar as JSON")
 	return cmd
 }
 
 // runChainBench runs chainbench with cfg (this binary as the nodes) and
-// prints its table or JSON, and its plot.
-func runChainBench(cmd *cobra.Command, cfg chainbench.Config, plotFile string, asJSON, quiet bool) error {
-	out := cmd.OutOrStdout()
+// prints it as rf says.
+func runChainBench(cmd *cobra.Command, cfg chainbench.Config, rf *reportFlags) error {
 	bin, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	cfg.Binary = bin
-	if !quiet {
-		stderr := cmd.ErrOrStderr()
-		cfg.Progress = func(stage string) { fmt.Fprintf(stderr, "… %s\n", stage) }
-	}
+	cfg.Progress = rf.stages(cmd)
 	rep, err := chainbench.Run(cmd.Context(), cfg)
 	if err != nil {
 		return err
 	}
-	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else if err := chainbench.WriteTable(out, rep); err != nil {
-		return err
-	}
-	if plotFile != "" {
-		if err := chainbench.SavePlot(plotFile, rep); err != nil {
-			return err
-		}
-		if !asJSON {
-			fmt.Fprintf(out, "\nplot: %s\n", plotFile)
-		}
-	}
-	return nil
+	return printReport(rf, cmd.OutOrStdout(), rep, chainbench.WriteTable, chainbench.SavePlot)
 }

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/isolationbench"
@@ -16,9 +14,8 @@ func newBenchIsolationCmd(g *globals) *cobra.Command {
 	var (
 		repeat, looping int
 		dur             time.Duration
-		plotFile        string
 		targetArgs      []string
-		asJSON, quiet   bool
+		rf              reportFlags
 		proc            procFlags
 	)
 	cmd := &cobra.Command{
@@ -48,33 +45,13 @@ say).`,
 				return err
 			}
 			cfg.TargetExe, cfg.Pinning, cfg.ServerCPUs, cfg.Logger = bp.exe, bp.pinning, proc.serverCPUs, bp.logger
-			if !quiet {
-				cfg.Progress = func(s string) { fmt.Fprintf(cmd.ErrOrStderr(), "… %s\n", s) }
-			}
+			cfg.Progress = rf.stages(cmd)
 			rep, err := isolationbench.Run(cmd.Context(), cfg)
 			bp.stopProfile()
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else if err := isolationbench.WriteTable(out, rep); err != nil {
-				return err
-			}
-			if plotFile != "" {
-				if err := isolationbench.SavePlot(plotFile, rep); err != nil {
-					return err
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
-				}
-			}
-			return nil
+			return printReport(&rf, cmd.OutOrStdout(), rep, isolationbench.WriteTable, isolationbench.SavePlot)
 		},
 	}
 	f := cmd.Flags()
@@ -82,9 +59,7 @@ say).`,
 	f.IntVar(&repeat, "repeat", 3, "idle and loaded phases each (medians are reported)")
 	f.IntVar(&looping, "looping", 64, "looping λ reads host A keeps in flight")
 	f.StringArrayVar(&targetArgs, "target-arg", nil, "add this argument to the target's command line (repeatable)")
-	f.StringVar(&plotFile, "plot", "", "write a bar chart of the medians to this file (.png, .svg or .pdf)")
-	f.BoolVar(&asJSON, "json", false, "print every phase, the medians and the bars as JSON")
-	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	rf.add(f, "a bar chart of the medians", "print every phase, the medians and the bars as JSON")
 	proc.add(f, "not supported: the target runs as its own process")
 	return cmd
 }

@@ -1,8 +1,7 @@
 package main
 
 import (
-	"encoding/json"
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -17,8 +16,8 @@ func newBenchLEEDCmd(_ *globals) *cobra.Command {
 		sizes, scale             []int
 		dur                      time.Duration
 		capacity                 int64
-		plotFile                 string
-		asJSON, baseline, quiet  bool
+		rf                       reportFlags
+		baseline                 bool
 		only                     string
 		replicas                 chainbench.Config
 	)
@@ -47,38 +46,25 @@ of "user<n>" followed by n.`,
 				return usageErrorf("--only %q: want scale or capacity", only)
 			}
 			if replicas.Nodes > 0 {
-				return runLEEDReplicas(cmd, replicas, plotFile, asJSON, quiet)
+				return runLEEDReplicas(cmd, replicas, &rf)
 			}
 			cfg := leedbench.Config{Objects: objects, ValueSizes: sizes, Threads: threads, Duration: dur, Repeat: repeat,
 				ScaleObjects: scale, Only: only, CapacityBytes: capacity, Baseline: baseline}
-			if !quiet {
+			if !rf.quiet {
 				cfg.Progress = cmd.ErrOrStderr()
 			}
 			rep, err := leedbench.Run(cmd.Context(), cfg)
 			if rep == nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if jerr := enc.Encode(rep); jerr != nil {
-					return jerr
-				}
-			} else if terr := leedbench.WriteTable(out, rep); terr != nil {
-				return terr
-			}
 			if err != nil {
-				return err
+				// A run that failed part way prints what it measured,
+				// and no plot.
+				noPlot := rf
+				noPlot.plotFile = ""
+				return errors.Join(err, printReport(&noPlot, out, rep, leedbench.WriteTable, leedbench.SavePlot))
 			}
-			if plotFile != "" {
-				if err := leedbench.SavePlot(plotFile, rep); err != nil {
-					return err
-				}
-				if !asJSON {
-					fmt.Fprintf(out, "\nplot: %s\n", plotFile)
-				}
-			}
-			return nil
+			return printReport(&rf, out, rep, leedbench.WriteTable, leedbench.SavePlot)
 		},
 	}
 	f := cmd.Flags()
@@ -91,9 +77,7 @@ of "user<n>" followed by n.`,
 	f.StringVar(&only, "only", "", `"scale": measure only memory per object at the --scale sizes (of the first --value-sizes size); "capacity": only usable capacity`)
 	f.Int64Var(&capacity, "capacity", 256<<20, "raw bytes of the store filled to measure usable capacity")
 	f.BoolVar(&baseline, "baseline", true, "also run kv/lsm on offloadfs over NVMe/TCP")
-	f.StringVar(&plotFile, "plot", "", "write throughput per workload to this file (.png, .svg or .pdf)")
-	f.BoolVar(&asJSON, "json", false, "print every run, the medians and the bars as JSON")
-	f.BoolVar(&quiet, "quiet", false, "no progress lines on stderr")
+	rf.add(f, "throughput per workload", "print every run, the medians and the bars as JSON")
 	f.IntVar(&replicas.Nodes, "replicas", 0, "instead, run LEED replicated by CRRS at R = this (bench chain's experiment with --store leed nodes): CRRS reads against tail-only reads")
 	f.IntVar(&replicas.Keys, "replica-keys", 10000, "with --replicas: keys loaded")
 	f.Float64Var(&replicas.ReadIOPS, "read-iops", 2000, "with --replicas: each node's modelled device read rate (0: unthrottled)")
@@ -104,7 +88,7 @@ of "user<n>" followed by n.`,
 // runLEEDReplicas is bench leed --replicas: bench chain's CRRS experiment
 // with every node's replica a LEED store, sharing its flags for
 // duration, repeat, threads and value size with bench leed's.
-func runLEEDReplicas(cmd *cobra.Command, cfg chainbench.Config, plotFile string, asJSON, quiet bool) error {
+func runLEEDReplicas(cmd *cobra.Command, cfg chainbench.Config, rf *reportFlags) error {
 	f := cmd.Flags()
 	cfg.Duration, _ = f.GetDuration("duration")
 	cfg.Repeat, _ = f.GetInt("repeat")
@@ -116,5 +100,5 @@ func runLEEDReplicas(cmd *cobra.Command, cfg chainbench.Config, plotFile string,
 	}
 	cfg.Store = "leed"
 	cfg.NodeArgs = []string{"--store", "leed", "--leed-size", "256MiB"}
-	return runChainBench(cmd, cfg, plotFile, asJSON, quiet)
+	return runChainBench(cmd, cfg, rf)
 }

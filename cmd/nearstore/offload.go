@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -337,9 +336,7 @@ only names it; offload/wasm.go states what the module may import).`,
 				rep.Where = "local"
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return writeJSON(cmd.OutOrStdout(), rep)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s ran on the %s (%s); output %s\n", task, rep.Where, engine, rep.Output)
 			for i, f := range files {
@@ -388,9 +385,7 @@ func newOffloadEnginesCmd(g *globals) *cobra.Command {
 				failed = errors.Join(failed, r.Err)
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rows); err != nil {
+				if err := writeJSON(cmd.OutOrStdout(), rows); err != nil {
 					return err
 				}
 				return failed

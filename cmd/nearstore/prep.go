@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"math"
 	"slices"
@@ -163,9 +162,7 @@ split has this host and the engines take batches as they are free.`,
 			}
 			rep := prepReport{Where: where, Images: len(names), Seconds: secs, PerSecond: float64(len(names)) / secs, Ran: st.Images, Digest: hex.EncodeToString(h.Sum(nil))}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+				return writeJSON(cmd.OutOrStdout(), rep)
 			}
 			var ran []string
 			for k, v := range st.Images {

@@ -84,6 +84,22 @@ _Static_assert(__builtin_offsetof(struct bpf_xrp, fd_arr) == __builtin_offsetof(
 _Static_assert(__builtin_offsetof(struct bpf_xrp, cur_fd) == __builtin_offsetof(struct bpf_xrp, cur_file),
 	       "cur_fd is cur_file");
 
+/*
+ * NS_WASM_UNROLL(how) before a loop is "#pragma clang loop how" in wasm
+ * and nothing in eBPF. wazero checks for a timeout at every loop
+ * back-edge by leaving the compiled code (tens of nanoseconds each time,
+ * more than a small loop body's work), so hot loops take several
+ * iterations per back-edge there; eBPF's interpreter gains little from
+ * unrolling, and its budgets count one backward jump per iteration.
+ * Example: NS_WASM_UNROLL(unroll_count(16)), NS_WASM_UNROLL(unroll(full)).
+ */
+#define NS_PRAGMA_(x) _Pragma(#x)
+#if defined(__wasm__)
+#define NS_WASM_UNROLL(how) NS_PRAGMA_(clang loop how)
+#else
+#define NS_WASM_UNROLL(how)
+#endif
+
 /* Inline helpers. Both targets are little-endian and both runtimes allow
  * unaligned accesses, so these compile to plain loads and stores. */
 #define NS_INLINE static inline __attribute__((always_inline))

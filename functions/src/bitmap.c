@@ -17,11 +17,7 @@ NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 		return NS_EINVAL;
 	u32 nruns = in_len / 4;
 	u64 total = 0;
-	/* wasm: wazero checks for a timeout at every loop back-edge by
-	 * leaving the compiled code, so take 16 runs per iteration here. */
-#if defined(__wasm__)
-#pragma clang loop unroll_count(16)
-#endif
+	NS_WASM_UNROLL(unroll_count(16))
 	for (u32 r = 0; r < nruns; r++)
 		total += ns_load32(in + (u64)r * 4) & 0x7fffffffU;
 	if ((total + 7) / 8 > out_cap)

@@ -15,13 +15,9 @@
 
 NS_INLINE u64 child_of(const struct bpfkv_node *n, u64 key)
 {
-	/* BPF-KV's nxt_node: the last used i with key[i] <= key. wasm:
-	 * unrolled, since wazero checks for a timeout at every loop
-	 * back-edge by leaving the compiled code. */
+	/* BPF-KV's nxt_node: the last used i with key[i] <= key. */
 	u32 i = 1;
-#if defined(__wasm__)
-#pragma clang loop unroll(full)
-#endif
+	NS_WASM_UNROLL(unroll(full))
 	for (; i < BPFKV_FANOUT; i++)
 		if (key < n->key[i] || n->key[i] == BPFKV_KEY_NONE)
 			break;

@@ -30,16 +30,7 @@ NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 	const u8 *v = t + vbytes;
 	for (u32 i = 0; i < n; i++) {
 		u64 d = 0;
-		/*
-		 * wasm: wazero checks for a timeout at every loop back-edge
-		 * by leaving the compiled code (tens of nanoseconds each
-		 * time), so take 16 components per iteration rather than one.
-		 * Only for wasm: eBPF's budgets count one backward jump per
-		 * component.
-		 */
-#if defined(__wasm__)
-#pragma clang loop unroll_count(16)
-#endif
+		NS_WASM_UNROLL(unroll_count(16))
 		for (u32 j = 0; j < vbytes; j += 4) {
 			s64 a = (s32)ns_load32(v + j);
 			s64 b = (s32)ns_load32(t + j);

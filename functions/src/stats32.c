@@ -16,16 +16,7 @@ NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 	u32 n = in_len / 4;
 	u64 sum = 0;
 	u32 min = ~0U, max = 0;
-	/*
-	 * wasm: wazero checks for a timeout at every loop back-edge by
-	 * leaving the compiled code (tens of nanoseconds each time), so take
-	 * 32 elements per iteration rather than one. Only for wasm: eBPF's
-	 * interpreter gains little, and its budgets and README figures count
-	 * one backward jump per element.
-	 */
-#if defined(__wasm__)
-#pragma clang loop unroll_count(32)
-#endif
+	NS_WASM_UNROLL(unroll_count(32))
 	for (u32 i = 0; i < n; i++) {
 		u32 x = ns_load32(in + (u64)i * 4);
 		sum += x;

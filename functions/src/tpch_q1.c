@@ -30,15 +30,7 @@ NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 	for (u32 i = 0; i < OUT_SIZE; i += 8)
 		ns_store64(out + i, 0);
 	const u8 *r = in + TPCH_PARAMS_SIZE;
-	/*
-	 * wasm: wazero checks for a timeout at every loop back-edge by
-	 * leaving the compiled code (tens of nanoseconds each time, more
-	 * than a row's work), so take 8 rows per iteration. eBPF keeps one
-	 * row per backward jump, as its budgets count.
-	 */
-#if defined(__wasm__)
-#pragma clang loop unroll_count(8)
-#endif
+	NS_WASM_UNROLL(unroll_count(8))
 	for (s32 i = 0; i < n; i++, r += TPCH_ROW_SIZE) {
 		s32 ship = tpch_s32(r + TPCH_SHIPDATE);
 		if (ship < lo || ship >= hi)

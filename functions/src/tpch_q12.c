@@ -23,10 +23,7 @@ NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 	u32 ma = in[TPCH_P_MODE_A], mb = in[TPCH_P_MODE_B];
 	u32 o = 0;
 	const u8 *r = in + TPCH_PARAMS_SIZE;
-	/* wasm: unrolled for wazero's back-edge checks, as tpch_q1.c. */
-#if defined(__wasm__)
-#pragma clang loop unroll_count(16)
-#endif
+	NS_WASM_UNROLL(unroll_count(16))
 	for (s32 i = 0; i < n; i++, r += TPCH_ROW_SIZE) {
 		s32 receipt = tpch_s32(r + TPCH_RECEIPTDATE);
 		u32 mode = r[TPCH_SHIPMODE];

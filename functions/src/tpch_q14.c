@@ -22,10 +22,7 @@ NS_COMPUTE int compute(const u8 *in, u32 in_len, u8 *out, u32 out_cap)
 	s32 hi = tpch_s32(in + TPCH_P_DATE_HI);
 	u32 o = 0;
 	const u8 *r = in + TPCH_PARAMS_SIZE;
-	/* wasm: unrolled for wazero's back-edge checks, as tpch_q1.c. */
-#if defined(__wasm__)
-#pragma clang loop unroll_count(16)
-#endif
+	NS_WASM_UNROLL(unroll_count(16))
 	for (s32 i = 0; i < n; i++, r += TPCH_ROW_SIZE) {
 		s32 ship = tpch_s32(r + TPCH_SHIPDATE);
 		if (ship < lo || ship >= hi)

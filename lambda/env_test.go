@@ -119,11 +119,7 @@ func newEnv(t testing.TB, cfg envConfig) *env {
 // so λ calls on it can run there.
 func (e *env) file(name string, data []byte) *offloadfs.File {
 	e.t.Helper()
-	f, err := e.fsys.Create(name)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	e.t.Cleanup(func() { f.Close() })
+	f := testfs.Create(e.t, e.fsys, name)
 	if len(data) > 0 {
 		if _, err := f.WriteAt(data, 0); err != nil {
 			e.t.Fatal(err)

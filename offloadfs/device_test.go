@@ -47,11 +47,7 @@ func writeZeros(d offloadfs.Device, off, n int64) error {
 func TestGrowOnBlockZeroer(t *testing.T) {
 	dev := &strictZeroer{Device: testfs.Device(t, "mem:64MiB")}
 	fsys := testfs.Fresh(t, dev)
-	f, err := fsys.Create("/f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := testfs.Create(t, fsys, "/f")
 	want := bytes.Repeat([]byte{0xAB}, 1000)
 	if _, err := f.WriteAt(want, 0); err != nil {
 		t.Fatal(err)
@@ -84,11 +80,7 @@ func TestGrowOnBlockZeroer(t *testing.T) {
 // usable: a commit is never abandoned halfway.
 func TestSyncCancelled(t *testing.T) {
 	fsys := testfs.New(t, "mem:64MiB")
-	f, err := fsys.Create("/a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	testfs.Create(t, fsys, "/a")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := fsys.Sync(ctx); !errors.Is(err, context.Canceled) {

@@ -612,15 +612,11 @@ func TestFunctionErrorsMatch(t *testing.T) {
 // cannot run at all, and says so.
 func TestNoFallback(t *testing.T) {
 	fsys := testfs.New(t, "mem:16MiB")
-	f, err := fsys.Create("f")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := testfs.Create(t, fsys, "f")
 	if _, err := f.Write(make([]byte, 4096)); err != nil {
 		t.Fatal(err)
 	}
-	_, err = fsys.Pushdown(context.Background(), sandbox.ID{1}, []*offloadfs.File{f}, host.Start{Length: 32}, nil)
+	_, err := fsys.Pushdown(context.Background(), sandbox.ID{1}, []*offloadfs.File{f}, host.Start{Length: 32}, nil)
 	if !errors.Is(err, offloadfs.ErrNoFallback) {
 		t.Fatalf("%v, want ErrNoFallback", err)
 	}

@@ -42,11 +42,7 @@ func TestExtentVersions(t *testing.T) {
 		t.Run(spec, func(t *testing.T) {
 			dev := testfs.Device(t, spec)
 			fsys := testfs.Fresh(t, dev)
-			f, err := fsys.Create("f")
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			f := testfs.Create(t, fsys, "f")
 			var content []byte
 			version := func() uint64 {
 				t.Helper()

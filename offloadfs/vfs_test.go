@@ -20,11 +20,7 @@ func TestVFS(t *testing.T) {
 // TestSeek covers the cursor API that vfs.File leaves out.
 func TestSeek(t *testing.T) {
 	fsys := testfs.New(t, "mem:16MiB")
-	f, err := fsys.Create("/dir-less/../s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := testfs.Create(t, fsys, "/dir-less/../s")
 	if f.Name() != "/dir-less/../s" {
 		t.Fatalf("Name = %q", f.Name())
 	}

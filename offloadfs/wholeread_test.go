@@ -39,11 +39,7 @@ func (d *readLog) take() [][2]int64 {
 func TestUnalignedReadIsOneWholeBlockRead(t *testing.T) {
 	dev := &readLog{Device: testfs.Device(t, "mem:64MiB?bs=4096")}
 	fsys := testfs.Fresh(t, dev)
-	f, err := fsys.Create("table")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := testfs.Create(t, fsys, "table")
 	data := make([]byte, 1<<20)
 	for i := range data {
 		data[i] = byte(rand.IntN(256))

@@ -76,6 +76,19 @@ func New(t testing.TB, spec string) *offloadfs.FS {
 	return Fresh(t, Device(t, spec))
 }
 
+// Create creates (or truncates) the file name in fsys, read-write, and
+// closes it when t ends, before the file system is unmounted (Mount's
+// cleanup was registered first). Closing it earlier is fine.
+func Create(t testing.TB, fsys *offloadfs.FS, name string) *offloadfs.File {
+	t.Helper()
+	f, err := fsys.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
 // Fsck checks fsys and fails t unless it is consistent; it returns the
 // report for tests that look further (orphans, counts).
 func Fsck(t testing.TB, fsys *offloadfs.FS) *offloadfs.Report {

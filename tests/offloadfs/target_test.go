@@ -11,6 +11,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/stamptest"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
@@ -82,11 +83,7 @@ func TestTargetRestart(t *testing.T) {
 func TestLambdaWriteTarget(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx := context.Background()
-	f, err := e.fsys.Create("out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := testfs.Create(t, e.fsys, "out")
 	ino := stamptest.InoOf(t, f)
 	// Space first, as λ-IO fallocates: Truncate allocates and zeroes.
 	if err := f.Truncate(64 << 10); err != nil {
@@ -144,11 +141,7 @@ func TestLambdaWriteTarget(t *testing.T) {
 func TestLambdaWritePreallocated(t *testing.T) {
 	e := newEnv(t, envConfig{})
 	ctx := context.Background()
-	f, err := e.fsys.Create("out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
+	f := testfs.Create(t, e.fsys, "out")
 	ino := stamptest.InoOf(t, f)
 	const reserved = 256 << 10
 	if err := f.Preallocate(0, reserved); err != nil {

@@ -2,7 +2,6 @@ package fuse_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -11,9 +10,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nearstore/nearstore/offloadfs"
+	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/offloadfs/fusefs"
-	"github.com/nearstore/nearstore/volume"
 )
 
 // TestDeadMountPoint: after the serving process is killed, the mount
@@ -50,20 +48,7 @@ func TestDeadMountPoint(t *testing.T) {
 		t.Errorf("nearstore fs mount on a dead mount: exit %d, stderr %q", code, errOut)
 	}
 	// fusefs.Mount checks the same way.
-	v, err := volume.Open("mem:8MiB")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer v.Close()
-	dev := offloadfs.VolumeDevice(v)
-	if err := offloadfs.Mkfs(context.Background(), dev, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(context.Background(), dev, offloadfs.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
+	fsys := testfs.New(t, "mem:8MiB")
 	if srv, err := fusefs.Mount(m.dir, fsys, fusefs.Options{Logger: slog.New(slog.DiscardHandler)}); err == nil {
 		srv.Unmount()
 		t.Fatal("fusefs.Mount on a dead mount succeeded")

@@ -118,6 +118,7 @@ type Store struct {
 	notesCh  chan struct{} // closed and replaced when notes change
 	pending  []assigned
 	fellBack bool // the group runs the fallback (this node sent or got its record)
+	quiesced bool // Quiesce ran: no role change turns flushes or compactions on again
 	stats    StoreStats
 	window   windowStart
 	fellAt   time.Time            // when the group fell back
@@ -355,6 +356,41 @@ func (s *Store) Close() error {
 	return err
 }
 
+// Quiesce stops the store's flushes and compactions and waits, until ctx
+// ends, for those running to finish: a node stopping gracefully calls it
+// while its chain node still serves, before the node's view of the chain
+// is closed. A primary's running flush or compaction ships its tables
+// and appends its edit through the chain (BeforeEdit), so it must end
+// while the node is still the head; one started after the chain view
+// closed could not append its edit and would turn the store read-only.
+// After Quiesce no role change turns them on again; writes still apply
+// (to the memtables and WAL, which the next open replays), and Close
+// then has no background work to wait for.
+func (s *Store) Quiesce(ctx context.Context) error {
+	s.mu.Lock()
+	s.quiesced = true
+	var before func(*lsm.VersionEdit) error
+	if s.mode == ModePrimary {
+		before = s.beforeEdit // the running work still ships
+	}
+	s.mu.Unlock()
+	// SetReplica waits for an edit being logged; new work does not
+	// start, but a running flush goes on through the memtables queued.
+	db := s.DB()
+	db.SetReplica(true, before)
+	for {
+		m := db.Metrics()
+		if !m.Flush.InProgress && m.Compact.InProgress == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rubble: quiesce: %d compactions and a flush (%v) still running: %w", m.Compact.InProgress, m.Flush.InProgress, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // DB is the store's tree (for metrics).
 func (s *Store) DB() *lsm.DB { return s.sec.Load().DB() }
 
@@ -407,7 +443,9 @@ func (s *Store) toLocalLocked(why string) {
 		return
 	}
 	s.log.Info("compacting locally", "was", s.mode, "why", why)
-	s.sec.Load().SetReplica(false, nil)
+	if !s.quiesced {
+		s.sec.Load().SetReplica(false, nil)
+	}
 	s.mode = ModeLocal
 	s.bumpNote()
 }
@@ -467,7 +505,7 @@ func (s *Store) SetChain(c cluster.Chain, self string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.chain = c
-	if c.Epoch == 0 || c.Head() != self || s.mode == ModePrimary {
+	if c.Epoch == 0 || c.Head() != self || s.mode == ModePrimary || s.quiesced {
 		return
 	}
 	s.log.Info("primary: flushing and compacting", "was", s.mode, "epoch", c.Epoch)

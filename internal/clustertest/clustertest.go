@@ -65,17 +65,8 @@ func NewClusterWith(t *testing.T, args []string, ids ...string) *Cluster {
 // hosts each, else the nodes serve the one group Group.
 func NewClusterGroups(t *testing.T, args, groups []string, ids ...string) *Cluster {
 	t.Helper()
-	e, err := cluster.StartEmbedded(context.Background(), cluster.EmbedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	c := &Cluster{t: t, Endpoint: e.Endpoints()[0], Ctl: &cluster.Control{Client: cli}, Dir: t.TempDir(),
+	endpoint, ctl := Etcd(t)
+	c := &Cluster{t: t, Endpoint: endpoint, Ctl: ctl, Dir: t.TempDir(),
 		procs: map[string]*exec.Cmd{}, logs: map[string]*os.File{}, last: map[string]map[string]string{}, args: args, groups: groups}
 	t.Cleanup(func() {
 		c.mu.Lock()
@@ -109,6 +100,23 @@ func NewClusterGroups(t *testing.T, args, groups []string, ids ...string) *Clust
 		c.WaitGroup(g, func(ch cluster.Chain) bool { return len(ch.Members) == len(ids) && ch.Joining == "" })
 	}
 	return c
+}
+
+// Etcd starts an embedded etcd for the test and returns its endpoint
+// and a control plane on it; both stop when the test ends.
+func Etcd(t *testing.T) (endpoint string, ctl *cluster.Control) {
+	t.Helper()
+	e, err := cluster.StartEmbedded(context.Background(), cluster.EmbedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return e.Endpoints()[0], &cluster.Control{Client: cli}
 }
 
 // Start runs node id as its own process (its store in a directory kept

@@ -29,6 +29,13 @@ type Dialer interface {
 	Drop(node string)
 }
 
+// Fencer is a Dialer that fences the group's slot writes by the chain's
+// epoch (TargetDialer, FenceSlots): the store tells it the epoch whose
+// head this node is (0: none) whenever its view of the chain changes.
+type Fencer interface {
+	Fence(epoch uint64)
+}
+
 // Appender is the chain node a Store replicates through: Append puts a
 // store record in the chain's order at the head and returns once every
 // member holds it (chain.Node.Append).
@@ -505,6 +512,13 @@ func (s *Store) SetChain(c cluster.Chain, self string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.chain = c
+	if f, ok := s.cfg.Dialer.(Fencer); ok {
+		if c.Head() == self {
+			f.Fence(c.Epoch)
+		} else {
+			f.Fence(0)
+		}
+	}
 	if c.Epoch == 0 || c.Head() != self || s.mode == ModePrimary || s.quiesced {
 		return
 	}

@@ -286,3 +286,49 @@ func TestRubbleGracefulStop(t *testing.T) {
 	}
 	t.Logf("stopped %s under load (%d writes acknowledged), then %v at once: no background error", head, len(acked), after.Members)
 }
+
+// TestRubblePausedHead pauses the head (SIGSTOP) while it ships under a
+// heavy load, so the chain, through etcd, makes its successor the head
+// of a newer epoch, which fences the secondaries' targets
+// (rubble.FenceSlots) before it writes into their pools; the old head
+// then continues (SIGCONT) with whatever slot writes it had in flight,
+// which the targets refuse, finds itself out of the chain and rejoins.
+// Checked writes go on throughout: every acknowledged one is readable
+// at the tail and from every member afterwards, and every pool passes
+// fsck.
+func TestRubblePausedHead(t *testing.T) {
+	ids := []string{"n1", "n2", "n3"}
+	c := clustertest.NewClusterWith(t, rubbleArgs, ids...)
+	writer := c.Client(t, chain.ReadCRRS)
+	tail := c.Client(t, chain.ReadTail)
+	before := c.WaitChain(func(cluster.Chain) bool { return true })
+	head := before.Head()
+	stop := heavyLoad(writer, "p")
+	l := clustertest.StartLoad(t, writer, tail)
+	waitStats(t, c, head, "shipping as primary", func(st map[string]string) bool {
+		return st["mode"] == "primary" && num(t, st, "compactions") > 2 && num(t, st, "shipped_edits") > 5
+	})
+	c.Pause(head)
+	after := c.WaitChain(func(ch cluster.Chain) bool { return ch.Epoch > before.Epoch && !slices.Contains(ch.Members, head) })
+	first := num(t, waitStats(t, c, after.Head(), "a stats line", func(map[string]string) bool { return true }), "shipped_edits")
+	waitStats(t, c, after.Head(), "shipping as the new primary", func(st map[string]string) bool {
+		return st["mode"] == "primary" && num(t, st, "shipped_edits") > first+3
+	})
+	c.Resume(head)
+	rejoined := c.WaitChain(func(ch cluster.Chain) bool { return len(ch.Members) == 3 && ch.Joining == "" })
+	l.WaitAcked(t, l.Acked()+500)
+	acked := l.Finish()
+	for k, v := range stop() {
+		acked[k] = v
+	}
+	clustertest.CheckAll(t, tail, acked)
+	crrs := c.Client(t, chain.ReadCRRS)
+	clustertest.CheckAll(t, crrs, acked)
+	fenced := strings.Count(c.Stderr(head), rubble.ErrDeposed.Error())
+	t.Logf("paused %s; epoch %d head %s, then %v: %d writes checked; the old head's ships fenced off: %d",
+		head, after.Epoch, after.Head(), rejoined.Members, len(acked), fenced)
+	c.KillAll()
+	for _, id := range ids {
+		fsckPool(t, filepath.Join(c.Dir, id))
+	}
+}

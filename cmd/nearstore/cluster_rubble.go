@@ -56,13 +56,13 @@ func (o *rubbleFlags) flags(f interface {
 // volume, the offloadfs on it, the target exporting it, and the
 // connections to the other nodes' targets.
 type rubbleNode struct {
-	vol    volume.Volume
-	fsys   *offloadfs.FS
-	srv    *target.Server
-	addr   string
-	data   string // --data: each group's store in data/GROUP/db<N>, on the local file system
-	ctl    *cluster.Control
-	id     string
+	vol  volume.Volume
+	fsys *offloadfs.FS
+	srv  *target.Server
+	addr string
+	data string // --data: each group's store in data/GROUP/db<N>, on the local file system
+	ctl  *cluster.Control
+	id   string
 	// dialers connect to the other nodes' targets, one per group: each
 	// fences its group's slot writes by the group's epoch.
 	dialers []*rubble.TargetDialer

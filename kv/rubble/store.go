@@ -663,9 +663,19 @@ func (s *Store) applyRecordLocked(ctx context.Context, seq uint64, body []byte) 
 	s.bumpNote()
 }
 
-// Get implements chain.Store.
+// Get implements chain.Store. A read that fails because its tree was
+// replaced under it (closed by a resync or Reset) is read again from
+// the new tree, which holds what the replica applied: the replacement
+// is invisible to readers.
 func (s *Store) Get(_ context.Context, key []byte) ([]byte, bool, error) {
-	return lsmstore.Get(s.DB(), key)
+	for {
+		db := s.DB()
+		v, found, err := lsmstore.Get(db, key)
+		if err != nil && s.DB() != db {
+			continue
+		}
+		return v, found, err
+	}
 }
 
 // Applied implements chain.Store.
@@ -676,9 +686,22 @@ func (s *Store) Snapshot() (chain.Snapshot, error) {
 	return lsmstore.NewSnapshot(s.DB(), s.applied.Load()), nil
 }
 
-// Scan implements chain.RangeScanner.
+// Scan implements chain.RangeScanner. A scan whose tree was replaced
+// under it before it gave fn anything starts again on the new tree (as
+// Get); one that gave fn some keys fails, since fn would see them twice.
 func (s *Store) Scan(ctx context.Context, start, end []byte, fn func(key, value []byte) error) error {
-	return lsmstore.Scan(ctx, s.DB(), start, end, fn)
+	for {
+		db := s.DB()
+		gave := false
+		err := lsmstore.Scan(ctx, db, start, end, func(k, v []byte) error {
+			gave = true
+			return fn(k, v)
+		})
+		if err != nil && !gave && ctx.Err() == nil && s.DB() != db {
+			continue
+		}
+		return err
+	}
 }
 
 // Reset implements chain.Store: the store starts over empty, every slot

@@ -75,6 +75,17 @@
 //     head writes there again (a restarted node starts its stores over,
 //     Reset, so nothing it holds is at stake).
 //
+// Restarting. A restarted node rejoins by COPY, which resets its store
+// (Reset), and its primary then resyncs it. Reset keeps the tables of
+// the tree it replaces that are in slots (Store.kept, listed in the
+// note with their number, size and sequence bounds; their slots stay
+// held), and a resync maps each table of the primary's tree that is one
+// of them (keptTable.same: the number alone does not identify a table
+// across a restart) to its slot instead of writing it again; the
+// replica takes a kept slot only for the very table kept there. The
+// next resync, an install as a secondary, the fallback, becoming
+// primary, or keptFor passing let the kept tables go.
+//
 // Stopping. A node stopping gracefully quiesces its stores (Quiesce:
 // no new flush or compaction, the running ones finish, shipping through
 // the still-serving chain) before it leaves its chains; a flush whose

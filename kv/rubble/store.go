@@ -141,6 +141,15 @@ type Store struct {
 	// retired sums the flush and compaction work of the trees this
 	// store closed (Reset, resync), so Work covers the process.
 	retired lsm.Metrics
+	// kept are the tables in this replica's slots that its tree before a
+	// Reset held: their slots stay held (the note lists them) so that a
+	// resync can map the primary's tables that are among them instead
+	// of writing them again. The next resync, install as a secondary,
+	// fallback or turn as primary lets them go, and so does keptFor
+	// passing without a resync (a pool too full for the resync to fit
+	// beside them, say): they only save writes.
+	kept   []keptTable
+	keptAt time.Time
 
 	noteMu   sync.Mutex
 	noteVer  uint64
@@ -187,8 +196,9 @@ type StoreStats struct {
 	ShipTime                                  time.Duration
 	// Installed: edits installed as a secondary; Resyncs: times a local
 	// replica became a secondary again by installing the primary's
-	// whole tree.
-	Installed, Resyncs uint64
+	// whole tree; Reused: the tables of those trees found in the
+	// replica's slots already (kept across a Reset), not written again.
+	Installed, Resyncs, Reused uint64
 	// FellBack: the group runs the fallback.
 	FellBack bool
 }
@@ -481,6 +491,10 @@ func (s *Store) Note() ([]byte, uint64, <-chan struct{}) {
 		n.held[sl] = true
 	}
 	sec.mu.Unlock()
+	for _, k := range s.kept {
+		n.held[k.slot] = true
+	}
+	n.kept = slices.Clone(s.kept)
 	s.mu.Unlock()
 	b := n.encode()
 	s.noteMu.Lock()
@@ -524,7 +538,7 @@ func (s *Store) SetChain(c cluster.Chain, self string) {
 	}
 	s.log.Info("primary: flushing and compacting", "was", s.mode, "epoch", c.Epoch)
 	s.sec.Load().SetReplica(false, s.beforeEdit)
-	s.mode = ModePrimary
+	s.mode, s.kept = ModePrimary, nil
 	s.bumpNote()
 }
 
@@ -616,14 +630,20 @@ func (s *Store) Apply(ctx context.Context, seq uint64, op chain.Op) error {
 // applyRecordLocked follows the primary's record at seq; a secondary
 // that cannot turns local.
 func (s *Store) applyRecordLocked(ctx context.Context, seq uint64, body []byte) {
+	if len(s.kept) > 0 && time.Since(s.keptAt) > keptFor {
+		s.log.Info("letting kept tables go: no resync came", "tables", len(s.kept), "since", s.keptAt)
+		s.kept = nil
+		s.bumpNote()
+	}
 	rc, err := decodeRecord(body)
 	if err != nil {
 		s.toLocalLocked(err.Error())
 		return
 	}
 	if rc.kind == recFallback {
-		s.fellBack, s.fellAt = true, time.Now()
+		s.fellBack, s.fellAt, s.kept = true, time.Now(), nil
 		s.toLocalLocked("the group falls back")
+		s.bumpNote()
 		return
 	}
 	s.noteAssignedLocked(seq, rc)
@@ -660,6 +680,7 @@ func (s *Store) applyRecordLocked(ctx context.Context, seq uint64, body []byte) 
 		return
 	}
 	s.stats.Installed++
+	s.kept = nil // a secondary following its primary needs no resync
 	s.bumpNote()
 }
 
@@ -717,6 +738,9 @@ func (s *Store) Reset(ctx context.Context) error {
 			s.log.Warn("reset: clean up", "err", werr)
 		}
 		return err
+	}
+	if s.kept = append(s.kept, keptOf(s.sec.Load())...); len(s.kept) > 0 {
+		s.keptAt = time.Now()
 	}
 	s.retireLocked(s.sec.Load(), s.dbName)
 	s.recent, s.recentBytes, s.dbName = nil, 0, name
@@ -777,6 +801,10 @@ func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot)
 	if len(s.recent) == 0 || s.recent[0].op.Tag > uint64(upTo) {
 		return fmt.Errorf("the writes past the primary's tables (seq %d) are not all among the recent ones", upTo)
 	}
+	reused, err := s.checkKeptLocked(e, files)
+	if err != nil {
+		return err
+	}
 	name := s.nextDB()
 	sec, err := s.openSecondary(ctx, name)
 	if err == nil {
@@ -801,9 +829,82 @@ func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot)
 	}
 	s.retireLocked(s.sec.Load(), s.dbName)
 	s.sec.Store(sec)
-	s.dbName, s.mode, s.recent, s.recentBytes = name, ModeSecondary, nil, 0
+	s.dbName, s.mode, s.recent, s.recentBytes, s.kept = name, ModeSecondary, nil, 0, nil
 	s.stats.Resyncs++
-	s.log.Info("resynced: a secondary again", "tables", len(files), "upTo", upTo)
+	s.stats.Reused += uint64(reused)
+	s.log.Info("resynced: a secondary again", "tables", len(files), "reused", reused, "upTo", upTo)
 	s.bumpNote()
 	return nil
+}
+
+// keptFor bounds how long a replica keeps tables for a resync
+// (Store.kept): a few of the primary's resync tries (resyncEvery).
+const keptFor = 6 * resyncEvery
+
+// keptOf are the tables of sec's tree that are in its slots: what a
+// replica starting over (Reset) keeps for a resync (Store.kept).
+func keptOf(sec *Secondary) []keptTable {
+	v, err := sec.DB().VersionAfter(&lsm.VersionEdit{})
+	if err != nil {
+		return nil
+	}
+	sec.mu.Lock()
+	defer sec.mu.Unlock()
+	var out []keptTable
+	for _, nf := range v.NewFiles {
+		m := nf.Meta
+		if f, ok := sec.byPath[sec.tablePath(m.FileNum)]; ok {
+			out = append(out, keptTable{table: m.FileNum, slot: f.Slot, size: m.Size, smallestSeq: uint64(m.SmallestSeq), largestSeq: uint64(m.LargestSeq)})
+		}
+	}
+	return out
+}
+
+// checkKeptLocked checks a resync's file map against the kept tables:
+// a kept slot may carry only the very table kept in it (keptTable.same
+// the base's table), since the primary did not write it. It returns how
+// many tables the map takes from kept slots.
+func (s *Store) checkKeptLocked(base *lsm.VersionEdit, files []FileSlot) (int, error) {
+	bySlot := map[int]keptTable{}
+	for _, k := range s.kept {
+		bySlot[k.slot] = k
+	}
+	metas := map[uint64]*lsm.FileMeta{}
+	for _, nf := range base.NewFiles {
+		metas[nf.Meta.FileNum] = nf.Meta
+	}
+	n := 0
+	for _, f := range files {
+		k, ok := bySlot[f.Slot]
+		if !ok {
+			continue
+		}
+		if m := metas[f.Table]; m == nil || !k.same(m) {
+			return 0, fmt.Errorf("table %d mapped to slot %d, which keeps table %d (size %d, seqs %d-%d)", f.Table, f.Slot, k.table, k.size, k.smallestSeq, k.largestSeq)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// reuseKept splits a resync's base tables for the replica n describes:
+// those it keeps in a slot already (keptTable.same) are mapped to that
+// slot, and the rest, with their bytes, are to be written.
+func reuseKept(n *note, files []lsm.NewFile, tables [][]byte) (ship []lsm.NewFile, shipTables [][]byte, reused []FileSlot) {
+	if len(n.kept) == 0 {
+		return files, tables, nil
+	}
+	byTable := map[uint64]keptTable{}
+	for _, k := range n.kept {
+		byTable[k.table] = k
+	}
+	for i, nf := range files {
+		if k, ok := byTable[nf.Meta.FileNum]; ok && k.same(nf.Meta) {
+			reused = append(reused, FileSlot{Table: k.table, Slot: k.slot})
+			continue
+		}
+		ship = append(ship, nf)
+		shipTables = append(shipTables, tables[i])
+	}
+	return ship, shipTables, reused
 }

@@ -136,7 +136,7 @@ type Reserver interface {
 // - All Registrants, so any host reads, and only registrants write.
 const fenceType = nvme.ResvWriteExclusiveAllRegs
 
-// A registration's key is fenceKey: a hash of the group in the high 24
+// A registration's key is FenceKey: a hash of the group in the high 24
 // bits, so that preempting one group's old key leaves the other groups'
 // heads registered, and the epoch in the low 40.
 const (
@@ -144,7 +144,10 @@ const (
 	fenceEpochMask = 1<<fenceEpochBits - 1
 )
 
-func fenceKey(group string, epoch uint64) uint64 {
+// FenceKey is the reservation key group's head of epoch registers with
+// on the targets it writes slots into (FenceSlots), as a Reservation
+// Report shows it.
+func FenceKey(group string, epoch uint64) uint64 {
 	h := sha256.Sum256([]byte(group))
 	return binary.LittleEndian.Uint64(h[:])&^fenceEpochMask | epoch
 }
@@ -185,7 +188,7 @@ func FenceSlots(ctx context.Context, ns Reserver, group string, epoch uint64) er
 	if epoch > fenceEpochMask {
 		return fmt.Errorf("rubble: fence: epoch %d of %s past the key's %d bits", epoch, group, fenceEpochBits)
 	}
-	key := fenceKey(group, epoch)
+	key := FenceKey(group, epoch)
 	st, err := ns.Report(ctx)
 	if err != nil {
 		return fmt.Errorf("rubble: fence: %w", err)

@@ -16,10 +16,12 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/cluster"
+	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/internal/clustertest"
 	"github.com/nearstore/nearstore/kv/chain"
 	"github.com/nearstore/nearstore/kv/rubble"
+	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -324,6 +326,10 @@ func TestRubblePausedHead(t *testing.T) {
 	clustertest.CheckAll(t, tail, acked)
 	crrs := c.Client(t, chain.ReadCRRS)
 	clustertest.CheckAll(t, crrs, acked)
+	// The new head fenced the third node's target: the group's one
+	// registrant there is a head of an epoch after the pause.
+	third := slices.DeleteFunc(slices.Clone(after.Members), func(m string) bool { return m == after.Head() })[0]
+	checkFenced(t, c, third, before.Epoch)
 	fenced := strings.Count(c.Stderr(head), rubble.ErrDeposed.Error())
 	t.Logf("paused %s; epoch %d head %s, then %v: %d writes checked; the old head's ships fenced off: %d",
 		head, after.Epoch, after.Head(), rejoined.Members, len(acked), fenced)
@@ -331,4 +337,40 @@ func TestRubblePausedHead(t *testing.T) {
 	for _, id := range ids {
 		fsckPool(t, filepath.Join(c.Dir, id))
 	}
+}
+
+// checkFenced reads the reservation of node id's target (as a host of
+// its own, with Reservation Report): it holds Write Exclusive - All
+// Registrants for one registrant, group Group's head of an epoch past
+// after (and not past the chain's epoch when it is read).
+func checkFenced(t *testing.T, c *clustertest.Cluster, id string, after uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nodes, err := c.Ctl.Nodes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctrl, err := host.Connect(ctx, nodes[id].Target, rubble.NodeNQN(id), host.Options{HostNQN: rubble.NodeNQN("test") + ":reader", IOQueues: 1, KeepAlive: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctrl.Close()
+	ns, err := ctrl.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := ns.Report(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upTo := c.WaitChain(func(cluster.Chain) bool { return true }).Epoch
+	ok := st.Type == nvme.ResvWriteExclusiveAllRegs && len(st.Registrants) == 1
+	for e := after + 1; ok && e <= upTo; e++ {
+		if st.Registrants[0].Key == rubble.FenceKey(clustertest.Group, e) {
+			t.Logf("node %s's target: fenced by the head of epoch %d (reservation %v)", id, e, st.Type)
+			return
+		}
+	}
+	t.Fatalf("node %s's target: reservation %v, registrants %+v; want one, a head of an epoch in (%d, %d]", id, st.Type, st.Registrants, after, upTo)
 }

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/cluster"
-	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/internal/clustertest"
 	"github.com/nearstore/nearstore/kv/chain"
@@ -351,16 +350,7 @@ func checkFenced(t *testing.T, c *clustertest.Cluster, id string, after uint64) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := host.Connect(ctx, nodes[id].Target, rubble.NodeNQN(id), host.Options{HostNQN: rubble.NodeNQN("test") + ":reader", IOQueues: 1, KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctrl.Close()
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := ns.Report(ctx)
+	st, err := connectNode(t, nodes[id].Target, id, rubble.NodeNQN("test")+":reader").Report(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package rubble_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"testing"
 	"time"
 
@@ -98,18 +97,27 @@ func TestFenceSlots(t *testing.T) {
 	}
 
 	// A host that never fenced cannot write.
-	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
-	defer ccancel()
-	ctrl, err := host.Connect(cctx, srv.Addr(), rubble.NodeNQN("s"), host.Options{HostNQN: fmt.Sprintf("%s:stranger", rubble.NodeNQN("x")), IOQueues: 1, KeepAlive: -1})
+	ns := connectNode(t, srv.Addr(), "s", rubble.NodeNQN("x")+":stranger")
+	if _, err := ns.WriteAtContext(ctx, block, 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("an unregistered host's write: %v, want a reservation conflict", err)
+	}
+}
+
+// connectNode connects to node id's target at addr as host hostNQN (no
+// fencing: a host of its own) and returns namespace 1, its slot pools'
+// volume; the connection closes when the test ends.
+func connectNode(t *testing.T, addr, id, hostNQN string) *host.Namespace {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctrl, err := host.Connect(ctx, addr, rubble.NodeNQN(id), host.Options{HostNQN: hostNQN, IOQueues: 1, KeepAlive: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ctrl.Close()
+	t.Cleanup(func() { ctrl.Close() })
 	ns, err := ctrl.Namespace(1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns.WriteAtContext(ctx, block, 0); !errors.Is(err, host.ErrReservationConflict) {
-		t.Fatalf("an unregistered host's write: %v, want a reservation conflict", err)
-	}
+	return ns
 }

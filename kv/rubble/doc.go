@@ -72,8 +72,10 @@
 //     executing in the target, which finishes it in the time of one
 //     backend write, without waiting on its host. Reservations are not
 //     persistent: a target that restarts holds none until the group's
-//     head writes there again (a restarted node starts its stores over,
-//     Reset, so nothing it holds is at stake).
+//     head fences it again, so a deposed head may write into its free
+//     slots and its kept ones (Restarting, below) until then. A
+//     restarted node starts its stores over (Reset), and what it keeps
+//     is checked after that fence.
 //
 // Restarting. A restarted node rejoins by COPY, which resets its store
 // (Reset), and its primary then resyncs it. Reset keeps the tables of
@@ -81,10 +83,15 @@
 // note with their number, size and sequence bounds; their slots stay
 // held), and a resync maps each table of the primary's tree that is one
 // of them (keptTable.same: the number alone does not identify a table
-// across a restart) to its slot instead of writing it again; the
-// replica takes a kept slot only for the very table kept there. The
-// next resync, an install as a secondary, the fallback, becoming
-// primary, or keptFor passing let the kept tables go.
+// across a restart) to its slot instead of writing it again, with the
+// CRC-32C of its bytes in the record (record.sums). The primary fences
+// the replica's target before it appends the record (Store.fenceKept),
+// and the replica takes a kept slot only for the very table kept there
+// and only if the slot's bytes match the sum: a deposed head that wrote
+// into it while the restarted target held no reservation is caught, and
+// none can write after the fence. The next resync, an install as a
+// secondary, the fallback, becoming primary, a refused check, or
+// keptFor passing let the kept tables go.
 //
 // Stopping. A node stopping gracefully quiesces its stores (Quiesce:
 // no new flush or compaction, the running ones finish, shipping through

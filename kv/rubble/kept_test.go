@@ -3,6 +3,7 @@ package rubble
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 
 	"github.com/nearstore/nearstore/kv/lsm"
@@ -51,34 +52,42 @@ func TestKeptTables(t *testing.T) {
 	other := &lsm.FileMeta{FileNum: m0.FileNum, Size: m0.Size + 1, Smallest: m0.Smallest, Largest: m0.Largest,
 		SmallestSeq: m0.SmallestSeq, LargestSeq: m0.LargestSeq}
 	files := append(base.NewFiles, lsm.NewFile{Level: 6, Meta: other})
-	tables := make([][]byte, len(files))
-	for i := range tables {
-		tables[i] = []byte{byte(i)}
+	tables, _, err := readTables(p.primFS, "db", base.NewFiles)
+	if err != nil {
+		t.Fatal(err)
 	}
+	tables = append(tables, []byte("another table"))
 	n := &note{kept: kept}
-	ship, shipTables, reused := reuseKept(n, files, tables)
-	if len(reused) != 3 || len(ship) != 1 || ship[0].Meta != other || len(shipTables) != 1 || shipTables[0][0] != 3 {
-		t.Fatalf("reused %v, ship %v: want the 3 kept tables reused and the other written", reused, ship)
+	rc := &record{}
+	ship, shipTables, reused := reuseKept(n, files, tables, rc)
+	if len(reused) != 3 || len(ship) != 1 || ship[0].Meta != other || len(shipTables) != 1 || string(shipTables[0]) != "another table" || len(rc.sums) != 3 {
+		t.Fatalf("reused %v, ship %v, sums %v: want the 3 kept tables reused, summed, and the other written", reused, ship, rc.sums)
 	}
-	if s, _, r := reuseKept(&note{}, files, tables); len(s) != len(files) || r != nil {
+	if s, _, r := reuseKept(&note{}, files, tables, &record{}); len(s) != len(files) || r != nil {
 		t.Fatalf("nothing kept: ship %d of %d, reused %v", len(s), len(files), r)
 	}
 
 	st := &Store{kept: kept}
+	st.sec.Store(p.sec)
 	withBase := &lsm.VersionEdit{NewFiles: base.NewFiles}
+	badSum := maps.Clone(rc.sums)
+	badSum[kept[1].table]++
 	for _, tc := range []struct {
 		name  string
 		base  *lsm.VersionEdit
 		files []FileSlot
+		sums  map[uint64]uint32
 		want  int // -1: refused
 	}{
-		{"the kept tables in their slots", withBase, reused, 3},
-		{"a written table in a free slot", withBase, []FileSlot{{Table: 99, Slot: 7}}, 0},
-		{"another table in a kept slot", withBase, []FileSlot{{Table: 99, Slot: kept[0].slot}}, -1},
+		{"the kept tables in their slots", withBase, reused, rc.sums, 3},
+		{"a written table in a free slot", withBase, []FileSlot{{Table: 99, Slot: 7}}, nil, 0},
+		{"another table in a kept slot", withBase, []FileSlot{{Table: 99, Slot: kept[0].slot}}, rc.sums, -1},
 		{"a kept table's number, another table", &lsm.VersionEdit{NewFiles: []lsm.NewFile{{Level: 6, Meta: other}}},
-			[]FileSlot{{Table: other.FileNum, Slot: slots[other.FileNum]}}, -1},
+			[]FileSlot{{Table: other.FileNum, Slot: slots[other.FileNum]}}, rc.sums, -1},
+		{"a kept slot whose bytes are not the primary's table", withBase, reused, badSum, -1},
+		{"a kept slot without a checksum", withBase, reused, nil, -1},
 	} {
-		got, err := st.checkKeptLocked(tc.base, tc.files)
+		got, err := st.checkKeptLocked(tc.base, tc.files, tc.sums)
 		if tc.want < 0 && err == nil || tc.want >= 0 && (err != nil || got != tc.want) {
 			t.Errorf("%s: %d, %v; want %d", tc.name, got, err, tc.want)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -648,7 +649,7 @@ func (s *Store) applyRecordLocked(ctx context.Context, seq uint64, body []byte) 
 	}
 	s.noteAssignedLocked(seq, rc)
 	if files, ok := rc.files[s.cfg.ID]; ok && s.mode == ModeLocal && rc.base != nil {
-		if err := s.resyncLocked(ctx, rc.base, files); err != nil {
+		if err := s.resyncLocked(ctx, rc.base, files, rc.sums); err != nil {
 			s.log.Info("resync refused: still compacting locally", "record", seq, "err", err)
 		}
 		return
@@ -789,7 +790,7 @@ func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
 // whole tree (base, written into this node's slots: files), and
 // replaces the old store, whose slots it frees. Any failure leaves the
 // old store as it was.
-func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot) error {
+func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot, sums map[uint64]uint32) error {
 	e, err := lsm.DecodeVersionEdit(base)
 	if err != nil {
 		return err
@@ -801,8 +802,10 @@ func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot)
 	if len(s.recent) == 0 || s.recent[0].op.Tag > uint64(upTo) {
 		return fmt.Errorf("the writes past the primary's tables (seq %d) are not all among the recent ones", upTo)
 	}
-	reused, err := s.checkKeptLocked(e, files)
+	reused, err := s.checkKeptLocked(e, files, sums)
 	if err != nil {
+		s.kept = nil // the next resync writes every table
+		s.bumpNote()
 		return err
 	}
 	name := s.nextDB()
@@ -862,9 +865,10 @@ func keptOf(sec *Secondary) []keptTable {
 
 // checkKeptLocked checks a resync's file map against the kept tables:
 // a kept slot may carry only the very table kept in it (keptTable.same
-// the base's table), since the primary did not write it. It returns how
+// the base's table), since the primary did not write it, and only if
+// its bytes are the primary's table's (sums, checkSums). It returns how
 // many tables the map takes from kept slots.
-func (s *Store) checkKeptLocked(base *lsm.VersionEdit, files []FileSlot) (int, error) {
+func (s *Store) checkKeptLocked(base *lsm.VersionEdit, files []FileSlot, sums map[uint64]uint32) (int, error) {
 	bySlot := map[int]keptTable{}
 	for _, k := range s.kept {
 		bySlot[k.slot] = k
@@ -873,7 +877,7 @@ func (s *Store) checkKeptLocked(base *lsm.VersionEdit, files []FileSlot) (int, e
 	for _, nf := range base.NewFiles {
 		metas[nf.Meta.FileNum] = nf.Meta
 	}
-	n := 0
+	var fromKept []FileSlot
 	for _, f := range files {
 		k, ok := bySlot[f.Slot]
 		if !ok {
@@ -882,15 +886,19 @@ func (s *Store) checkKeptLocked(base *lsm.VersionEdit, files []FileSlot) (int, e
 		if m := metas[f.Table]; m == nil || !k.same(m) {
 			return 0, fmt.Errorf("table %d mapped to slot %d, which keeps table %d (size %d, seqs %d-%d)", f.Table, f.Slot, k.table, k.size, k.smallestSeq, k.largestSeq)
 		}
-		n++
+		fromKept = append(fromKept, f)
 	}
-	return n, nil
+	if err := s.checkSums(fromKept, metas, sums); err != nil {
+		return 0, err
+	}
+	return len(fromKept), nil
 }
 
 // reuseKept splits a resync's base tables for the replica n describes:
 // those it keeps in a slot already (keptTable.same) are mapped to that
-// slot, and the rest, with their bytes, are to be written.
-func reuseKept(n *note, files []lsm.NewFile, tables [][]byte) (ship []lsm.NewFile, shipTables [][]byte, reused []FileSlot) {
+// slot, their checksums added to rc.sums, and the rest, with their
+// bytes, are to be written.
+func reuseKept(n *note, files []lsm.NewFile, tables [][]byte, rc *record) (ship []lsm.NewFile, shipTables [][]byte, reused []FileSlot) {
 	if len(n.kept) == 0 {
 		return files, tables, nil
 	}
@@ -901,10 +909,65 @@ func reuseKept(n *note, files []lsm.NewFile, tables [][]byte) (ship []lsm.NewFil
 	for i, nf := range files {
 		if k, ok := byTable[nf.Meta.FileNum]; ok && k.same(nf.Meta) {
 			reused = append(reused, FileSlot{Table: k.table, Slot: k.slot})
+			if rc.sums == nil {
+				rc.sums = map[uint64]uint32{}
+			}
+			rc.sums[k.table] = crc32.Checksum(tables[i], castagnoli)
 			continue
 		}
 		ship = append(ship, nf)
 		shipTables = append(shipTables, tables[i])
 	}
 	return ship, shipTables, reused
+}
+
+// fenceKept fences t's target (Dialer.Dial) before a record maps tables
+// to slots t kept: the replica checks those slots' bytes (record.sums)
+// when the record arrives, after this, so no deposed head's write can
+// land in them later (FenceSlots). A resync that writes tables has
+// fenced already; one that writes none would not have.
+func (s *Store) fenceKept(ctx context.Context, t *target) error {
+	if _, err := s.cfg.Dialer.Dial(ctx, t.id); err != nil {
+		s.cfg.Dialer.Drop(t.id)
+		return err
+	}
+	return nil
+}
+
+// checkSums checks the bytes of the kept slots files maps to against
+// the primary's checksums: a kept slot a deposed head wrote into while
+// this node's target held no reservation (it restarted) is not taken.
+func (s *Store) checkSums(files []FileSlot, metas map[uint64]*lsm.FileMeta, sums map[uint64]uint32) error {
+	pool := s.sec.Load().Pool()
+	for _, f := range files {
+		sum, ok := sums[f.Table]
+		if !ok {
+			return fmt.Errorf("kept table %d in slot %d has no checksum", f.Table, f.Slot)
+		}
+		b, err := readSlot(pool, f.Slot, int64(metas[f.Table].Size))
+		if err != nil {
+			return fmt.Errorf("kept table %d in slot %d: %w", f.Table, f.Slot, err)
+		}
+		if got := crc32.Checksum(b, castagnoli); got != sum {
+			return fmt.Errorf("kept table %d in slot %d: checksum %08x, the primary's %08x", f.Table, f.Slot, got, sum)
+		}
+	}
+	return nil
+}
+
+// readSlot reads the first n bytes of slot i of p.
+func readSlot(p *Pool, i int, n int64) ([]byte, error) {
+	if n > p.slotSize {
+		return nil, fmt.Errorf("%d bytes, over the %d-byte slot", n, p.slotSize)
+	}
+	f, err := p.fsys.VFS().Open(p.slotName(i))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

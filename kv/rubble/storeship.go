@@ -82,6 +82,9 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 		go func() {
 			defer wg.Done()
 			got, err := s.shipTo(ctx, t, files, tables)
+			if err == nil && len(reused) > 0 {
+				err = s.fenceKept(ctx, t)
+			}
 			got = append(got, reused...)
 			if err != nil {
 				// The record goes without it: a secondary turns local
@@ -98,7 +101,7 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 		send(t, shipped, tables, nil, "edit")
 	}
 	for _, t := range resync {
-		files, tables, reused := reuseKept(t.note, baseFiles, baseTables)
+		files, tables, reused := reuseKept(t.note, baseFiles, baseTables, rc)
 		send(t, files, tables, reused, "resync")
 	}
 	wg.Wait()

@@ -325,12 +325,18 @@ const (
 //	    4  B, then B bytes: the base (0: none), an lsm.VersionEdit
 //	       building the primary's whole tree after the edit, for the
 //	       local replicas it resyncs (their files: every base table)
+//	    4  K, then K sums: table (8), CRC-32C of its bytes (4): the
+//	       base tables mapped to a slot a replica kept (record.sums)
 type record struct {
 	kind  uint8
 	prev  uint64
 	edit  []byte
 	files map[string][]FileSlot
 	base  []byte
+	// sums are the checksums of the base tables some replica keeps in a
+	// slot (note.kept) and is not sent again: it checks its slot's bytes
+	// against them before it installs the base.
+	sums map[uint64]uint32
 }
 
 func (rc *record) encode() []byte {
@@ -357,7 +363,18 @@ func (rc *record) encode() []byte {
 		}
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(rc.base)))
-	return append(b, rc.base...)
+	b = append(b, rc.base...)
+	tables := make([]uint64, 0, len(rc.sums))
+	for t := range rc.sums {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(tables)))
+	for _, t := range tables {
+		b = binary.LittleEndian.AppendUint64(b, t)
+		b = binary.LittleEndian.AppendUint32(b, rc.sums[t])
+	}
+	return b
 }
 
 func decodeRecord(b []byte) (*record, error) {
@@ -395,6 +412,19 @@ func decodeRecord(b []byte) (*record, error) {
 	}
 	if base := r.take(uint64(r.u32())); len(base) > 0 {
 		rc.base = base
+	}
+	if k := r.u32(); r.err == nil && k > 0 {
+		if uint64(k)*12 > uint64(len(r.b)) {
+			return nil, fmt.Errorf("rubble: record: %d table sums in %d bytes", k, len(r.b))
+		}
+		rc.sums = make(map[uint64]uint32, k)
+		for range k {
+			t := r.u64()
+			if _, dup := rc.sums[t]; dup {
+				return nil, fmt.Errorf("rubble: record: table %d summed twice", t)
+			}
+			rc.sums[t] = r.u32()
+		}
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("rubble: record: %w", r.err)

@@ -17,7 +17,8 @@ var (
 		held:  []bool{false, true},
 		kept:  []keptTable{{table: 12, slot: 1, size: 5000, smallestSeq: 3, largestSeq: 90}}}
 	testRecord = &record{kind: recEdit, prev: 0xfeed, edit: []byte{1, 2, 3},
-		files: map[string][]FileSlot{"n2": {{Table: 7, Slot: 3}}, "n3": {{Table: 7, Slot: 0}, {Table: 8, Slot: 9}}}, base: []byte{9, 9}}
+		files: map[string][]FileSlot{"n2": {{Table: 7, Slot: 3}}, "n3": {{Table: 7, Slot: 0}, {Table: 8, Slot: 9}}}, base: []byte{9, 9},
+		sums: map[uint64]uint32{7: 0xabcdef01, 8: 5}}
 )
 
 // TestWireRoundTrip encodes and decodes each message, and refuses every

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net"
 	"os"
@@ -204,7 +205,7 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 				}()
 				defer func() { stopStats(); <-statsDone }()
 			}
-			err = h.Run(cmd.Context(), ln)
+			err = runQuiescing(cmd.Context(), h, ln, stores, g.logger())
 			if cmd.Context().Err() != nil {
 				return nil
 			}
@@ -223,6 +224,49 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 	cmd.Flags().DurationVar(&statsEvery, "stats-interval", 0, "print a \"stats node=ID group=G mode=M flushes=… flush_ms=… compactions=… compact_ms=… …\" line per group this often, and once at exit (0: never)")
 	ns.flags(cmd.Flags())
 	return cmd
+}
+
+// quiescer is a store with background work that needs the node's chain
+// (a RubbleDB primary ships and appends its edits through it).
+type quiescer interface {
+	Quiesce(ctx context.Context) error
+}
+
+// quiesceWait bounds how long a stopping node waits for its stores'
+// background work before it leaves the chains anyway.
+const quiesceWait = 30 * time.Second
+
+// runQuiescing runs h until ctx ends; then, while h still serves, it
+// quiesces every store that has background work (quiescer), and only
+// then stops h, which closes the nodes' chain views and leaves the
+// chains. So a graceful stop (SIGTERM) finds no flush or compaction
+// still running once the chains are gone.
+func runQuiescing(ctx context.Context, h *chain.Host, ln net.Listener, stores []chain.Store, log *slog.Logger) error {
+	hctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-hctx.Done():
+			return // h stopped by itself
+		case <-ctx.Done():
+		}
+		qctx, cancel := context.WithTimeout(hctx, quiesceWait)
+		defer cancel()
+		for _, st := range stores {
+			if q, ok := st.(quiescer); ok {
+				if err := q.Quiesce(qctx); err != nil {
+					log.Warn("stopping with background work still running", "err", err)
+				}
+			}
+		}
+		stop()
+	}()
+	err := h.Run(hctx, ln)
+	stop()
+	<-done
+	return err
 }
 
 func newClusterUpCmd(g *globals) *cobra.Command {

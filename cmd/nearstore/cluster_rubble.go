@@ -56,12 +56,16 @@ func (o *rubbleFlags) flags(f interface {
 // volume, the offloadfs on it, the target exporting it, and the
 // connections to the other nodes' targets.
 type rubbleNode struct {
-	vol    volume.Volume
-	fsys   *offloadfs.FS
-	srv    *target.Server
-	addr   string
-	data   string // --data: each group's store in data/GROUP/db<N>, on the local file system
-	dialer *rubble.TargetDialer
+	vol  volume.Volume
+	fsys *offloadfs.FS
+	srv  *target.Server
+	addr string
+	data string // --data: each group's store in data/GROUP/db<N>, on the local file system
+	ctl  *cluster.Control
+	id   string
+	// dialers connect to the other nodes' targets, one per group: each
+	// fences its group's slot writes by the group's epoch.
+	dialers []*rubble.TargetDialer
 }
 
 // startRubbleNode opens (or makes) the node's volume and file system and
@@ -77,7 +81,7 @@ func startRubbleNode(ctx context.Context, data, id string, o rubbleFlags, ctl *c
 	if err != nil {
 		return nil, err
 	}
-	rn := &rubbleNode{vol: vol, data: data, dialer: &rubble.TargetDialer{Control: ctl, Self: id}}
+	rn := &rubbleNode{vol: vol, data: data, ctl: ctl, id: id}
 	dev := offloadfs.VolumeDevice(vol)
 	if fresh {
 		if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
@@ -126,15 +130,19 @@ func (rn *rubbleNode) open(ctx context.Context, id, group string, o rubbleFlags,
 		}
 		slotSize = max(memt, 2*tfs) + 512<<10
 	}
+	d := &rubble.TargetDialer{Control: rn.ctl, Self: rn.id, Group: group}
+	rn.dialers = append(rn.dialers, d)
 	return rubble.OpenStore(ctx, rubble.StoreConfig{
 		ID: id, FS: rn.fsys, Local: vfs.OS(rn.data), Dir: group, Slots: o.slots, SlotSize: slotSize, Options: opts,
-		Dialer: rn.dialer, Fallback: o.fallback, FallbackWindow: o.window, Log: log,
+		Dialer: d, Fallback: o.fallback, FallbackWindow: o.window, Log: log,
 	})
 }
 
 // close stops the target and unmounts (the stores are closed first).
 func (rn *rubbleNode) close() error {
-	rn.dialer.Close()
+	for _, d := range rn.dialers {
+		d.Close()
+	}
 	if rn.srv != nil {
 		rn.srv.Close()
 	}
@@ -161,8 +169,8 @@ func statsLine(id, group string, st chain.Store) string {
 		m = s.Work()
 		rs := s.Stats()
 		mode = rs.Mode.String()
-		ship = fmt.Sprintf(" shipped_edits=%d shipped_tables=%d shipped_bytes=%d ship_ms=%d installed=%d resyncs=%d fell_back=%v",
-			rs.ShippedEdits, rs.ShippedTables, rs.ShippedBytes, rs.ShipTime.Milliseconds(), rs.Installed, rs.Resyncs, rs.FellBack)
+		ship = fmt.Sprintf(" shipped_edits=%d shipped_tables=%d shipped_bytes=%d ship_ms=%d installed=%d resyncs=%d reused=%d fell_back=%v",
+			rs.ShippedEdits, rs.ShippedTables, rs.ShippedBytes, rs.ShipTime.Milliseconds(), rs.Installed, rs.Resyncs, rs.Reused, rs.FellBack)
 	case interface{ DB() *lsm.DB }:
 		m = s.DB().Metrics()
 	default:

@@ -9,6 +9,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -40,6 +41,7 @@ type Cluster struct {
 	Dir      string
 	mu       sync.Mutex
 	procs    map[string]*exec.Cmd
+	logs     map[string]*os.File          // node → its stderr log, Dir/ID.log (see Stderr)
 	last     map[string]map[string]string // node → the last stdout line after the first, by its first and third words
 	args     []string                     // more flags of every "nearstore cluster node"
 	groups   []string                     // with a shard map: the groups every node hosts (else Group)
@@ -63,24 +65,16 @@ func NewClusterWith(t *testing.T, args []string, ids ...string) *Cluster {
 // hosts each, else the nodes serve the one group Group.
 func NewClusterGroups(t *testing.T, args, groups []string, ids ...string) *Cluster {
 	t.Helper()
-	e, err := cluster.StartEmbedded(context.Background(), cluster.EmbedConfig{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	c := &Cluster{t: t, Endpoint: e.Endpoints()[0], Ctl: &cluster.Control{Client: cli}, Dir: t.TempDir(),
-		procs: map[string]*exec.Cmd{}, last: map[string]map[string]string{}, args: args, groups: groups}
+	endpoint, ctl := Etcd(t)
+	c := &Cluster{t: t, Endpoint: endpoint, Ctl: ctl, Dir: t.TempDir(),
+		procs: map[string]*exec.Cmd{}, logs: map[string]*os.File{}, last: map[string]map[string]string{}, args: args, groups: groups}
 	t.Cleanup(func() {
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		for _, p := range c.procs {
+		for id, p := range c.procs {
 			p.Process.Kill()
 			p.Wait()
+			c.logs[id].Close()
 		}
 	})
 	chains := []string{Group}
@@ -108,6 +102,23 @@ func NewClusterGroups(t *testing.T, args, groups []string, ids ...string) *Clust
 	return c
 }
 
+// Etcd starts an embedded etcd for the test and returns its endpoint
+// and a control plane on it; both stop when the test ends.
+func Etcd(t *testing.T) (endpoint string, ctl *cluster.Control) {
+	t.Helper()
+	e, err := cluster.StartEmbedded(context.Background(), cluster.EmbedConfig{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return e.Endpoints()[0], &cluster.Control{Client: cli}
+}
+
 // Start runs node id as its own process (its store in a directory kept
 // across restarts) and waits for it to serve.
 func (c *Cluster) Start(id string) {
@@ -118,12 +129,19 @@ func (c *Cluster) Start(id string) {
 	}
 	p := exec.Command(clitest.Binary(c.t), append(append([]string{"cluster", "node", "--etcd", c.Endpoint, "--id", id,
 		"--data", filepath.Join(c.Dir, id), "--lease-ttl", "2", "--log-level", "warn"}, gflags...), c.args...)...)
-	p.Stderr = os.Stderr
+	// The node's log goes to the test's stderr and, across restarts, to
+	// Dir/ID.log (Stderr).
+	lf, err := os.OpenFile(filepath.Join(c.Dir, id+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	p.Stderr = io.MultiWriter(os.Stderr, lf)
 	out, err := p.StdoutPipe()
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	if err := p.Start(); err != nil {
+		lf.Close()
 		c.t.Fatal(err)
 	}
 	rd := bufio.NewReader(out)
@@ -131,10 +149,12 @@ func (c *Cluster) Start(id string) {
 	if err != nil || !strings.HasPrefix(line, "node "+id+" serving on ") {
 		p.Process.Kill()
 		p.Wait()
+		lf.Close()
 		c.t.Fatalf("node %s: %q %v", id, line, err)
 	}
 	c.mu.Lock()
 	c.procs[id] = p
+	c.logs[id] = lf
 	c.last[id] = map[string]string{}
 	c.mu.Unlock()
 	go func() { // the node's later lines (e.g. --stats-interval's)
@@ -162,15 +182,34 @@ func (c *Cluster) Last(id, first, third string) string {
 // KillAll sends SIGKILL to every node.
 func (c *Cluster) KillAll() {
 	c.t.Helper()
+	for _, id := range c.running() {
+		c.Kill(id)
+	}
+}
+
+// StopAll sends SIGTERM to every node at once, as a whole cluster is
+// shut down, and waits for them all to exit.
+func (c *Cluster) StopAll() {
+	c.t.Helper()
+	var wg sync.WaitGroup
+	for _, id := range c.running() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Signal(id, syscall.SIGTERM)
+		}()
+	}
+	wg.Wait()
+}
+
+func (c *Cluster) running() []string {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	ids := make([]string, 0, len(c.procs))
 	for id := range c.procs {
 		ids = append(ids, id)
 	}
-	c.mu.Unlock()
-	for _, id := range ids {
-		c.Kill(id)
-	}
+	return ids
 }
 
 // Kill sends SIGKILL to node id: no lease revocation, no flush.
@@ -185,13 +224,48 @@ func (c *Cluster) Kill(id string) {
 func (c *Cluster) Signal(id string, sig syscall.Signal) {
 	c.t.Helper()
 	c.mu.Lock()
-	p := c.procs[id]
+	p, lf := c.procs[id], c.logs[id]
 	delete(c.procs, id)
+	delete(c.logs, id)
 	c.mu.Unlock()
 	if err := p.Process.Signal(sig); err != nil {
 		c.t.Fatal(err)
 	}
-	p.Wait()
+	p.Wait() // and its stderr copied
+	lf.Close()
+}
+
+// Pause stops node id with SIGSTOP (it keeps its connections and state
+// but does nothing, as a node stalled or cut off would); Resume
+// continues it.
+func (c *Cluster) Pause(id string) { c.t.Helper(); c.signalRunning(id, syscall.SIGSTOP) }
+
+// Resume continues node id after Pause (SIGCONT).
+func (c *Cluster) Resume(id string) { c.t.Helper(); c.signalRunning(id, syscall.SIGCONT) }
+
+func (c *Cluster) signalRunning(id string, sig syscall.Signal) {
+	c.t.Helper()
+	c.mu.Lock()
+	p := c.procs[id]
+	c.mu.Unlock()
+	if p == nil {
+		c.t.Fatalf("node %s is not running", id)
+	}
+	if err := p.Process.Signal(sig); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// Stderr returns everything node id wrote to stderr (its log, at the
+// level "warn" and above) in all its runs so far; a node's log is
+// complete once it has exited (Signal).
+func (c *Cluster) Stderr(id string) string {
+	c.t.Helper()
+	b, err := os.ReadFile(filepath.Join(c.Dir, id+".log"))
+	if err != nil && !os.IsNotExist(err) {
+		c.t.Fatal(err)
+	}
+	return string(b)
 }
 
 // WaitChain waits until group Group's chain satisfies ok, and returns it.

@@ -23,9 +23,10 @@ func (d deviceWriter) WriteAtContext(_ context.Context, p []byte, off int64) (in
 
 // pair is a primary store shipping to one secondary on a real volume.
 type pair struct {
-	prim *lsm.DB
-	sec  *Secondary
-	sh   *Shipper
+	prim   *lsm.DB
+	primFS vfs.FS // the primary's file system, its store in "db"
+	sec    *Secondary
+	sh     *Shipper
 }
 
 func newPair(t testing.TB, beforeShip func(e *lsm.VersionEdit)) *pair {
@@ -62,7 +63,7 @@ func newPair(t testing.TB, beforeShip func(e *lsm.VersionEdit)) *pair {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { prim.Close() })
-	p.prim, p.sec, p.sh = prim, sec, sh
+	p.prim, p.primFS, p.sec, p.sh = prim, vfs.OS(dir), sec, sh
 	return p
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"slices"
 	"strconv"
@@ -27,6 +28,13 @@ type Dialer interface {
 	// Drop forgets node's connection after an error on it, so that the
 	// next Dial connects again.
 	Drop(node string)
+}
+
+// Fencer is a Dialer that fences the group's slot writes by the chain's
+// epoch (TargetDialer, FenceSlots): the store tells it the epoch whose
+// head this node is (0: none) whenever its view of the chain changes.
+type Fencer interface {
+	Fence(epoch uint64)
 }
 
 // Appender is the chain node a Store replicates through: Append puts a
@@ -118,6 +126,7 @@ type Store struct {
 	notesCh  chan struct{} // closed and replaced when notes change
 	pending  []assigned
 	fellBack bool // the group runs the fallback (this node sent or got its record)
+	quiesced bool // Quiesce ran: no role change turns flushes or compactions on again
 	stats    StoreStats
 	window   windowStart
 	fellAt   time.Time            // when the group fell back
@@ -133,6 +142,15 @@ type Store struct {
 	// retired sums the flush and compaction work of the trees this
 	// store closed (Reset, resync), so Work covers the process.
 	retired lsm.Metrics
+	// kept are the tables in this replica's slots that its tree before a
+	// Reset held: their slots stay held (the note lists them) so that a
+	// resync can map the primary's tables that are among them instead
+	// of writing them again. The next resync, install as a secondary,
+	// fallback or turn as primary lets them go, and so does keptFor
+	// passing without a resync (a pool too full for the resync to fit
+	// beside them, say): they only save writes.
+	kept   []keptTable
+	keptAt time.Time
 
 	noteMu   sync.Mutex
 	noteVer  uint64
@@ -179,8 +197,9 @@ type StoreStats struct {
 	ShipTime                                  time.Duration
 	// Installed: edits installed as a secondary; Resyncs: times a local
 	// replica became a secondary again by installing the primary's
-	// whole tree.
-	Installed, Resyncs uint64
+	// whole tree; Reused: the tables of those trees found in the
+	// replica's slots already (kept across a Reset), not written again.
+	Installed, Resyncs, Reused uint64
 	// FellBack: the group runs the fallback.
 	FellBack bool
 }
@@ -355,6 +374,41 @@ func (s *Store) Close() error {
 	return err
 }
 
+// Quiesce stops the store's flushes and compactions and waits, until ctx
+// ends, for those running to finish: a node stopping gracefully calls it
+// while its chain node still serves, before the node's view of the chain
+// is closed. A primary's running flush or compaction ships its tables
+// and appends its edit through the chain (BeforeEdit), so it must end
+// while the node is still the head; one started after the chain view
+// closed could not append its edit and would turn the store read-only.
+// After Quiesce no role change turns them on again; writes still apply
+// (to the memtables and WAL, which the next open replays), and Close
+// then has no background work to wait for.
+func (s *Store) Quiesce(ctx context.Context) error {
+	s.mu.Lock()
+	s.quiesced = true
+	var before func(*lsm.VersionEdit) error
+	if s.mode == ModePrimary {
+		before = s.beforeEdit // the running work still ships
+	}
+	s.mu.Unlock()
+	// SetReplica waits for an edit being logged; new work does not
+	// start, but a running flush goes on through the memtables queued.
+	db := s.DB()
+	db.SetReplica(true, before)
+	for {
+		m := db.Metrics()
+		if !m.Flush.InProgress && m.Compact.InProgress == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("rubble: quiesce: %d compactions and a flush (%v) still running: %w", m.Compact.InProgress, m.Flush.InProgress, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 // DB is the store's tree (for metrics).
 func (s *Store) DB() *lsm.DB { return s.sec.Load().DB() }
 
@@ -407,7 +461,9 @@ func (s *Store) toLocalLocked(why string) {
 		return
 	}
 	s.log.Info("compacting locally", "was", s.mode, "why", why)
-	s.sec.Load().SetReplica(false, nil)
+	if !s.quiesced {
+		s.sec.Load().SetReplica(false, nil)
+	}
 	s.mode = ModeLocal
 	s.bumpNote()
 }
@@ -436,6 +492,10 @@ func (s *Store) Note() ([]byte, uint64, <-chan struct{}) {
 		n.held[sl] = true
 	}
 	sec.mu.Unlock()
+	for _, k := range s.kept {
+		n.held[k.slot] = true
+	}
+	n.kept = slices.Clone(s.kept)
 	s.mu.Unlock()
 	b := n.encode()
 	s.noteMu.Lock()
@@ -467,12 +527,19 @@ func (s *Store) SetChain(c cluster.Chain, self string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.chain = c
-	if c.Epoch == 0 || c.Head() != self || s.mode == ModePrimary {
+	if f, ok := s.cfg.Dialer.(Fencer); ok {
+		if c.Head() == self {
+			f.Fence(c.Epoch)
+		} else {
+			f.Fence(0)
+		}
+	}
+	if c.Epoch == 0 || c.Head() != self || s.mode == ModePrimary || s.quiesced {
 		return
 	}
 	s.log.Info("primary: flushing and compacting", "was", s.mode, "epoch", c.Epoch)
 	s.sec.Load().SetReplica(false, s.beforeEdit)
-	s.mode = ModePrimary
+	s.mode, s.kept = ModePrimary, nil
 	s.bumpNote()
 }
 
@@ -564,19 +631,25 @@ func (s *Store) Apply(ctx context.Context, seq uint64, op chain.Op) error {
 // applyRecordLocked follows the primary's record at seq; a secondary
 // that cannot turns local.
 func (s *Store) applyRecordLocked(ctx context.Context, seq uint64, body []byte) {
+	if len(s.kept) > 0 && time.Since(s.keptAt) > keptFor {
+		s.log.Info("letting kept tables go: no resync came", "tables", len(s.kept), "since", s.keptAt)
+		s.kept = nil
+		s.bumpNote()
+	}
 	rc, err := decodeRecord(body)
 	if err != nil {
 		s.toLocalLocked(err.Error())
 		return
 	}
 	if rc.kind == recFallback {
-		s.fellBack, s.fellAt = true, time.Now()
+		s.fellBack, s.fellAt, s.kept = true, time.Now(), nil
 		s.toLocalLocked("the group falls back")
+		s.bumpNote()
 		return
 	}
 	s.noteAssignedLocked(seq, rc)
 	if files, ok := rc.files[s.cfg.ID]; ok && s.mode == ModeLocal && rc.base != nil {
-		if err := s.resyncLocked(ctx, rc.base, files); err != nil {
+		if err := s.resyncLocked(ctx, rc.base, files, rc.sums); err != nil {
 			s.log.Info("resync refused: still compacting locally", "record", seq, "err", err)
 		}
 		return
@@ -608,12 +681,23 @@ func (s *Store) applyRecordLocked(ctx context.Context, seq uint64, body []byte) 
 		return
 	}
 	s.stats.Installed++
+	s.kept = nil // a secondary following its primary needs no resync
 	s.bumpNote()
 }
 
-// Get implements chain.Store.
+// Get implements chain.Store. A read that fails because its tree was
+// replaced under it (closed by a resync or Reset) is read again from
+// the new tree, which holds what the replica applied: the replacement
+// is invisible to readers.
 func (s *Store) Get(_ context.Context, key []byte) ([]byte, bool, error) {
-	return lsmstore.Get(s.DB(), key)
+	for {
+		db := s.DB()
+		v, found, err := lsmstore.Get(db, key)
+		if err != nil && s.DB() != db {
+			continue
+		}
+		return v, found, err
+	}
 }
 
 // Applied implements chain.Store.
@@ -624,9 +708,22 @@ func (s *Store) Snapshot() (chain.Snapshot, error) {
 	return lsmstore.NewSnapshot(s.DB(), s.applied.Load()), nil
 }
 
-// Scan implements chain.RangeScanner.
+// Scan implements chain.RangeScanner. A scan whose tree was replaced
+// under it before it gave fn anything starts again on the new tree (as
+// Get); one that gave fn some keys fails, since fn would see them twice.
 func (s *Store) Scan(ctx context.Context, start, end []byte, fn func(key, value []byte) error) error {
-	return lsmstore.Scan(ctx, s.DB(), start, end, fn)
+	for {
+		db := s.DB()
+		gave := false
+		err := lsmstore.Scan(ctx, db, start, end, func(k, v []byte) error {
+			gave = true
+			return fn(k, v)
+		})
+		if err != nil && !gave && ctx.Err() == nil && s.DB() != db {
+			continue
+		}
+		return err
+	}
 }
 
 // Reset implements chain.Store: the store starts over empty, every slot
@@ -642,6 +739,9 @@ func (s *Store) Reset(ctx context.Context) error {
 			s.log.Warn("reset: clean up", "err", werr)
 		}
 		return err
+	}
+	if s.kept = append(s.kept, keptOf(s.sec.Load())...); len(s.kept) > 0 {
+		s.keptAt = time.Now()
 	}
 	s.retireLocked(s.sec.Load(), s.dbName)
 	s.recent, s.recentBytes, s.dbName = nil, 0, name
@@ -690,7 +790,7 @@ func (s *Store) SetApplied(ctx context.Context, seq uint64) error {
 // whole tree (base, written into this node's slots: files), and
 // replaces the old store, whose slots it frees. Any failure leaves the
 // old store as it was.
-func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot) error {
+func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot, sums map[uint64]uint32) error {
 	e, err := lsm.DecodeVersionEdit(base)
 	if err != nil {
 		return err
@@ -701,6 +801,12 @@ func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot)
 	}
 	if len(s.recent) == 0 || s.recent[0].op.Tag > uint64(upTo) {
 		return fmt.Errorf("the writes past the primary's tables (seq %d) are not all among the recent ones", upTo)
+	}
+	reused, err := s.checkKeptLocked(e, files, sums)
+	if err != nil {
+		s.kept = nil // the next resync writes every table
+		s.bumpNote()
+		return err
 	}
 	name := s.nextDB()
 	sec, err := s.openSecondary(ctx, name)
@@ -726,9 +832,142 @@ func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot)
 	}
 	s.retireLocked(s.sec.Load(), s.dbName)
 	s.sec.Store(sec)
-	s.dbName, s.mode, s.recent, s.recentBytes = name, ModeSecondary, nil, 0
+	s.dbName, s.mode, s.recent, s.recentBytes, s.kept = name, ModeSecondary, nil, 0, nil
 	s.stats.Resyncs++
-	s.log.Info("resynced: a secondary again", "tables", len(files), "upTo", upTo)
+	s.stats.Reused += uint64(reused)
+	s.log.Info("resynced: a secondary again", "tables", len(files), "reused", reused, "upTo", upTo)
 	s.bumpNote()
 	return nil
+}
+
+// keptFor bounds how long a replica keeps tables for a resync
+// (Store.kept): a few of the primary's resync tries (resyncEvery).
+const keptFor = 6 * resyncEvery
+
+// keptOf are the tables of sec's tree that are in its slots: what a
+// replica starting over (Reset) keeps for a resync (Store.kept).
+func keptOf(sec *Secondary) []keptTable {
+	v, err := sec.DB().VersionAfter(&lsm.VersionEdit{})
+	if err != nil {
+		return nil
+	}
+	sec.mu.Lock()
+	defer sec.mu.Unlock()
+	var out []keptTable
+	for _, nf := range v.NewFiles {
+		m := nf.Meta
+		if f, ok := sec.byPath[sec.tablePath(m.FileNum)]; ok {
+			out = append(out, keptTable{table: m.FileNum, slot: f.Slot, size: m.Size, smallestSeq: uint64(m.SmallestSeq), largestSeq: uint64(m.LargestSeq)})
+		}
+	}
+	return out
+}
+
+// checkKeptLocked checks a resync's file map against the kept tables:
+// a kept slot may carry only the very table kept in it (keptTable.same
+// the base's table), since the primary did not write it, and only if
+// its bytes are the primary's table's (sums, checkSums). It returns how
+// many tables the map takes from kept slots.
+func (s *Store) checkKeptLocked(base *lsm.VersionEdit, files []FileSlot, sums map[uint64]uint32) (int, error) {
+	bySlot := map[int]keptTable{}
+	for _, k := range s.kept {
+		bySlot[k.slot] = k
+	}
+	metas := map[uint64]*lsm.FileMeta{}
+	for _, nf := range base.NewFiles {
+		metas[nf.Meta.FileNum] = nf.Meta
+	}
+	var fromKept []FileSlot
+	for _, f := range files {
+		k, ok := bySlot[f.Slot]
+		if !ok {
+			continue
+		}
+		if m := metas[f.Table]; m == nil || !k.same(m) {
+			return 0, fmt.Errorf("table %d mapped to slot %d, which keeps table %d (size %d, seqs %d-%d)", f.Table, f.Slot, k.table, k.size, k.smallestSeq, k.largestSeq)
+		}
+		fromKept = append(fromKept, f)
+	}
+	if err := s.checkSums(fromKept, metas, sums); err != nil {
+		return 0, err
+	}
+	return len(fromKept), nil
+}
+
+// reuseKept splits a resync's base tables for the replica n describes:
+// those it keeps in a slot already (keptTable.same) are mapped to that
+// slot, their checksums added to rc.sums, and the rest, with their
+// bytes, are to be written.
+func reuseKept(n *note, files []lsm.NewFile, tables [][]byte, rc *record) (ship []lsm.NewFile, shipTables [][]byte, reused []FileSlot) {
+	if len(n.kept) == 0 {
+		return files, tables, nil
+	}
+	byTable := map[uint64]keptTable{}
+	for _, k := range n.kept {
+		byTable[k.table] = k
+	}
+	for i, nf := range files {
+		if k, ok := byTable[nf.Meta.FileNum]; ok && k.same(nf.Meta) {
+			reused = append(reused, FileSlot{Table: k.table, Slot: k.slot})
+			if rc.sums == nil {
+				rc.sums = map[uint64]uint32{}
+			}
+			rc.sums[k.table] = crc32.Checksum(tables[i], castagnoli)
+			continue
+		}
+		ship = append(ship, nf)
+		shipTables = append(shipTables, tables[i])
+	}
+	return ship, shipTables, reused
+}
+
+// fenceKept fences t's target (Dialer.Dial) before a record maps tables
+// to slots t kept: the replica checks those slots' bytes (record.sums)
+// when the record arrives, after this, so no deposed head's write can
+// land in them later (FenceSlots). A resync that writes tables has
+// fenced already; one that writes none would not have.
+func (s *Store) fenceKept(ctx context.Context, t *target) error {
+	if _, err := s.cfg.Dialer.Dial(ctx, t.id); err != nil {
+		s.cfg.Dialer.Drop(t.id)
+		return err
+	}
+	return nil
+}
+
+// checkSums checks the bytes of the kept slots files maps to against
+// the primary's checksums: a kept slot a deposed head wrote into while
+// this node's target held no reservation (it restarted) is not taken.
+func (s *Store) checkSums(files []FileSlot, metas map[uint64]*lsm.FileMeta, sums map[uint64]uint32) error {
+	pool := s.sec.Load().Pool()
+	for _, f := range files {
+		sum, ok := sums[f.Table]
+		if !ok {
+			return fmt.Errorf("kept table %d in slot %d has no checksum", f.Table, f.Slot)
+		}
+		b, err := readSlot(pool, f.Slot, int64(metas[f.Table].Size))
+		if err != nil {
+			return fmt.Errorf("kept table %d in slot %d: %w", f.Table, f.Slot, err)
+		}
+		if got := crc32.Checksum(b, castagnoli); got != sum {
+			return fmt.Errorf("kept table %d in slot %d: checksum %08x, the primary's %08x", f.Table, f.Slot, got, sum)
+		}
+	}
+	return nil
+}
+
+// readSlot reads the first n bytes of slot i of p.
+func readSlot(p *Pool, i int, n int64) ([]byte, error) {
+	if n > p.slotSize {
+		return nil, fmt.Errorf("%d bytes, over the %d-byte slot", n, p.slotSize)
+	}
+	f, err := p.fsys.VFS().Open(p.slotName(i))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

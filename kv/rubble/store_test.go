@@ -3,9 +3,12 @@ package rubble
 import (
 	"context"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/kv/chain"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
 )
@@ -64,4 +67,64 @@ func TestFallbackDue(t *testing.T) {
 	if s.fallbackDue() {
 		t.Fatal("half a second of shipping (under the one-second floor): due")
 	}
+}
+
+// TestReadsAcrossReplacement reads from the store while it replaces its
+// tree again and again (Reset here; a resync swaps it the same way): a
+// read that started on the tree being replaced, closed under it, is
+// read again from the new tree, so no read fails.
+func TestReadsAcrossReplacement(t *testing.T) {
+	s := openTestStore(t, time.Hour)
+	ctx := context.Background()
+	key := []byte("k")
+	if err := s.Import(ctx, []chain.KV{{Key: key, Value: []byte("v")}}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	errs := make(chan error, 1)
+	var reads atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, _, err := s.Get(ctx, key); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+				if err := s.Scan(ctx, nil, nil, func(_, _ []byte) error { return nil }); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+				reads.Add(1)
+			}
+		}()
+	}
+	for i := range 30 {
+		if err := s.Reset(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Import(ctx, []chain.KV{{Key: key, Value: []byte{'v', byte(i)}}}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(done)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatalf("a read across a replacement of the tree failed: %v", err)
+	default:
+	}
+	t.Logf("%d reads across 30 replacements", reads.Load())
 }

@@ -77,11 +77,15 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	send := func(t *target, files []lsm.NewFile, tables [][]byte, what string) {
+	send := func(t *target, files []lsm.NewFile, tables [][]byte, reused []FileSlot, what string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			got, err := s.shipTo(ctx, t, files, tables)
+			if err == nil && len(reused) > 0 {
+				err = s.fenceKept(ctx, t)
+			}
+			got = append(got, reused...)
 			if err != nil {
 				// The record goes without it: a secondary turns local
 				// on it, a local replica stays so.
@@ -94,10 +98,11 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 		}()
 	}
 	for _, t := range targets {
-		send(t, shipped, tables, "edit")
+		send(t, shipped, tables, nil, "edit")
 	}
 	for _, t := range resync {
-		send(t, baseFiles, baseTables, "resync")
+		files, tables, reused := reuseKept(t.note, baseFiles, baseTables, rc)
+		send(t, files, tables, reused, "resync")
 	}
 	wg.Wait()
 	// The shipping the fallback weighs against local compaction: reading

@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/vfs"
 )
@@ -127,19 +128,48 @@ func (m Mode) String() string {
 // its role, the chain position its state reflects, its pool and which
 // slots it holds. Layout:
 //
-//	0   1  format, 1
+//	0   1  format: 1, or 2 with the kept tables
 //	1   1  mode (Mode)
 //	2   8  applied: the chain sequence number the note was made at
 //	10  8  slot size in bytes
 //	18  4  N, the number of slots
 //	22     N slots: E (4 bytes), then E extents of LBA (8) and blocks (4)
 //	...    held: ceil(N/8) bytes, bit i%8 of byte i/8 set if slot i is held
+//	format 2:
+//	...    K (4), then K kept tables: table (8), slot (4), size (8),
+//	       smallest seq (8), largest seq (8); each slot is held
 type note struct {
 	mode     Mode
 	applied  uint64
 	slotSize int64
 	slots    [][]pushdown.Extent
 	held     []bool
+	// kept are tables a replica that started over (a COPY's Reset)
+	// still has in its slots from its store before: a resync may map a
+	// table of the primary's tree that is one of them (keptTable.same)
+	// to its slot instead of writing it again.
+	kept []keptTable
+}
+
+// keptTable is a table in a replica's slot that no tree of the replica
+// holds, kept for a resync, with what identifies it.
+type keptTable struct {
+	table                   uint64
+	slot                    int
+	size                    uint64
+	smallestSeq, largestSeq uint64
+}
+
+// keptSize is the encoded size of a keptTable.
+const keptSize = 36
+
+// same reports whether m is the table k describes: the same number,
+// size and sequence bounds. A number alone does not identify a table
+// across a restart: a replica may keep one from a record the chain lost
+// (it and its predecessor died before the tail had it) under a number a
+// later primary gave another table.
+func (k keptTable) same(m *lsm.FileMeta) bool {
+	return m.FileNum == k.table && m.Size == k.size && uint64(m.SmallestSeq) == k.smallestSeq && uint64(m.LargestSeq) == k.largestSeq
 }
 
 // maxNoteSlots bounds a note's pool, so a decoder never allocates more
@@ -147,7 +177,11 @@ type note struct {
 const maxNoteSlots = 1 << 20
 
 func (n *note) encode() []byte {
-	b := []byte{1, byte(n.mode)}
+	format := byte(1)
+	if len(n.kept) > 0 {
+		format = 2
+	}
+	b := []byte{format, byte(n.mode)}
 	b = binary.LittleEndian.AppendUint64(b, n.applied)
 	b = binary.LittleEndian.AppendUint64(b, uint64(n.slotSize))
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(n.slots)))
@@ -164,7 +198,19 @@ func (n *note) encode() []byte {
 			held[i/8] |= 1 << (i % 8)
 		}
 	}
-	return append(b, held...)
+	b = append(b, held...)
+	if format == 1 {
+		return b
+	}
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(n.kept)))
+	for _, k := range n.kept {
+		b = binary.LittleEndian.AppendUint64(b, k.table)
+		b = binary.LittleEndian.AppendUint32(b, uint32(k.slot))
+		b = binary.LittleEndian.AppendUint64(b, k.size)
+		b = binary.LittleEndian.AppendUint64(b, k.smallestSeq)
+		b = binary.LittleEndian.AppendUint64(b, k.largestSeq)
+	}
+	return b
 }
 
 // reader takes fixed-size fields off a byte slice; a short read sets err.
@@ -213,8 +259,9 @@ func (r *reader) u64() uint64 {
 
 func decodeNote(b []byte) (*note, error) {
 	r := &reader{b: b}
-	if v := r.u8(); v != 1 && r.err == nil {
-		return nil, fmt.Errorf("rubble: note format %d", v)
+	format := r.u8()
+	if format != 1 && format != 2 && r.err == nil {
+		return nil, fmt.Errorf("rubble: note format %d", format)
 	}
 	n := &note{mode: Mode(r.u8()), applied: r.u64(), slotSize: int64(r.u64())}
 	cnt := r.u32()
@@ -236,12 +283,26 @@ func decodeNote(b []byte) (*note, error) {
 	if r.err != nil {
 		return nil, fmt.Errorf("rubble: note: %w", r.err)
 	}
-	if len(r.b) != 0 {
-		return nil, fmt.Errorf("rubble: note: %d bytes past its end", len(r.b))
-	}
 	n.held = make([]bool, cnt)
 	for i := range n.held {
 		n.held[i] = held[i/8]&(1<<(i%8)) != 0
+	}
+	if format == 2 {
+		k := r.u32()
+		if r.err != nil || k == 0 || uint64(k)*keptSize > uint64(len(r.b)) {
+			return nil, fmt.Errorf("rubble: note: %d kept tables in %d bytes", k, len(r.b))
+		}
+		n.kept = make([]keptTable, k)
+		for i := range n.kept {
+			kt := keptTable{table: r.u64(), slot: int(r.u32()), size: r.u64(), smallestSeq: r.u64(), largestSeq: r.u64()}
+			if kt.slot >= int(cnt) || !n.held[kt.slot] {
+				return nil, fmt.Errorf("rubble: note: kept table %d in slot %d, not a held slot of %d", kt.table, kt.slot, cnt)
+			}
+			n.kept[i] = kt
+		}
+	}
+	if len(r.b) != 0 {
+		return nil, fmt.Errorf("rubble: note: %d bytes past its end", len(r.b))
 	}
 	return n, nil
 }
@@ -264,12 +325,18 @@ const (
 //	    4  B, then B bytes: the base (0: none), an lsm.VersionEdit
 //	       building the primary's whole tree after the edit, for the
 //	       local replicas it resyncs (their files: every base table)
+//	    4  K, then K sums: table (8), CRC-32C of its bytes (4): the
+//	       base tables mapped to a slot a replica kept (record.sums)
 type record struct {
 	kind  uint8
 	prev  uint64
 	edit  []byte
 	files map[string][]FileSlot
 	base  []byte
+	// sums are the checksums of the base tables some replica keeps in a
+	// slot (note.kept) and is not sent again: it checks its slot's bytes
+	// against them before it installs the base.
+	sums map[uint64]uint32
 }
 
 func (rc *record) encode() []byte {
@@ -296,7 +363,18 @@ func (rc *record) encode() []byte {
 		}
 	}
 	b = binary.LittleEndian.AppendUint32(b, uint32(len(rc.base)))
-	return append(b, rc.base...)
+	b = append(b, rc.base...)
+	tables := make([]uint64, 0, len(rc.sums))
+	for t := range rc.sums {
+		tables = append(tables, t)
+	}
+	slices.Sort(tables)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(tables)))
+	for _, t := range tables {
+		b = binary.LittleEndian.AppendUint64(b, t)
+		b = binary.LittleEndian.AppendUint32(b, rc.sums[t])
+	}
+	return b
 }
 
 func decodeRecord(b []byte) (*record, error) {
@@ -334,6 +412,19 @@ func decodeRecord(b []byte) (*record, error) {
 	}
 	if base := r.take(uint64(r.u32())); len(base) > 0 {
 		rc.base = base
+	}
+	if k := r.u32(); r.err == nil && k > 0 {
+		if uint64(k)*12 > uint64(len(r.b)) {
+			return nil, fmt.Errorf("rubble: record: %d table sums in %d bytes", k, len(r.b))
+		}
+		rc.sums = make(map[uint64]uint32, k)
+		for range k {
+			t := r.u64()
+			if _, dup := rc.sums[t]; dup {
+				return nil, fmt.Errorf("rubble: record: table %d summed twice", t)
+			}
+			rc.sums[t] = r.u32()
+		}
 	}
 	if r.err != nil {
 		return nil, fmt.Errorf("rubble: record: %w", r.err)

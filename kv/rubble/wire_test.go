@@ -12,8 +12,13 @@ var (
 	testNote = &note{mode: ModeSecondary, applied: 42, slotSize: 1 << 20,
 		slots: [][]pushdown.Extent{{{LBA: 100, Blocks: 256}}, {{LBA: 356, Blocks: 100}, {LBA: 900, Blocks: 156}}, {}},
 		held:  []bool{true, false, true}}
+	testKeptNote = &note{mode: ModeLocal, applied: 7, slotSize: 1 << 20,
+		slots: [][]pushdown.Extent{{{LBA: 100, Blocks: 256}}, {{LBA: 356, Blocks: 256}}},
+		held:  []bool{false, true},
+		kept:  []keptTable{{table: 12, slot: 1, size: 5000, smallestSeq: 3, largestSeq: 90}}}
 	testRecord = &record{kind: recEdit, prev: 0xfeed, edit: []byte{1, 2, 3},
-		files: map[string][]FileSlot{"n2": {{Table: 7, Slot: 3}}, "n3": {{Table: 7, Slot: 0}, {Table: 8, Slot: 9}}}, base: []byte{9, 9}}
+		files: map[string][]FileSlot{"n2": {{Table: 7, Slot: 3}}, "n3": {{Table: 7, Slot: 0}, {Table: 8, Slot: 9}}}, base: []byte{9, 9},
+		sums: map[uint64]uint32{7: 0xabcdef01, 8: 5}}
 )
 
 // TestWireRoundTrip encodes and decodes each message, and refuses every
@@ -26,6 +31,7 @@ func TestWireRoundTrip(t *testing.T) {
 		want   any
 	}{
 		{"note", testNote.encode(), func(b []byte) (any, error) { return decodeNote(b) }, testNote},
+		{"note with kept tables", testKeptNote.encode(), func(b []byte) (any, error) { return decodeNote(b) }, testKeptNote},
 		{"edit record", testRecord.encode(), func(b []byte) (any, error) { return decodeRecord(b) }, testRecord},
 		{"edit record without base", (&record{kind: recEdit, files: map[string][]FileSlot{}}).encode(),
 			func(b []byte) (any, error) { return decodeRecord(b) }, &record{kind: recEdit, edit: []byte{}, files: map[string][]FileSlot{}}},
@@ -62,7 +68,7 @@ func TestWireRoundTrip(t *testing.T) {
 // from the network) and of the slot map (from a disk): never a panic,
 // and what decodes encodes back to the same bytes.
 func FuzzWire(f *testing.F) {
-	for _, b := range [][]byte{testNote.encode(), testRecord.encode(), (&record{kind: recFallback}).encode(),
+	for _, b := range [][]byte{testNote.encode(), testKeptNote.encode(), testRecord.encode(), (&record{kind: recFallback}).encode(),
 		encodeMap([]FileSlot{{Table: 5, Slot: 1}}), {}, {1}, {1, 0, 0}} {
 		f.Add(b)
 	}

@@ -1,0 +1,123 @@
+package rubble_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nearstore/nearstore/cluster"
+	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/clustertest"
+	"github.com/nearstore/nearstore/internal/testtarget"
+	"github.com/nearstore/nearstore/kv/rubble"
+	"github.com/nearstore/nearstore/volume"
+)
+
+// TestFenceSlots fences a secondary's real target through
+// rubble.TargetDialer (found in a real etcd): a head of a newer epoch
+// of a group cuts off the writes of the group's older head, which may
+// not write again even by dialing anew; the heads of another group are
+// left alone; a host that never fenced cannot write; and a node that
+// heads no epoch does not dial.
+func TestFenceSlots(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, ctl := clustertest.Etcd(t)
+	vol, err := volume.Open("mem:16MiB?bs=4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vol.Close() })
+	srv := testtarget.Start(t, testtarget.Config{NQN: rubble.NodeNQN("s"), Name: "secondary", Volume: vol})
+	t.Cleanup(srv.Stop)
+	reg, err := ctl.Register(ctx, cluster.Node{ID: "s", Addr: "127.0.0.1:1", Target: srv.Addr()}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+
+	heads := map[string]*rubble.TargetDialer{}
+	head := func(name, group string, epoch uint64) *rubble.TargetDialer {
+		d := heads[name+"/"+group]
+		if d == nil {
+			d = &rubble.TargetDialer{Control: ctl, Self: name, Group: group}
+			heads[name+"/"+group] = d
+			t.Cleanup(d.Close)
+		}
+		d.Fence(epoch)
+		return d
+	}
+	block := make([]byte, 4096)
+	write := func(d *rubble.TargetDialer) error {
+		w, err := d.Dial(ctx, "s")
+		if err != nil {
+			return err
+		}
+		_, err = w.WriteAtContext(ctx, block, 0)
+		return err
+	}
+	for _, step := range []struct {
+		what   string
+		dialer func() *rubble.TargetDialer
+		want   error // nil, host.ErrReservationConflict or rubble.ErrDeposed
+	}{
+		{"g0's head of epoch 3 fences and writes", func() *rubble.TargetDialer { return head("a", "g0", 3) }, nil},
+		{"g1's head of epoch 1 fences and writes", func() *rubble.TargetDialer { return head("a", "g1", 1) }, nil},
+		{"g0's head of epoch 5 fences and writes", func() *rubble.TargetDialer { return head("b", "g0", 5) }, nil},
+		{"g0's deposed head of epoch 3 is refused", func() *rubble.TargetDialer { return head("a", "g0", 3) }, rubble.ErrDeposed},
+		{"g1's head still writes", func() *rubble.TargetDialer { return head("a", "g1", 1) }, nil},
+		{"g0's head of epoch 5 still writes", func() *rubble.TargetDialer { return head("b", "g0", 5) }, nil},
+		{"g0's head of epoch 5 heads epoch 6 and writes", func() *rubble.TargetDialer { return head("b", "g0", 6) }, nil},
+		{"g0's node b heads no epoch now", func() *rubble.TargetDialer { return head("b", "g0", 0) }, rubble.ErrDeposed},
+		{"a node heading no epoch does not dial", func() *rubble.TargetDialer { return head("c", "g0", 0) }, rubble.ErrDeposed},
+		{"g0's head of epoch 4 (older than 6) is refused", func() *rubble.TargetDialer { return head("c", "g0", 4) }, rubble.ErrDeposed},
+		{"g0's node a heads epoch 7 and writes", func() *rubble.TargetDialer { return head("a", "g0", 7) }, nil},
+	} {
+		err := write(step.dialer())
+		if (step.want == nil) != (err == nil) || (step.want != nil && !errors.Is(err, step.want)) {
+			t.Fatalf("%s: %v, want %v", step.what, err, step.want)
+		}
+		t.Logf("%s: %v", step.what, err)
+	}
+
+	// A write already dialed by a head, fenced off by a newer head of its
+	// group, fails at the target: the case of a head paused while it
+	// shipped.
+	old := head("a", "g0", 7)
+	w, err := old.Dial(ctx, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := write(head("c", "g0", 8)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAtContext(ctx, block, 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("the write of a fenced-off head: %v, want a reservation conflict", err)
+	}
+
+	// A host that never fenced cannot write.
+	ns := connectNode(t, srv.Addr(), "s", rubble.NodeNQN("x")+":stranger")
+	if _, err := ns.WriteAtContext(ctx, block, 0); !errors.Is(err, host.ErrReservationConflict) {
+		t.Fatalf("an unregistered host's write: %v, want a reservation conflict", err)
+	}
+}
+
+// connectNode connects to node id's target at addr as host hostNQN (no
+// fencing: a host of its own) and returns namespace 1, its slot pools'
+// volume; the connection closes when the test ends.
+func connectNode(t *testing.T, addr, id, hostNQN string) *host.Namespace {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ctrl, err := host.Connect(ctx, addr, rubble.NodeNQN(id), host.Options{HostNQN: hostNQN, IOQueues: 1, KeepAlive: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctrl.Close() })
+	ns, err := ctrl.Namespace(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}

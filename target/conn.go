@@ -71,10 +71,7 @@ func newConn(s *Server, c net.Conn) *conn {
 	// goroutine left buffered goes out before it can block on the socket,
 	// and flushingReader reads through a PollReader.
 	q.in = tcp.NewPollReader(c, s.cfg.PollSpin, nil)
-	q.f = tcp.NewFramer(struct {
-		io.Reader
-		io.Writer
-	}{flushingReader{q}, tcp.NewRawWriter(c)}, tcp.RoleController, 64<<10)
+	q.f = tcp.NewFramer(tcp.Duplex{R: flushingReader{q}, W: tcp.NewRawWriter(c)}, tcp.RoleController, 64<<10)
 	q.f.MaxCapsuleData = adminInCapsuleData
 	q.f.MaxData = s.cfg.MaxH2CData
 	q.w = tcp.NewWriter(q.f)
@@ -82,9 +79,11 @@ func newConn(s *Server, c net.Conn) *conn {
 }
 
 // The queue writes through a tcp.Writer, and the rule that keeps a
-// completion from being stranded in its buffer is this: Do flushes (or
-// leaves the flush to a Do already queued behind it, which flushes for
-// both), so any goroutine may use it. Defer leaves its bytes buffered and
+// completion from being stranded in its buffer is this: Do writes (or
+// leaves its PDUs to the goroutine writing the connection at that moment,
+// which writes them before it lets go), so any goroutine may use it. Its
+// data (a volume's buffer) is copied when it is framed, or written before
+// Do returns, so the request may free it at once. Defer leaves its bytes buffered and
 // is for the queue's reader goroutine only, because only the reader is sure
 // to flush later: it does so before every read from the connection
 // (flushingReader). So everything the reader defers while it works through
@@ -186,7 +185,10 @@ func (q *conn) fail(err error) {
 		log.Warn("fatal transport error: terminating connection", "err", err)
 		q.srv.metrics.error("transport")
 		_ = q.nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_ = q.w.Do(func(f *tcp.Framer) error { return f.WriteTermReq(tcp.TermReq{FES: fe.FES, FEI: fe.FEI}, fe.Header) })
+		// Synced: the teardown that follows closes the connection.
+		if q.w.Defer(func(f *tcp.Framer) error { return f.WriteTermReq(tcp.TermReq{FES: fe.FES, FEI: fe.FEI}, fe.Header) }) == nil {
+			_ = q.w.Sync()
+		}
 	case q.stopped.Load() && errors.Is(err, os.ErrDeadlineExceeded):
 		// Shutdown stopped the reader; completions may still go out.
 		return
@@ -211,8 +213,9 @@ func (q *conn) teardown() {
 	case <-q.ctx.Done():
 	}
 	// The reader may have stopped with deferred PDUs buffered (a TermReq
-	// from the host ends it without another read).
-	_ = q.w.Flush()
+	// from the host ends it without another read), and another goroutine
+	// may be writing: all of it goes out before the connection closes.
+	_ = q.w.Sync()
 	q.close()
 	if q.sess.ctrl != nil {
 		q.sess.ctrl.detach(q.sess.qid, q)

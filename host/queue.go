@@ -184,6 +184,10 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 	out.SetNoWait(func() bool { return q.delivering.Load() || q.flushing.Load() })
 	q.fr = tcp.NewFramer(tcp.Duplex{R: flushingReader{q, in}, W: out}, tcp.RoleHost, framerBufSize)
 	q.w = tcp.NewWriter(q.fr)
+	// A submitter lingers when other commands are in flight: their
+	// submitters, woken by completions the reader just delivered, are
+	// likely about to send too.
+	q.w.SetLinger(func() bool { return len(q.free) < cap(q.free)-1 })
 	for i := range cfg.cids {
 		q.free <- uint16(i)
 	}

@@ -45,10 +45,12 @@ type conn struct {
 	sqhd       atomic.Uint32
 	readerDone chan struct{}
 
-	mu    sync.Mutex
-	cmds  map[uint16]*request // outstanding commands by CID
-	tags  []*request          // requests awaiting H2C data, by transfer tag
-	freeT []uint16
+	mu   sync.Mutex
+	cmds map[uint16]*request // outstanding commands by CID
+	// outstanding is len(cmds), for lingering writers to read unlocked.
+	outstanding atomic.Int32
+	tags        []*request // requests awaiting H2C data, by transfer tag
+	freeT       []uint16
 
 	executing tracker
 	stopped   atomic.Bool
@@ -75,6 +77,9 @@ func newConn(s *Server, c net.Conn) *conn {
 	q.f.MaxCapsuleData = adminInCapsuleData
 	q.f.MaxData = s.cfg.MaxH2CData
 	q.w = tcp.NewWriter(q.f)
+	// A completer lingers when other commands are outstanding: they may
+	// be about to complete too.
+	q.w.SetLinger(func() bool { return q.outstanding.Load() > 0 })
 	return q
 }
 
@@ -287,6 +292,7 @@ func (q *conn) handleCapsule(h *tcp.Header) error {
 		return fatal(h, tcp.FESPDUSequenceError, 0, "submission queue overrun")
 	}
 	q.cmds[cid] = r
+	q.outstanding.Store(int32(len(q.cmds)))
 	q.mu.Unlock()
 
 	st := r.status
@@ -509,6 +515,7 @@ func (q *conn) complete(r *request, c completion, onReader bool) {
 	q.mu.Lock()
 	if q.cmds[cid] == r {
 		delete(q.cmds, cid)
+		q.outstanding.Store(int32(len(q.cmds)))
 	}
 	q.mu.Unlock()
 	q.sess.record(r, c)

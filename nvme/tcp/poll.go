@@ -72,35 +72,56 @@ type Spinner struct {
 	// Spin bounds one Poll; 0 or less: Poll never tries.
 	Spin time.Duration
 
-	misses uint // Polls in a row that ended without success
-	skip   uint // Polls left to give up at once
+	backoff backoff
 }
 
-// maxMissShift bounds the backoff: after many misses, one wait in 64 spins.
+// backoff gives up attempts that keep missing: after k misses in a row
+// the next 2^k-1 tries (at most 63) give up at once, and a hit ends the
+// streak. It is for one goroutine, or used under a lock.
+type backoff struct {
+	misses uint // attempts in a row that missed
+	skip   uint // tries left to give up at once
+}
+
+// maxMissShift bounds the backoff: after many misses, one try in 64.
 const maxMissShift = 6
+
+// try reports whether to attempt now.
+func (b *backoff) try() bool {
+	if b.skip > 0 {
+		b.skip--
+		return false
+	}
+	return true
+}
+
+// result records how an attempt ended.
+func (b *backoff) result(hit bool) {
+	if hit {
+		b.misses = 0
+		return
+	}
+	b.misses++
+	b.skip = 1<<min(b.misses, maxMissShift) - 1
+}
 
 // Poll calls try until it reports true, for at most s.Spin, and reports
 // whether it did; false also when the backoff skips this wait.
 func (s *Spinner) Poll(try func() bool) bool {
-	if s.Spin <= 0 {
-		return false
-	}
-	if s.skip > 0 {
-		s.skip--
+	if s.Spin <= 0 || !s.backoff.try() {
 		return false
 	}
 	var end time.Time
 	for {
 		if try() {
-			s.misses = 0
+			s.backoff.result(true)
 			return true
 		}
 		now := time.Now()
 		if end.IsZero() {
 			end = now.Add(s.Spin)
 		} else if now.After(end) {
-			s.misses++
-			s.skip = 1<<min(s.misses, maxMissShift) - 1
+			s.backoff.result(false)
 			return false
 		}
 		runtime.Gosched()

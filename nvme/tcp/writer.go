@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"io"
+	"runtime"
 	"sync"
 )
 
@@ -51,6 +52,9 @@ type Writer struct {
 	taken, written uint64
 	syncing        int // Syncs waiting
 	synced         sync.Cond
+
+	linger  func() bool // SetLinger's; nil: never
+	lingers backoff     // skips lingers that gathered nothing
 }
 
 // NewWriter wraps f. From then on f's write side belongs to the Writer.
@@ -59,6 +63,18 @@ func NewWriter(f *Framer) *Writer {
 	w.synced.L = &w.mu
 	return w
 }
+
+// SetLinger makes a Do that becomes the sender while others reports true
+// (commands other than its own are in flight: their PDUs may be about to
+// be sent) yield its processor once (runtime.Gosched) before it writes, so
+// the goroutines ready to run there (a completion's submitter, a finished
+// command's completer) frame their PDUs into the same write. Without
+// that, goroutines that take turns on one processor each write alone: the
+// sender holds the processor through its system call, so nobody finds it
+// writing. A linger that gathered nothing is a miss, and lingers back off
+// as a PollReader's spins do (Spinner), so a connection whose PDUs do not
+// come in bursts soon stops paying for them. Call it before the first Do.
+func (w *Writer) SetLinger(others func() bool) { w.linger = others }
 
 // Do runs fn with the framer under the writer's lock and makes sure what
 // it framed is sent: by this goroutine, which then returns once it is
@@ -83,6 +99,14 @@ func (w *Writer) Do(fn func(f *Framer) error) error {
 	if err != nil {
 		w.mu.Unlock()
 		return err
+	}
+	if w.linger != nil && w.linger() && w.lingers.try() {
+		w.busy = true
+		framed := w.f.ob.size()
+		w.mu.Unlock()
+		runtime.Gosched()
+		w.mu.Lock()
+		w.lingers.result(w.f.ob.size() > framed)
 	}
 	return w.sendLocked()
 }
@@ -222,6 +246,7 @@ type splice struct {
 func (o *outBuf) add(p []byte)    { o.b = append(o.b, p...) }
 func (o *outBuf) splice(p []byte) { o.splices = append(o.splices, splice{at: len(o.b), data: p}) }
 func (o *outBuf) empty() bool     { return len(o.b) == 0 && len(o.splices) == 0 }
+func (o *outBuf) size() int       { return len(o.b) + len(o.splices) }
 
 // reset empties o and drops its references to callers' memory.
 func (o *outBuf) reset() {

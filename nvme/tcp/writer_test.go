@@ -150,12 +150,15 @@ func readPDU(r *Framer) (sender, seq int, data []byte, err error) {
 // Writer, each reusing (overwriting) its buffer as soon as Do returns, while
 // the peer reads slowly enough that writes fill the socket and complete in
 // parts. The peer must read every PDU exactly once, each sender's in the
-// order it sent them, each with its own data; and PDUs must have shared
-// write calls.
+// order it sent them, each with its own data, with senders lingering
+// (SetLinger) or not.
 func TestWriterCombining(t *testing.T) {
-	for _, digests := range []bool{false, true} {
-		t.Run(fmt.Sprintf("digests=%v", digests), func(t *testing.T) {
-			w, _, r, _ := combiningPair(t, digests)
+	for _, tc := range []struct{ digests, linger bool }{{false, false}, {true, false}, {false, true}} {
+		t.Run(fmt.Sprintf("digests=%v,linger=%v", tc.digests, tc.linger), func(t *testing.T) {
+			w, _, r, _ := combiningPair(t, tc.digests)
+			if tc.linger {
+				w.SetLinger(func() bool { return true })
+			}
 			const senders, each = 8, 60
 			read := make(chan error, 1)
 			go func() {

@@ -46,7 +46,11 @@
 // returns, and the writer sends all that was framed meanwhile in one
 // writev before it lets go, so under load many capsules leave in one system
 // call, nobody waits for another's system call, and an idle queue never
-// holds a capsule back. A Batch (Namespace.NewBatch) goes further: it buffers all
+// holds a capsule back. A submitter with other commands in flight yields
+// its processor once before it writes (tcp.Writer.SetLinger), so the
+// submitters that a burst of completions woke on that processor add their
+// capsules to its write: without that they run one after another and each
+// writes alone. A Batch (Namespace.NewBatch) goes further: it buffers all
 // its commands and flushes once, as the block layer's plug does, so a
 // submitter that reaps many completions resubmits them in one write.
 //

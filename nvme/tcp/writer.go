@@ -18,6 +18,9 @@ import (
 //   - A Do that finds a sender frames its PDUs into the buffer and returns
 //     at once: the sender writes them with the next batch. It never waits
 //     for another goroutine's system call.
+//   - With SetLinger, a Do that becomes the sender while others' commands
+//     are in flight first yields its processor once, so that goroutines
+//     taking turns on that processor find it sending.
 //   - Defer only frames; its caller owns a later Flush (see Defer).
 //   - Flush writes what is buffered, or leaves it to the sender if there is
 //     one, which writes it before it lets go.

@@ -41,9 +41,16 @@
 // does not take at once is queued and sent by another goroutine
 // (tcp.RawWriter's SetNoWait), so an event loop on the reader costs no
 // goroutine switch per completion and still never waits for the network. Every sender (the submitting goroutines, the data sender, the
-// keep-alive) writes through one tcp.Writer, which coalesces flushes: under
-// load many capsules leave in one system call, and an idle queue never holds
-// a capsule back. A Batch (Namespace.NewBatch) goes further: it buffers all
+// keep-alive) writes through one tcp.Writer, which combines writes: a sender
+// that finds another writing the socket leaves its capsule to it and
+// returns, and the writer sends all that was framed meanwhile in one
+// writev before it lets go, so under load many capsules leave in one system
+// call, nobody waits for another's system call, and an idle queue never
+// holds a capsule back. A submitter with other commands in flight yields
+// its processor once before it writes (tcp.Writer.SetLinger), so the
+// submitters that a burst of completions woke on that processor add their
+// capsules to its write: without that they run one after another and each
+// writes alone. A Batch (Namespace.NewBatch) goes further: it buffers all
 // its commands and flushes once, as the block layer's plug does, so a
 // submitter that reaps many completions resubmits them in one write.
 //

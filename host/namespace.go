@@ -274,7 +274,8 @@ func (ns *Namespace) Go(ctx context.Context, cmd *nvme.Command, out, in []byte, 
 
 // Batch gathers I/O commands to submit together: Submit sends them all
 // with one write to the connection, where Go costs one write each (unless
-// other submitters happen to be queued behind the same lock). It is the
+// it finds another goroutine writing the queue, which then writes it with
+// whatever else was framed meanwhile: tcp.Writer). It is the
 // host's counterpart of the Linux block layer's plug, for a submitter that
 // has several commands ready at once, such as an event loop resubmitting
 // after a burst of completions.

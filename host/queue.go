@@ -182,11 +182,12 @@ func newQueue(conn net.Conn, cfg queueConfig) *queue {
 	// for the socket: see the package comment's "One reader".
 	out := tcp.NewRawWriter(conn)
 	out.SetNoWait(func() bool { return q.delivering.Load() || q.flushing.Load() })
-	q.fr = tcp.NewFramer(struct {
-		io.Reader
-		io.Writer
-	}{flushingReader{q, in}, out}, tcp.RoleHost, framerBufSize)
+	q.fr = tcp.NewFramer(tcp.Duplex{R: flushingReader{q, in}, W: out}, tcp.RoleHost, framerBufSize)
 	q.w = tcp.NewWriter(q.fr)
+	// A submitter lingers when other commands are in flight: their
+	// submitters, woken by completions the reader just delivered, are
+	// likely about to send too.
+	q.w.SetLinger(func() bool { return len(q.free) < cap(q.free)-1 })
 	for i := range cfg.cids {
 		q.free <- uint16(i)
 	}
@@ -417,10 +418,15 @@ func (q *queue) enqueue(ctx context.Context, c *Call, capsule []byte, p *plug) e
 	return nil
 }
 
-// The queue writes through a tcp.Writer. Do flushes, unless another Do is
-// already waiting for the lock and will flush for both: under load many
-// capsules leave in one system call, and an idle queue never holds one
-// back. Defer only buffers; its caller (a Batch being submitted, through
+// The queue writes through a tcp.Writer, which combines writes: a Do that
+// finds another goroutine writing the queue leaves its capsule to it and
+// returns, and the writer sends everything framed meanwhile before it lets
+// go; one that finds nobody writes at once. So under load many capsules
+// leave in one system call, and an idle queue never holds one back. A
+// capsule is copied when it is framed (or written before Do returns), so
+// its buffers are the caller's again at once; if a write fails, the
+// goroutine that made it fails the queue, and with it every command whose
+// capsule had been framed. Defer only buffers; its caller (a Batch being submitted, through
 // its plug) must Flush before it returns or waits, so nothing is ever left
 // in the buffer with nobody to send it, unless the reader is delivering
 // to an OnDone: then the reader flushes (flushUnlessDelivering).
@@ -854,9 +860,14 @@ func (q *queue) readLoop() {
 func (q *queue) terminate(fe *tcp.FatalError) {
 	q.log.Warn("host: terminating connection", "fes", fe.FES, "fei", fe.FEI, "reason", fe.Reason)
 	_ = q.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	_ = q.w.Do(func(f *tcp.Framer) error {
+	// Synced, not only sent: the queue's failure closes the connection next,
+	// and another goroutine may be the one writing it.
+	err := q.w.Defer(func(f *tcp.Framer) error {
 		return f.WriteTermReq(tcp.TermReq{FES: fe.FES, FEI: fe.FEI}, fe.Header)
 	})
+	if err == nil {
+		_ = q.w.Sync()
+	}
 }
 
 // Byte offsets of PDU fields, for a TermReq's FEI.

@@ -45,10 +45,12 @@ type conn struct {
 	sqhd       atomic.Uint32
 	readerDone chan struct{}
 
-	mu    sync.Mutex
-	cmds  map[uint16]*request // outstanding commands by CID
-	tags  []*request          // requests awaiting H2C data, by transfer tag
-	freeT []uint16
+	mu   sync.Mutex
+	cmds map[uint16]*request // outstanding commands by CID
+	// outstanding is len(cmds), for lingering writers to read unlocked.
+	outstanding atomic.Int32
+	tags        []*request // requests awaiting H2C data, by transfer tag
+	freeT       []uint16
 
 	executing tracker
 	stopped   atomic.Bool
@@ -71,20 +73,22 @@ func newConn(s *Server, c net.Conn) *conn {
 	// goroutine left buffered goes out before it can block on the socket,
 	// and flushingReader reads through a PollReader.
 	q.in = tcp.NewPollReader(c, s.cfg.PollSpin, nil)
-	q.f = tcp.NewFramer(struct {
-		io.Reader
-		io.Writer
-	}{flushingReader{q}, tcp.NewRawWriter(c)}, tcp.RoleController, 64<<10)
+	q.f = tcp.NewFramer(tcp.Duplex{R: flushingReader{q}, W: tcp.NewRawWriter(c)}, tcp.RoleController, 64<<10)
 	q.f.MaxCapsuleData = adminInCapsuleData
 	q.f.MaxData = s.cfg.MaxH2CData
 	q.w = tcp.NewWriter(q.f)
+	// A completer lingers when other commands are outstanding: they may
+	// be about to complete too.
+	q.w.SetLinger(func() bool { return q.outstanding.Load() > 0 })
 	return q
 }
 
 // The queue writes through a tcp.Writer, and the rule that keeps a
-// completion from being stranded in its buffer is this: Do flushes (or
-// leaves the flush to a Do already queued behind it, which flushes for
-// both), so any goroutine may use it. Defer leaves its bytes buffered and
+// completion from being stranded in its buffer is this: Do writes (or
+// leaves its PDUs to the goroutine writing the connection at that moment,
+// which writes them before it lets go), so any goroutine may use it. Its
+// data (a volume's buffer) is copied when it is framed, or written before
+// Do returns, so the request may free it at once. Defer leaves its bytes buffered and
 // is for the queue's reader goroutine only, because only the reader is sure
 // to flush later: it does so before every read from the connection
 // (flushingReader). So everything the reader defers while it works through
@@ -186,7 +190,10 @@ func (q *conn) fail(err error) {
 		log.Warn("fatal transport error: terminating connection", "err", err)
 		q.srv.metrics.error("transport")
 		_ = q.nc.SetWriteDeadline(time.Now().Add(time.Second))
-		_ = q.w.Do(func(f *tcp.Framer) error { return f.WriteTermReq(tcp.TermReq{FES: fe.FES, FEI: fe.FEI}, fe.Header) })
+		// Synced: the teardown that follows closes the connection.
+		if q.w.Defer(func(f *tcp.Framer) error { return f.WriteTermReq(tcp.TermReq{FES: fe.FES, FEI: fe.FEI}, fe.Header) }) == nil {
+			_ = q.w.Sync()
+		}
 	case q.stopped.Load() && errors.Is(err, os.ErrDeadlineExceeded):
 		// Shutdown stopped the reader; completions may still go out.
 		return
@@ -211,8 +218,9 @@ func (q *conn) teardown() {
 	case <-q.ctx.Done():
 	}
 	// The reader may have stopped with deferred PDUs buffered (a TermReq
-	// from the host ends it without another read).
-	_ = q.w.Flush()
+	// from the host ends it without another read), and another goroutine
+	// may be writing: all of it goes out before the connection closes.
+	_ = q.w.Sync()
 	q.close()
 	if q.sess.ctrl != nil {
 		q.sess.ctrl.detach(q.sess.qid, q)
@@ -284,6 +292,7 @@ func (q *conn) handleCapsule(h *tcp.Header) error {
 		return fatal(h, tcp.FESPDUSequenceError, 0, "submission queue overrun")
 	}
 	q.cmds[cid] = r
+	q.outstanding.Store(int32(len(q.cmds)))
 	q.mu.Unlock()
 
 	st := r.status
@@ -506,6 +515,7 @@ func (q *conn) complete(r *request, c completion, onReader bool) {
 	q.mu.Lock()
 	if q.cmds[cid] == r {
 		delete(q.cmds, cid)
+		q.outstanding.Store(int32(len(q.cmds)))
 	}
 	q.mu.Unlock()
 	q.sess.record(r, c)

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"sync"
-	"sync/atomic"
 
 	"github.com/nearstore/nearstore/nvme"
 )
@@ -93,7 +91,7 @@ func (h *Header) TermReq() (p TermReq) { p.unmarshal(h.raw); return }
 // goroutine; writing goes through Writer when several goroutines send.
 type Framer struct {
 	r    *bufio.Reader
-	w    *bufio.Writer
+	out  io.Writer // the connection, as written
 	role Role
 
 	// HeaderDigest and DataDigest are the digests the IC exchange enabled.
@@ -113,14 +111,23 @@ type Framer struct {
 	padLeft int
 	ddgst   bool
 	wbuf    [ICHeaderSize + DigestSize + 128]byte
+
+	// ob holds the PDUs framed and not yet written. While spliceData is
+	// set, data of at least spliceMin bytes is spliced in by reference
+	// instead of copied: only a caller that writes ob itself before it
+	// returns (Writer.Do's sender) may set it.
+	ob         outBuf
+	spliceData bool
 }
 
 // NewFramer returns a framer on rw for the given role, with no digests
-// negotiated yet and bufSize bytes of read and write buffering.
+// negotiated yet and bufSize bytes of read buffering. What it writes is
+// buffered until Flush (or a Writer) sends it, in one write call per flush:
+// one writev(2) when rw is a Duplex whose W is a RawWriter.
 func NewFramer(rw io.ReadWriter, role Role, bufSize int) *Framer {
 	return &Framer{
 		r:              bufio.NewReaderSize(rw, bufSize),
-		w:              bufio.NewWriterSize(rw, bufSize),
+		out:            rw,
 		role:           role,
 		SendAlign:      4,
 		MaxCapsuleData: 8192,
@@ -356,27 +363,33 @@ func (f *Framer) writePDU(typ, flags uint8, hdr []byte, data []byte) error {
 	for len(data) > 0 && pdo > len(out) {
 		out = append(out, 0)
 	}
-	if _, err := f.w.Write(out); err != nil {
-		return err
-	}
+	f.ob.add(out)
 	if len(data) == 0 {
 		return nil
 	}
-	if _, err := f.w.Write(data); err != nil {
-		return err
+	if f.spliceData && len(data) >= spliceMin {
+		f.ob.splice(data)
+	} else {
+		f.ob.add(data)
 	}
 	if dd {
 		var d [DigestSize]byte
 		binary.LittleEndian.PutUint32(d[:], CRC32C(data))
-		if _, err := f.w.Write(d[:]); err != nil {
-			return err
-		}
+		f.ob.add(d[:])
 	}
 	return nil
 }
 
-// Flush sends what is buffered.
-func (f *Framer) Flush() error { return f.w.Flush() }
+// Flush sends what is buffered. After an error what was buffered is
+// dropped: the stream is broken.
+func (f *Framer) Flush() error {
+	if f.ob.empty() {
+		return nil
+	}
+	err := f.ob.writeTo(f.out)
+	f.ob.reset()
+	return err
+}
 
 // WriteICReq buffers an ICReq.
 func (f *Framer) WriteICReq(p ICReq) error {
@@ -455,76 +468,4 @@ func (f *Framer) WriteTermReq(p TermReq, hdr []byte) error {
 	var b [TermReqHLen]byte
 	p.marshal(b[:])
 	return f.writePDU(typ, 0, b[:], hdr)
-}
-
-// Writer lets many goroutines send PDUs on one framer and decides when the
-// buffered bytes are written. Do flushes unless another Do is already
-// waiting for the lock and will flush for both, so under load many PDUs
-// leave in one system call and an idle connection never holds a PDU back.
-// Defer only buffers: it is for a caller that knows it will Flush before it
-// (or anyone depending on those PDUs) waits, such as a target's reader
-// goroutine flushing before its next socket read, or a host submitting a
-// batch of commands. That turns a burst of PDUs into one write.
-type Writer struct {
-	f       *Framer
-	mu      sync.Mutex
-	waiting atomic.Int32 // Do calls holding or waiting for mu
-	dirty   bool         // bytes buffered and not yet flushed
-	err     error        // first write error; every later call returns it
-}
-
-// NewWriter wraps f.
-func NewWriter(f *Framer) *Writer { return &Writer{f: f} }
-
-// Do runs fn with the framer under the writer's lock and flushes unless
-// another sender is already waiting to write. After a write error every
-// later call returns that error.
-func (w *Writer) Do(fn func(f *Framer) error) error {
-	w.waiting.Add(1)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.err != nil {
-		w.waiting.Add(-1)
-		return w.err
-	}
-	err := fn(w.f)
-	w.dirty = true
-	if w.waiting.Add(-1) == 0 && err == nil {
-		err = w.f.Flush()
-		w.dirty = false
-	}
-	if err != nil {
-		w.err = err
-	}
-	return err
-}
-
-// Defer runs fn with the framer under the writer's lock and leaves what it
-// wrote buffered. The caller owns the matching Flush.
-func (w *Writer) Defer(fn func(f *Framer) error) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.err != nil {
-		return w.err
-	}
-	w.dirty = true
-	if err := fn(w.f); err != nil {
-		w.err = err
-		return err
-	}
-	return nil
-}
-
-// Flush writes whatever is buffered, if anything is.
-func (w *Writer) Flush() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.err != nil || !w.dirty {
-		return w.err
-	}
-	w.dirty = false
-	if err := w.f.Flush(); err != nil {
-		w.err = err
-	}
-	return w.err
 }

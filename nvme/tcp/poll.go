@@ -72,35 +72,56 @@ type Spinner struct {
 	// Spin bounds one Poll; 0 or less: Poll never tries.
 	Spin time.Duration
 
-	misses uint // Polls in a row that ended without success
-	skip   uint // Polls left to give up at once
+	backoff backoff
 }
 
-// maxMissShift bounds the backoff: after many misses, one wait in 64 spins.
+// backoff gives up attempts that keep missing: after k misses in a row
+// the next 2^k-1 tries (at most 63) give up at once, and a hit ends the
+// streak. It is for one goroutine, or used under a lock.
+type backoff struct {
+	misses uint // attempts in a row that missed
+	skip   uint // tries left to give up at once
+}
+
+// maxMissShift bounds the backoff: after many misses, one try in 64.
 const maxMissShift = 6
+
+// try reports whether to attempt now.
+func (b *backoff) try() bool {
+	if b.skip > 0 {
+		b.skip--
+		return false
+	}
+	return true
+}
+
+// result records how an attempt ended.
+func (b *backoff) result(hit bool) {
+	if hit {
+		b.misses = 0
+		return
+	}
+	b.misses++
+	b.skip = 1<<min(b.misses, maxMissShift) - 1
+}
 
 // Poll calls try until it reports true, for at most s.Spin, and reports
 // whether it did; false also when the backoff skips this wait.
 func (s *Spinner) Poll(try func() bool) bool {
-	if s.Spin <= 0 {
-		return false
-	}
-	if s.skip > 0 {
-		s.skip--
+	if s.Spin <= 0 || !s.backoff.try() {
 		return false
 	}
 	var end time.Time
 	for {
 		if try() {
-			s.misses = 0
+			s.backoff.result(true)
 			return true
 		}
 		now := time.Now()
 		if end.IsZero() {
 			end = now.Add(s.Spin)
 		} else if now.After(end) {
-			s.misses++
-			s.skip = 1<<min(s.misses, maxMissShift) - 1
+			s.backoff.result(false)
 			return false
 		}
 		runtime.Gosched()
@@ -188,23 +209,26 @@ func (p *PollReader) readReady(fd uintptr) bool {
 
 // RawWriter writes a TCP connection's socket with raw system calls (see
 // rawRead), waiting in the runtime's poller while the socket's buffer is
-// full, so deadlines and closing behave as the connection's own Write. A
-// connection without a file descriptor is written as it is. Writes are
-// serialized by the connection, as its own Write's are; one RawWriter's
-// state is for one writer at a time (a Framer's, under its Writer's lock).
+// full, so deadlines and closing behave as the connection's own Write.
+// WriteBuffers writes several buffers with one writev(2). A connection
+// without a file descriptor is written as it is. Writes are serialized by
+// the connection, as its own Write's are; one RawWriter's state is for one
+// writer at a time (a Framer's, under its Writer's rules).
 //
 // With SetNoWait, a write made while the function it was given reports
 // true never waits for the socket: what the socket does not take at once
-// is queued, in order, and a goroutine of the RawWriter's sends it,
-// waiting as a write would; later writes go behind it (those that may wait
-// wait for the queue to drain first). A host's queue reader uses this to
-// write without ever blocking on the network, since a controller that
+// is copied and queued, in order, and a goroutine of the RawWriter's sends
+// it, waiting as a write would; later writes go behind it (those that may
+// wait wait for the queue to drain first). A host's queue reader uses this
+// to write without ever blocking on the network, since a controller that
 // writes its responses on the goroutine that reads commands could
 // otherwise wait for it while it waits for the controller.
 type RawWriter struct {
 	conn    net.Conn
 	raw     syscall.RawConn
-	buf     []byte
+	bufs    [][]byte // what the write in progress has left to write
+	iov     []syscall.Iovec
+	one     [1][]byte // Write's vector
 	errno   syscall.Errno
 	writeFn func(fd uintptr) bool
 	tryFn   func(fd uintptr) bool
@@ -236,60 +260,94 @@ func (w *RawWriter) SetNoWait(noWait func() bool) { w.noWait = noWait }
 // Write writes all of b (or queues what the socket does not take, see
 // SetNoWait) or returns why not.
 func (w *RawWriter) Write(b []byte) (int, error) {
+	if w.raw == nil {
+		return w.conn.Write(b)
+	}
+	w.one[0] = b
+	err := w.WriteBuffers(w.one[:])
+	w.one[0] = nil
+	if err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// WriteBuffers writes all of v, in order, with as few writev(2) calls as
+// the socket allows (or queues what the socket does not take, see
+// SetNoWait), or returns why not. It changes v's elements.
+func (w *RawWriter) WriteBuffers(v [][]byte) error {
 	switch {
 	case w.raw == nil:
-		return w.conn.Write(b)
+		return writeEach(w.conn, v)
 	case w.noWait == nil:
-		return w.write(b, w.writeFn)
+		_, err := w.write(v, w.writeFn)
+		return err
 	}
 	for {
 		w.mu.Lock()
 		if err := w.qerr; err != nil {
 			w.mu.Unlock()
-			return 0, err
+			return err
 		}
 		if w.queued == nil {
 			w.mu.Unlock()
 			break
 		}
 		if w.noWait() {
-			w.queued = append(w.queued, b...)
+			for _, b := range v {
+				w.queued = append(w.queued, b...)
+			}
 			w.mu.Unlock()
-			return len(b), nil
+			return nil
 		}
 		drained := w.drained
 		w.mu.Unlock()
 		<-drained
 	}
 	if !w.noWait() {
-		return w.write(b, w.writeFn)
+		_, err := w.write(v, w.writeFn)
+		return err
 	}
-	n, err := w.write(b, w.tryFn)
-	if err != nil || n == len(b) {
-		return n, err
+	rest, err := w.write(v, w.tryFn)
+	if err != nil || len(rest) == 0 {
+		return err
+	}
+	var q []byte
+	for _, b := range rest {
+		q = append(q, b...)
 	}
 	w.mu.Lock()
-	w.queued = append([]byte(nil), b[n:]...)
+	w.queued = q
 	w.drained = make(chan struct{})
 	w.mu.Unlock()
 	go w.drain()
-	return len(b), nil
+	return nil
 }
 
-// write writes b with fn (writeReady: all of it, waiting; writeNow: what
-// the socket takes now) and says how much it wrote.
-func (w *RawWriter) write(b []byte, fn func(fd uintptr) bool) (int, error) {
-	w.buf, w.errno = b, 0
+// writeEach writes v with one Write call per buffer.
+func writeEach(c io.Writer, v [][]byte) error {
+	for _, b := range v {
+		if _, err := c.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write writes v with fn (writeReady: all of it, waiting; writeNow: what
+// the socket takes now) and returns what is left of v.
+func (w *RawWriter) write(v [][]byte, fn func(fd uintptr) bool) ([][]byte, error) {
+	w.bufs, w.errno = v, 0
 	err := w.raw.Write(fn)
-	n := len(b) - len(w.buf)
-	w.buf = nil
+	rest := w.bufs
+	w.bufs = nil
 	if err == nil && w.errno != 0 {
-		err = os.NewSyscallError("write", w.errno)
+		err = os.NewSyscallError("writev", w.errno)
 	}
 	if err != nil {
-		return n, &net.OpError{Op: "write", Net: "tcp", Source: w.conn.LocalAddr(), Addr: w.conn.RemoteAddr(), Err: pollErr(err)}
+		return rest, &net.OpError{Op: "write", Net: "tcp", Source: w.conn.LocalAddr(), Addr: w.conn.RemoteAddr(), Err: pollErr(err)}
 	}
-	return n, nil
+	return rest, nil
 }
 
 // drain sends the queued bytes, waiting for the socket as a write does,
@@ -306,7 +364,7 @@ func (w *RawWriter) drain() {
 		}
 		w.queued = []byte{}
 		w.mu.Unlock()
-		if _, err := w.write(chunk, w.writeFn); err != nil {
+		if _, err := w.write([][]byte{chunk}, w.writeFn); err != nil {
 			w.mu.Lock()
 			w.qerr, w.queued = err, nil
 			close(w.drained)
@@ -325,7 +383,7 @@ func pollErr(err error) error {
 	return err
 }
 
-// writeReady is writeFn: it writes what is left of buf, and has
+// writeReady is writeFn: it writes what is left of bufs, and has
 // RawConn.Write wait in the poller while the socket's buffer is full.
 func (w *RawWriter) writeReady(fd uintptr) bool { return w.writeSome(fd) }
 
@@ -335,14 +393,18 @@ func (w *RawWriter) writeNow(fd uintptr) bool {
 	return true
 }
 
-// writeSome writes what is left of buf until it is all written (true), an
+// writeSome writes what is left of bufs until it is all written (true), an
 // error (true, in errno) or a full socket buffer (false).
 func (w *RawWriter) writeSome(fd uintptr) bool {
-	for len(w.buf) > 0 {
-		n, errno := rawWrite(fd, w.buf)
+	for len(w.bufs) > 0 {
+		if len(w.bufs[0]) == 0 {
+			w.bufs = w.bufs[1:]
+			continue
+		}
+		n, errno := rawWritev(fd, w.bufs, &w.iov)
 		switch errno {
 		case 0:
-			w.buf = w.buf[n:]
+			w.bufs = consume(w.bufs, n)
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			return false
@@ -352,4 +414,20 @@ func (w *RawWriter) writeSome(fd uintptr) bool {
 		}
 	}
 	return true
+}
+
+// maxIovecs is the most buffers one writev(2) takes (Linux's UIO_MAXIOV).
+const maxIovecs = 1024
+
+// consume drops the first n bytes of v.
+func consume(v [][]byte, n int) [][]byte {
+	for n > 0 && len(v) > 0 {
+		if n < len(v[0]) {
+			v[0] = v[0][n:]
+			return v
+		}
+		n -= len(v[0])
+		v = v[1:]
+	}
+	return v
 }

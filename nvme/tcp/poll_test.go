@@ -333,7 +333,7 @@ func TestSpinner(t *testing.T) {
 	if s.Poll(never) || calls == 0 {
 		t.Fatal("a hit did not end the streak: the next miss was skipped")
 	}
-	if s.skip != 1 {
-		t.Errorf("first miss after a hit: %d skips, want 1", s.skip)
+	if s.backoff.skip != 1 {
+		t.Errorf("first miss after a hit: %d skips, want 1", s.backoff.skip)
 	}
 }

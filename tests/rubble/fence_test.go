@@ -3,6 +3,8 @@ package rubble_test
 import (
 	"context"
 	"errors"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,4 +122,58 @@ func connectNode(t *testing.T, addr, id, hostNQN string) *host.Namespace {
 		t.Fatal(err)
 	}
 	return ns
+}
+
+// TestFenceWhileDialing: telling a dialer its epoch (Fence, which the
+// store does from SetChain under the chain node's lock) does not wait
+// for a Dial in progress. A secondary that died leaves the head's Dial
+// connecting to its target until a timeout; the chain change removing
+// that secondary must not wait for it, or the head's chain node stops
+// serving meanwhile.
+func TestFenceWhileDialing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, ctl := clustertest.Etcd(t)
+	// A target that takes connections and never answers: a node whose
+	// process hangs.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	reg, err := ctl.Register(ctx, cluster.Node{ID: "hung", Addr: "127.0.0.1:1", Target: ln.Addr().String()}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+
+	d := &rubble.TargetDialer{Control: ctl, Self: "a", Group: "g0"}
+	t.Cleanup(d.Close)
+	d.Fence(1)
+	var released atomic.Bool // the test ended the Dial by closing its connection
+	dialed := make(chan bool)
+	go func() {
+		_, err := d.Dial(ctx, "hung")
+		t.Logf("dial: %v", err)
+		dialed <- released.Load()
+	}()
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced := make(chan struct{})
+	go func() {
+		d.Fence(0)
+		close(fenced)
+	}()
+	select {
+	case <-fenced:
+	case <-ctx.Done():
+		t.Fatal("Fence did not return")
+	}
+	released.Store(true)
+	conn.Close()
+	if !<-dialed {
+		t.Fatal("Fence returned only once the Dial had given up on its own")
+	}
 }

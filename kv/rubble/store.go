@@ -392,10 +392,22 @@ func (s *Store) Quiesce(ctx context.Context) error {
 		before = s.beforeEdit // the running work still ships
 	}
 	s.mu.Unlock()
-	// SetReplica waits for an edit being logged; new work does not
-	// start, but a running flush goes on through the memtables queued.
+	// SetReplica waits for an edit being logged, whose BeforeEdit may
+	// wait on a chain that does not commit: the wait ends with ctx, and
+	// the switch then happens when the edit ends (Close cancels its
+	// shipping). New work does not start, but a running flush goes on
+	// through the memtables queued.
 	db := s.DB()
-	db.SetReplica(true, before)
+	switched := make(chan struct{})
+	go func() {
+		defer close(switched)
+		db.SetReplica(true, before)
+	}()
+	select {
+	case <-switched:
+	case <-ctx.Done():
+		return fmt.Errorf("rubble: quiesce: an edit still being logged: %w", ctx.Err())
+	}
 	for {
 		m := db.Metrics()
 		if !m.Flush.InProgress && m.Compact.InProgress == 0 {

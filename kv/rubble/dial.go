@@ -111,11 +111,21 @@ func (d *TargetDialer) Dial(ctx context.Context, node string) (SlotWriter, error
 	return ns, d.fenceLocked(ctx, node, ns)
 }
 
+// fenceLocked fences node's namespace. A fence that fails for another
+// reason than a newer head (the connection lost for good, say: the
+// target was away past ControllerLossTimeout) closes the connection, so
+// the next Dial connects anew instead of failing on it for good.
 func (d *TargetDialer) fenceLocked(ctx context.Context, node string, ns *host.Namespace) error {
 	if d.Group == "" {
 		return nil
 	}
 	if err := FenceSlots(ctx, ns, d.Group, d.epoch.Load()); err != nil {
+		if !errors.Is(err, ErrDeposed) {
+			if c, ok := d.conns[node]; ok {
+				c.ctrl.Close()
+				delete(d.conns, node)
+			}
+		}
 		return fmt.Errorf("rubble: ship to %s: %w", node, err)
 	}
 	return nil

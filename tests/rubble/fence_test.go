@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,5 +176,65 @@ func TestFenceWhileDialing(t *testing.T) {
 	conn.Close()
 	if !<-dialed {
 		t.Fatal("Fence returned only once the Dial had given up on its own")
+	}
+}
+
+// TestDialAfterTargetLost: a head whose connection to a secondary's
+// target was lost for good (the target was away past the connection's
+// loss timeout: the node paused, its network cut) dials anew once the
+// target is back at its address, and fences and writes again, instead
+// of failing every later edit's fence on the dead connection.
+func TestDialAfterTargetLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, ctl := clustertest.Etcd(t)
+	vol, err := volume.Open("mem:16MiB?bs=4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vol.Close() })
+	cfg := testtarget.Config{NQN: rubble.NodeNQN("s"), Name: "secondary", Volume: vol}
+	srv := testtarget.Start(t, cfg)
+	t.Cleanup(func() { srv.Stop() })
+	reg, err := ctl.Register(ctx, cluster.Node{ID: "s", Addr: "127.0.0.1:1", Target: srv.Addr()}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	d := &rubble.TargetDialer{Control: ctl, Self: "a", Group: "g0"}
+	t.Cleanup(d.Close)
+	d.Fence(1)
+	block := make([]byte, 4096)
+	write := func() error {
+		w, err := d.Dial(ctx, "s")
+		if err != nil {
+			return err
+		}
+		_, err = w.WriteAtContext(ctx, block, 0)
+		return err
+	}
+	if err := write(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	// Write until the dialer gives up its connection (it connects anew:
+	// the target refuses) or the connection gives up reconnecting.
+	for {
+		err := write()
+		if err == nil {
+			t.Fatal("a write with the target stopped")
+		}
+		t.Logf("target stopped: %v", err)
+		if strings.Contains(err.Error(), "gave up reconnecting") || strings.Contains(err.Error(), "connect to s's target") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the connection was never given up: %v", err)
+		}
+	}
+	cfg.Addr = srv.Addr()
+	srv = testtarget.Start(t, cfg)
+	if err := write(); err != nil {
+		t.Fatalf("a write with the target back: %v", err)
 	}
 }

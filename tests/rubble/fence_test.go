@@ -27,18 +27,9 @@ func TestFenceSlots(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, ctl := clustertest.Etcd(t)
-	vol, err := volume.Open("mem:16MiB?bs=4096")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vol.Close() })
-	srv := testtarget.Start(t, testtarget.Config{NQN: rubble.NodeNQN("s"), Name: "secondary", Volume: vol})
+	srv, _ := secondaryTarget(t)
 	t.Cleanup(srv.Stop)
-	reg, err := ctl.Register(ctx, cluster.Node{ID: "s", Addr: "127.0.0.1:1", Target: srv.Addr()}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
+	registerTarget(ctx, t, ctl, "s", srv.Addr())
 
 	heads := map[string]*rubble.TargetDialer{}
 	head := func(name, group string, epoch uint64) *rubble.TargetDialer {
@@ -142,11 +133,7 @@ func TestFenceWhileDialing(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	reg, err := ctl.Register(ctx, cluster.Node{ID: "hung", Addr: "127.0.0.1:1", Target: ln.Addr().String()}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
+	registerTarget(ctx, t, ctl, "hung", ln.Addr().String())
 
 	d := &rubble.TargetDialer{Control: ctl, Self: "a", Group: "g0"}
 	t.Cleanup(d.Close)
@@ -188,19 +175,9 @@ func TestDialAfterTargetLost(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, ctl := clustertest.Etcd(t)
-	vol, err := volume.Open("mem:16MiB?bs=4096")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vol.Close() })
-	cfg := testtarget.Config{NQN: rubble.NodeNQN("s"), Name: "secondary", Volume: vol}
-	srv := testtarget.Start(t, cfg)
+	srv, cfg := secondaryTarget(t)
 	t.Cleanup(func() { srv.Stop() })
-	reg, err := ctl.Register(ctx, cluster.Node{ID: "s", Addr: "127.0.0.1:1", Target: srv.Addr()}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
+	registerTarget(ctx, t, ctl, "s", srv.Addr())
 	d := &rubble.TargetDialer{Control: ctl, Self: "a", Group: "g0"}
 	t.Cleanup(d.Close)
 	d.Fence(1)
@@ -237,4 +214,28 @@ func TestDialAfterTargetLost(t *testing.T) {
 	if err := write(); err != nil {
 		t.Fatalf("a write with the target back: %v", err)
 	}
+}
+
+// secondaryTarget starts node "s"'s target on a volume of its own, and
+// returns it and its configuration (to start it again).
+func secondaryTarget(t *testing.T) (*testtarget.Target, testtarget.Config) {
+	t.Helper()
+	vol, err := volume.Open("mem:16MiB?bs=4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vol.Close() })
+	cfg := testtarget.Config{NQN: rubble.NodeNQN("s"), Name: "secondary", Volume: vol}
+	return testtarget.Start(t, cfg), cfg
+}
+
+// registerTarget registers node id in etcd with its target at addr, as
+// a node serving does, until the test ends.
+func registerTarget(ctx context.Context, t *testing.T, ctl *cluster.Control, id, addr string) {
+	t.Helper()
+	reg, err := ctl.Register(ctx, cluster.Node{ID: id, Addr: "127.0.0.1:1", Target: addr}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
 }

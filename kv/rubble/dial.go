@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nearstore/nearstore/cluster"
@@ -37,18 +38,17 @@ type TargetDialer struct {
 	// fencing, the NQN names no group).
 	Group string
 
-	mu    sync.Mutex
+	mu    sync.Mutex // guards conns; held while dialing and fencing
 	conns map[string]*dialed
-	epoch uint64 // the epoch this node heads (Fence); 0: it heads none
+	// epoch is the epoch this node heads (Fence); 0: it heads none. Not
+	// under mu: Fence, called under the chain node's lock, must not wait
+	// for a Dial connecting to a hung target.
+	epoch atomic.Uint64
 }
 
 // Fence implements Fencer: the node is the head of its group's chain
 // of epoch (0: it is not the head), which every later Dial fences with.
-func (d *TargetDialer) Fence(epoch uint64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.epoch = epoch
-}
+func (d *TargetDialer) Fence(epoch uint64) { d.epoch.Store(epoch) }
 
 func (d *TargetDialer) hostNQN() string {
 	if d.Group == "" {
@@ -82,7 +82,7 @@ func (d *TargetDialer) Dial(ctx context.Context, node string) (SlotWriter, error
 		c.ctrl.Close()
 		delete(d.conns, node)
 	}
-	if d.Group != "" && d.epoch == 0 {
+	if d.Group != "" && d.epoch.Load() == 0 {
 		return nil, fmt.Errorf("rubble: ship to %s: %w: this node heads no epoch of %s", node, ErrDeposed, d.Group)
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -111,11 +111,21 @@ func (d *TargetDialer) Dial(ctx context.Context, node string) (SlotWriter, error
 	return ns, d.fenceLocked(ctx, node, ns)
 }
 
+// fenceLocked fences node's namespace. A fence that fails for another
+// reason than a newer head (the connection lost for good, say: the
+// target was away past ControllerLossTimeout) closes the connection, so
+// the next Dial connects anew instead of failing on it for good.
 func (d *TargetDialer) fenceLocked(ctx context.Context, node string, ns *host.Namespace) error {
 	if d.Group == "" {
 		return nil
 	}
-	if err := FenceSlots(ctx, ns, d.Group, d.epoch); err != nil {
+	if err := FenceSlots(ctx, ns, d.Group, d.epoch.Load()); err != nil {
+		if !errors.Is(err, ErrDeposed) {
+			if c, ok := d.conns[node]; ok {
+				c.ctrl.Close()
+				delete(d.conns, node)
+			}
+		}
 		return fmt.Errorf("rubble: ship to %s: %w", node, err)
 	}
 	return nil

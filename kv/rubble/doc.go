@@ -87,7 +87,9 @@
 // CRC-32C of its bytes in the record (record.sums). The primary fences
 // the replica's target before it appends the record (Store.fenceKept),
 // and the replica takes a kept slot only for the very table kept there
-// and only if the slot's bytes match the sum: a deposed head that wrote
+// and only if the slot's bytes match the sum (as it checks every summed
+// table's slot, kept or not: the record may come after it let its kept
+// tables go): a deposed head that wrote
 // into it while the restarted target held no reservation is caught, and
 // none can write after the fence. The next resync, an install as a
 // secondary, the fallback, becoming primary, a refused check, or

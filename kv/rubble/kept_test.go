@@ -92,4 +92,19 @@ func TestKeptTables(t *testing.T) {
 			t.Errorf("%s: %d, %v; want %d", tc.name, got, err, tc.want)
 		}
 	}
+
+	// A replica that let its kept tables go (keptFor passed, which
+	// applyRecordLocked checks on the very record that resyncs it) still
+	// gets a record the primary made from its older note: tables mapped
+	// to slots the primary did not write, with their checksums. It must
+	// check those slots' bytes all the same, and the bytes of a table
+	// another replica kept but the primary wrote here match its sum.
+	gone := &Store{}
+	gone.sec.Store(p.sec)
+	if _, err := gone.checkKeptLocked(withBase, reused, badSum); err == nil {
+		t.Errorf("kept tables let go: a slot whose bytes are not the primary's table taken")
+	}
+	if _, err := gone.checkKeptLocked(withBase, reused, rc.sums); err != nil {
+		t.Errorf("kept tables let go: the slots holding the primary's tables refused: %v", err)
+	}
 }

@@ -392,10 +392,22 @@ func (s *Store) Quiesce(ctx context.Context) error {
 		before = s.beforeEdit // the running work still ships
 	}
 	s.mu.Unlock()
-	// SetReplica waits for an edit being logged; new work does not
-	// start, but a running flush goes on through the memtables queued.
+	// SetReplica waits for an edit being logged, whose BeforeEdit may
+	// wait on a chain that does not commit: the wait ends with ctx, and
+	// the switch then happens when the edit ends (Close cancels its
+	// shipping). New work does not start, but a running flush goes on
+	// through the memtables queued.
 	db := s.DB()
-	db.SetReplica(true, before)
+	switched := make(chan struct{})
+	go func() {
+		defer close(switched)
+		db.SetReplica(true, before)
+	}()
+	select {
+	case <-switched:
+	case <-ctx.Done():
+		return fmt.Errorf("rubble: quiesce: an edit still being logged: %w", ctx.Err())
+	}
 	for {
 		m := db.Metrics()
 		if !m.Flush.InProgress && m.Compact.InProgress == 0 {
@@ -866,8 +878,13 @@ func keptOf(sec *Secondary) []keptTable {
 // checkKeptLocked checks a resync's file map against the kept tables:
 // a kept slot may carry only the very table kept in it (keptTable.same
 // the base's table), since the primary did not write it, and only if
-// its bytes are the primary's table's (sums, checkSums). It returns how
-// many tables the map takes from kept slots.
+// its bytes are the primary's table's (sums, checkSums). A table with a
+// sum in a slot this replica does not keep is checked too: the primary
+// made the record from a note that may be older than this replica's
+// letting its kept tables go (keptFor passing, which the record that
+// resyncs may itself trigger), so it may not have written that slot
+// either; a slot it did write holds the table, whose bytes match. It
+// returns how many tables the map takes from kept slots.
 func (s *Store) checkKeptLocked(base *lsm.VersionEdit, files []FileSlot, sums map[uint64]uint32) (int, error) {
 	bySlot := map[int]keptTable{}
 	for _, k := range s.kept {
@@ -877,21 +894,29 @@ func (s *Store) checkKeptLocked(base *lsm.VersionEdit, files []FileSlot, sums ma
 	for _, nf := range base.NewFiles {
 		metas[nf.Meta.FileNum] = nf.Meta
 	}
-	var fromKept []FileSlot
+	var check []FileSlot
+	fromKept := 0
 	for _, f := range files {
 		k, ok := bySlot[f.Slot]
 		if !ok {
+			if _, summed := sums[f.Table]; summed {
+				if metas[f.Table] == nil {
+					return 0, fmt.Errorf("table %d mapped to slot %d is not in the primary's tree", f.Table, f.Slot)
+				}
+				check = append(check, f)
+			}
 			continue
 		}
 		if m := metas[f.Table]; m == nil || !k.same(m) {
 			return 0, fmt.Errorf("table %d mapped to slot %d, which keeps table %d (size %d, seqs %d-%d)", f.Table, f.Slot, k.table, k.size, k.smallestSeq, k.largestSeq)
 		}
-		fromKept = append(fromKept, f)
+		check = append(check, f)
+		fromKept++
 	}
-	if err := s.checkSums(fromKept, metas, sums); err != nil {
+	if err := s.checkSums(check, metas, sums); err != nil {
 		return 0, err
 	}
-	return len(fromKept), nil
+	return fromKept, nil
 }
 
 // reuseKept splits a resync's base tables for the replica n describes:

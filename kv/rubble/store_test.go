@@ -2,12 +2,14 @@ package rubble
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/kv/chain"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/volume"
@@ -127,4 +129,58 @@ func TestReadsAcrossReplacement(t *testing.T) {
 	default:
 	}
 	t.Logf("%d reads across 30 replacements", reads.Load())
+}
+
+// stuckChain is a chain that cannot commit (its successor hangs, etcd is
+// unreachable so the chain does not change): Append returns only when
+// released or when its context ends.
+type stuckChain struct {
+	entered chan struct{}
+	once    sync.Once
+	release chan struct{}
+}
+
+func (c *stuckChain) Append(ctx context.Context, _ []byte) (uint64, error) {
+	c.once.Do(func() { close(c.entered) })
+	select {
+	case <-c.release:
+		return 0, errors.New("chain: released")
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// TestQuiesceBounded: a primary's Quiesce gives up when its context
+// ends, though the flush it waits for is stuck appending its edit to a
+// chain that cannot commit: a stopping node bounds that wait
+// (quiesceWait) and leaves its chains anyway.
+func TestQuiesceBounded(t *testing.T) {
+	s := openTestStore(t, time.Hour)
+	ch := &stuckChain{entered: make(chan struct{}), release: make(chan struct{})}
+	s.Attach(ch)
+	s.SetChain(cluster.Chain{Epoch: 1, Members: []string{"n1"}}, "n1")
+	ctx := context.Background()
+	if _, err := s.ApplyHead(ctx, 1, chain.Op{Key: []byte("k"), Value: []byte("v")}); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.DB().Flush(ctx) }()
+	<-ch.entered // the flush's edit waits on the chain
+
+	qctx, cancel := context.WithCancel(ctx)
+	cancel()
+	quiesced := make(chan error, 1)
+	go func() { quiesced <- s.Quiesce(qctx) }()
+	select {
+	case err := <-quiesced:
+		if err == nil {
+			t.Error("Quiesce: nil with the flush still running")
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("Quiesce did not return when its context ended")
+	}
+	close(ch.release)
+	if err := <-flushed; err == nil {
+		t.Error("the flush whose edit the chain did not take succeeded")
+	}
 }

@@ -3,6 +3,9 @@ package rubble_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,18 +27,9 @@ func TestFenceSlots(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	_, ctl := clustertest.Etcd(t)
-	vol, err := volume.Open("mem:16MiB?bs=4096")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { vol.Close() })
-	srv := testtarget.Start(t, testtarget.Config{NQN: rubble.NodeNQN("s"), Name: "secondary", Volume: vol})
+	srv, _ := secondaryTarget(t)
 	t.Cleanup(srv.Stop)
-	reg, err := ctl.Register(ctx, cluster.Node{ID: "s", Addr: "127.0.0.1:1", Target: srv.Addr()}, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Close() })
+	registerTarget(ctx, t, ctl, "s", srv.Addr())
 
 	heads := map[string]*rubble.TargetDialer{}
 	head := func(name, group string, epoch uint64) *rubble.TargetDialer {
@@ -120,4 +114,128 @@ func connectNode(t *testing.T, addr, id, hostNQN string) *host.Namespace {
 		t.Fatal(err)
 	}
 	return ns
+}
+
+// TestFenceWhileDialing: telling a dialer its epoch (Fence, which the
+// store does from SetChain under the chain node's lock) does not wait
+// for a Dial in progress. A secondary that died leaves the head's Dial
+// connecting to its target until a timeout; the chain change removing
+// that secondary must not wait for it, or the head's chain node stops
+// serving meanwhile.
+func TestFenceWhileDialing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, ctl := clustertest.Etcd(t)
+	// A target that takes connections and never answers: a node whose
+	// process hangs.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	registerTarget(ctx, t, ctl, "hung", ln.Addr().String())
+
+	d := &rubble.TargetDialer{Control: ctl, Self: "a", Group: "g0"}
+	t.Cleanup(d.Close)
+	d.Fence(1)
+	var released atomic.Bool // the test ended the Dial by closing its connection
+	dialed := make(chan bool)
+	go func() {
+		_, err := d.Dial(ctx, "hung")
+		t.Logf("dial: %v", err)
+		dialed <- released.Load()
+	}()
+	conn, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fenced := make(chan struct{})
+	go func() {
+		d.Fence(0)
+		close(fenced)
+	}()
+	select {
+	case <-fenced:
+	case <-ctx.Done():
+		t.Fatal("Fence did not return")
+	}
+	released.Store(true)
+	conn.Close()
+	if !<-dialed {
+		t.Fatal("Fence returned only once the Dial had given up on its own")
+	}
+}
+
+// TestDialAfterTargetLost: a head whose connection to a secondary's
+// target was lost for good (the target was away past the connection's
+// loss timeout: the node paused, its network cut) dials anew once the
+// target is back at its address, and fences and writes again, instead
+// of failing every later edit's fence on the dead connection.
+func TestDialAfterTargetLost(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, ctl := clustertest.Etcd(t)
+	srv, cfg := secondaryTarget(t)
+	t.Cleanup(func() { srv.Stop() })
+	registerTarget(ctx, t, ctl, "s", srv.Addr())
+	d := &rubble.TargetDialer{Control: ctl, Self: "a", Group: "g0"}
+	t.Cleanup(d.Close)
+	d.Fence(1)
+	block := make([]byte, 4096)
+	write := func() error {
+		w, err := d.Dial(ctx, "s")
+		if err != nil {
+			return err
+		}
+		_, err = w.WriteAtContext(ctx, block, 0)
+		return err
+	}
+	if err := write(); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	// Write until the dialer gives up its connection (it connects anew:
+	// the target refuses) or the connection gives up reconnecting.
+	for {
+		err := write()
+		if err == nil {
+			t.Fatal("a write with the target stopped")
+		}
+		t.Logf("target stopped: %v", err)
+		if strings.Contains(err.Error(), "gave up reconnecting") || strings.Contains(err.Error(), "connect to s's target") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the connection was never given up: %v", err)
+		}
+	}
+	cfg.Addr = srv.Addr()
+	srv = testtarget.Start(t, cfg)
+	if err := write(); err != nil {
+		t.Fatalf("a write with the target back: %v", err)
+	}
+}
+
+// secondaryTarget starts node "s"'s target on a volume of its own, and
+// returns it and its configuration (to start it again).
+func secondaryTarget(t *testing.T) (*testtarget.Target, testtarget.Config) {
+	t.Helper()
+	vol, err := volume.Open("mem:16MiB?bs=4096")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { vol.Close() })
+	cfg := testtarget.Config{NQN: rubble.NodeNQN("s"), Name: "secondary", Volume: vol}
+	return testtarget.Start(t, cfg), cfg
+}
+
+// registerTarget registers node id in etcd with its target at addr, as
+// a node serving does, until the test ends.
+func registerTarget(ctx context.Context, t *testing.T, ctl *cluster.Control, id, addr string) {
+	t.Helper()
+	reg, err := ctl.Register(ctx, cluster.Node{ID: id, Addr: "127.0.0.1:1", Target: addr}, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
 }

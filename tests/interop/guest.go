@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -117,8 +118,9 @@ func (r Result) MD5Of(off, length int64) (string, bool) {
 }
 
 // Boot starts QEMU with the scenario's kernel command line and returns once
-// the guest's console has started (or QEMU failed to start). The guest runs
-// until it powers off, Timeout elapses, ctx is done, or Stop is called.
+// the guest has started its scenario (or QEMU failed to start, or the guest
+// stopped before its scenario). The guest runs until it powers off, Timeout
+// elapses, ctx is done, or Stop is called.
 func Boot(ctx context.Context, opts BootOptions) (*Guest, error) {
 	env, err := PrepareKernel(opts.Kernel)
 	if err != nil {
@@ -154,11 +156,24 @@ func Boot(ctx context.Context, opts BootOptions) (*Guest, error) {
 	}
 
 	// A picked port can be taken before QEMU binds it; retry with new ones.
+	// A kernel that faults before the scenario starts (an emulation flake:
+	// the same kernel and initramfs boot on the next try) is booted once
+	// more; a fault once the scenario runs is the test's to judge.
 	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
+	faults := 0
+	for attempt := 0; attempt < 4; attempt++ {
 		g, err := start(ctx, env, opts, appendLine)
 		if err == nil {
-			return g, nil
+			fault := g.waitStarted(ctx)
+			if fault == "" || faults > 0 {
+				return g, nil
+			}
+			faults++
+			g.Stop()
+			slog.Warn("interop: guest kernel faulted before its scenario started; booting again",
+				"scenario", opts.Scenario, "fault", fault, "log", opts.LogPath)
+			opts.LogPath = strings.TrimSuffix(opts.LogPath, ".log") + "-boot2.log"
+			continue
 		}
 		lastErr = err
 		if !errors.Is(err, errHostFwd) || !picksPorts(opts) {
@@ -166,6 +181,55 @@ func Boot(ctx context.Context, opts BootOptions) (*Guest, error) {
 		}
 	}
 	return nil, lastErr
+}
+
+// bootFaults are console texts by which a kernel reports that it faulted.
+var bootFaults = []string{panicMarker, "Oops:", "BUG: ", "general protection fault", "Internal error:"}
+
+// startMarker is the line the guest's init prints just before it runs
+// the scenario.
+const startMarker = "INTEROP-START:"
+
+// bootFault returns the first console line at which the kernel faulted
+// before the scenario started, "" if the scenario started first or no
+// fault is in lines, and whether the scenario has started.
+func bootFault(lines []string) (fault string, started bool) {
+	for _, l := range lines {
+		if strings.Contains(l, startMarker) {
+			return "", true
+		}
+		for _, f := range bootFaults {
+			if strings.Contains(l, f) {
+				return strings.TrimSpace(l), false
+			}
+		}
+	}
+	return "", false
+}
+
+// waitStarted waits until the guest starts its scenario, reports a result,
+// exits or ctx is done, and returns the console line of a kernel fault seen
+// before the scenario started ("" otherwise).
+func (g *Guest) waitStarted(ctx context.Context) string {
+	for {
+		g.mu.Lock()
+		lines, exited, ch := g.lines, g.exited, g.notify
+		g.mu.Unlock()
+		fault, started := bootFault(lines)
+		if fault != "" || started || exited {
+			return fault
+		}
+		for _, l := range lines {
+			if strings.Contains(l, "INTEROP-RESULT:") {
+				return ""
+			}
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ""
+		}
+	}
 }
 
 func picksPorts(opts BootOptions) bool {

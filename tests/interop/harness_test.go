@@ -88,3 +88,27 @@ func TestPrepareKernelUnknown(t *testing.T) {
 		t.Errorf("String: %q %q", KernelDefault, KernelTrixie)
 	}
 }
+
+func TestBootFault(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		lines   []string
+		fault   string
+		started bool
+	}{
+		{"booting", []string{"[    0.1] Linux version 6.12", "[    1.2] virtio_net"}, "", false},
+		{"started", []string{"[    1.2] virtio_net", "INTEROP-START: host-to-ours at 7.26s"}, "", true},
+		{"oops before start", []string{"[    2.0] Oops: general protection fault, probably for non-canonical address", "[    2.0] RIP: 0010:x"},
+			"[    2.0] Oops: general protection fault, probably for non-canonical address", false},
+		{"panic before start", []string{"[    3.1] Kernel panic - not syncing: Attempted to kill init!"}, "[    3.1] Kernel panic - not syncing: Attempted to kill init!", false},
+		{"BUG before start", []string{"[    1.0] BUG: kernel NULL pointer dereference, address: 0000000000000008"}, "[    1.0] BUG: kernel NULL pointer dereference, address: 0000000000000008", false},
+		{"fault after start is the scenario's", []string{"INTEROP-START: x at 7s", "[   9.0] BUG: unable to handle page fault"}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fault, started := bootFault(tc.lines)
+			if fault != tc.fault || started != tc.started {
+				t.Errorf("bootFault = %q, %v; want %q, %v", fault, started, tc.fault, tc.started)
+			}
+		})
+	}
+}

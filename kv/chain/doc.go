@@ -13,9 +13,10 @@
 //     (answered with the successor's applied and committed points), then,
 //     if the successor lacks writes this node no longer logs or is a
 //     joining node, a COPY (a snapshot's keys in chunks, then its
-//     sequence number), then the writes past that point in order, every
-//     write applied since the last message together in the next (group
-//     commit). The successor skips writes it already applied (seq <=
+//     sequence number), then the writes past that point in order. Group
+//     commit: at most NodeConfig.ShipWindow messages are uncommitted at
+//     a time, and the writes applied meanwhile go together in the next.
+//     The successor skips writes it already applied (seq <=
 //     applied: they are re-shipped after every reconfiguration) and
 //     refuses a gap.
 //   - Acks flow up the same streams when the committed point moves: the

@@ -17,7 +17,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/nearstore/nearstore/cluster"
@@ -42,6 +41,12 @@ type NodeConfig struct {
 	ReadIOPS float64
 	// CopyChunk is the number of KVs per COPY message (default 256).
 	CopyChunk int
+	// ShipWindow is how many Ship messages of writes a node has
+	// uncommitted at a time (default 1): the writes applied while the
+	// window is full go together in the next message (group commit), so
+	// a smaller window sends fewer, larger messages and a Put waits up
+	// to one more commit round trip before it is shipped.
+	ShipWindow int
 	Log       *slog.Logger
 }
 
@@ -144,6 +149,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	if cfg.CopyChunk <= 0 {
 		cfg.CopyChunk = 256
+	}
+	if cfg.ShipWindow <= 0 {
+		cfg.ShipWindow = 1
 	}
 	lg := cfg.Log
 	if lg == nil {
@@ -583,7 +591,7 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := n.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, dialOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -674,9 +682,24 @@ func (n *Node) ship(ctx context.Context, c cluster.Chain, succ string) error {
 	}
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- n.recvAcks(ctx, st, c, succ) }()
+	// Group commit: a message carries every write applied since the
+	// last (up to maxShipBytes), and at most window messages are
+	// uncommitted at a time; the writes applied meanwhile wait and go
+	// together in the next. inFlight is the last seq of each message
+	// sent and not yet committed.
+	window := n.cfg.ShipWindow
+	var inFlight []uint64
 	for {
 		n.mu.Lock()
-		for cursor > n.applied {
+		for {
+			k := 0
+			for k < len(inFlight) && inFlight[k] <= n.committed {
+				k++
+			}
+			inFlight = inFlight[k:]
+			if cursor <= n.applied && len(inFlight) < window {
+				break
+			}
 			ch := n.changed
 			n.mu.Unlock()
 			select {
@@ -692,25 +715,19 @@ func (n *Node) ship(ctx context.Context, c cluster.Chain, succ string) error {
 			n.mu.Unlock()
 			return fmt.Errorf("write %d already dropped from the log (base %d)", cursor, n.logBase)
 		}
-		batch := append([]entry(nil), n.entries[cursor-n.logBase-1:]...)
-		n.mu.Unlock()
-		// Group commit: every write applied since the last message goes
-		// in one message (up to maxShipBytes), so the more writes arrive
-		// while one message is on its way, the fewer messages there are.
-		for len(batch) > 0 {
-			k := shipBatchLen(batch)
-			ws := make([]*chainpb.Write, k)
-			for i, e := range batch[:k] {
-				ws[i] = &chainpb.Write{Seq: e.seq, Key: e.op.Key, Value: e.op.Value, Delete: e.op.Delete, Tag: e.op.Tag, Record: e.op.Record}
-			}
-			if err := st.Send(hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Writes{Writes: &chainpb.Writes{Writes: ws}}})); err != nil {
-				return err
-			}
-			n.shipMsgs.Add(1)
-			n.shipWrites.Add(uint64(k))
-			batch = batch[k:]
-			cursor += uint64(k)
+		batch := n.entries[cursor-n.logBase-1:]
+		ws := make([]*chainpb.Write, shipBatchLen(batch))
+		for i, e := range batch[:len(ws)] {
+			ws[i] = &chainpb.Write{Seq: e.seq, Key: e.op.Key, Value: e.op.Value, Delete: e.op.Delete, Tag: e.op.Tag, Record: e.op.Record}
 		}
+		n.mu.Unlock()
+		if err := st.Send(hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Writes{Writes: &chainpb.Writes{Writes: ws}}})); err != nil {
+			return err
+		}
+		n.shipMsgs.Add(1)
+		n.shipWrites.Add(uint64(len(ws)))
+		cursor += uint64(len(ws))
+		inFlight = append(inFlight, cursor-1)
 	}
 }
 

@@ -47,7 +47,7 @@ type NodeConfig struct {
 	// a smaller window sends fewer, larger messages and a Put waits up
 	// to one more commit round trip before it is shipped.
 	ShipWindow int
-	Log       *slog.Logger
+	Log        *slog.Logger
 }
 
 type entry struct {

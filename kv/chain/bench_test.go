@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/internal/chaintest"
 	"github.com/nearstore/nearstore/kv/chain"
 	"github.com/nearstore/nearstore/kv/chain/leedstore"
@@ -37,24 +36,33 @@ func BenchmarkLeedChainPut(b *testing.B) {
 		}
 		return closeBoth{st, dev}, nil
 	}
+	benchChainPut(b, r)
+}
+
+// BenchmarkLsmChainPut is BenchmarkLeedChainPut on kv/lsm replicas
+// (lsmstore, as "node serve --store lsm" runs them).
+func BenchmarkLsmChainPut(b *testing.B) {
+	benchChainPut(b, newRig(b))
+}
+
+// benchChainPut runs the replicated PUT load on r's stores, R = 3, and
+// reports the CPU per write and the writes per Ship message from the
+// head.
+func benchChainPut(b *testing.B, r *rig) {
 	ctx := context.Background()
-	if _, err := r.ctl.CreateChain(ctx, "g", []string{"a", "b", "c"}); err != nil {
-		b.Fatal(err)
-	}
-	for _, id := range []string{"a", "b", "c"} {
-		r.start(id)
-	}
-	r.waitChain(func(c cluster.Chain) bool { return len(c.Members) == 3 && c.Joining == "" })
+	c0 := r.startChain(ctx, "a", "b", "c")
 	c, err := chain.NewClient(ctx, chain.ClientConfig{Control: r.ctl, Group: "g"})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close()
+	head := r.node(c0.Head()).node
 	val := make([]byte, 256)
 	var next atomic.Int64
 	b.SetParallelism(16) // 32 writers on 2 CPUs
 	b.ResetTimer()
 	cpu := chaintest.StartCPU()
+	before := head.ShipStats()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			k := fmt.Appendf(nil, "user%08d", next.Add(1)%5000)
@@ -65,6 +73,9 @@ func BenchmarkLeedChainPut(b *testing.B) {
 		}
 	})
 	cpu.Report(b)
+	if s := head.ShipStats(); s.Messages > before.Messages {
+		b.ReportMetric(float64(s.Writes-before.Writes)/float64(s.Messages-before.Messages), "writes/msg")
+	}
 }
 
 // closeBoth closes a leedstore and then its device.

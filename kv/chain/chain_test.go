@@ -127,6 +127,41 @@ func (r *rig) waitChain(ok func(cluster.Chain) bool) cluster.Chain {
 	return c
 }
 
+// startChain creates group g's chain of ids, starts the nodes, and waits
+// until the chain is whole again (fresh nodes leave and rejoin one by
+// one through COPY).
+func (r *rig) startChain(ctx context.Context, ids ...string) cluster.Chain {
+	r.t.Helper()
+	if _, err := r.ctl.CreateChain(ctx, "g", ids); err != nil {
+		r.t.Fatal(err)
+	}
+	for _, id := range ids {
+		r.start(id)
+	}
+	return r.waitChain(func(c cluster.Chain) bool { return len(c.Members) == len(ids) && c.Joining == "" })
+}
+
+// node returns running node id.
+func (r *rig) node(id string) *runNode {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nodes[id]
+}
+
+// waitLogEmpty waits until node id logs no write for re-shipping: every
+// write is committed and acknowledged by its successor.
+func (r *rig) waitLogEmpty(id string) {
+	r.t.Helper()
+	nd := r.node(id).node
+	deadline := time.Now().Add(10 * time.Second)
+	for chain.LogLen(nd) != 0 {
+		if time.Now().After(deadline) {
+			r.t.Fatalf("node %s still logs %d writes", id, chain.LogLen(nd))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func members(want ...string) func(cluster.Chain) bool {
 	return func(c cluster.Chain) bool { return slices.Equal(c.Members, want) && c.Joining == "" }
 }
@@ -135,15 +170,7 @@ func TestChainReplicatesAndReconfigures(t *testing.T) {
 	r := newRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	if _, err := r.ctl.CreateChain(ctx, "g", []string{"a", "b", "c"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{"a", "b", "c"} {
-		r.start(id)
-	}
-	// Fresh nodes leave and rejoin one by one through COPY; wait for the
-	// chain to be whole again.
-	r.waitChain(func(c cluster.Chain) bool { return len(c.Members) == 3 && c.Joining == "" })
+	r.startChain(ctx, "a", "b", "c")
 
 	want := map[string]string{}
 	put := func(cl *chain.Client, i int) {
@@ -188,9 +215,7 @@ func TestChainReplicatesAndReconfigures(t *testing.T) {
 	// store: the acknowledged writes are on every replica.
 	c0 := r.waitChain(func(cluster.Chain) bool { return true })
 	for _, id := range c0.Members {
-		r.mu.Lock()
-		st := r.nodes[id].store
-		r.mu.Unlock()
+		st := r.node(id).store
 		for k, v := range want {
 			got, ok, err := st.Get(ctx, []byte(k))
 			if err != nil || !ok || string(got) != v {
@@ -204,16 +229,7 @@ func TestChainReplicatesAndReconfigures(t *testing.T) {
 	// Quiescent: every write is committed and acknowledged by every
 	// successor, so no node keeps any for re-shipping.
 	for _, id := range c0.Members {
-		r.mu.Lock()
-		nd := r.nodes[id].node
-		r.mu.Unlock()
-		deadline := time.Now().Add(10 * time.Second)
-		for chain.LogLen(nd) != 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("node %s still logs %d writes", id, chain.LogLen(nd))
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		r.waitLogEmpty(id)
 	}
 
 	// Writes go on while the head, then the tail, stops and a node joins.
@@ -235,6 +251,62 @@ func TestChainReplicatesAndReconfigures(t *testing.T) {
 	r.waitChain(members(c1.Members[0], head))
 	check(tail)
 	check(crrs)
+}
+
+// Writers in parallel, as clients are: the head ships the writes it
+// applied while a message was on its way together in the next, and each
+// replica applies them in order. Every acknowledged write is on every
+// member, and once quiet no node logs any.
+func TestConcurrentWritesReachEveryReplica(t *testing.T) {
+	r := newRig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	c0 := r.startChain(ctx, "a", "b", "c")
+	cl, err := chain.NewClient(ctx, chain.ClientConfig{Control: r.ctl, Group: "g"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	const writers, each = 16, 60
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each writer overwrites its own keys, so the last value of
+			// each is the one it put last.
+			for i := range each {
+				if err := cl.Put(ctx, fmt.Appendf(nil, "w%02d-%d", w, i%7), fmt.Appendf(nil, "v%d", i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, id := range c0.Members {
+		st := r.node(id).store
+		for w := range writers {
+			for k := range 7 {
+				last := each - 1 - (each-1-k)%7
+				got, ok, err := st.Get(ctx, fmt.Appendf(nil, "w%02d-%d", w, k))
+				if err != nil || !ok || string(got) != fmt.Sprintf("v%d", last) {
+					t.Fatalf("node %s: w%02d-%d = %q %v %v, want v%d", id, w, k, got, ok, err, last)
+				}
+			}
+		}
+		r.waitLogEmpty(id)
+	}
+	s := r.node(c0.Head()).node.ShipStats()
+	if s.Writes < writers*each || s.Messages == 0 || s.Messages > s.Writes {
+		t.Fatalf("the head shipped %d writes in %d messages, want at least %d writes", s.Writes, s.Messages, writers*each)
+	}
+	t.Logf("the head shipped %d writes in %d messages", s.Writes, s.Messages)
 }
 
 // A node that comes back holding writes the chain never committed, under

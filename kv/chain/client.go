@@ -12,7 +12,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/nearstore/nearstore/cluster"
@@ -129,7 +128,7 @@ func (c *Client) stub(id string) (chainpb.ChainClient, uint64, error) {
 	cc, ok := c.conns[addr]
 	if !ok {
 		var err error
-		if cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		if cc, err = grpc.NewClient(addr, dialOptions()...); err != nil {
 			return nil, 0, err
 		}
 		c.conns[addr] = cc

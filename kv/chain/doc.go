@@ -13,11 +13,15 @@
 //     (answered with the successor's applied and committed points), then,
 //     if the successor lacks writes this node no longer logs or is a
 //     joining node, a COPY (a snapshot's keys in chunks, then its
-//     sequence number), then the writes past that point in order. The
-//     successor skips writes it already applied (seq <= applied: they
-//     are re-shipped after every reconfiguration) and refuses a gap.
-//   - Acks flow up the same streams: the tail's committed point is its
-//     applied point; every other member's is its successor's.
+//     sequence number), then the writes past that point in order. Group
+//     commit: at most NodeConfig.ShipWindow messages are uncommitted at
+//     a time, and the writes applied meanwhile go together in the next.
+//     The successor skips writes it already applied (seq <=
+//     applied: they are re-shipped after every reconfiguration) and
+//     refuses a gap.
+//   - Acks flow up the same streams when the committed point moves: the
+//     tail's committed point is its applied point; every other member's
+//     is its successor's.
 //   - A key is dirty at a replica from the write's application until the
 //     write is committed; a non-tail replica answers a read of a dirty key
 //     with "dirty" and the client asks the tail.

@@ -15,6 +15,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/nearstore/nearstore/cluster"
@@ -86,6 +87,34 @@ func (h *Host) Groups() []string {
 	return gs
 }
 
+// Flow-control windows of every chain connection, fixed: gRPC's dynamic
+// windows probe the link with a BDP ping (and a window update before
+// it) once per round trip on every connection that gets data, which on
+// a chain's short, busy round trips (a Put, a Ship message, an ack) is
+// a ping for every few messages, answered by the peer. Fixed windows
+// send none. Their size bounds the data in flight, not memory held:
+// 1 MiB a stream (a Ship message of up to maxShipBytes of writes and
+// more in flight behind it) and 8 MiB a connection, ample on a
+// datacenter link.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 8 << 20
+)
+
+// serverOptions are a host's gRPC server options.
+func serverOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.StaticStreamWindowSize(streamWindow), grpc.StaticConnWindowSize(connWindow)}
+}
+
+// dialOptions are the gRPC dial options of every connection to a chain
+// node, a client's and a node's to its successor.
+func dialOptions() []grpc.DialOption {
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithStaticStreamWindowSize(streamWindow), grpc.WithStaticConnWindowSize(connWindow),
+	}
+}
+
 // errLeaseLost: the node's etcd lease expired while it ran (a long pause,
 // a partition from etcd); the cluster may have taken it out already.
 var errLeaseLost = errors.New("chain: lease lost")
@@ -98,7 +127,7 @@ var errLeaseLost = errors.New("chain: lease lost")
 func (h *Host) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(serverOptions()...)
 	chainpb.RegisterChainServer(srv, h)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()

@@ -10,12 +10,13 @@ import (
 	"log/slog"
 	"maps"
 	"net"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/nearstore/nearstore/cluster"
@@ -40,7 +41,13 @@ type NodeConfig struct {
 	ReadIOPS float64
 	// CopyChunk is the number of KVs per COPY message (default 256).
 	CopyChunk int
-	Log       *slog.Logger
+	// ShipWindow is how many Ship messages of writes a node has
+	// uncommitted at a time (default 1): the writes applied while the
+	// window is full go together in the next message (group commit), so
+	// a smaller window sends fewer, larger messages and a Put waits up
+	// to one more commit round trip before it is shipped.
+	ShipWindow int
+	Log        *slog.Logger
 }
 
 type entry struct {
@@ -51,6 +58,14 @@ type entry struct {
 type note struct {
 	version uint64
 	body    []byte
+}
+
+// commitWait is a Put waiting for write seq to be committed: ch is
+// closed once it is (or once committed passes seq for another reason,
+// as the broadcast of changed would have woken it).
+type commitWait struct {
+	seq uint64
+	ch  chan struct{}
 }
 
 // Node is one replica of a group's chain: it serves Put at the head, Get
@@ -68,6 +83,10 @@ type note struct {
 //   - dirty[k] is the highest seq of a write to k that is not committed;
 //     a key with no entry is clean, and a clean key's local value is the
 //     committed one, which is what lets a non-tail replica serve it.
+//   - waits holds the Puts waiting for their commit, in seq order, none
+//     with seq <= committed: each is woken alone when the commit point
+//     passes its write, so a head with many writes in flight does not
+//     wake every one of them on every change (changed wakes the rest).
 type Node struct {
 	cfg NodeConfig
 	log *slog.Logger
@@ -80,6 +99,7 @@ type Node struct {
 	logBase     uint64
 	entries     []entry
 	dirty       map[string]uint64
+	waits       []commitWait
 	succApplied uint64 // the successor's applied point (meaningful if hasSucc)
 	hasSucc     bool
 	copying     bool
@@ -106,6 +126,9 @@ type Node struct {
 
 	shipCancel context.CancelFunc
 	shipDone   chan struct{}
+	// shipMsgs and shipWrites count the write messages this node's
+	// shipper sent and the writes in them (ShipStats).
+	shipMsgs, shipWrites atomic.Uint64
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn
@@ -126,6 +149,9 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	}
 	if cfg.CopyChunk <= 0 {
 		cfg.CopyChunk = 256
+	}
+	if cfg.ShipWindow <= 0 {
+		cfg.ShipWindow = 1
 	}
 	lg := cfg.Log
 	if lg == nil {
@@ -268,6 +294,18 @@ func (n *Node) setCommittedLocked(c uint64) {
 		}
 	}
 	n.committed = c
+	n.releaseWaitsLocked()
+}
+
+// releaseWaitsLocked wakes the Puts whose writes are committed.
+func (n *Node) releaseWaitsLocked() {
+	i := 0
+	for ; i < len(n.waits) && n.waits[i].seq <= n.committed; i++ {
+		close(n.waits[i].ch)
+	}
+	if i > 0 {
+		n.waits = slices.Delete(n.waits, 0, i)
+	}
 }
 
 func (n *Node) truncateLocked() {
@@ -285,7 +323,9 @@ func (n *Node) truncateLocked() {
 }
 
 // applyLocked applies the write seq (== applied+1) and logs it; at the
-// head (head set) a HeadStore completes the op that is logged.
+// head (head set) a HeadStore completes the op that is logged. The caller
+// then calls advanceLocked and notifyLocked, once for all the writes it
+// applies together.
 func (n *Node) applyLocked(ctx context.Context, seq uint64, op Op, head bool) error {
 	if hs, ok := n.cfg.Store.(HeadStore); ok && head {
 		var err error
@@ -300,8 +340,6 @@ func (n *Node) applyLocked(ctx context.Context, seq uint64, op Op, head bool) er
 	if op.Record == nil {
 		n.dirty[string(op.Key)] = seq
 	}
-	n.advanceLocked()
-	n.notifyLocked()
 	return nil
 }
 
@@ -409,6 +447,8 @@ func (n *Node) headApplyLocked(ctx context.Context, op Op) (uint64, error) {
 	if err := n.applyLocked(ctx, seq, op, true); err != nil {
 		return 0, status.Errorf(codes.Internal, "chain: %v", err)
 	}
+	n.advanceLocked()
+	n.notifyLocked()
 	if n.shards != nil && op.Record == nil {
 		n.writes[hex.EncodeToString(n.shards.Shards[n.shards.Lookup(op.Key)].Start)]++
 	}
@@ -418,7 +458,7 @@ func (n *Node) headApplyLocked(ctx context.Context, op Op) (uint64, error) {
 // waitCommitLocked waits until write seq is committed, and unlocks mu.
 func (n *Node) waitCommitLocked(ctx context.Context, seq uint64) error {
 	for n.committed < seq {
-		ch := n.changed
+		ch := n.commitWaitLocked(seq)
 		n.mu.Unlock()
 		select {
 		case <-ch:
@@ -429,6 +469,21 @@ func (n *Node) waitCommitLocked(ctx context.Context, seq uint64) error {
 	}
 	n.mu.Unlock()
 	return nil
+}
+
+// commitWaitLocked returns a channel closed once committed >= seq
+// (seq > committed). A waiter that gives up stays in waits until then:
+// there are at most as many as writes were in flight.
+func (n *Node) commitWaitLocked(seq uint64) <-chan struct{} {
+	w := commitWait{seq, make(chan struct{})}
+	// Writes are numbered in order, so a new waiter almost always goes
+	// last; after a COPY reset the commit point starts over lower.
+	i := len(n.waits)
+	for i > 0 && n.waits[i-1].seq > seq {
+		i--
+	}
+	n.waits = slices.Insert(n.waits, i, w)
+	return w.ch
 }
 
 // Append adds a store record at the head (Op.Record, completed by a
@@ -536,7 +591,7 @@ func (n *Node) conn(addr string) (*grpc.ClientConn, error) {
 	if c, ok := n.conns[addr]; ok {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, dialOptions()...)
 	if err != nil {
 		return nil, err
 	}
@@ -627,9 +682,24 @@ func (n *Node) ship(ctx context.Context, c cluster.Chain, succ string) error {
 	}
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- n.recvAcks(ctx, st, c, succ) }()
+	// Group commit: a message carries every write applied since the
+	// last (up to maxShipBytes), and at most window messages are
+	// uncommitted at a time; the writes applied meanwhile wait and go
+	// together in the next. inFlight is the last seq of each message
+	// sent and not yet committed.
+	window := n.cfg.ShipWindow
+	var inFlight []uint64
 	for {
 		n.mu.Lock()
-		for cursor > n.applied {
+		for {
+			k := 0
+			for k < len(inFlight) && inFlight[k] <= n.committed {
+				k++
+			}
+			inFlight = inFlight[k:]
+			if cursor <= n.applied && len(inFlight) < window {
+				break
+			}
 			ch := n.changed
 			n.mu.Unlock()
 			select {
@@ -645,16 +715,51 @@ func (n *Node) ship(ctx context.Context, c cluster.Chain, succ string) error {
 			n.mu.Unlock()
 			return fmt.Errorf("write %d already dropped from the log (base %d)", cursor, n.logBase)
 		}
-		batch := append([]entry(nil), n.entries[cursor-n.logBase-1:]...)
-		n.mu.Unlock()
-		for _, e := range batch {
-			w := &chainpb.Write{Seq: e.seq, Key: e.op.Key, Value: e.op.Value, Delete: e.op.Delete, Tag: e.op.Tag, Record: e.op.Record}
-			if err := st.Send(hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Write{Write: w}})); err != nil {
-				return err
-			}
+		batch := n.entries[cursor-n.logBase-1:]
+		ws := make([]*chainpb.Write, shipBatchLen(batch))
+		for i, e := range batch[:len(ws)] {
+			ws[i] = &chainpb.Write{Seq: e.seq, Key: e.op.Key, Value: e.op.Value, Delete: e.op.Delete, Tag: e.op.Tag, Record: e.op.Record}
 		}
-		cursor += uint64(len(batch))
+		n.mu.Unlock()
+		if err := st.Send(hdr(&chainpb.ShipMsg{Body: &chainpb.ShipMsg_Writes{Writes: &chainpb.Writes{Writes: ws}}})); err != nil {
+			return err
+		}
+		n.shipMsgs.Add(1)
+		n.shipWrites.Add(uint64(len(ws)))
+		cursor += uint64(len(ws))
+		inFlight = append(inFlight, cursor-1)
 	}
+}
+
+// ShipStats counts what a node shipped to its successors.
+type ShipStats struct {
+	// Messages is the number of write messages sent, Writes the writes
+	// in them: Writes/Messages is how many writes a message carried on
+	// average (group commit down the chain).
+	Messages, Writes uint64
+}
+
+// ShipStats returns what the node shipped since it started.
+func (n *Node) ShipStats() ShipStats {
+	return ShipStats{Messages: n.shipMsgs.Load(), Writes: n.shipWrites.Load()}
+}
+
+// maxShipBytes bounds the keys, values and records of the writes one
+// Ship message carries (one write may be larger on its own), well under
+// gRPC's 4 MiB default receive limit.
+const maxShipBytes = 1 << 20
+
+// shipBatchLen is how many of the first writes of batch (at least one)
+// go in the next message.
+func shipBatchLen(batch []entry) int {
+	size := 0
+	for i, e := range batch {
+		size += len(e.op.Key) + len(e.op.Value) + len(e.op.Record)
+		if i > 0 && size > maxShipBytes {
+			return i
+		}
+	}
+	return len(batch)
 }
 
 func (n *Node) sendCopy(ctx context.Context, st chainpb.Chain_ShipClient, hdr func(*chainpb.ShipMsg) *chainpb.ShipMsg, snap Snapshot) error {
@@ -804,19 +909,9 @@ func (n *Node) receive(ctx context.Context, m *chainpb.ShipMsg, copyStarted *boo
 	defer n.mu.Unlock()
 	switch b := m.Body.(type) {
 	case *chainpb.ShipMsg_Write:
-		w := b.Write
-		if n.copying {
-			return status.Error(codes.FailedPrecondition, "chain: write during COPY")
-		}
-		if w.Seq <= n.applied {
-			return nil // shipped again after a reconfiguration
-		}
-		if w.Seq != n.applied+1 {
-			return status.Errorf(codes.FailedPrecondition, "chain: write %d after %d: gap", w.Seq, n.applied)
-		}
-		if err := n.applyLocked(ctx, w.Seq, Op{Key: w.Key, Value: w.Value, Delete: w.Delete, Tag: w.Tag, Record: w.Record}, false); err != nil {
-			return status.Errorf(codes.Internal, "chain: %v", err)
-		}
+		return n.receiveWritesLocked(ctx, []*chainpb.Write{b.Write})
+	case *chainpb.ShipMsg_Writes:
+		return n.receiveWritesLocked(ctx, b.Writes.Writes)
 	case *chainpb.ShipMsg_Chunk:
 		if !*copyStarted { // a COPY broken off earlier starts over
 			*copyStarted = true
@@ -845,6 +940,7 @@ func (n *Node) receive(ctx context.Context, m *chainpb.ShipMsg, copyStarted *boo
 		n.copies++
 		s := b.Done.Seq
 		n.applied, n.committed, n.logBase, n.succApplied = s, s, s, s
+		n.releaseWaitsLocked()
 		n.log.Info("COPY received", "seq", s)
 		n.notifyLocked()
 	default:
@@ -853,9 +949,44 @@ func (n *Node) receive(ctx context.Context, m *chainpb.ShipMsg, copyStarted *boo
 	return nil
 }
 
+// receiveWritesLocked applies the shipped writes ws in order, skipping
+// those applied already, and then moves the commit point and wakes the
+// node's waiters once for all of them (also when one fails: the writes
+// before it are applied and logged).
+func (n *Node) receiveWritesLocked(ctx context.Context, ws []*chainpb.Write) error {
+	if n.copying {
+		return status.Error(codes.FailedPrecondition, "chain: write during COPY")
+	}
+	from := n.applied
+	defer func() {
+		if n.applied != from {
+			n.advanceLocked()
+			n.notifyLocked()
+		}
+	}()
+	for _, w := range ws {
+		if w.Seq <= n.applied {
+			continue // shipped again after a reconfiguration
+		}
+		if w.Seq != n.applied+1 {
+			return status.Errorf(codes.FailedPrecondition, "chain: write %d after %d: gap", w.Seq, n.applied)
+		}
+		if err := n.applyLocked(ctx, w.Seq, Op{Key: w.Key, Value: w.Value, Delete: w.Delete, Tag: w.Tag, Record: w.Record}, false); err != nil {
+			return status.Errorf(codes.Internal, "chain: %v", err)
+		}
+	}
+	return nil
+}
+
 // sendAcks reports this node's applied and committed points upstream
-// whenever they move (not during a COPY), and the store notes newer than
-// those sent on this stream (sent: origin → version).
+// (not during a COPY), and the store notes newer than those sent on this
+// stream (sent: origin → version). It acks when the committed point
+// moves, which at the tail is whenever applied does; a move of applied
+// alone is acked only by a joining node, whose applied point is what
+// the tail gates its commits and the join on. Elsewhere the predecessor
+// has no use for it before the next commit (it truncates its log to
+// min(committed, successor's applied), and committed <= applied here),
+// and leaving it out halves the acks a middle node sends.
 func (n *Node) sendAcks(ctx context.Context, st chainpb.Chain_ShipServer, last *chainpb.ShipAck, copies uint64, sent map[string]uint64) error {
 	for {
 		n.mu.Lock()
@@ -863,7 +994,8 @@ func (n *Node) sendAcks(ctx context.Context, st chainpb.Chain_ShipServer, last *
 		for {
 			noteChanged := n.ownNoteLocked()
 			notes = n.newNotesLocked(sent)
-			if !n.copying && (len(notes) > 0 || n.applied != last.Applied || n.committed != last.Committed || n.copies != copies) {
+			moved := n.committed != last.Committed || (n.applied != last.Applied && n.chain.Joining == n.cfg.ID)
+			if !n.copying && (len(notes) > 0 || moved || n.copies != copies) {
 				break
 			}
 			ch := n.changed

@@ -329,6 +329,7 @@ type ShipMsg struct {
 	//	*ShipMsg_Write
 	//	*ShipMsg_Chunk
 	//	*ShipMsg_Done
+	//	*ShipMsg_Writes
 	Body          isShipMsg_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -428,6 +429,15 @@ func (x *ShipMsg) GetDone() *CopyDone {
 	return nil
 }
 
+func (x *ShipMsg) GetWrites() *Writes {
+	if x != nil {
+		if x, ok := x.Body.(*ShipMsg_Writes); ok {
+			return x.Writes
+		}
+	}
+	return nil
+}
+
 type isShipMsg_Body interface {
 	isShipMsg_Body()
 }
@@ -448,6 +458,10 @@ type ShipMsg_Done struct {
 	Done *CopyDone `protobuf:"bytes,7,opt,name=done,proto3,oneof"`
 }
 
+type ShipMsg_Writes struct {
+	Writes *Writes `protobuf:"bytes,8,opt,name=writes,proto3,oneof"`
+}
+
 func (*ShipMsg_Hello) isShipMsg_Body() {}
 
 func (*ShipMsg_Write) isShipMsg_Body() {}
@@ -455,6 +469,8 @@ func (*ShipMsg_Write) isShipMsg_Body() {}
 func (*ShipMsg_Chunk) isShipMsg_Body() {}
 
 func (*ShipMsg_Done) isShipMsg_Body() {}
+
+func (*ShipMsg_Writes) isShipMsg_Body() {}
 
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -584,6 +600,55 @@ func (x *Write) GetRecord() []byte {
 	return nil
 }
 
+// Writes are consecutive writes in sequence order, shipped as one
+// message: a node sends every write it applied since its last message
+// together (group commit down the chain), so a message's fixed cost is
+// paid once for all of them. The successor applies them in order, as if
+// each had come alone.
+type Writes struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Writes        []*Write               `protobuf:"bytes,1,rep,name=writes,proto3" json:"writes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Writes) Reset() {
+	*x = Writes{}
+	mi := &file_chain_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Writes) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Writes) ProtoMessage() {}
+
+func (x *Writes) ProtoReflect() protoreflect.Message {
+	mi := &file_chain_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Writes.ProtoReflect.Descriptor instead.
+func (*Writes) Descriptor() ([]byte, []int) {
+	return file_chain_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Writes) GetWrites() []*Write {
+	if x != nil {
+		return x.Writes
+	}
+	return nil
+}
+
 type CopyChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Kvs           []*KV                  `protobuf:"bytes,1,rep,name=kvs,proto3" json:"kvs,omitempty"`
@@ -593,7 +658,7 @@ type CopyChunk struct {
 
 func (x *CopyChunk) Reset() {
 	*x = CopyChunk{}
-	mi := &file_chain_proto_msgTypes[8]
+	mi := &file_chain_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +670,7 @@ func (x *CopyChunk) String() string {
 func (*CopyChunk) ProtoMessage() {}
 
 func (x *CopyChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_chain_proto_msgTypes[8]
+	mi := &file_chain_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -618,7 +683,7 @@ func (x *CopyChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyChunk.ProtoReflect.Descriptor instead.
 func (*CopyChunk) Descriptor() ([]byte, []int) {
-	return file_chain_proto_rawDescGZIP(), []int{8}
+	return file_chain_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CopyChunk) GetKvs() []*KV {
@@ -637,7 +702,7 @@ type CopyDone struct {
 
 func (x *CopyDone) Reset() {
 	*x = CopyDone{}
-	mi := &file_chain_proto_msgTypes[9]
+	mi := &file_chain_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +714,7 @@ func (x *CopyDone) String() string {
 func (*CopyDone) ProtoMessage() {}
 
 func (x *CopyDone) ProtoReflect() protoreflect.Message {
-	mi := &file_chain_proto_msgTypes[9]
+	mi := &file_chain_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +727,7 @@ func (x *CopyDone) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyDone.ProtoReflect.Descriptor instead.
 func (*CopyDone) Descriptor() ([]byte, []int) {
-	return file_chain_proto_rawDescGZIP(), []int{9}
+	return file_chain_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CopyDone) GetSeq() uint64 {
@@ -689,7 +754,7 @@ type ShipAck struct {
 
 func (x *ShipAck) Reset() {
 	*x = ShipAck{}
-	mi := &file_chain_proto_msgTypes[10]
+	mi := &file_chain_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +766,7 @@ func (x *ShipAck) String() string {
 func (*ShipAck) ProtoMessage() {}
 
 func (x *ShipAck) ProtoReflect() protoreflect.Message {
-	mi := &file_chain_proto_msgTypes[10]
+	mi := &file_chain_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +779,7 @@ func (x *ShipAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShipAck.ProtoReflect.Descriptor instead.
 func (*ShipAck) Descriptor() ([]byte, []int) {
-	return file_chain_proto_rawDescGZIP(), []int{10}
+	return file_chain_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShipAck) GetApplied() uint64 {
@@ -751,7 +816,7 @@ type Note struct {
 
 func (x *Note) Reset() {
 	*x = Note{}
-	mi := &file_chain_proto_msgTypes[11]
+	mi := &file_chain_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +828,7 @@ func (x *Note) String() string {
 func (*Note) ProtoMessage() {}
 
 func (x *Note) ProtoReflect() protoreflect.Message {
-	mi := &file_chain_proto_msgTypes[11]
+	mi := &file_chain_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +841,7 @@ func (x *Note) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Note.ProtoReflect.Descriptor instead.
 func (*Note) Descriptor() ([]byte, []int) {
-	return file_chain_proto_rawDescGZIP(), []int{11}
+	return file_chain_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Note) GetFrom() string {
@@ -813,7 +878,7 @@ type ScanRequest struct {
 
 func (x *ScanRequest) Reset() {
 	*x = ScanRequest{}
-	mi := &file_chain_proto_msgTypes[12]
+	mi := &file_chain_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +890,7 @@ func (x *ScanRequest) String() string {
 func (*ScanRequest) ProtoMessage() {}
 
 func (x *ScanRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_chain_proto_msgTypes[12]
+	mi := &file_chain_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +903,7 @@ func (x *ScanRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanRequest.ProtoReflect.Descriptor instead.
 func (*ScanRequest) Descriptor() ([]byte, []int) {
-	return file_chain_proto_rawDescGZIP(), []int{12}
+	return file_chain_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ScanRequest) GetGroup() string {
@@ -887,7 +952,7 @@ type ScanResponse struct {
 
 func (x *ScanResponse) Reset() {
 	*x = ScanResponse{}
-	mi := &file_chain_proto_msgTypes[13]
+	mi := &file_chain_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +964,7 @@ func (x *ScanResponse) String() string {
 func (*ScanResponse) ProtoMessage() {}
 
 func (x *ScanResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_chain_proto_msgTypes[13]
+	mi := &file_chain_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +977,7 @@ func (x *ScanResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScanResponse.ProtoReflect.Descriptor instead.
 func (*ScanResponse) Descriptor() ([]byte, []int) {
-	return file_chain_proto_rawDescGZIP(), []int{13}
+	return file_chain_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ScanResponse) GetKvs() []*KV {
@@ -954,7 +1019,7 @@ const file_chain_proto_rawDesc = "" +
 	"\x05dirty\x18\x03 \x01(\bR\x05dirty\",\n" +
 	"\x02KV\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\fR\x05value\"\x96\x02\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value\"\xc9\x02\n" +
 	"\aShipMsg\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x14\n" +
 	"\x05epoch\x18\x02 \x01(\x04R\x05epoch\x12\x12\n" +
@@ -962,7 +1027,8 @@ const file_chain_proto_rawDesc = "" +
 	"\x05hello\x18\x04 \x01(\v2\x16.nearstore.chain.HelloH\x00R\x05hello\x12.\n" +
 	"\x05write\x18\x05 \x01(\v2\x16.nearstore.chain.WriteH\x00R\x05write\x122\n" +
 	"\x05chunk\x18\x06 \x01(\v2\x1a.nearstore.chain.CopyChunkH\x00R\x05chunk\x12/\n" +
-	"\x04done\x18\a \x01(\v2\x19.nearstore.chain.CopyDoneH\x00R\x04doneB\x06\n" +
+	"\x04done\x18\a \x01(\v2\x19.nearstore.chain.CopyDoneH\x00R\x04done\x121\n" +
+	"\x06writes\x18\b \x01(\v2\x17.nearstore.chain.WritesH\x00R\x06writesB\x06\n" +
 	"\x04body\"\a\n" +
 	"\x05Hello\"\x83\x01\n" +
 	"\x05Write\x12\x10\n" +
@@ -971,7 +1037,9 @@ const file_chain_proto_rawDesc = "" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x16\n" +
 	"\x06delete\x18\x04 \x01(\bR\x06delete\x12\x10\n" +
 	"\x03tag\x18\x05 \x01(\x04R\x03tag\x12\x16\n" +
-	"\x06record\x18\x06 \x01(\fR\x06record\"2\n" +
+	"\x06record\x18\x06 \x01(\fR\x06record\"8\n" +
+	"\x06Writes\x12.\n" +
+	"\x06writes\x18\x01 \x03(\v2\x16.nearstore.chain.WriteR\x06writes\"2\n" +
 	"\tCopyChunk\x12%\n" +
 	"\x03kvs\x18\x01 \x03(\v2\x13.nearstore.chain.KVR\x03kvs\"\x1c\n" +
 	"\bCopyDone\x12\x10\n" +
@@ -1011,7 +1079,7 @@ func file_chain_proto_rawDescGZIP() []byte {
 	return file_chain_proto_rawDescData
 }
 
-var file_chain_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_chain_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_chain_proto_goTypes = []any{
 	(*PutRequest)(nil),   // 0: nearstore.chain.PutRequest
 	(*PutResponse)(nil),  // 1: nearstore.chain.PutResponse
@@ -1021,34 +1089,37 @@ var file_chain_proto_goTypes = []any{
 	(*ShipMsg)(nil),      // 5: nearstore.chain.ShipMsg
 	(*Hello)(nil),        // 6: nearstore.chain.Hello
 	(*Write)(nil),        // 7: nearstore.chain.Write
-	(*CopyChunk)(nil),    // 8: nearstore.chain.CopyChunk
-	(*CopyDone)(nil),     // 9: nearstore.chain.CopyDone
-	(*ShipAck)(nil),      // 10: nearstore.chain.ShipAck
-	(*Note)(nil),         // 11: nearstore.chain.Note
-	(*ScanRequest)(nil),  // 12: nearstore.chain.ScanRequest
-	(*ScanResponse)(nil), // 13: nearstore.chain.ScanResponse
+	(*Writes)(nil),       // 8: nearstore.chain.Writes
+	(*CopyChunk)(nil),    // 9: nearstore.chain.CopyChunk
+	(*CopyDone)(nil),     // 10: nearstore.chain.CopyDone
+	(*ShipAck)(nil),      // 11: nearstore.chain.ShipAck
+	(*Note)(nil),         // 12: nearstore.chain.Note
+	(*ScanRequest)(nil),  // 13: nearstore.chain.ScanRequest
+	(*ScanResponse)(nil), // 14: nearstore.chain.ScanResponse
 }
 var file_chain_proto_depIdxs = []int32{
 	6,  // 0: nearstore.chain.ShipMsg.hello:type_name -> nearstore.chain.Hello
 	7,  // 1: nearstore.chain.ShipMsg.write:type_name -> nearstore.chain.Write
-	8,  // 2: nearstore.chain.ShipMsg.chunk:type_name -> nearstore.chain.CopyChunk
-	9,  // 3: nearstore.chain.ShipMsg.done:type_name -> nearstore.chain.CopyDone
-	4,  // 4: nearstore.chain.CopyChunk.kvs:type_name -> nearstore.chain.KV
-	11, // 5: nearstore.chain.ShipAck.notes:type_name -> nearstore.chain.Note
-	4,  // 6: nearstore.chain.ScanResponse.kvs:type_name -> nearstore.chain.KV
-	0,  // 7: nearstore.chain.Chain.Put:input_type -> nearstore.chain.PutRequest
-	2,  // 8: nearstore.chain.Chain.Get:input_type -> nearstore.chain.GetRequest
-	5,  // 9: nearstore.chain.Chain.Ship:input_type -> nearstore.chain.ShipMsg
-	12, // 10: nearstore.chain.Chain.Scan:input_type -> nearstore.chain.ScanRequest
-	1,  // 11: nearstore.chain.Chain.Put:output_type -> nearstore.chain.PutResponse
-	3,  // 12: nearstore.chain.Chain.Get:output_type -> nearstore.chain.GetResponse
-	10, // 13: nearstore.chain.Chain.Ship:output_type -> nearstore.chain.ShipAck
-	13, // 14: nearstore.chain.Chain.Scan:output_type -> nearstore.chain.ScanResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	9,  // 2: nearstore.chain.ShipMsg.chunk:type_name -> nearstore.chain.CopyChunk
+	10, // 3: nearstore.chain.ShipMsg.done:type_name -> nearstore.chain.CopyDone
+	8,  // 4: nearstore.chain.ShipMsg.writes:type_name -> nearstore.chain.Writes
+	7,  // 5: nearstore.chain.Writes.writes:type_name -> nearstore.chain.Write
+	4,  // 6: nearstore.chain.CopyChunk.kvs:type_name -> nearstore.chain.KV
+	12, // 7: nearstore.chain.ShipAck.notes:type_name -> nearstore.chain.Note
+	4,  // 8: nearstore.chain.ScanResponse.kvs:type_name -> nearstore.chain.KV
+	0,  // 9: nearstore.chain.Chain.Put:input_type -> nearstore.chain.PutRequest
+	2,  // 10: nearstore.chain.Chain.Get:input_type -> nearstore.chain.GetRequest
+	5,  // 11: nearstore.chain.Chain.Ship:input_type -> nearstore.chain.ShipMsg
+	13, // 12: nearstore.chain.Chain.Scan:input_type -> nearstore.chain.ScanRequest
+	1,  // 13: nearstore.chain.Chain.Put:output_type -> nearstore.chain.PutResponse
+	3,  // 14: nearstore.chain.Chain.Get:output_type -> nearstore.chain.GetResponse
+	11, // 15: nearstore.chain.Chain.Ship:output_type -> nearstore.chain.ShipAck
+	14, // 16: nearstore.chain.Chain.Scan:output_type -> nearstore.chain.ScanResponse
+	13, // [13:17] is the sub-list for method output_type
+	9,  // [9:13] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_chain_proto_init() }
@@ -1061,6 +1132,7 @@ func file_chain_proto_init() {
 		(*ShipMsg_Write)(nil),
 		(*ShipMsg_Chunk)(nil),
 		(*ShipMsg_Done)(nil),
+		(*ShipMsg_Writes)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1068,7 +1140,7 @@ func file_chain_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chain_proto_rawDesc), len(file_chain_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -41,8 +41,9 @@ type ChainClient interface {
 	// to the key that is not committed yet, so the client must ask the tail.
 	Get(ctx context.Context, in *GetRequest, opts ...grpc.CallOption) (*GetResponse, error)
 	// Ship is opened by a node to its successor: Hello, then an optional
-	// COPY (chunks, then done), then writes in sequence order. The
-	// successor answers the Hello with its state and then sends acks.
+	// COPY (chunks, then done), then writes in sequence order (a Write,
+	// or several in one Writes). The successor answers the Hello with its
+	// state and then sends acks.
 	Ship(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ShipMsg, ShipAck], error)
 	// Scan returns the live keys in [start, end) (end empty: no upper
 	// bound) in key order, at most limit of them (0: the node's cap); only
@@ -112,8 +113,9 @@ type ChainServer interface {
 	// to the key that is not committed yet, so the client must ask the tail.
 	Get(context.Context, *GetRequest) (*GetResponse, error)
 	// Ship is opened by a node to its successor: Hello, then an optional
-	// COPY (chunks, then done), then writes in sequence order. The
-	// successor answers the Hello with its state and then sends acks.
+	// COPY (chunks, then done), then writes in sequence order (a Write,
+	// or several in one Writes). The successor answers the Hello with its
+	// state and then sends acks.
 	Ship(grpc.BidiStreamingServer[ShipMsg, ShipAck]) error
 	// Scan returns the live keys in [start, end) (end empty: no upper
 	// bound) in key order, at most limit of them (0: the node's cap); only

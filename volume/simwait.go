@@ -85,11 +85,14 @@ func (h *waitHeap) pop() waitEntry {
 // than q's earliest deadline (armed holds when it will fire).
 type deadlineWaiter struct {
 	al   alarm
-	free sync.Pool // chan struct{} of capacity 1
 	done chan struct{}
 
-	mu     sync.Mutex
-	q      waitHeap
+	mu sync.Mutex
+	q  waitHeap
+	// free are wake channels (capacity 1, empty) to reuse: taken and
+	// given back under mu, which a wait holds anyway (a sync.Pool cost
+	// more, its per-P caches missing as commands move between Ps).
+	free   []chan struct{}
 	armed  time.Time // when the alarm fires; zero when disarmed
 	closed bool
 }
@@ -106,15 +109,18 @@ func (w *deadlineWaiter) wait(deadline time.Time) {
 	if !time.Now().Before(deadline) {
 		return
 	}
-	ch, _ := w.free.Get().(chan struct{})
-	if ch == nil {
-		ch = make(chan struct{}, 1)
-	}
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
 		waitUntil(deadline)
 		return
+	}
+	var ch chan struct{}
+	if n := len(w.free); n > 0 {
+		ch = w.free[n-1]
+		w.free = w.free[:n-1]
+	} else {
+		ch = make(chan struct{}, 1)
 	}
 	w.q.push(waitEntry{deadline: deadline, wake: ch})
 	if w.armed.IsZero() || deadline.Before(w.armed) {
@@ -122,7 +128,9 @@ func (w *deadlineWaiter) wait(deadline time.Time) {
 	}
 	w.mu.Unlock()
 	<-ch
-	w.free.Put(ch)
+	w.mu.Lock()
+	w.free = append(w.free, ch)
+	w.mu.Unlock()
 	// Woken by close: the model's time still holds.
 	if time.Now().Before(deadline) {
 		waitUntil(deadline)

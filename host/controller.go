@@ -42,6 +42,9 @@ type Controller struct {
 	nsMu     sync.Mutex
 	ns       map[uint32]*Namespace // every namespace ever seen, unpinned handles
 	activeNS []uint32              // from the latest scan, ascending
+
+	// results recycles pushdown result buffers (*[]byte, functions.go).
+	results sync.Pool
 }
 
 // association is one incarnation of the connection: admin queue, I/O

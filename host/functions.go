@@ -1,6 +1,7 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -204,11 +205,33 @@ func (ns *Namespace) LambdaWrite(ctx context.Context, fn sandbox.ID, files []pus
 	return int(cpl.DW0), nil
 }
 
+// pushdownInCap is the buffer a Pushdown Read's result arrives in: the
+// result header and a whole scratch.
+const pushdownInCap = pushdown.ResultSize + sandbox.ScratchSize
+
+// resultBuf returns a zeroed buffer of n bytes for a function command's
+// result: for a pushdown's, one the controller recycles (a pushdown
+// result is usually far shorter than its 4 KiB buffer, which would
+// otherwise be most of the bytes a pushdown allocates).
+func (c *Controller) resultBuf(n int) *[]byte {
+	if n == pushdownInCap {
+		if b, _ := c.results.Get().(*[]byte); b != nil {
+			clear(*b)
+			return b
+		}
+	}
+	b := make([]byte, n)
+	return &b
+}
+
 func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.Request, inCap int) (pushdown.Result, error) {
-	in := make([]byte, inCap)
+	buf := ns.c.resultBuf(inCap)
+	in := *buf
 	cmd := nvme.Command{Opcode: opc}
 	cpl, err := ns.IO(ctx, &cmd, req.Marshal(), in)
 	if err != nil {
+		// The buffer is not recycled: a command that failed may have
+		// been abandoned with its data still to arrive.
 		what := "pushdown"
 		if opc == nvme.IOLambdaRead {
 			what = "λ read"
@@ -218,6 +241,10 @@ func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.
 	var res pushdown.Result
 	if err := res.Unmarshal(in); err != nil {
 		return res, fmt.Errorf("host: function result: %w", err)
+	}
+	if inCap == pushdownInCap {
+		res.Output = bytes.Clone(res.Output)
+		ns.c.results.Put(buf)
 	}
 	return res, nil
 }

@@ -351,7 +351,7 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	mod := scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
 	switch r.sqe.Opcode {
 	case nvme.IOPushdownRead:
-		s.srv.warm.run(func() { res, err = exec.Pushdown(ctx, dev, mod, &req) })
+		res, err = s.srv.warm.pushdown(exec, ctx, dev, mod, &req)
 		res.TargetMicros = pushdown.MicrosOf(time.Since(began))
 	case nvme.IOLambdaRead:
 		res, err = exec.LambdaRead(ctx, dev, mod, &req, r.inCap-pushdown.ResultSize)

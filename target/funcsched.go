@@ -235,14 +235,29 @@ type scheduledModule struct {
 	host string
 }
 
+// idleAcquirer is a module that can hand out an idle instance without
+// running any of its code (wasm.Module).
+type idleAcquirer interface {
+	AcquireIdle(ctx context.Context) (inst sandbox.Instance, ok bool, err error)
+}
+
 // Acquire runs under a slot: a new wasm instance runs the module's start
-// code. An eBPF instance is Go memory and runs no program code to be made.
+// code. An idle instance, and an eBPF instance (Go memory, no program code
+// to run to make one), need none.
 func (m scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) {
 	var inst sandbox.Instance
 	var err error
-	if m.Kind() == sandbox.KindEBPF {
+	ok := false
+	if ia, can := m.Module.(idleAcquirer); can {
+		if inst, ok, err = ia.AcquireIdle(ctx); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case ok:
+	case m.Kind() == sandbox.KindEBPF:
 		inst, err = m.Module.Acquire(ctx)
-	} else {
+	default:
 		var slot *cpuSlot
 		if slot, err = m.s.acquire(ctx, m.host); err != nil {
 			return nil, err

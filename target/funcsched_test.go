@@ -9,7 +9,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/sandbox"
+	"github.com/nearstore/nearstore/sandbox/wasm"
 )
 
 // queued counts the waiting steps.
@@ -178,4 +181,47 @@ func TestLazySlot(t *testing.T) {
 	if len(s.hosts) != 0 || s.running != 0 {
 		t.Fatalf("left %d hosts, %d running", len(s.hosts), s.running)
 	}
+}
+
+// TestScheduledAcquireIdle: taking an idle wasm instance runs no function
+// code, so it needs no CPU slot, while making a new one (its start code
+// runs) waits for one.
+func TestScheduledAcquireIdle(t *testing.T) {
+	ctx := context.Background()
+	rt, err := wasm.NewRuntime(ctx, wasm.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	code, err := functions.Module("lsm_get", sandbox.KindWasm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := rt.Load(ctx, code, sandbox.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Close(ctx)
+	s := newFuncScheduler(1, time.Millisecond, nil)
+	sm := scheduledModule{Module: mod, s: s, host: "a"}
+	tctx := sandbox.WithTenant(ctx, "a")
+	inst, err := sm.Acquire(tctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst.Release()
+
+	holder, _ := s.acquire(ctx, "b")
+	defer holder.release()
+	short, cancel := context.WithTimeout(tctx, 20*time.Millisecond)
+	defer cancel()
+	inst, err = sm.Acquire(short)
+	if err != nil {
+		t.Fatalf("an idle instance with every slot held: %v", err)
+	}
+	// A second one must be made: it waits for the slot.
+	if _, err := sm.Acquire(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a new instance with every slot held: %v", err)
+	}
+	inst.Release()
 }

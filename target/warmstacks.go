@@ -5,6 +5,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nearstore/nearstore/pushdown"
+	"github.com/nearstore/nearstore/sandbox"
 )
 
 // warmStacks runs pushdown requests on goroutines kept from one request to
@@ -26,6 +29,8 @@ type warmStacks struct {
 	ctx  context.Context
 	jobs chan *warmJob
 	free sync.Pool // *warmJob
+	// pushdowns are pushdownTasks to reuse.
+	pushdowns sync.Pool
 	// workers counts the live workers.
 	workers atomic.Int64
 }
@@ -35,24 +40,61 @@ type warmStacks struct {
 // is soon back to the goroutines it had.
 const warmIdle = time.Second
 
-// warmJob is one request handed to a worker: f runs, then done is sent.
+// warmJob is one request handed to a worker: t runs, then done is sent.
 type warmJob struct {
-	f    func()
+	t    warmTask
 	done chan struct{}
+}
+
+// warmTask is work run on a worker.
+type warmTask interface{ runWarm() }
+
+// warmFunc runs a function as a warmTask.
+type warmFunc func()
+
+func (f warmFunc) runWarm() { f() }
+
+// pushdownTask is a pushdown request run on a worker: its arguments and
+// result in one reused object, where a closure would put each on the heap
+// per request.
+type pushdownTask struct {
+	exec *pushdown.Executor
+	ctx  context.Context
+	dev  pushdown.Device
+	mod  sandbox.Module
+	req  *pushdown.Request
+	res  pushdown.Result
+	err  error
+}
+
+func (t *pushdownTask) runWarm() { t.res, t.err = t.exec.Pushdown(t.ctx, t.dev, t.mod, t.req) }
+
+// pushdown runs exec.Pushdown(ctx, dev, mod, req) on a worker.
+func (w *warmStacks) pushdown(exec *pushdown.Executor, ctx context.Context, dev pushdown.Device, mod sandbox.Module, req *pushdown.Request) (pushdown.Result, error) {
+	t, _ := w.pushdowns.Get().(*pushdownTask)
+	if t == nil {
+		t = new(pushdownTask)
+	}
+	*t = pushdownTask{exec: exec, ctx: ctx, dev: dev, mod: mod, req: req}
+	w.run(t)
+	res, err := t.res, t.err
+	*t = pushdownTask{}
+	w.pushdowns.Put(t)
+	return res, err
 }
 
 func newWarmStacks(ctx context.Context) *warmStacks {
 	return &warmStacks{ctx: ctx, jobs: make(chan *warmJob)}
 }
 
-// run runs f on a waiting worker, or on a new one if none waits, and
-// returns when f has.
-func (w *warmStacks) run(f func()) {
+// run runs t on a waiting worker, or on a new one if none waits, and
+// returns when t has.
+func (w *warmStacks) run(t warmTask) {
 	j, _ := w.free.Get().(*warmJob)
 	if j == nil {
 		j = &warmJob{done: make(chan struct{}, 1)}
 	}
-	j.f = f
+	j.t = t
 	select {
 	case w.jobs <- j:
 	default:
@@ -60,7 +102,7 @@ func (w *warmStacks) run(f func()) {
 		go w.worker(j)
 	}
 	<-j.done
-	j.f = nil
+	j.t = nil
 	w.free.Put(j)
 }
 
@@ -73,7 +115,7 @@ func (w *warmStacks) worker(j *warmJob) {
 	tick := time.NewTicker(warmIdle)
 	defer tick.Stop()
 	for j != nil {
-		j.f()
+		j.t.runWarm()
 		j.done <- struct{}{}
 		j = w.next(tick.C, time.Now())
 	}

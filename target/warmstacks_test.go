@@ -23,10 +23,10 @@ func TestWarmStacks(t *testing.T) {
 			defer wg.Done()
 			for range each {
 				done := false
-				w.run(func() {
+				w.run(warmFunc(func() {
 					time.Sleep(10 * time.Microsecond)
 					done = true
-				})
+				}))
 				if !done {
 					t.Error("run returned before its function ran")
 					return
@@ -43,7 +43,7 @@ func TestWarmStacks(t *testing.T) {
 	// has not got back to waiting yet may make run start another).
 	before := w.workers.Load()
 	for range 100 {
-		w.run(func() {})
+		w.run(warmFunc(func() {}))
 	}
 	if after := w.workers.Load(); after-before >= 100 {
 		t.Errorf("%d workers after 100 sequential runs, %d before: workers not reused", after, before)
@@ -58,7 +58,7 @@ func TestWarmStacks(t *testing.T) {
 		t.Errorf("%d workers left after the context ended", n)
 	}
 	ok := false
-	w.run(func() { ok = true })
+	w.run(warmFunc(func() { ok = true }))
 	if !ok {
 		t.Error("run after the context ended did not run its function")
 	}

@@ -107,10 +107,16 @@
 //
 // The data copy happens first and the command then waits out the rest of its
 // modelled time, so copy cost is included rather than added. Waiting must be
-// accurate at microsecond scale, which time.Sleep is not (its wake-up is late
-// by 50 µs or more under load): waits under 200 µs spin with runtime.Gosched
-// checking the monotonic clock, and longer ones sleep until 200 µs before
-// the deadline and spin the tail. Spinning costs CPU, so a sim volume under
-// deep queues uses cores that a real SSD would not; the model cannot go
-// faster than the host can copy memory.
+// accurate at microsecond scale without costing CPU, which a real SSD's
+// queue does not: time.Sleep is late by up to a millisecond when the process
+// is idle (the runtime's poller sleeps in whole milliseconds), and spinning
+// on the clock burns a core per outstanding command. So a waiting command
+// parks, and one goroutine per volume wakes the commands whose times have
+// come when a timerfd in the runtime's poller fires for the earliest of
+// them (simwait.go): idle, a command completes within a few microseconds of
+// its time; busy, as late as the poller's turn, like network I/O. Platforms
+// without timerfd sleep until 200 µs before the deadline and spin the tail
+// with runtime.Gosched. BenchmarkSimNAND reports the latency and the CPU per
+// read of both ways. The model cannot go faster than the host can copy
+// memory.
 package volume

@@ -98,6 +98,11 @@ type simVolume struct {
 
 	mu sync.Mutex // guards st; held only to run simSchedule
 	st simState
+
+	// waiter parks commands until their completion times (simwait.go);
+	// nil where the platform has no alarm, and commands wait on the
+	// clock.
+	waiter *deadlineWaiter
 }
 
 // cutProfile splits a sim spec body "nand:1GiB" into profile and size.
@@ -159,7 +164,20 @@ func openSim(s *spec, o *openOptions) (Volume, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &simVolume{mem: m, params: p, start: time.Now()}, nil
+	v := &simVolume{mem: m, params: p, start: time.Now()}
+	if al, err := newAlarm(); err == nil {
+		v.waiter = newDeadlineWaiter(al)
+	}
+	return v, nil
+}
+
+// wait returns once the model's completion time done has passed.
+func (v *simVolume) wait(done time.Time) {
+	if v.waiter != nil {
+		v.waiter.wait(done)
+		return
+	}
+	waitUntil(done)
 }
 
 func (v *simVolume) Size() int64    { return v.mem.size }
@@ -192,7 +210,7 @@ func (v *simVolume) ReadAt(p []byte, off int64) (int, error) {
 	}
 	done := v.reserve(int64(len(p)), v.params.ReadLatency)
 	n, err := v.mem.ReadAt(p, off)
-	waitUntil(done)
+	v.wait(done)
 	return n, err
 }
 
@@ -204,7 +222,7 @@ func (v *simVolume) WriteAt(p []byte, off int64) (int, error) {
 	}
 	done := v.reserve(int64(len(p)), v.params.WriteLatency)
 	n, err := v.mem.WriteAt(p, off)
-	waitUntil(done)
+	v.wait(done)
 	return n, err
 }
 
@@ -216,7 +234,7 @@ func (v *simVolume) WriteZeroes(off, n int64) error {
 	}
 	done := v.reserve(0, v.params.WriteLatency)
 	err := v.mem.WriteZeroes(off, n)
-	waitUntil(done)
+	v.wait(done)
 	return err
 }
 
@@ -227,18 +245,25 @@ func (v *simVolume) Deallocate(off, n int64) error {
 	}
 	done := v.reserve(0, v.params.WriteLatency)
 	err := v.mem.Deallocate(off, n)
-	waitUntil(done)
+	v.wait(done)
 	return err
 }
 
 // Flush is free: the model has no volatile write cache to drain.
 func (v *simVolume) Flush() error { return v.mem.Flush() }
 
-// Close releases the RAM.
-func (v *simVolume) Close() error { return v.mem.Close() }
+// Close releases the RAM and stops the waiter; commands still waiting
+// wait out their times on the clock.
+func (v *simVolume) Close() error {
+	err := v.mem.Close()
+	if err == nil && v.waiter != nil {
+		v.waiter.close()
+	}
+	return err
+}
 
-// spinThreshold is how close to a deadline waitUntil stops sleeping and
-// spins. time.Sleep on Linux routinely wakes 50 µs or more late under load,
+// spinThreshold is how close to a deadline waitUntil, the wait of
+// platforms without an alarm (simwait.go), stops sleeping and spins. time.Sleep on Linux routinely wakes 50 µs or more late under load,
 // so sleeping closer than this would blow microsecond-scale latencies.
 const spinThreshold = 200 * time.Microsecond
 

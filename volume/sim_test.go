@@ -3,6 +3,8 @@ package volume
 import (
 	"errors"
 	"math"
+	"math/rand/v2"
+	"sync"
 	"testing"
 	"time"
 )
@@ -131,4 +133,91 @@ func TestSimParams(t *testing.T) {
 		t.Fatal(err)
 	}
 	v.Close()
+}
+
+// TestDeadlineWaiterNeverEarly parks many commands at once with deadlines
+// in the past, now and the near future, in random order: every one must
+// return, and none before its deadline. How late they are belongs to
+// BenchmarkSimNAND.
+func TestDeadlineWaiterNeverEarly(t *testing.T) {
+	al, err := newAlarm()
+	if err != nil {
+		t.Skipf("no alarm here: %v", err)
+	}
+	w := newDeadlineWaiter(al)
+	defer w.close()
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(g), 7))
+			for range 50 {
+				d := time.Duration(rng.Int64N(int64(400*time.Microsecond))) - 50*time.Microsecond
+				deadline := time.Now().Add(d)
+				w.wait(deadline)
+				if now := time.Now(); now.Before(deadline) {
+					t.Errorf("wait(%+v) returned %v early", d, deadline.Sub(now))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestDeadlineWaiterClose closes a waiter with commands parked: each
+// still returns, not before its deadline, and waits after the close work
+// on the clock.
+func TestDeadlineWaiterClose(t *testing.T) {
+	al, err := newAlarm()
+	if err != nil {
+		t.Skipf("no alarm here: %v", err)
+	}
+	w := newDeadlineWaiter(al)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			deadline := time.Now().Add(20 * time.Millisecond)
+			w.wait(deadline)
+			if now := time.Now(); now.Before(deadline) {
+				t.Errorf("a parked wait returned %v early after close", deadline.Sub(now))
+			}
+		}()
+	}
+	time.Sleep(5 * time.Millisecond)
+	w.close()
+	wg.Wait()
+	deadline := time.Now().Add(100 * time.Microsecond)
+	w.wait(deadline)
+	if time.Now().Before(deadline) {
+		t.Error("a wait after close returned early")
+	}
+}
+
+// TestSimCloseWithReadsInFlight closes a sim volume while reads wait for
+// their completion times: each finishes (with the data or ErrClosed).
+func TestSimCloseWithReadsInFlight(t *testing.T) {
+	v, err := Open("sim:nand:1MiB?read_lat=5ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 4096)
+			if _, err := v.ReadAt(buf, int64(i%256)*4096); err != nil && !errors.Is(err, ErrClosed) {
+				t.Errorf("read: %v", err)
+			}
+		}()
+	}
+	time.Sleep(time.Millisecond)
+	if err := v.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
 }

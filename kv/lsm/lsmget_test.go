@@ -136,7 +136,7 @@ func TestLSMGetOnTables(t *testing.T) {
 					err = ErrNotFound
 					at = -1
 				case lgSet, lgDel:
-					got, err = val()
+					got, err = answer(val)
 				default:
 					t.Fatalf("%v %s: status %d", m.Kind(), k, status)
 				}
@@ -288,7 +288,7 @@ func TestLSMGetBadBlocks(t *testing.T) {
 		if err != nil || st != lgSet {
 			t.Fatalf("%v good block: status %d, %v", m.Kind(), st, err)
 		}
-		if v, err := val(); err != nil || string(v) != "2" {
+		if v, err := answer(val); err != nil || string(v) != "2" {
 			t.Fatalf("%v good block: %q, %v", m.Kind(), v, err)
 		}
 		inst.Release()
@@ -328,7 +328,7 @@ func FuzzPushdownResult(f *testing.F) {
 			if at >= len(plan) {
 				t.Fatalf("settled at %d of %d", at, len(plan))
 			}
-			v, err := val()
+			v, err := answer(val)
 			if status == lgDel && !errors.Is(err, ErrNotFound) {
 				t.Fatalf("DEL answered %q, %v", v, err)
 			}

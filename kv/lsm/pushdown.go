@@ -187,17 +187,27 @@ func (d *DB) runPushdown(ctx context.Context, plan []planTable, key []byte, snap
 			ps.blockReads.Add(1)
 			return runPlainly(chunk[at:at+1], key, snap)
 		default:
-			return val()
+			return answer(val)
 		}
 	}
 	return nil, ErrNotFound
 }
 
+// answer is Get's answer for the value decode returned for lgSet or
+// lgDel: a copy of it, or ErrNotFound for nil.
+func answer(val []byte) ([]byte, error) {
+	if val == nil {
+		return nil, ErrNotFound
+	}
+	return slices.Clone(val), nil
+}
+
 // push sends one request for plan (at most 16 tables), starting each table
 // at its data block, or with fromIndex at its top-level index. It returns
-// the status, the plan entry that settled it and the answer for lgSet and
-// lgDel.
-func (ps *pushState) push(ctx context.Context, plan []planTable, key []byte, snap SeqNum, fromIndex bool) (status uint32, at int, val func() ([]byte, error), err error) {
+// the status, the plan entry that settled it and, for lgSet and lgDel, the
+// value (nil if the entry is a deletion or deleted by a range tombstone),
+// which aliases the result.
+func (ps *pushState) push(ctx context.Context, plan []planTable, key []byte, snap SeqNum, fromIndex bool) (status uint32, at int, val []byte, err error) {
 	files := make([]*offloadfs.File, len(plan))
 	for i, p := range plan {
 		f, ok := p.h.reader().f.(*offloadfs.File)
@@ -258,7 +268,7 @@ func (ps *pushState) request(plan []planTable, key []byte, snap SeqNum, fromInde
 
 // decode reads lsm_get's final scratch, which comes from the target:
 // every field is checked before it is used.
-func (ps *pushState) decode(out []byte, plan []planTable) (status uint32, at int, val func() ([]byte, error), err error) {
+func (ps *pushState) decode(out []byte, plan []planTable) (status uint32, at int, val []byte, err error) {
 	if len(out) < lgOffValue {
 		return 0, 0, nil, fmt.Errorf("lsm: lsm_get returned %d bytes", len(out))
 	}
@@ -288,13 +298,10 @@ func (ps *pushState) decode(out []byte, plan []planTable) (status uint32, at int
 		if n > ps.valueCap || uint64(n) > uint64(len(out)-lgOffValue) {
 			return 0, 0, nil, fmt.Errorf("lsm: lsm_get returned a %d-byte value inline in %d bytes", n, len(out))
 		}
-		v := out[lgOffValue : lgOffValue+int(n)]
-		return status, cur, func() ([]byte, error) {
-			if kind != KindSet || tomb > seq {
-				return nil, ErrNotFound
-			}
-			return slices.Clone(v), nil
-		}, nil
+		if kind != KindSet || tomb > seq {
+			return status, cur, nil, nil
+		}
+		return status, cur, out[lgOffValue : lgOffValue+int(n) : lgOffValue+int(n)], nil
 	case lgSetBlock:
 		return status, cur, nil, nil
 	}

@@ -55,9 +55,9 @@ func (s *splitResult) release() {
 	s.plan = nil
 }
 
-// candidates returns the tables of v that may hold ukey, newest first.
-func candidates(v *Version, ukey []byte) []*FileMeta {
-	var out []*FileMeta
+// candidates appends the tables of v that may hold ukey, newest first, to
+// out (a caller's buffer, so that a Get allocates nothing for them).
+func candidates(out []*FileMeta, v *Version, ukey []byte) []*FileMeta {
 	for level, files := range v.Levels {
 		if level == 0 {
 			for _, f := range files {
@@ -102,7 +102,9 @@ func (d *DB) split(rs readState, ukey []byte, snap SeqNum) splitResult {
 	}
 	sk := searchKey(ukey, snap)
 	hash := bloomHash(ukey)
-	for _, f := range candidates(rs.v, ukey) {
+	var buf [16]*FileMeta
+	cands := candidates(buf[:0], rs.v, ukey)
+	for _, f := range cands {
 		h, err := d.tc.get(f.FileNum, f.Size)
 		if err != nil {
 			res.release()
@@ -137,6 +139,9 @@ func (d *DB) split(rs readState, ukey []byte, snap SeqNum) splitResult {
 				}
 				continue
 			}
+		}
+		if res.plan == nil {
+			res.plan = make([]planTable, 0, len(cands))
 		}
 		res.plan = append(res.plan, planTable{h: h, meta: f, data: bh, top: r.top, tomb: tomb})
 	}

@@ -131,7 +131,7 @@ func TestSplitPlanAnswersLikeGet(t *testing.T) {
 			planned++
 			rs, _ := d.loadReadState()
 			order := map[uint64]int{}
-			for j, f := range candidates(rs.v, []byte(k)) {
+			for j, f := range candidates(nil, rs.v, []byte(k)) {
 				order[f.FileNum] = j
 			}
 			d.releaseReadState(rs)

@@ -160,7 +160,35 @@ func sig(params, results []api.ValueType) string {
 // fresh one, and idle instances of other tenants are left, or evicted as
 // the pool fills.
 func (m *Module) Acquire(ctx context.Context) (sandbox.Instance, error) {
-	tenant := sandbox.TenantOf(ctx)
+	s, err := m.idle(sandbox.TenantOf(ctx))
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		if s, err = m.instantiate(ctx); err != nil {
+			return nil, err
+		}
+		s.tenant = sandbox.TenantOf(ctx)
+	}
+	return m.ready(ctx, s)
+}
+
+// AcquireIdle is Acquire without making an instance: ok is false when the
+// tenant has no idle one. Taking an idle instance runs no function code
+// (only Acquire's instantiation runs the module's start code), so a
+// caller that schedules function code on CPU slots needs no slot for it.
+func (m *Module) AcquireIdle(ctx context.Context) (_ sandbox.Instance, ok bool, _ error) {
+	s, err := m.idle(sandbox.TenantOf(ctx))
+	if err != nil || s == nil {
+		return nil, false, err
+	}
+	inst, err := m.ready(ctx, s)
+	return inst, err == nil, err
+}
+
+// idle takes an idle instance of tenant from the pool or its spares, or
+// returns nil.
+func (m *Module) idle(tenant string) (*state, error) {
 	m.mu.Lock()
 	if m.closed {
 		m.mu.Unlock()
@@ -182,13 +210,11 @@ func (m *Module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 	if spares != nil {
 		s, _ = spares.Get().(*state)
 	}
-	if s == nil {
-		var err error
-		if s, err = m.instantiate(ctx); err != nil {
-			return nil, err
-		}
-		s.tenant = tenant
-	}
+	return s, nil
+}
+
+// ready zeroes s's scratch and hands it out.
+func (m *Module) ready(ctx context.Context, s *state) (sandbox.Instance, error) {
 	if err := s.reset(ctx); err != nil {
 		s.close()
 		return nil, err

@@ -53,6 +53,19 @@ type Control struct {
 	Log    *slog.Logger
 }
 
+// Dial returns a Control on the etcd cluster at endpoints, under prefix
+// ("" is DefaultPrefix). The caller closes it (Close) when done.
+func Dial(endpoints []string, prefix string) (*Control, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: etcd %s: %w", strings.Join(endpoints, ","), err)
+	}
+	return &Control{Client: cli, Prefix: prefix}, nil
+}
+
+// Close closes the Control's etcd client.
+func (c *Control) Close() error { return c.Client.Close() }
+
 func (c *Control) prefix() string {
 	if c.Prefix == "" {
 		return DefaultPrefix

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // startEtcd runs a real embedded etcd for the test and returns a client.
@@ -19,12 +17,12 @@ func startEtcd(t *testing.T) *Control {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	ctl, err := Dial(e.Endpoints(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.Close() })
-	return &Control{Client: cli}
+	t.Cleanup(func() { ctl.Close() })
+	return ctl
 }
 
 func TestControlOnEtcd(t *testing.T) {

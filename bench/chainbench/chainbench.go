@@ -29,8 +29,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/bench/proc"
@@ -155,12 +153,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer e.Close()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	ctl, err := cluster.Dial(e.Endpoints(), "")
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	ctl := &cluster.Control{Client: cli}
+	defer ctl.Close()
 	const group = "bench"
 	var ids []string
 	for i := 1; i <= cfg.Nodes; i++ {

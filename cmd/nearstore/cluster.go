@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/cluster"
@@ -58,11 +57,11 @@ func (f *etcdFlags) control() (*cluster.Control, func(), error) {
 	if f.endpoints == "" {
 		return nil, nil, usageErrorf("--etcd is required")
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(f.endpoints, ","), DialTimeout: 5 * time.Second})
+	ctl, err := cluster.Dial(strings.Split(f.endpoints, ","), f.prefix)
 	if err != nil {
-		return nil, nil, fmt.Errorf("etcd: %w", err)
+		return nil, nil, err
 	}
-	return &cluster.Control{Client: cli, Prefix: f.prefix}, func() { cli.Close() }, nil
+	return ctl, func() { ctl.Close() }, nil
 }
 
 func newClusterEtcdCmd(g *globals) *cobra.Command {

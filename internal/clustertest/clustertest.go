@@ -21,8 +21,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/internal/chaintest"
 	"github.com/nearstore/nearstore/internal/clitest"
@@ -111,12 +109,12 @@ func Etcd(t *testing.T) (endpoint string, ctl *cluster.Control) {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	ctl, err = cluster.Dial(e.Endpoints(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.Close() })
-	return e.Endpoints()[0], &cluster.Control{Client: cli}
+	t.Cleanup(func() { ctl.Close() })
+	return e.Endpoints()[0], ctl
 }
 
 // Start runs node id as its own process (its store in a directory kept

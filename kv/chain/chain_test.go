@@ -48,12 +48,12 @@ func newRig(t testing.TB) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.Close)
-	cli, err := clientv3.New(clientv3.Config{Endpoints: e.Endpoints(), DialTimeout: 5 * time.Second})
+	ctl, err := cluster.Dial(e.Endpoints(), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { cli.Close() })
-	r := &rig{t: t, ctl: &cluster.Control{Client: cli}, dir: t.TempDir(), nodes: map[string]*runNode{}}
+	t.Cleanup(func() { ctl.Close() })
+	r := &rig{t: t, ctl: ctl, dir: t.TempDir(), nodes: map[string]*runNode{}}
 	t.Cleanup(func() {
 		r.mu.Lock()
 		ids := slices.Collect(func(yield func(string) bool) {

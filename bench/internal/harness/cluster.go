@@ -13,8 +13,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/cluster"
 )
@@ -113,12 +111,10 @@ func StartChainCluster(ctx context.Context, spec ChainClusterSpec) (_ *ChainClus
 	}
 	c.Endpoint = strings.TrimPrefix(line, "etcd ")
 	c.EtcdPID = etcd.Pid()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(c.Endpoint, ","), DialTimeout: 5 * time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("bench: etcd client: %w", err)
+	if c.Control, err = cluster.Dial(strings.Split(c.Endpoint, ","), ""); err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	c.closers = append(c.closers, cli.Close)
-	c.Control = &cluster.Control{Client: cli}
+	c.closers = append(c.closers, c.Control.Close)
 	if _, err := c.Control.CreateShardMap(ctx, spec.Shards); err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -102,14 +101,7 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 				return err
 			}
 			rep.Machine.Pinning = bp.pinning
-			if err != nil {
-				// A sweep that failed part way prints what it
-				// measured, and no plot.
-				noPlot := rf
-				noPlot.plotFile = ""
-				return errors.Join(err, printReport(&noPlot, out, rep, btreebench.WriteTable, btreebench.SavePlot))
-			}
-			return printReport(&rf, out, rep, btreebench.WriteTable, btreebench.SavePlot)
+			return printPartial(&rf, out, rep, err, btreebench.WriteTable, btreebench.SavePlot)
 		},
 	}
 	f := cmd.Flags()

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/kv/btree"
-	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -69,13 +68,8 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 			if cfg.Modes, err = parseModes(mode); err != nil {
 				return err
 			}
-			switch rt {
-			case "wasm":
-				cfg.Runtime = sandbox.KindWasm
-			case "ebpf":
-				cfg.Runtime = sandbox.KindEBPF
-			default:
-				return fmt.Errorf("--runtime %q: want wasm or ebpf", rt)
+			if cfg.Runtime, err = parseKind("--runtime", rt); err != nil {
+				return err
 			}
 			switch s := strings.TrimSpace(sweep); s {
 			case "":

@@ -78,13 +78,8 @@ func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
 	if s.modes, err = lambda.ParseModes(l.modes); err != nil {
 		return s, fmt.Errorf("--modes: %w", err)
 	}
-	switch l.runtime {
-	case "wasm":
-		s.runtime = sandbox.KindWasm
-	case "ebpf":
-		s.runtime = sandbox.KindEBPF
-	default:
-		return s, fmt.Errorf("--runtime %q: want wasm or ebpf", l.runtime)
+	if s.runtime, err = parseKind("--runtime", l.runtime); err != nil {
+		return s, err
 	}
 	if s.targetExe, s.pinning, err = l.proc.setup(); err != nil {
 		return s, err

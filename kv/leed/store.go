@@ -270,6 +270,21 @@ func checkKey(key []byte) error {
 	return nil
 }
 
+// keyed is where an operation on key starts: the store must be open
+// (and writable, for a write) and key a valid key.
+func (s *Store) keyed(key []byte, write bool) error {
+	var err error
+	if write {
+		err = s.writable()
+	} else {
+		err = s.usable()
+	}
+	if err != nil {
+		return err
+	}
+	return checkKey(key)
+}
+
 func (s *Store) usable() error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -605,10 +620,7 @@ func (s *Store) ensureSpace(ctx context.Context, vneed, kneed int64) error {
 // value.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, Cost, error) {
 	var c Cost
-	if err := s.usable(); err != nil {
-		return nil, c, err
-	}
-	if err := checkKey(key); err != nil {
+	if err := s.keyed(key, false); err != nil {
 		return nil, c, err
 	}
 	seg := s.segmentOf(key)
@@ -648,10 +660,7 @@ func (s *Store) readValue(ctx context.Context, c *Cost, bg bool, seg uint32, it 
 // one device read.
 func (s *Store) Exist(ctx context.Context, key []byte) (Cost, error) {
 	var c Cost
-	if err := s.usable(); err != nil {
-		return c, err
-	}
-	if err := checkKey(key); err != nil {
+	if err := s.keyed(key, false); err != nil {
 		return c, err
 	}
 	seg := s.segmentOf(key)
@@ -682,10 +691,7 @@ func (s *Store) Delete(ctx context.Context, key []byte) (Cost, error) {
 
 func (s *Store) put(ctx context.Context, key, value []byte, mode PutMode, seq uint64) (Cost, error) {
 	var c Cost
-	if err := s.writable(); err != nil {
-		return c, err
-	}
-	if err := checkKey(key); err != nil {
+	if err := s.keyed(key, true); err != nil {
 		return c, err
 	}
 	if len(value) > int(s.g.maxValue) {
@@ -760,10 +766,7 @@ func (s *Store) putLocked(ctx context.Context, c *Cost, seg uint32, key, entry [
 
 func (s *Store) del(ctx context.Context, key []byte, seq uint64) (Cost, error) {
 	var c Cost
-	if err := s.writable(); err != nil {
-		return c, err
-	}
-	if err := checkKey(key); err != nil {
+	if err := s.keyed(key, true); err != nil {
 		return c, err
 	}
 	seg := s.segmentOf(key)

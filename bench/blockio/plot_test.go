@@ -25,12 +25,7 @@ func testComparison() *Comparison {
 }
 
 func TestSavePlot(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "blockio.png")
-	if err := SavePlot(path, testComparison()); err != nil {
-		t.Fatal(err)
-	}
-	img := plottest.DecodePNG(t, path)
-	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 250 {
+	if b := plottest.SavePNG(t, SavePlot, testComparison()).Bounds(); b.Dx() < 500 || b.Dy() < 250 {
 		t.Errorf("image is %v", b)
 	}
 }

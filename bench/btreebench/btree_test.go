@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,20 +73,8 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 		if len(rep.Bars) != wantBars {
 			t.Errorf("cache %d: bars %+v, want %d", cache, rep.Bars, wantBars)
 		}
-		var table bytes.Buffer
-		if err := WriteTable(&table, rep); err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{"plain", "pushdown", "saturated", "round trips"} {
-			if !strings.Contains(table.String(), want) {
-				t.Errorf("table lacks %q:\n%s", want, table.String())
-			}
-		}
-		plotFile := filepath.Join(t.TempDir(), "btree.png")
-		if err := SavePlot(plotFile, rep); err != nil {
-			t.Fatal(err)
-		}
-		plottest.DecodePNG(t, plotFile)
+		plottest.Table(t, WriteTable, rep, "plain", "pushdown", "saturated", "round trips")
+		plottest.SavePNG(t, SavePlot, rep)
 		if _, err := json.Marshal(rep); err != nil {
 			t.Fatal(err)
 		}

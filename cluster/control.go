@@ -132,19 +132,32 @@ func (c *Control) Register(ctx context.Context, n Node, ttl int) (*Registration,
 
 // Nodes returns the live nodes by ID.
 func (c *Control) Nodes(ctx context.Context) (map[string]Node, error) {
-	resp, err := c.Client.Get(ctx, c.prefix()+"nodes/", clientv3.WithPrefix())
+	return listDir(ctx, c, "nodes/", "node", decodeJSON[Node])
+}
+
+// listDir reads every key below the cluster's dir ("nodes/", ...) with
+// decode, by its name there (a node's ID); what names a key's value in
+// errors.
+func listDir[T any](ctx context.Context, c *Control, dir, what string, decode func([]byte) (T, error)) (map[string]T, error) {
+	resp, err := c.Client.Get(ctx, c.prefix()+dir, clientv3.WithPrefix())
 	if err != nil {
-		return nil, fmt.Errorf("cluster: list nodes: %w", err)
+		return nil, fmt.Errorf("cluster: list %s: %w", dir, err)
 	}
-	out := make(map[string]Node, len(resp.Kvs))
+	out := make(map[string]T, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		var n Node
-		if err := json.Unmarshal(kv.Value, &n); err != nil {
-			return nil, fmt.Errorf("cluster: node %s: %w", kv.Key, err)
+		v, err := decode(kv.Value)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: %s %s: %w", what, kv.Key, err)
 		}
-		out[n.ID] = n
+		out[strings.TrimPrefix(string(kv.Key), c.prefix()+dir)] = v
 	}
 	return out, nil
+}
+
+func decodeJSON[T any](b []byte) (T, error) {
+	var v T
+	err := json.Unmarshal(b, &v)
+	return v, err
 }
 
 // Chain returns group's configuration, or ErrNoChain.
@@ -396,19 +409,7 @@ func (c *Control) ShardAckKey(id string) string { return c.prefix() + "shardacks
 // shard map version it enforces: it refuses what that map refuses, and
 // every write it took under an older map is committed.
 func (c *Control) ShardAcks(ctx context.Context) (map[string]uint64, error) {
-	resp, err := c.Client.Get(ctx, c.prefix()+"shardacks/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("cluster: shard acks: %w", err)
-	}
-	out := make(map[string]uint64, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		v, err := strconv.ParseUint(string(kv.Value), 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("cluster: shard ack %s: %w", kv.Key, err)
-		}
-		out[strings.TrimPrefix(string(kv.Key), c.prefix()+"shardacks/")] = v
-	}
-	return out, nil
+	return listDir(ctx, c, "shardacks/", "shard ack", func(b []byte) (uint64, error) { return strconv.ParseUint(string(b), 10, 64) })
 }
 
 // LoadKey is the etcd key of node id's write counters (on its lease).
@@ -423,19 +424,7 @@ type NodeLoad struct {
 
 // Loads returns every live node's write counters.
 func (c *Control) Loads(ctx context.Context) (map[string]NodeLoad, error) {
-	resp, err := c.Client.Get(ctx, c.prefix()+"load/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("cluster: loads: %w", err)
-	}
-	out := make(map[string]NodeLoad, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		var l NodeLoad
-		if err := json.Unmarshal(kv.Value, &l); err != nil {
-			return nil, fmt.Errorf("cluster: load %s: %w", kv.Key, err)
-		}
-		out[strings.TrimPrefix(string(kv.Key), c.prefix()+"load/")] = l
-	}
-	return out, nil
+	return listDir(ctx, c, "load/", "load", decodeJSON[NodeLoad])
 }
 
 // Groups returns the groups that have a chain, sorted.

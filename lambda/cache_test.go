@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nearstore/nearstore/functions"
+	"github.com/nearstore/nearstore/internal/testfuncs"
 )
 
 func pattern(n int, seed byte) []byte {
@@ -294,7 +295,7 @@ func TestCacheCoherentWithTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(res.Output, native(t, "stats64", data, functions.StatsSize)) || res.TargetMicros == 0 {
+	if !bytes.Equal(res.Output, testfuncs.Native(t, "stats64", data, functions.StatsSize)) || res.TargetMicros == 0 {
 		t.Error("a T read did not see the bytes written through the cache")
 	}
 	// Write at the target over cached pages, then read on the host.
@@ -310,7 +311,7 @@ func TestCacheCoherentWithTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := data
-	if !bytes.Equal(res.Output, native(t, "stats64", want, functions.StatsSize)) {
+	if !bytes.Equal(res.Output, testfuncs.Native(t, "stats64", want, functions.StatsSize)) {
 		t.Error("a K read after a T write did not see the target's bytes")
 	}
 	got := make([]byte, len(want))

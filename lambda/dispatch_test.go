@@ -16,6 +16,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/internal/metricstest"
+	"github.com/nearstore/nearstore/internal/testfuncs"
 	"github.com/nearstore/nearstore/offloadfs"
 	"github.com/nearstore/nearstore/pushdown"
 )
@@ -43,17 +44,7 @@ func readCases(rng *rand.Rand) []readCase {
 		}
 		text.WriteByte('\n')
 	}
-	const dim = 16
-	tgt := make([]int32, dim)
-	for i := range tgt {
-		tgt[i] = rng.Int32N(2000) - 1000
-	}
-	var vecs []byte
-	for range 3000 {
-		for range dim {
-			vecs = binary.LittleEndian.AppendUint32(vecs, uint32(rng.Int32N(2000)-1000))
-		}
-	}
+	tgt, vecs := testfuncs.KNN(rng, 16, 3000)
 	return []readCase{
 		{"stats64", nil, nums, functions.StatsSize},
 		{"grep", functions.EncodeGrep([]byte("needle"), nil), text.Bytes(), text.Len() + 1},
@@ -69,7 +60,7 @@ func TestReadModesAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, rc := range readCases(rng) {
 		f := e.file(rc.fn, rc.data)
-		want := native(t, rc.fn, concat(rc.params, rc.data), rc.outCap)
+		want := testfuncs.Native(t, rc.fn, concat(rc.params, rc.data), rc.outCap)
 		// A range starting and ending inside pages, too.
 		off, n := int64(3*devBS), len(rc.data)-5*devBS
 		if rc.fn == "stats64" {
@@ -78,7 +69,7 @@ func TestReadModesAgree(t *testing.T) {
 		if rc.fn == "knn" {
 			off, n = 0, len(rc.data)/2 // whole vectors
 		}
-		wantPart := native(t, rc.fn, concat(rc.params, rc.data[off:off+int64(n)]), rc.outCap)
+		wantPart := testfuncs.Native(t, rc.fn, concat(rc.params, rc.data[off:off+int64(n)]), rc.outCap)
 		for _, warm := range []float64{0, 0.5, 1} {
 			for _, mode := range []Mode{Buffered, Host, Target, Auto, Auto, Auto} {
 				name := fmt.Sprintf("%s/warm=%v/%v", rc.fn, warm, mode)
@@ -292,7 +283,7 @@ func TestProfileSchedule(t *testing.T) {
 		data[i] = byte(i * 7)
 	}
 	f := e.file("sched", data)
-	want := native(t, "stats64", data, functions.StatsSize)
+	want := testfuncs.Native(t, "stats64", data, functions.StatsSize)
 	for range 25 {
 		res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns["stats64"], Off: 0, N: len(data), OutCap: functions.StatsSize})
 		if err != nil {
@@ -336,7 +327,7 @@ func TestFileCallsBypassDispatcher(t *testing.T) {
 	f := e.file("direct", data)
 	before := e.fsys.Stats().Remote
 	res, err := f.LambdaRead(ctx, e.fns["stats64"], 0, len(data), nil, functions.StatsSize)
-	if err != nil || !bytes.Equal(res.Output, native(t, "stats64", data, functions.StatsSize)) {
+	if err != nil || !bytes.Equal(res.Output, testfuncs.Native(t, "stats64", data, functions.StatsSize)) {
 		t.Fatalf("LambdaRead: %v", err)
 	}
 	if _, err := f.LambdaWrite(ctx, e.fns["bitmap"], 0, devBS, nil, functions.EncodeBitmap([]byte{0xff}, 8)); err != nil {
@@ -375,7 +366,7 @@ func TestConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			part := data[g*region : (g+1)*region]
-			want := native(t, "stats64", part, functions.StatsSize)
+			want := testfuncs.Native(t, "stats64", part, functions.StatsSize)
 			for range 15 {
 				res, err := e.d.Read(ctx, Auto, ReadCall{File: f, Fn: e.fns["stats64"], Off: int64(g * region), N: region, OutCap: functions.StatsSize})
 				if err != nil {
@@ -581,7 +572,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := native(t, "stats64", data[off:off+chunk], functions.StatsSize); !bytes.Equal(res.Output, want) {
+		if want := testfuncs.Native(t, "stats64", data[off:off+chunk], functions.StatsSize); !bytes.Equal(res.Output, want) {
 			t.Errorf("read %d: output %x, want %x", i, res.Output, want)
 		}
 		if err := e.d.WaitProfiles(ctx); err != nil {
@@ -679,7 +670,7 @@ func TestProfileRaceOrAlone(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := native(t, "stats64", data[:chunk], functions.StatsSize); !bytes.Equal(res.Output, want) {
+		if want := testfuncs.Native(t, "stats64", data[:chunk], functions.StatsSize); !bytes.Equal(res.Output, want) {
 			t.Errorf("output %x, want %x", res.Output, want)
 		}
 		if err := e.d.WaitProfiles(ctx); err != nil {
@@ -900,7 +891,7 @@ func testReadAhead(t *testing.T, k int) {
 		// The file's bytes after the call, which wrote back what the
 		// cache held dirty there.
 		cur := contents(t, f)[i*chunk : (i+1)*chunk]
-		if want := native(t, rc.fn, concat(params, cur), chunk+1); !bytes.Equal(got, want) {
+		if want := testfuncs.Native(t, rc.fn, concat(params, cur), chunk+1); !bytes.Equal(got, want) {
 			t.Errorf("chunk %d: output differs from native on the file's bytes (%d bytes, want %d)", i, len(got), len(want))
 		}
 	}

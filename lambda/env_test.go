@@ -156,15 +156,4 @@ func contents(t testing.TB, f *offloadfs.File) []byte {
 	return b
 }
 
-// native runs the native Go reference of a function.
-func native(t testing.TB, name string, in []byte, outCap int) []byte {
-	t.Helper()
-	out := make([]byte, outCap)
-	n, err := functions.Native(name)(in, out)
-	if err != nil {
-		t.Fatalf("native %s: %v", name, err)
-	}
-	return out[:n]
-}
-
 func concat(a, b []byte) []byte { return append(bytes.Clone(a), b...) }

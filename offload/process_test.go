@@ -127,6 +127,25 @@ func startChild(t *testing.T, role string, env ...string) *testproc.Proc {
 	return testproc.Start(t, cmd)
 }
 
+// freeAfterWarmCopy copies in through c to a file reserving reserve
+// bytes and removes that file, so that the orphan directory already
+// holds the block its first entry takes, and returns the blocks free
+// after: what a task that dies mid-way must leave free.
+func (r *rig) freeAfterWarmCopy(ctx context.Context, c *offload.Client, in string, reserve int64) uint64 {
+	r.t.Helper()
+	if _, err := r.fsys.Offload(ctx, c, "copy", []offloadfs.OffloadFile{{In: r.open(in)}, {Out: "warm", Reserve: reserve}}, nil); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.fsys.Remove("warm"); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.fsys.Sync(ctx); err != nil {
+		r.t.Fatal(err)
+	}
+	free, _ := r.fsys.FreeBlocks()
+	return free
+}
+
 // afterCrash checks what must hold once either side died mid-task and
 // the owner's file system is mounted again: consistent, no orphan left,
 // no block lost, committed files intact, no output.
@@ -161,17 +180,7 @@ func TestEngineDiesMidTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	// The orphan directory keeps the block its first entry takes.
-	if _, err := r.fsys.Offload(ctx, c, "copy", []offloadfs.OffloadFile{{In: r.open("b")}, {Out: "warm", Reserve: 8192}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.fsys.Remove("warm"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.fsys.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	freeBefore, _ := r.fsys.FreeBlocks()
+	freeBefore := r.freeAfterWarmCopy(ctx, c, "b", 8192)
 
 	done := make(chan error, 1)
 	go func() {
@@ -214,17 +223,7 @@ func TestClientDiesMidTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, c := r.engine(onPeer, offload.Config{Tasks: tasks})
-	// The orphan directory keeps the block its first entry takes.
-	if _, err := r.fsys.Offload(ctx, c, "copy", []offloadfs.OffloadFile{{In: r.open("a")}, {Out: "warm", Reserve: 1 << 20}}, nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.fsys.Remove("warm"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.fsys.Sync(ctx); err != nil {
-		t.Fatal(err)
-	}
-	freeBefore, _ := r.fsys.FreeBlocks()
+	freeBefore := r.freeAfterWarmCopy(ctx, c, "a", 1<<20)
 	// The owner is the child from here.
 	if err := r.fsys.Close(); err != nil {
 		t.Fatal(err)

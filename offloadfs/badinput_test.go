@@ -297,16 +297,7 @@ func TestNoSpace(t *testing.T) {
 }
 
 func TestNoInodes(t *testing.T) {
-	ctx := context.Background()
-	dev := testfs.Device(t, "mem:16MiB")
-	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{Inodes: 16}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
+	fsys := testfs.FreshWith(t, testfs.Device(t, "mem:16MiB"), offloadfs.MkfsOptions{Inodes: 16})
 	n := 0
 	for ; ; n++ {
 		f, err := fsys.Create(strings.Repeat("f", n+1))

@@ -55,13 +55,7 @@ func fragment(t *testing.T, fsys *offloadfs.FS, files, spare int) int {
 func TestFragmented(t *testing.T) {
 	ctx := context.Background()
 	dev := testfs.Device(t, "mem:64MiB")
-	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{Inodes: 8192}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys := testfs.FreshWith(t, dev, offloadfs.MkfsOptions{Inodes: 8192})
 	holes := fragment(t, fsys, 5000, 0)
 	free0 := fsys.Usage().FreeBlocks
 

@@ -1,6 +1,7 @@
 package offloadfs
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -291,13 +292,5 @@ func checkpoint(dev Device, bs uint64, imgs []image) error {
 // sortImages orders images by home block, for the journal and for
 // coalesced checkpoint writes.
 func sortImages(imgs []image) {
-	slices.SortFunc(imgs, func(a, b image) int {
-		switch {
-		case a.home < b.home:
-			return -1
-		case a.home > b.home:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(imgs, func(a, b image) int { return cmp.Compare(a.home, b.home) })
 }

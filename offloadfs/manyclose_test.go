@@ -14,15 +14,7 @@ import (
 // outgrow the journal.
 func TestManyCloses(t *testing.T) {
 	ctx := context.Background()
-	dev := testfs.Device(t, "mem:1GiB")
-	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{Inodes: 8192}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
+	fsys := testfs.FreshWith(t, testfs.Device(t, "mem:1GiB"), offloadfs.MkfsOptions{Inodes: 8192})
 	var files []*offloadfs.File
 	for i := range 6000 {
 		f, err := fsys.Create(fmt.Sprintf("f%d", i))

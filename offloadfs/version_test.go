@@ -238,13 +238,7 @@ func TestChangeFeed(t *testing.T) {
 func TestVersionsSurviveRemount(t *testing.T) {
 	ctx := context.Background()
 	dev := testfs.Device(t, "mem:64MiB")
-	if err := offloadfs.Mkfs(ctx, dev, offloadfs.MkfsOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	fsys, err := offloadfs.Mount(ctx, dev, testfs.Quiet())
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys := testfs.Fresh(t, dev)
 	f, err := fsys.Create("x")
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
-	"io"
-	"path/filepath"
 	"strings"
 
 	"github.com/nearstore/nearstore/bench/report"
@@ -96,24 +94,8 @@ func plotterXYLabels(c *Comparison, top float64) plotter.XYLabels {
 	return xy
 }
 
-// writePlot renders c's chart (see plotComparison) to w in format ("png",
-// "svg", "pdf"), 10 by 5 inches.
-func writePlot(w io.Writer, c *Comparison, format string) error {
-	p, err := plotComparison(c)
-	if err != nil {
-		return err
-	}
-	return report.WritePlot(w, p, 10*vg.Inch, 5*vg.Inch, format)
-}
-
-// SavePlot renders c's chart to path, in the format its extension names.
+// SavePlot renders c's chart (see plotComparison), 10 by 5 inches, to
+// path in the format its extension names ("png", "svg", "pdf").
 func SavePlot(path string, c *Comparison) error {
-	p, err := plotComparison(c)
-	if err != nil {
-		return err
-	}
-	if err := p.Save(10*vg.Inch, 5*vg.Inch, path); err != nil {
-		return fmt.Errorf("bench: plot %s: %w", filepath.Base(path), err)
-	}
-	return nil
+	return report.SavePlot(path, 10*vg.Inch, 5*vg.Inch, func() (*plot.Plot, error) { return plotComparison(c) })
 }

@@ -2,6 +2,7 @@ package blockio
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -24,27 +25,27 @@ func testComparison() *Comparison {
 }
 
 func TestSavePlot(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "blockio.png")
-	if err := SavePlot(path, testComparison()); err != nil {
-		t.Fatal(err)
-	}
-	img := plottest.DecodePNG(t, path)
-	if b := img.Bounds(); b.Dx() < 500 || b.Dy() < 250 {
+	if b := plottest.SavePNG(t, SavePlot, testComparison()).Bounds(); b.Dx() < 500 || b.Dy() < 250 {
 		t.Errorf("image is %v", b)
 	}
 }
 
-func TestWritePlot(t *testing.T) {
-	var buf bytes.Buffer
+func TestSavePlotSVG(t *testing.T) {
+	dir := t.TempDir()
 	c := testComparison()
 	c.Systems = c.Systems[:1] // one system: no ratio labels
-	if err := writePlot(&buf, c, "svg"); err != nil {
+	svg := filepath.Join(dir, "one.svg")
+	if err := SavePlot(svg, c); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(buf.Bytes(), []byte("<svg")) {
-		t.Error("no SVG written")
+	if b, err := os.ReadFile(svg); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("no SVG written (%v)", err)
 	}
-	if err := writePlot(&buf, &Comparison{}, "png"); err == nil {
+	empty := filepath.Join(dir, "empty.png")
+	if err := SavePlot(empty, &Comparison{}); err == nil {
 		t.Error("an empty comparison plotted")
+	}
+	if _, err := os.Stat(empty); !os.IsNotExist(err) {
+		t.Errorf("a failed plot left %s behind (%v)", empty, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nearstore/nearstore/bench/internal/plottest"
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/kv/btree"
 )
@@ -72,21 +73,8 @@ func TestRunBTreeRoundTrips(t *testing.T) {
 		if len(rep.Bars) != wantBars {
 			t.Errorf("cache %d: bars %+v, want %d", cache, rep.Bars, wantBars)
 		}
-		var table, png bytes.Buffer
-		if err := WriteTable(&table, rep); err != nil {
-			t.Fatal(err)
-		}
-		for _, want := range []string{"plain", "pushdown", "saturated", "round trips"} {
-			if !strings.Contains(table.String(), want) {
-				t.Errorf("table lacks %q:\n%s", want, table.String())
-			}
-		}
-		if err := writePlot(&png, rep, "png"); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.HasPrefix(png.Bytes(), []byte("\x89PNG")) {
-			t.Error("plot is not a PNG")
-		}
+		plottest.Table(t, WriteTable, rep, "plain", "pushdown", "saturated", "round trips")
+		plottest.SavePNG(t, SavePlot, rep)
 		if _, err := json.Marshal(rep); err != nil {
 			t.Fatal(err)
 		}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"image/color"
-	"io"
 	"math"
 	"slices"
 
@@ -130,18 +129,8 @@ func countLabel(n int64) string {
 	return fmt.Sprint(n)
 }
 
-// writePlot renders r's chart (see plotBTree) to w in format ("png",
-// "svg", "pdf"), 8 by 6 inches.
-func writePlot(w io.Writer, r *Report, format string) error {
-	p, err := plotBTree(r)
-	if err != nil {
-		return err
-	}
-	return report.WritePlot(w, p, 8*vg.Inch, 6*vg.Inch, format)
-}
-
-// SavePlot renders r's chart to path, in the format its extension
-// names.
+// SavePlot renders r's chart (see plotBTree), 8 by 6 inches, to path in
+// the format its extension names ("png", "svg", "pdf").
 func SavePlot(path string, r *Report) error {
-	return report.SaveByExtension(path, func(w io.Writer, format string) error { return writePlot(w, r, format) })
+	return report.SavePlot(path, 8*vg.Inch, 6*vg.Inch, func() (*plot.Plot, error) { return plotBTree(r) })
 }

@@ -1,7 +1,6 @@
 package chainbench
 
 import (
-	"bytes"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,20 +16,8 @@ func TestTableAndPlot(t *testing.T) {
 		{Mode: "tail", Run: 1, OpsPerSec: 1000, Reads: 100, ReadsAtTail: 100},
 	}
 	r.Bars = nil
-	var b bytes.Buffer
-	if err := WriteTable(&b, r); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"crrs median", "35.0%", "100.0%", "node read IOPS 2000"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, b.String())
-		}
-	}
-	path := filepath.Join(t.TempDir(), "chain.png")
-	if err := SavePlot(path, r); err != nil {
-		t.Fatal(err)
-	}
-	if img := plottest.DecodePNG(t, path); img.Bounds().Dx() < 100 {
+	plottest.Table(t, WriteTable, r, "crrs median", "35.0%", "100.0%", "node read IOPS 2000")
+	if img := plottest.SavePNG(t, SavePlot, r); img.Bounds().Dx() < 100 {
 		t.Fatalf("plot is %v", img.Bounds())
 	}
 	if err := SavePlot(filepath.Join(t.TempDir(), "x.png"), &Report{}); err == nil {

@@ -1,11 +1,8 @@
 package fsbench
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -61,26 +58,14 @@ func TestRun(t *testing.T) {
 		}
 	}
 
-	var buf bytes.Buffer
-	if err := WriteTable(&buf, rep); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"read 1m QD2", "randwrite 4k QD4", "create+sync", "goal: file data I/O at least 90%"} {
-		if !strings.Contains(buf.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, buf.String())
-		}
-	}
+	plottest.Table(t, WriteTable, rep, "read 1m QD2", "randwrite 4k QD4", "create+sync", "goal: file data I/O at least 90%")
 	var back Report
 	if b, err := json.Marshal(rep); err != nil {
 		t.Fatal(err)
 	} else if err := json.Unmarshal(b, &back); err != nil || len(back.Data) != len(rep.Data) || back.Data[0].Ratio != rep.Data[0].Ratio {
 		t.Fatalf("JSON round trip: %v", err)
 	}
-	path := filepath.Join(t.TempDir(), "fs.png")
-	if err := SavePlot(path, rep); err != nil {
-		t.Fatal(err)
-	}
-	plottest.DecodePNG(t, path)
+	plottest.SavePNG(t, SavePlot, rep)
 }
 
 // TestParseFSCase: the command line's RW:BS:THREADS.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"maps"
 	"math"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -97,15 +96,7 @@ func TestRunFunc(t *testing.T) {
 	}
 
 	// The report's three forms.
-	var buf bytes.Buffer
-	if err := WriteTable(&buf, rep); err != nil {
-		t.Fatal(err)
-	}
-	for _, want := range []string{"stats64 on 64 KiB", "native", "wasm", "ebpf", "host: 7 reads", "pushdown", "overhead ns/step"} {
-		if !strings.Contains(buf.String(), want) {
-			t.Errorf("table lacks %q:\n%s", want, buf.String())
-		}
-	}
+	plottest.Table(t, WriteTable, rep, "stats64 on 64 KiB", "native", "wasm", "ebpf", "host: 7 reads", "pushdown", "overhead ns/step")
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -114,12 +105,7 @@ func TestRunFunc(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || back.Chain == nil || back.Chain.Rows[1].CommandsPerLookup != 1 {
 		t.Errorf("JSON round trip: %v, %+v", err, back.Chain)
 	}
-	path := filepath.Join(t.TempDir(), "func.png")
-	if err := SavePlot(path, rep); err != nil {
-		t.Fatal(err)
-	}
-	img := plottest.DecodePNG(t, path)
-	if b := img.Bounds(); b.Dx() < b.Dy() {
+	if b := plottest.SavePNG(t, SavePlot, rep).Bounds(); b.Dx() < b.Dy() {
 		t.Errorf("two charts side by side in %v", b)
 	}
 }

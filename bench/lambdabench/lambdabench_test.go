@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,21 +91,9 @@ func TestRunLambda(t *testing.T) {
 			if rep.Interleave != tc.interleave || len(rep.Models) != 1 {
 				t.Errorf("report: interleave %d, want %d; models %q, want λ's file's one", rep.Interleave, tc.interleave, rep.Models)
 			}
-			var out strings.Builder
-			if err := WriteTable(&out, rep); err != nil {
-				t.Fatal(err)
-			}
-			for _, want := range []string{"λ time ÷ min(K, T) time", "λ speedup over B", rep.Answer} {
-				if !strings.Contains(out.String(), want) {
-					t.Errorf("the table has no %q:\n%s", want, out.String())
-				}
-			}
+			plottest.Table(t, WriteTable, rep, "λ time ÷ min(K, T) time", "λ speedup over B", rep.Answer)
 			if tc.app == "stats64" && tc.runtime == 0 {
-				path := filepath.Join(t.TempDir(), "lambda.png")
-				if err := SavePlot(path, rep); err != nil {
-					t.Fatal(err)
-				}
-				plottest.DecodePNG(t, path)
+				plottest.SavePNG(t, SavePlot, rep)
 			}
 		})
 	}

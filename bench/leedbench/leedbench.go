@@ -69,24 +69,14 @@ type Config struct {
 }
 
 func (c *Config) defaults() {
-	if c.Objects <= 0 {
-		c.Objects = 50000
-	}
+	harness.Default(&c.Objects, 50000)
 	if len(c.ValueSizes) == 0 {
 		c.ValueSizes = []int{256, 1024}
 	}
-	if c.Threads <= 0 {
-		c.Threads = 16
-	}
-	if c.Duration <= 0 {
-		c.Duration = 3 * time.Second
-	}
-	if c.Repeat <= 0 {
-		c.Repeat = 3
-	}
-	if c.CapacityBytes <= 0 {
-		c.CapacityBytes = 256 << 20
-	}
+	harness.Default(&c.Threads, 16)
+	harness.Default(&c.Duration, 3*time.Second)
+	harness.Default(&c.Repeat, 3)
+	harness.Default(&c.CapacityBytes, 256<<20)
 }
 
 func (c *Config) progress(format string, args ...any) {

@@ -1,9 +1,7 @@
 package leedbench
 
 import (
-	"bytes"
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -57,13 +55,6 @@ func TestRunSmall(t *testing.T) {
 	if len(r.Bars) != 4 {
 		t.Fatalf("%d bars", len(r.Bars))
 	}
-	var b bytes.Buffer
-	if err := WriteTable(&b, r); err != nil || !bytes.Contains(b.Bytes(), []byte("bar: device I/Os per GET")) {
-		t.Fatalf("%v\n%s", err, b.String())
-	}
-	path := filepath.Join(t.TempDir(), "leed.png")
-	if err := SavePlot(path, r); err != nil {
-		t.Fatal(err)
-	}
-	plottest.DecodePNG(t, path)
+	plottest.Table(t, WriteTable, r, "bar: device I/Os per GET")
+	plottest.SavePNG(t, SavePlot, r)
 }

@@ -126,9 +126,7 @@ func (c *Config) setDefaults() error {
 	if len(c.SampleRates) == 0 {
 		c.SampleRates = []float64{lsm.DefaultCacheSampleRate}
 	}
-	if c.Threads <= 0 {
-		c.Threads = 32
-	}
+	harness.Default(&c.Threads, 32)
 	if len(c.Concurrency) == 0 {
 		c.Concurrency = []int{c.Threads}
 	}
@@ -153,15 +151,9 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("bench: runtime %v: want wasm or ebpf", k)
 		}
 	}
-	if c.Duration <= 0 {
-		c.Duration = 3 * time.Second
-	}
-	if c.Repeat <= 0 {
-		c.Repeat = 3
-	}
-	if c.BlockCache <= 0 {
-		c.BlockCache = 4 << 20
-	}
+	harness.Default(&c.Duration, 3*time.Second)
+	harness.Default(&c.Repeat, 3)
+	harness.Default(&c.BlockCache, 4<<20)
 	if c.TargetExe == "" {
 		return errors.New("bench: no target executable")
 	}
@@ -172,9 +164,7 @@ func (c *Config) setDefaults() error {
 }
 
 func (c *Config) progress(format string, args ...any) {
-	if c.Progress != nil {
-		c.Progress(fmt.Sprintf(format, args...))
-	}
+	harness.Stage(c.Progress, format, args...)
 }
 
 // Key is record i's key, YCSB's (bench/ycsb): "user" and a scrambled

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -11,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nearstore/nearstore/kv/btree"
-	"github.com/nearstore/nearstore/sandbox"
 	"github.com/nearstore/nearstore/volume"
 )
 
@@ -70,13 +68,8 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 			if cfg.Modes, err = parseModes(mode); err != nil {
 				return err
 			}
-			switch rt {
-			case "wasm":
-				cfg.Runtime = sandbox.KindWasm
-			case "ebpf":
-				cfg.Runtime = sandbox.KindEBPF
-			default:
-				return fmt.Errorf("--runtime %q: want wasm or ebpf", rt)
+			if cfg.Runtime, err = parseKind("--runtime", rt); err != nil {
+				return err
 			}
 			switch s := strings.TrimSpace(sweep); s {
 			case "":
@@ -102,14 +95,7 @@ keys needs fanout 15; BPF-KV's full 31 would need 30 million).`,
 				return err
 			}
 			rep.Machine.Pinning = bp.pinning
-			if err != nil {
-				// A sweep that failed part way prints what it
-				// measured, and no plot.
-				noPlot := rf
-				noPlot.plotFile = ""
-				return errors.Join(err, printReport(&noPlot, out, rep, btreebench.WriteTable, btreebench.SavePlot))
-			}
-			return printReport(&rf, out, rep, btreebench.WriteTable, btreebench.SavePlot)
+			return printPartial(&rf, out, rep, err, btreebench.WriteTable, btreebench.SavePlot)
 		},
 	}
 	f := cmd.Flags()

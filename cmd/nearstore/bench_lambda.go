@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/nearstore/nearstore/bench/lambdabench"
@@ -78,13 +78,8 @@ func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
 	if s.modes, err = lambda.ParseModes(l.modes); err != nil {
 		return s, fmt.Errorf("--modes: %w", err)
 	}
-	switch l.runtime {
-	case "wasm":
-		s.runtime = sandbox.KindWasm
-	case "ebpf":
-		s.runtime = sandbox.KindEBPF
-	default:
-		return s, fmt.Errorf("--runtime %q: want wasm or ebpf", l.runtime)
+	if s.runtime, err = parseKind("--runtime", l.runtime); err != nil {
+		return s, err
 	}
 	if s.targetExe, s.pinning, err = l.proc.setup(); err != nil {
 		return s, err
@@ -92,9 +87,21 @@ func (l *lambdaRunFlags) parse() (lambdaSettings, error) {
 	return s, nil
 }
 
-// report prints rep as a table or JSON, and writes its plot if asked.
-func (l *lambdaRunFlags) report(out io.Writer, rep *lambdabench.Report) error {
-	return printReport(&l.rf, out, rep, lambdabench.WriteTable, lambdabench.SavePlot)
+// run runs bench under the CPU profile --cpuprofile asks for, then
+// prints its report, with s's pinning, as a table or JSON, and writes its
+// plot if asked.
+func (l *lambdaRunFlags) run(cmd *cobra.Command, s lambdaSettings, bench func(context.Context) (*lambdabench.Report, error)) error {
+	stopProfile, err := startCPUProfile(l.proc.cpuprof)
+	if err != nil {
+		return err
+	}
+	defer stopProfile()
+	rep, err := bench(cmd.Context())
+	if err != nil {
+		return err
+	}
+	rep.Machine.Pinning = s.pinning
+	return printReport(&l.rf, cmd.OutOrStdout(), rep, lambdabench.WriteTable, lambdabench.SavePlot)
 }
 
 // newBenchLambdaCmd runs a λ-IO application in modes B, K, T and λ.
@@ -151,17 +158,7 @@ ran, and the goals: λ within 5% of the better of K and T, and, on a
 				Link: lf.link, TargetExe: s.targetExe, ServerCPUs: lf.proc.serverCPUs, Logger: benchLogger(cmd, g),
 			}
 			cfg.Progress = lf.rf.stages(cmd)
-			stopProfile, err := startCPUProfile(lf.proc.cpuprof)
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
-			rep, err := lambdabench.Run(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			rep.Machine.Pinning = s.pinning
-			return lf.report(cmd.OutOrStdout(), rep)
+			return lf.run(cmd, s, func(ctx context.Context) (*lambdabench.Report, error) { return lambdabench.Run(ctx, cfg) })
 		},
 	}
 	f := cmd.Flags()

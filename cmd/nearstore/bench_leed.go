@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -57,14 +56,7 @@ of "user<n>" followed by n.`,
 			if rep == nil {
 				return err
 			}
-			if err != nil {
-				// A run that failed part way prints what it measured,
-				// and no plot.
-				noPlot := rf
-				noPlot.plotFile = ""
-				return errors.Join(err, printReport(&noPlot, out, rep, leedbench.WriteTable, leedbench.SavePlot))
-			}
-			return printReport(&rf, out, rep, leedbench.WriteTable, leedbench.SavePlot)
+			return printPartial(&rf, out, rep, err, leedbench.WriteTable, leedbench.SavePlot)
 		},
 	}
 	f := cmd.Flags()

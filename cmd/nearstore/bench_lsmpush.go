@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/nearstore/nearstore/bench/lsmpushbench"
-	"github.com/nearstore/nearstore/sandbox"
 )
 
 // lsmPushFlags are `bench lsm`'s flags for its NVMe/TCP modes (--mode):
@@ -94,14 +93,11 @@ func (f *lsmPushFlags) run(cmd *cobra.Command, g *globals, a lsmPushArgs) error 
 	}
 	cfg.Dists = splitList(f.dists)
 	for _, r := range splitList(f.runtimes) {
-		switch r {
-		case "wasm":
-			cfg.Runtimes = append(cfg.Runtimes, sandbox.KindWasm)
-		case "ebpf":
-			cfg.Runtimes = append(cfg.Runtimes, sandbox.KindEBPF)
-		default:
-			return fmt.Errorf("--runtime: %q: want wasm or ebpf", r)
+		k, err := parseKind("--runtime", r)
+		if err != nil {
+			return err
 		}
+		cfg.Runtimes = append(cfg.Runtimes, k)
 	}
 	for _, c := range splitList(f.conc) {
 		n, err := strconv.Atoi(c)

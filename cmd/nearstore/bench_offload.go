@@ -34,28 +34,19 @@ and the report says so).`,
   nearstore bench prep --modes host,target --link 10gbit --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if proc.inProcess {
-				return usageErrorf("bench prep runs the target as its own process; --in-process is not supported")
-			}
-			var pinning string
-			if cfg.TargetExe, pinning, err = proc.setup(); err != nil {
-				return err
-			}
-			cfg.ServerCPUs = proc.serverCPUs
-			stopProfile, err := startCPUProfile(proc.cpuprof)
+			bp, err := proc.startOwn(cmd, g)
 			if err != nil {
 				return err
 			}
-			defer stopProfile()
+			defer bp.stopProfile()
+			cfg.TargetExe, cfg.ServerCPUs, cfg.Logger = bp.exe, proc.serverCPUs, bp.logger
 			cfg.Modes = splitList(modes)
-			cfg.Logger = benchLogger(cmd, g)
 			cfg.Progress = rf.stages(cmd)
 			rep, err := offloadbench.RunPrep(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
-			rep.Machine.Pinning = pinning
+			rep.Machine.Pinning = bp.pinning
 			return printReport(&rf, cmd.OutOrStdout(), rep, offloadbench.WritePrepTable, offloadbench.SavePrepPlot)
 		},
 	}
@@ -96,23 +87,19 @@ the target's median CPU under its threshold with every task completed.`,
   nearstore bench offload --policies tokens --clients 3 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var err error
-			if proc.inProcess {
-				return usageErrorf("bench offload runs the target as its own process; --in-process is not supported")
-			}
-			var pinning string
-			if cfg.TargetExe, pinning, err = proc.setup(); err != nil {
+			bp, err := proc.startOwn(cmd, g)
+			if err != nil {
 				return err
 			}
-			cfg.ServerCPUs = proc.serverCPUs
+			defer bp.stopProfile()
+			cfg.TargetExe, cfg.ServerCPUs, cfg.Logger = bp.exe, proc.serverCPUs, bp.logger
 			cfg.Policies = splitList(policies)
-			cfg.Logger = benchLogger(cmd, g)
 			cfg.Progress = rf.stages(cmd)
 			rep, err := offloadbench.Run(cmd.Context(), cfg)
 			if err != nil {
 				return err
 			}
-			rep.Machine.Pinning = pinning
+			rep.Machine.Pinning = bp.pinning
 			return printReport(&rf, cmd.OutOrStdout(), rep, offloadbench.WriteTable, offloadbench.SavePlot)
 		},
 	}

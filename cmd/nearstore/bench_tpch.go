@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"os"
 	"sync"
 	"time"
@@ -50,17 +51,7 @@ validation parameters.`,
 				defer bar.wait()
 				cfg.GenProgress = bar.update
 			}
-			stopProfile, err := startCPUProfile(lf.proc.cpuprof)
-			if err != nil {
-				return err
-			}
-			defer stopProfile()
-			rep, err := lambdabench.RunTPCH(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			rep.Machine.Pinning = s.pinning
-			return lf.report(cmd.OutOrStdout(), rep)
+			return lf.run(cmd, s, func(ctx context.Context) (*lambdabench.Report, error) { return lambdabench.RunTPCH(ctx, cfg) })
 		},
 	}
 	f := cmd.Flags()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -58,6 +59,18 @@ func printReport[R any](r *reportFlags, out io.Writer, rep R, table func(io.Writ
 		fmt.Fprintf(out, "\nplot: %s\n", r.plotFile)
 	}
 	return nil
+}
+
+// printPartial is printReport for a run that may have failed part way
+// (runErr): such a run prints what it measured, saves no plot, and fails
+// with runErr.
+func printPartial[R any](r *reportFlags, out io.Writer, rep R, runErr error, table func(io.Writer, R) error, plot func(string, R) error) error {
+	if runErr == nil {
+		return printReport(r, out, rep, table, plot)
+	}
+	noPlot := *r
+	noPlot.plotFile = ""
+	return errors.Join(runErr, printReport(&noPlot, out, rep, table, plot))
 }
 
 // writeJSON writes v as indented JSON.

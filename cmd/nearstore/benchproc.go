@@ -85,6 +85,15 @@ func (p *procFlags) start(cmd *cobra.Command, g *globals) (*benchProcess, error)
 	return bp, nil
 }
 
+// startOwn is start for a benchmark whose target can only run as its own
+// process: --in-process is refused.
+func (p *procFlags) startOwn(cmd *cobra.Command, g *globals) (*benchProcess, error) {
+	if p.inProcess {
+		return nil, usageErrorf("%s runs the target as its own process; --in-process is not supported", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "))
+	}
+	return p.start(cmd, g)
+}
+
 // targetExe is the binary a benchmark runs as its separate target process
 // (this one), or "" with --in-process, where pinning the target cannot be
 // asked for.

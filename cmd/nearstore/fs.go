@@ -474,16 +474,11 @@ and renamed into place when complete.`,
 		Args: cobra.ExactArgs(2),
 	}, func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error {
 		remote, local := fsPath(args[0]), args[1]
-		f, err := fsys.Open(remote)
+		f, err := fsOpenFile(fsys, "get", remote)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
-		if fi, err := f.Stat(); err != nil {
-			return err
-		} else if fi.IsDir() {
-			return fsErrorf(syscall.EISDIR, "get", remote)
-		}
 		if local == "-" {
 			_, err := fsCopy(cmd.Context(), cmd.OutOrStdout(), f)
 			return err
@@ -493,6 +488,23 @@ and renamed into place when complete.`,
 		}
 		return fsGet(cmd.Context(), local, f)
 	})
+}
+
+// fsOpenFile opens the file p for op (get, cat); a directory is EISDIR.
+func fsOpenFile(fsys *offloadfs.FS, op, p string) (*offloadfs.File, error) {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && fi.IsDir() {
+		err = fsErrorf(syscall.EISDIR, op, p)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // fsGet writes src to a temporary file next to local and renames it into
@@ -530,14 +542,9 @@ func newFSCatCmd(g *globals) *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 	}, func(cmd *cobra.Command, args []string, fsys *offloadfs.FS) error {
 		for _, a := range args {
-			p := fsPath(a)
-			f, err := fsys.Open(p)
+			f, err := fsOpenFile(fsys, "cat", fsPath(a))
 			if err != nil {
 				return err
-			}
-			if fi, err := f.Stat(); err == nil && fi.IsDir() {
-				f.Close()
-				return fsErrorf(syscall.EISDIR, "cat", p)
 			}
 			_, err = fsCopy(cmd.Context(), cmd.OutOrStdout(), f)
 			f.Close()

@@ -27,16 +27,23 @@ func standardNames() map[sandbox.ID]string {
 	return m
 }
 
+// parseKind reads the value s of the runtime flag flag (--runtime,
+// --kind): wasm or ebpf.
+func parseKind(flag, s string) (sandbox.Kind, error) {
+	switch s {
+	case "wasm":
+		return sandbox.KindWasm, nil
+	case "ebpf":
+		return sandbox.KindEBPF, nil
+	}
+	return 0, fmt.Errorf("%s %q: want wasm or ebpf", flag, s)
+}
+
 // standardModule returns the committed module of a standard function.
 func standardModule(name, kind string) ([]byte, error) {
-	var k sandbox.Kind
-	switch kind {
-	case "wasm":
-		k = sandbox.KindWasm
-	case "ebpf":
-		k = sandbox.KindEBPF
-	default:
-		return nil, usageErrorf("--kind %q: want wasm or ebpf", kind)
+	k, err := parseKind("--kind", kind)
+	if err != nil {
+		return nil, &usageError{err}
 	}
 	return functions.Module(name, k)
 }

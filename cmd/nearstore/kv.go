@@ -92,15 +92,7 @@ func (k *kvFlags) report(cmd *cobra.Command, mode btree.Mode, st btree.Stats, re
 	}{mode.String(), res, st.Reads + st.Pushdowns, st.Reads, st.Pushdowns, st.Fallbacks})
 }
 
-func (k *kvFlags) runtime() (sandbox.Kind, error) {
-	switch k.rt {
-	case "wasm":
-		return sandbox.KindWasm, nil
-	case "ebpf":
-		return sandbox.KindEBPF, nil
-	}
-	return 0, fmt.Errorf("--runtime %q: want wasm or ebpf", k.rt)
-}
+func (k *kvFlags) runtime() (sandbox.Kind, error) { return parseKind("--runtime", k.rt) }
 
 // open connects, mounts (read-only unless rw) and opens the store. The
 // returned close reports a failed commit of a read-write mount.

@@ -36,7 +36,13 @@ func Device(t testing.TB, spec string) offloadfs.Device {
 // Format makes an empty file system on dev with default mkfs options.
 func Format(t testing.TB, dev offloadfs.Device) {
 	t.Helper()
-	if err := offloadfs.Mkfs(context.Background(), dev, offloadfs.MkfsOptions{}); err != nil {
+	FormatWith(t, dev, offloadfs.MkfsOptions{})
+}
+
+// FormatWith makes an empty file system on dev with mkfs's options.
+func FormatWith(t testing.TB, dev offloadfs.Device, mkfs offloadfs.MkfsOptions) {
+	t.Helper()
+	if err := offloadfs.Mkfs(context.Background(), dev, mkfs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -66,7 +72,13 @@ func Mount(t testing.TB, dev offloadfs.Device, opts offloadfs.Options) *offloadf
 // of t.
 func Fresh(t testing.TB, dev offloadfs.Device) *offloadfs.FS {
 	t.Helper()
-	Format(t, dev)
+	return FreshWith(t, dev, offloadfs.MkfsOptions{})
+}
+
+// FreshWith is Fresh with mkfs's options.
+func FreshWith(t testing.TB, dev offloadfs.Device, mkfs offloadfs.MkfsOptions) *offloadfs.FS {
+	t.Helper()
+	FormatWith(t, dev, mkfs)
 	return Mount(t, dev, Quiet())
 }
 

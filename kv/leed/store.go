@@ -270,6 +270,21 @@ func checkKey(key []byte) error {
 	return nil
 }
 
+// keyed is where an operation on key starts: the store must be open
+// (and writable, for a write) and key a valid key.
+func (s *Store) keyed(key []byte, write bool) error {
+	var err error
+	if write {
+		err = s.writable()
+	} else {
+		err = s.usable()
+	}
+	if err != nil {
+		return err
+	}
+	return checkKey(key)
+}
+
 func (s *Store) usable() error {
 	if s.closed.Load() {
 		return ErrClosed
@@ -604,11 +619,14 @@ func (s *Store) ensureSpace(ctx context.Context, vneed, kneed int64) error {
 // Get returns key's value. It costs two device reads: the chain and the
 // value.
 func (s *Store) Get(ctx context.Context, key []byte) ([]byte, Cost, error) {
+	return s.get(ctx, key, true)
+}
+
+// get finds key in its segment's chain (ErrNotFound if it is not there)
+// and, with value, reads its value.
+func (s *Store) get(ctx context.Context, key []byte, value bool) ([]byte, Cost, error) {
 	var c Cost
-	if err := s.usable(); err != nil {
-		return nil, c, err
-	}
-	if err := checkKey(key); err != nil {
+	if err := s.keyed(key, false); err != nil {
 		return nil, c, err
 	}
 	seg := s.segmentOf(key)
@@ -622,6 +640,9 @@ func (s *Store) Get(ctx context.Context, key []byte) ([]byte, Cost, error) {
 	i := find(items, key)
 	if i < 0 {
 		return nil, c, ErrNotFound
+	}
+	if !value {
+		return nil, c, nil
 	}
 	v, err := s.readValue(ctx, &c, false, seg, &items[i])
 	return v, c, err
@@ -647,25 +668,8 @@ func (s *Store) readValue(ctx context.Context, c *Cost, bg bool, seg uint32, it 
 // Exist reports whether key has a value (nil) or not (ErrNotFound), in
 // one device read.
 func (s *Store) Exist(ctx context.Context, key []byte) (Cost, error) {
-	var c Cost
-	if err := s.usable(); err != nil {
-		return c, err
-	}
-	if err := checkKey(key); err != nil {
-		return c, err
-	}
-	seg := s.segmentOf(key)
-	mu := s.stripe(seg)
-	mu.RLock()
-	defer mu.RUnlock()
-	items, _, err := s.readChain(ctx, &c, false, seg)
-	if err != nil {
-		return c, err
-	}
-	if find(items, key) < 0 {
-		return c, ErrNotFound
-	}
-	return c, nil
+	_, c, err := s.get(ctx, key, false)
+	return c, err
 }
 
 // Put stores value under key, as mode allows. It costs three device I/Os
@@ -682,10 +686,7 @@ func (s *Store) Delete(ctx context.Context, key []byte) (Cost, error) {
 
 func (s *Store) put(ctx context.Context, key, value []byte, mode PutMode, seq uint64) (Cost, error) {
 	var c Cost
-	if err := s.writable(); err != nil {
-		return c, err
-	}
-	if err := checkKey(key); err != nil {
+	if err := s.keyed(key, true); err != nil {
 		return c, err
 	}
 	if len(value) > int(s.g.maxValue) {
@@ -760,10 +761,7 @@ func (s *Store) putLocked(ctx context.Context, c *Cost, seg uint32, key, entry [
 
 func (s *Store) del(ctx context.Context, key []byte, seq uint64) (Cost, error) {
 	var c Cost
-	if err := s.writable(); err != nil {
-		return c, err
-	}
-	if err := checkKey(key); err != nil {
+	if err := s.keyed(key, true); err != nil {
 		return c, err
 	}
 	seg := s.segmentOf(key)

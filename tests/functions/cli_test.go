@@ -22,6 +22,7 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testfuncs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/sandbox"
@@ -303,20 +304,20 @@ func TestCLI(t *testing.T) {
 	// func call --mode lambda-read: stats64 over the numbers.
 	_, out = c.call(ids["stats64"], "--mode", "lambda-read", "--json", "--offset", strconv.Itoa(numsOff),
 		"--length", strconv.Itoa(len(nums)), "--out-cap", "32")
-	if want := nativeOut(t, "stats64", nums, 32); !bytes.Equal(out, want) {
+	if want := testfuncs.Native(t, "stats64", nums, 32); !bytes.Equal(out, want) {
 		t.Errorf("lambda-read stats64: %x, want %x", out, want)
 	}
 	// The same without --json: decoded (it is a standard function) on
 	// stdout, counters on stderr; with --hex, the bytes.
 	o, _, err := c.run("func", "call", ids["stats64"], "--mode", "lambda-read", "--offset", strconv.Itoa(numsOff),
 		"--length", strconv.Itoa(len(nums)), "--out-cap", "32")
-	st, _ := functions.ParseStats(nativeOut(t, "stats64", nums, 32))
+	st, _ := functions.ParseStats(testfuncs.Native(t, "stats64", nums, 32))
 	if want := fmt.Sprintf("count %d\nsum %d\nmin %d\nmax %d\n", st.Count, st.Sum, st.Min, st.Max); err != nil || o != want {
 		t.Errorf("lambda-read, decoded: %v\nstdout: %s\nwant: %s", err, o, want)
 	}
 	o, e, err := c.run("func", "call", ids["stats64"], "--mode", "lambda-read", "--offset", strconv.Itoa(numsOff),
 		"--length", strconv.Itoa(len(nums)), "--out-cap", "32", "--hex")
-	if err != nil || strings.TrimSpace(o) != hex.EncodeToString(nativeOut(t, "stats64", nums, 32)) ||
+	if err != nil || strings.TrimSpace(o) != hex.EncodeToString(testfuncs.Native(t, "stats64", nums, 32)) ||
 		!strings.Contains(e, fmt.Sprintf("bytes read %d, one command", len(nums))) {
 		t.Errorf("lambda-read without --json: %v\nstdout: %s\nstderr: %s", err, o, e)
 	}

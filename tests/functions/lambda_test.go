@@ -3,7 +3,6 @@ package functions_test
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,20 +10,10 @@ import (
 
 	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testfuncs"
 	"github.com/nearstore/nearstore/pushdown"
 	"github.com/nearstore/nearstore/sandbox"
 )
-
-// nativeOut runs the native Go reference of a compute function on in.
-func nativeOut(t testing.TB, name string, in []byte, outCap int) []byte {
-	t.Helper()
-	out := make([]byte, outCap)
-	n, err := functions.Native(name)(in, out)
-	if err != nil {
-		t.Fatalf("native %s: %v", name, err)
-	}
-	return out[:n]
-}
 
 // TestLambdaRead: stats64, grep and knn run at the target on data read
 // from a file scattered over the namespace (the parameters prepended as
@@ -54,17 +43,7 @@ func TestLambdaRead(t *testing.T) {
 	textFile := place(t, e.ns, text.Bytes(), extentPlan{lbas: seq(5000, 200, 11), blocks: []uint32{9}})
 
 	// knn: 2000 vectors of 12 dimensions.
-	const dim = 12
-	target := make([]int32, dim)
-	for i := range target {
-		target[i] = rng.Int32N(2000) - 1000
-	}
-	var vecs []byte
-	for range 2000 {
-		for range dim {
-			vecs = binary.LittleEndian.AppendUint32(vecs, uint32(rng.Int32N(2000)-1000))
-		}
-	}
+	target, vecs := testfuncs.KNN(rng, 12, 2000)
 	vecFile := place(t, e.ns, vecs, extentPlan{lbas: seq(25000, 200, 4), blocks: []uint32{2}})
 
 	type call struct {
@@ -88,7 +67,7 @@ func TestLambdaRead(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", c.name, err)
 				}
-				want := nativeOut(t, c.name, append(bytes.Clone(c.params), c.data...), c.outCap)
+				want := testfuncs.Native(t, c.name, append(bytes.Clone(c.params), c.data...), c.outCap)
 				if !bytes.Equal(res.Output, want) {
 					t.Errorf("%s: %d bytes of output differ from the native reference's %d", c.name, len(res.Output), len(want))
 				}
@@ -103,7 +82,7 @@ func TestLambdaRead(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want := nativeOut(t, "stats64", nums[8000:24000], 32); !bytes.Equal(res.Output, want) {
+			if want := testfuncs.Native(t, "stats64", nums[8000:24000], 32); !bytes.Equal(res.Output, want) {
 				t.Errorf("stats64 of a sub-range: %x, want %x", res.Output, want)
 			}
 			// The function's own error comes back with its code: an

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/leed"
 	"github.com/nearstore/nearstore/nvme"
@@ -101,15 +102,8 @@ func linuxHostKVNamespace(t *testing.T, kernel interop.Kernel) {
 		Listen:     func(l net.Listener) net.Listener { ln = &interop.ICRespRecorder{Listener: l}; return ln }})
 	defer srv.Stop()
 
-	ctrl, err := host.Connect(ctx, srv.Addr(), nqn, host.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ctrl.Close()
-	kvns, err := ctrl.Namespace(2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, kvns := testhost.Connect(t, srv.Addr(), nqn, 2, host.Options{})
+	defer ctrl.Close() // before the target stops
 	key1, key2, key3 := "interop-key-one", "guest-key-2", "no-such-key"
 	val1 := make([]byte, 3000)
 	rand.Read(val1)

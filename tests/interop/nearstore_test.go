@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/host"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/iocheck"
 	"github.com/nearstore/nearstore/nvme"
@@ -75,15 +76,8 @@ func TestLinuxHostToOurTarget(t *testing.T) {
 	}
 
 	// nearstore's host reads the same blocks over NVMe/TCP.
-	ctrl, err := host.Connect(ctx, ln.Addr().String(), nqn, host.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(t, ln.Addr().String(), nqn, 1, host.Options{})
 	defer ctrl.Close()
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, r := range res.MD5 {
 		b := make([]byte, r.Length)
 		if _, err := ns.ReadAt(b, r.Offset); err != nil {

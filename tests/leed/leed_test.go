@@ -17,6 +17,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/leed"
 	"github.com/nearstore/nearstore/nvme"
@@ -96,16 +97,7 @@ func (r *rig) restart() {
 
 func (r *rig) connect() (*host.Controller, *host.Namespace) {
 	r.t.Helper()
-	ctrl, err := host.Connect(context.Background(), r.addr, nqn, host.Options{})
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(2)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	return ctrl, ns
+	return testhost.Connect(r.t, r.addr, nqn, 2, host.Options{})
 }
 
 func (r *rig) cli(args ...string) clitest.Result {

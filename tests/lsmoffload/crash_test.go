@@ -25,6 +25,7 @@ import (
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
 	"github.com/nearstore/nearstore/internal/testfs"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testproc"
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/offload"
@@ -154,14 +155,7 @@ func (tg *target) start() {
 // mount connects as the owner and mounts the file system.
 func (tg *target) mount(ctx context.Context) (*offloadfs.FS, func()) {
 	tg.t.Helper()
-	ctrl, err := host.Connect(ctx, tg.addr, testNQN, host.Options{HostNQN: ownerNQN, IOQueues: 2})
-	if err != nil {
-		tg.t.Fatal(err)
-	}
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		tg.t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(tg.t, tg.addr, testNQN, 1, host.Options{HostNQN: ownerNQN, IOQueues: 2})
 	fsys, err := offloadfs.Mount(ctx, ns, offloadfs.Options{Remote: ns, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tg.t.Fatal(err)
@@ -200,14 +194,7 @@ func killRound(t *testing.T, bin, victim string, rng *rand.Rand) {
 	tg := &target{t: t, bin: bin, vol: filepath.Join(t.TempDir(), "vol.img"), addr: freeAddr(t), engine: freeAddr(t)}
 	tg.start()
 	// A fresh file system: mkfs through a connection of its own.
-	ctrl, err := host.Connect(ctx, tg.addr, testNQN, host.Options{HostNQN: ownerNQN})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctrl, ns := testhost.Connect(t, tg.addr, testNQN, 1, host.Options{HostNQN: ownerNQN})
 	if err := offloadfs.Mkfs(ctx, ns, offloadfs.MkfsOptions{}); err != nil {
 		t.Fatal(err)
 	}

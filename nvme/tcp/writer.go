@@ -235,8 +235,9 @@ const spliceMin = 2048
 // queue's depth of them (256 4 KiB reads, 1 MiB with their headers). A
 // buffer let go at every batch is grown again from nothing at the next,
 // doubling, by the completers: with 64 4 KiB reads in flight per queue
-// that regrowth and the garbage collection it caused were about 55% of a
-// target's CPU per read (docs/BENCHMARKS.md).
+// the regrowth and the garbage collection it caused took 27% of a
+// target's CPU samples, and keeping the buffer halved its CPU per read
+// (docs/BENCHMARKS.md).
 const maxKeptBuffer = 1<<20 + 64<<10
 
 // outBuf is PDUs framed and not yet written: bytes copied into b, with

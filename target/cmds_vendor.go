@@ -355,10 +355,11 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	switch r.sqe.Opcode {
 	case nvme.IOPushdownRead:
 		// On a warm worker already (conn.dispatch): its stack has the
-		// depth of the wasm call and the reads inside it.
+		// depth of the wasm call and the reads inside it. The output is
+		// at most the scratch, whatever result buffer the host offers.
 		var into []byte
 		if r.inCap >= pushdown.ResultSize {
-			out = r.resultBuf(r.inCap)
+			out = r.resultBuf(min(r.inCap, pushdown.ResultSize+sandbox.ScratchSize))
 			into = out[pushdown.ResultSize:pushdown.ResultSize]
 		}
 		res, err = exec.PushdownInto(ctx, dev, mod, &req, into)

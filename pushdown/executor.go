@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/nearstore/nearstore/sandbox"
 )
@@ -89,19 +90,38 @@ func mapRange(files []File, fi uint32, off, n uint64, bs int64) ([]span, error) 
 	return out, nil
 }
 
-// readInto reads file bytes into dst, counting device reads.
+// readInto reads file bytes into dst, counting device reads. It walks
+// the extents as mapRange does, without collecting the spans first.
 func readInto(dev Device, files []File, nx sandbox.Next, dst []byte, st *Result) error {
-	spans, err := mapRange(files, nx.File, nx.Offset, nx.Len, int64(dev.BlockSize()))
-	if err != nil {
-		return err
+	fi, off, n := nx.File, nx.Offset, nx.Len
+	if int(fi) >= len(files) {
+		return fmt.Errorf("%w: file %d of %d", ErrOutsideFile, fi, len(files))
 	}
-	for _, s := range spans {
-		if _, err := dev.ReadAt(dst[:s.n], s.off); err != nil {
-			return fmt.Errorf("pushdown: read %d bytes at %d: %w", s.n, s.off, err)
+	f := &files[fi]
+	if off > f.Size || n > f.Size-off {
+		return fmt.Errorf("%w: bytes [%d, +%d) of file %d, which has %d", ErrOutsideFile, off, n, fi, f.Size)
+	}
+	bs := int64(dev.BlockSize())
+	pos := uint64(0)
+	for _, x := range f.Extents {
+		if n == 0 {
+			break
 		}
-		dst = dst[s.n:]
-		st.Reads++
-		st.BytesRead += uint64(s.n)
+		xlen := uint64(x.Blocks) * uint64(bs)
+		if off < pos+xlen {
+			in := off - pos
+			k := min(xlen-in, n)
+			at := int64(x.LBA)*bs + int64(in)
+			if _, err := dev.ReadAt(dst[:k], at); err != nil {
+				return fmt.Errorf("pushdown: read %d bytes at %d: %w", k, at, err)
+			}
+			dst = dst[k:]
+			st.Reads++
+			st.BytesRead += k
+			off += k
+			n -= k
+		}
+		pos += xlen
 	}
 	return nil
 }
@@ -129,6 +149,13 @@ type Stepper interface {
 
 // Pushdown runs a pushdown request on an instance of m; see RunSteps.
 func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, req *Request) (Result, error) {
+	return e.PushdownInto(ctx, dev, m, req, nil)
+}
+
+// PushdownInto is Pushdown with the result's output appended to out[:0]:
+// into out's memory when it has the capacity (a target's response
+// buffer), so that the output is copied once, out of the sandbox.
+func (e *Executor) PushdownInto(ctx context.Context, dev Device, m sandbox.Module, req *Request, out []byte) (Result, error) {
 	if !m.HasPushdown() {
 		return Result{}, fmt.Errorf("%w: %s has no pushdown entry", sandbox.ErrNoEntry, m.ID())
 	}
@@ -140,7 +167,7 @@ func (e *Executor) Pushdown(ctx context.Context, dev Device, m sandbox.Module, r
 		return Result{}, err
 	}
 	defer inst.Release()
-	return e.runSteps(ctx, dev, inst, req)
+	return e.runSteps(ctx, dev, inst, req, out)
 }
 
 // RunSteps runs a pushdown request on s: it copies the request's
@@ -155,7 +182,7 @@ func (e *Executor) RunSteps(ctx context.Context, dev Device, s Stepper, req *Req
 	if err := e.checkPushdown(dev, req); err != nil {
 		return Result{}, err
 	}
-	return e.runSteps(ctx, dev, s, req)
+	return e.runSteps(ctx, dev, s, req, nil)
 }
 
 // checkPushdown checks a pushdown request before an instance is taken for
@@ -170,60 +197,90 @@ func (e *Executor) checkPushdown(dev Device, req *Request) error {
 	return nil
 }
 
-// runSteps is RunSteps on a checked request.
-func (e *Executor) runSteps(ctx context.Context, dev Device, inst Stepper, req *Request) (Result, error) {
-	var res Result
-	lim := e.Limits.WithDefaults()
-	copy(inst.Scratch(), req.Params)
-	// read checks and reads one step's data into the sandbox.
-	read := func(next []sandbox.Next) (uint32, uint64, int, error) {
-		// The function's runtime stops a call when ctx ends; between
-		// calls, the reads stop here.
-		if err := ctx.Err(); err != nil {
-			return 0, 0, 0, fmt.Errorf("pushdown: %w", err)
-		}
-		if int(res.Steps) >= lim.MaxSteps {
-			return 0, 0, 0, fmt.Errorf("%w: %d steps", ErrStepLimit, res.Steps)
-		}
-		var total uint64
-		for _, nx := range next {
-			total += nx.Len
-		}
-		if total > uint64(lim.MaxStepBytes) {
-			return 0, 0, 0, fmt.Errorf("%w: %d bytes, at most %d", ErrStepSize, total, lim.MaxStepBytes)
-		}
-		buf, err := inst.Data(int(total))
-		if err != nil {
+// stepRun is one request's run through its steps: what the reads
+// between steps need, in one object reused from request to request
+// (stepRuns), with its read method bound once, so that a request's steps
+// allocate nothing of their own.
+type stepRun struct {
+	ctx  context.Context
+	dev  Device
+	inst Stepper
+	req  *Request
+	lim  sandbox.Limits
+	res  Result
+	// start is the first step's read; readFn is read, bound.
+	start  [1]sandbox.Next
+	readFn sandbox.StepReader
+}
+
+var stepRuns = sync.Pool{New: func() any {
+	r := new(stepRun)
+	r.readFn = r.read
+	return r
+}}
+
+// read checks and reads one step's data into the sandbox.
+func (r *stepRun) read(next []sandbox.Next) (uint32, uint64, int, error) {
+	// The function's runtime stops a call when ctx ends; between calls,
+	// the reads stop here.
+	if err := r.ctx.Err(); err != nil {
+		return 0, 0, 0, fmt.Errorf("pushdown: %w", err)
+	}
+	if int(r.res.Steps) >= r.lim.MaxSteps {
+		return 0, 0, 0, fmt.Errorf("%w: %d steps", ErrStepLimit, r.res.Steps)
+	}
+	var total uint64
+	for _, nx := range next {
+		total += nx.Len
+	}
+	if total > uint64(r.lim.MaxStepBytes) {
+		return 0, 0, 0, fmt.Errorf("%w: %d bytes, at most %d", ErrStepSize, total, r.lim.MaxStepBytes)
+	}
+	buf, err := r.inst.Data(int(total))
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	at := buf
+	for _, nx := range next {
+		if err := readInto(r.dev, r.req.Files, nx, at[:nx.Len], &r.res); err != nil {
 			return 0, 0, 0, err
 		}
-		at := buf
-		for _, nx := range next {
-			if err := readInto(dev, req.Files, nx, at[:nx.Len], &res); err != nil {
-				return 0, 0, 0, err
-			}
-			at = at[nx.Len:]
-		}
-		// The step runs next: count it even if it fails.
-		res.Steps++
-		return next[0].File, next[0].Offset, int(total), nil
+		at = at[nx.Len:]
 	}
-	start := []sandbox.Next{{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}}
+	// The step runs next: count it even if it fails.
+	r.res.Steps++
+	return next[0].File, next[0].Offset, int(total), nil
+}
+
+// runSteps is RunSteps on a checked request, its output appended to
+// out[:0].
+func (e *Executor) runSteps(ctx context.Context, dev Device, inst Stepper, req *Request, out []byte) (Result, error) {
+	r := stepRuns.Get().(*stepRun)
+	defer func() {
+		readFn := r.readFn
+		*r = stepRun{readFn: readFn}
+		stepRuns.Put(r)
+	}()
+	r.ctx, r.dev, r.inst, r.req, r.lim = ctx, dev, inst, req, e.Limits.WithDefaults()
+	copy(inst.Scratch(), req.Params)
+	r.start[0] = sandbox.Next{File: req.StartFile, Offset: req.StartOffset, Len: uint64(req.StartLength)}
 	var err error
 	if d, ok := inst.(sandbox.StepDriver); ok {
-		err = d.DriveSteps(ctx, start, read)
+		err = d.DriveSteps(ctx, r.start[:], r.readFn)
 	} else {
-		err = stepLoop(ctx, inst, start, read)
+		err = stepLoop(ctx, inst, r.start[:], r.readFn)
 	}
+	res := r.res
 	if err != nil {
 		var fe *sandbox.FunctionError
 		if errors.As(err, &fe) {
 			res.Code = fe.Code
-			res.Output = append([]byte(nil), inst.Scratch()...)
+			res.Output = append(out[:0], inst.Scratch()...)
 		}
 		return res, err
 	}
 	res.Done = true
-	res.Output = append([]byte(nil), inst.Scratch()[:inst.ResultLen()]...)
+	res.Output = append(out[:0], inst.Scratch()[:inst.ResultLen()]...)
 	return res, nil
 }
 

@@ -332,18 +332,21 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	}
 	defer refs.release()
 	// At most MaxFunctionCallsPerHost of the host's requests run at once.
-	done, err := s.srv.calls.acquire(ctx, s.ctrl.hostNQN)
+	hc, err := s.srv.calls.acquire(ctx, s.ctrl.hostNQN)
 	if err != nil {
 		return status(nvme.StatusAbortSQDeleted)
 	}
-	defer done()
+	defer s.srv.calls.release(hc)
 	// The function's instance is the host's own: no other host's request
 	// ever ran in its memory (sandbox.WithTenant).
 	ctx = sandbox.WithTenant(ctx, s.ctrl.hostNQN)
 	f.calls.Add(1)
-	dev := backendDevice{r.ns.backend}
+	dev := r.ns.dev
 	exec := s.srv.exec
 	var res pushdown.Result
+	// A pushdown's output goes straight into the response buffer, after
+	// the result's header.
+	var out []byte
 	// The target time runs from the first read to the result: what a
 	// host's dispatcher subtracts from the round trip to see the transfer.
 	began := time.Now()
@@ -351,7 +354,15 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	mod := scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
 	switch r.sqe.Opcode {
 	case nvme.IOPushdownRead:
-		res, err = s.srv.warm.pushdown(exec, ctx, dev, mod, &req)
+		// On a warm worker already (conn.dispatch): its stack has the
+		// depth of the wasm call and the reads inside it. The output is
+		// at most the scratch, whatever result buffer the host offers.
+		var into []byte
+		if r.inCap >= pushdown.ResultSize {
+			out = r.resultBuf(min(r.inCap, pushdown.ResultSize+sandbox.ScratchSize))
+			into = out[pushdown.ResultSize:pushdown.ResultSize]
+		}
+		res, err = exec.PushdownInto(ctx, dev, mod, &req, into)
 		res.TargetMicros = pushdown.MicrosOf(time.Since(began))
 	case nvme.IOLambdaRead:
 		res, err = exec.LambdaRead(ctx, dev, mod, &req, r.inCap-pushdown.ResultSize)
@@ -380,7 +391,9 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	if pushdown.ResultSize+len(res.Output) > r.inCap {
 		return completion{status: nvme.StatusFunctionOutput | nvme.DNR, dw0: res.Reads, dw1: uint32(res.BytesRead)}
 	}
-	out := r.resultBuf(pushdown.ResultSize + len(res.Output))
+	if out == nil {
+		out = r.resultBuf(pushdown.ResultSize + len(res.Output))
+	}
 	n := res.Marshal(out)
 	return completion{dw0: res.Reads, dw1: uint32(res.BytesRead), data: out[:n]}
 }

@@ -433,11 +433,12 @@ func (q *conn) dataTimedOut(r *request) {
 	q.close()
 }
 
-// dispatch runs a ready command: on a goroutine of its own if its table
-// entry says it may block, unless it is a small read or write of an
-// in-memory backend, which the reader runs itself because the backend
-// answers in far less time than a goroutine switch takes and its
-// completion joins the others of this burst in one write.
+// dispatch runs a ready command: on a goroutine of its own (a warm
+// worker, warmstacks.go) if its table entry says it may block, unless it
+// is a small read or write of an in-memory backend, which the reader runs
+// itself because the backend answers in far less time than a goroutine
+// switch takes and its completion joins the others of this burst in one
+// write.
 func (q *conn) dispatch(r *request) {
 	if r.spec == nil || !r.spec.blocking || runsInline(r) {
 		q.execute(r, true)
@@ -445,11 +446,19 @@ func (q *conn) dispatch(r *request) {
 	}
 	q.executing.add()
 	q.srv.inflight.add()
-	go func() {
-		defer q.srv.inflight.done()
-		defer q.executing.done()
-		q.execute(r, false)
-	}()
+	q.srv.warm.start(&blockingCommand{q: q, r: r})
+}
+
+// blockingCommand is a command that may block, run on a warm worker.
+type blockingCommand struct {
+	q *conn
+	r *request
+}
+
+func (c *blockingCommand) runWarm() {
+	defer c.q.srv.inflight.done()
+	defer c.q.executing.done()
+	c.q.execute(c.r, false)
 }
 
 // execute has the controller layer execute r and sends its completion.

@@ -81,6 +81,19 @@ type cpuSlot struct {
 
 // acquire waits for a slot for host, or for ctx to end.
 func (s *funcScheduler) acquire(ctx context.Context, host string) (*cpuSlot, error) {
+	c := s.join(host)
+	if err := c.resume(ctx); err != nil {
+		s.mu.Lock()
+		s.leaveLocked(c.h)
+		s.mu.Unlock()
+		return nil, err
+	}
+	return c, nil
+}
+
+// join returns a claim for host that holds no slot yet (paused): resume
+// takes one, release ends the claim.
+func (s *funcScheduler) join(host string) *cpuSlot {
 	s.mu.Lock()
 	h := s.hosts[host]
 	if h == nil {
@@ -91,14 +104,7 @@ func (s *funcScheduler) acquire(ctx context.Context, host string) (*cpuSlot, err
 	}
 	h.users++
 	s.mu.Unlock()
-	c := &cpuSlot{s: s, h: h}
-	if err := c.resume(ctx); err != nil {
-		s.mu.Lock()
-		s.leaveLocked(h)
-		s.mu.Unlock()
-		return nil, err
-	}
-	return c, nil
+	return &cpuSlot{s: s, h: h}
 }
 
 // resume waits for a slot for c's host, or for ctx to end.
@@ -406,11 +412,11 @@ type scheduledDriver struct {
 	d sandbox.StepDriver
 }
 
+// DriveSteps holds a slot while function code runs. The claim starts
+// without one: a StepDriver reads the first step's data before it runs
+// any function code, and takes one after that read.
 func (i *scheduledDriver) DriveSteps(ctx context.Context, first []sandbox.Next, read sandbox.StepReader) error {
-	slot, err := i.s.acquire(ctx, i.host)
-	if err != nil {
-		return err
-	}
+	slot := i.s.join(i.host)
 	defer slot.release()
 	return i.d.DriveSteps(sandbox.WithYield(ctx, slot.yield), first, func(next []sandbox.Next) (uint32, uint64, int, error) {
 		slot.pause()

@@ -392,6 +392,7 @@ type callLimiter struct {
 // waiting for one, and the entry goes when it drops to zero.
 type hostCalls struct {
 	slots chan struct{}
+	host  string
 	users int
 }
 
@@ -399,31 +400,40 @@ func newCallLimiter(max int) *callLimiter {
 	return &callLimiter{max: max, hosts: make(map[string]*hostCalls)}
 }
 
-// acquire waits for one of host's slots, or for ctx to end. A nil
-// release func comes with ctx's error.
-func (l *callLimiter) acquire(ctx context.Context, host string) (release func(), err error) {
+// acquire waits for one of host's slots, or for ctx to end, and returns
+// the host's entry, which the caller gives back with release; nil comes
+// with ctx's error.
+func (l *callLimiter) acquire(ctx context.Context, host string) (*hostCalls, error) {
 	l.mu.Lock()
 	hc := l.hosts[host]
 	if hc == nil {
-		hc = &hostCalls{slots: make(chan struct{}, l.max)}
+		hc = &hostCalls{slots: make(chan struct{}, l.max), host: host}
 		l.hosts[host] = hc
 	}
 	hc.users++
 	l.mu.Unlock()
-	done := func() {
-		l.mu.Lock()
-		if hc.users--; hc.users == 0 {
-			delete(l.hosts, host)
-		}
-		l.mu.Unlock()
-	}
 	select {
 	case hc.slots <- struct{}{}:
-		return func() { <-hc.slots; done() }, nil
+		return hc, nil
 	case <-ctx.Done():
-		done()
+		l.leave(hc)
 		return nil, ctx.Err()
 	}
+}
+
+// release gives back the slot acquire took.
+func (l *callLimiter) release(hc *hostCalls) {
+	<-hc.slots
+	l.leave(hc)
+}
+
+// leave drops one user of hc.
+func (l *callLimiter) leave(hc *hostCalls) {
+	l.mu.Lock()
+	if hc.users--; hc.users == 0 {
+		delete(l.hosts, hc.host)
+	}
+	l.mu.Unlock()
 }
 
 // running returns how many of host's requests hold a slot.

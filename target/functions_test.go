@@ -104,9 +104,9 @@ func TestCallLimiter(t *testing.T) {
 	if l.running("a") != 2 || l.running("b") != 1 {
 		t.Fatalf("running a=%d b=%d", l.running("a"), l.running("b"))
 	}
-	a1()
-	a2()
-	b()
+	l.release(a1)
+	l.release(a2)
+	l.release(b)
 	if len(l.hosts) != 0 {
 		t.Fatalf("%d hosts still tracked", len(l.hosts))
 	}

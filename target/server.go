@@ -290,7 +290,7 @@ type Server struct {
 	calls    *callLimiter
 	sched    *funcScheduler
 	exec     *pushdown.Executor
-	warm     *warmStacks // where pushdown requests run (warmstacks.go)
+	warm     *warmStacks // where commands that may block run (warmstacks.go)
 	// readers counts the connections' reader goroutines, teardown
 	// included; Shutdown waits for them, not for the commands they
 	// started.

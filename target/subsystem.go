@@ -11,6 +11,7 @@ import (
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/auth"
+	"github.com/nearstore/nearstore/pushdown"
 )
 
 // namespace is one exported volume.
@@ -25,6 +26,9 @@ type namespace struct {
 	uuid      [16]byte
 	resv      reservations // reservations.go
 	kv        KVStore      // a KV namespace's store (cmds_kv.go); nil for NVM
+	// dev is backend as the function executor's device, made once so
+	// that a function request does not box it.
+	dev pushdown.Device
 }
 
 // subsystem is an NVM subsystem: namespaces plus the controllers hosts have
@@ -131,6 +135,7 @@ func (ss *subsystem) addNamespace(nc NamespaceConfig) (uint32, error) {
 		nguid:     stableID("nguid", ss.nqn, idstr, idname),
 		uuid:      stableID("uuid", ss.nqn, idstr, idname),
 		kv:        nc.KV,
+		dev:       backendDevice{nc.Backend},
 	}
 	return id, nil
 }

@@ -63,3 +63,48 @@ func TestWarmStacks(t *testing.T) {
 		t.Error("run after the context ended did not run its function")
 	}
 }
+
+// TestWarmStacksStart: start returns without waiting, every task it is
+// given runs exactly once, tasks that block do not hold up the others
+// (each gets a worker), and the workers are kept for the next tasks.
+func TestWarmStacksStart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w := newWarmStacks(ctx)
+
+	// 32 tasks that each wait for all 32 to have started: they finish
+	// only if each runs on a worker of its own.
+	const n = 32
+	var started, finished sync.WaitGroup
+	started.Add(n)
+	finished.Add(n)
+	var runs [n]int
+	var mu sync.Mutex
+	for i := range n {
+		w.start(warmFunc(func() {
+			started.Done()
+			started.Wait()
+			mu.Lock()
+			runs[i]++
+			mu.Unlock()
+			finished.Done()
+		}))
+	}
+	finished.Wait()
+	for i, k := range runs {
+		if k != 1 {
+			t.Errorf("task %d ran %d times", i, k)
+		}
+	}
+
+	// Sequential tasks find the workers waiting.
+	before := w.workers.Load()
+	for range 100 {
+		done := make(chan struct{})
+		w.start(warmFunc(func() { close(done) }))
+		<-done
+	}
+	if after := w.workers.Load(); after-before >= 100 {
+		t.Errorf("%d workers after 100 sequential tasks, %d before: workers not reused", after, before)
+	}
+}

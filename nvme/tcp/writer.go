@@ -229,8 +229,16 @@ const spliceMin = 2048
 
 // maxKeptBuffer bounds the capacity an outBuf keeps between batches: a
 // rare large batch (copied data of a large transfer) is let go rather than
-// held for the connection's life.
-const maxKeptBuffer = 256 << 10
+// held for the connection's life. It is sized for the batches a deep
+// queue of small reads makes in the steady state: while the sender is in
+// its write call, every other completion copies its data in, up to a
+// queue's depth of them (256 4 KiB reads, 1 MiB with their headers). A
+// buffer let go at every batch is grown again from nothing at the next,
+// doubling, by the completers: with 64 4 KiB reads in flight per queue
+// the regrowth and the garbage collection it caused took 27% of a
+// target's CPU samples, and keeping the buffer halved its CPU per read
+// (docs/BENCHMARKS.md).
+const maxKeptBuffer = 1<<20 + 64<<10
 
 // outBuf is PDUs framed and not yet written: bytes copied into b, with
 // spliced data (a caller's memory, by reference) between them.

@@ -205,3 +205,32 @@ func printStats(ctx context.Context, w io.Writer, mu *sync.Mutex, id string, gro
 		}
 	}
 }
+
+// logShipStats logs, at debug level, each group's chain.Node.ShipStats
+// (write messages sent to the successor and the writes in them, since
+// the node started) every interval when they moved, and once more when
+// ctx ends: "msg=\"chain shipped\" group=G messages=N writes=W". The
+// bench reads them from the node's stderr (group commit's writes per
+// message, per role).
+func logShipStats(ctx context.Context, log *slog.Logger, groups []string, nodes []*chain.Node, every time.Duration) {
+	last := make([]chain.ShipStats, len(nodes))
+	emit := func() {
+		for i, n := range nodes {
+			if st := n.ShipStats(); st != last[i] {
+				last[i] = st
+				log.Debug("chain shipped", "group", groups[i], "messages", st.Messages, "writes", st.Writes)
+			}
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			emit()
+			return
+		case <-t.C:
+			emit()
+		}
+	}
+}

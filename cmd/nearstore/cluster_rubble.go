@@ -169,8 +169,8 @@ func statsLine(id, group string, st chain.Store) string {
 		m = s.Work()
 		rs := s.Stats()
 		mode = rs.Mode.String()
-		ship = fmt.Sprintf(" shipped_edits=%d shipped_tables=%d shipped_bytes=%d ship_ms=%d installed=%d resyncs=%d reused=%d fell_back=%v",
-			rs.ShippedEdits, rs.ShippedTables, rs.ShippedBytes, rs.ShipTime.Milliseconds(), rs.Installed, rs.Resyncs, rs.Reused, rs.FellBack)
+		ship = fmt.Sprintf(" shipped_edits=%d shipped_tables=%d shipped_captured=%d shipped_bytes=%d ship_ms=%d installed=%d resyncs=%d reused=%d fell_back=%v",
+			rs.ShippedEdits, rs.ShippedTables, rs.ShippedCaptured, rs.ShippedBytes, rs.ShipTime.Milliseconds(), rs.Installed, rs.Resyncs, rs.Reused, rs.FellBack)
 	case interface{ DB() *lsm.DB }:
 		m = s.DB().Metrics()
 	default:

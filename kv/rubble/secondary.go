@@ -63,10 +63,13 @@ type Secondary struct {
 	db   *lsm.DB
 	cfg  SecondaryConfig
 
-	mu      sync.Mutex
-	byPath  map[string]FileSlot // table path in Dir → its slot
-	inUse   map[int]bool        // slots the map names
-	applied chan struct{}       // closed and replaced by every Apply
+	mu     sync.Mutex
+	byPath map[string]FileSlot // table path in Dir → its slot
+	inUse  map[int]bool        // slots the map names
+	// applied, if not nil, is closed by the next Apply: made by an
+	// Install that waits for writes, so a write no install waits for
+	// makes and closes no channel.
+	applied chan struct{}
 	// releasing are slots whose tables were removed from the map and
 	// which stay held until a map without them is persisted (by the
 	// next install, or by releaseTimer after releaseDelay): one write
@@ -94,7 +97,7 @@ func OpenSecondary(ctx context.Context, cfg SecondaryConfig) (*Secondary, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Secondary{pool: pool, cfg: cfg, byPath: map[string]FileSlot{}, inUse: map[int]bool{}, applied: make(chan struct{})}
+	s := &Secondary{pool: pool, cfg: cfg, byPath: map[string]FileSlot{}, inUse: map[int]bool{}}
 	s.captures.slot = int(pool.slotSize)
 	o := cfg.Options
 	o.DisableFlushes = true
@@ -245,12 +248,19 @@ func (s *Secondary) Apply(ctx context.Context, repr []byte, seq lsm.SeqNum) erro
 	if err != nil {
 		return fmt.Errorf("rubble: apply: %w", err)
 	}
+	return s.applyBatch(ctx, b, seq)
+}
+
+// applyBatch is Apply of a batch in hand (not read from its Repr).
+func (s *Secondary) applyBatch(ctx context.Context, b *lsm.Batch, seq lsm.SeqNum) error {
 	if err := s.db.ApplyAt(ctx, b, seq, nil); err != nil {
 		return fmt.Errorf("rubble: apply: %w", err)
 	}
 	s.mu.Lock()
-	close(s.applied)
-	s.applied = make(chan struct{})
+	if s.applied != nil {
+		close(s.applied)
+		s.applied = nil
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -273,6 +283,9 @@ func (s *Secondary) Install(ctx context.Context, edit []byte, files []FileSlot) 
 	}
 	for {
 		s.mu.Lock()
+		if s.applied == nil {
+			s.applied = make(chan struct{})
+		}
 		ch := s.applied
 		s.mu.Unlock()
 		if s.db.LastSeq() >= covered {

@@ -619,7 +619,7 @@ func (s *Store) Apply(ctx context.Context, seq uint64, op chain.Op) error {
 	db := s.DB()
 	if s.mode == ModeSecondary {
 		if op.Tag > uint64(db.LastSeq()) {
-			if err := s.sec.Load().Apply(ctx, b.Repr(), lsm.SeqNum(op.Tag)); err != nil {
+			if err := s.sec.Load().applyBatch(ctx, b, lsm.SeqNum(op.Tag)); err != nil {
 				return err
 			}
 			s.applied.Store(seq)

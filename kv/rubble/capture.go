@@ -22,7 +22,8 @@ import (
 //     table from the file, as it does for a table with no capture.
 //   - Captures are kept only while the store runs as a primary
 //     (SetReplica with a BeforeEdit), and at most maxCaptures of them
-//     and maxCaptureBytes in all; a table past either is not captured.
+//     and maxCaptureBytes of buffers in all; a table past either is not
+//     captured. A capture growing past the slot size is spoiled.
 //     A capture ends when an edit takes it, when its file is removed,
 //     or when the store stops being a primary.
 //   - A capture's buffer returns to the free list only after every
@@ -30,9 +31,9 @@ import (
 //     (put); after a failed write it is left to the garbage collector,
 //     since a connection dropped under it may not have let go of it.
 const (
-	maxCaptures     = 16
-	maxCaptureBytes = 64 << 20
-	maxFreeBuffers  = 4
+	maxCaptures     = 32
+	maxCaptureBytes = 96 << 20
+	maxFreeBuffers  = 8
 )
 
 type captures struct {
@@ -42,6 +43,9 @@ type captures struct {
 	bytes  int // the capacity of every live capture's buffer
 	free   [][]byte
 	slot   int // the largest table worth capturing (the slot size)
+	// largest is the largest table captured so far: a new buffer is
+	// made that large, so that a capture seldom grows (and copies).
+	largest int
 }
 
 type capture struct {
@@ -66,7 +70,7 @@ func (c *captures) start(name string) *capture {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.on || len(c.byPath) >= maxCaptures || c.bytes+c.slot > maxCaptureBytes {
+	if !c.on || len(c.byPath) >= maxCaptures || c.bytes > maxCaptureBytes-c.largest {
 		return nil
 	}
 	if c.byPath == nil {
@@ -78,9 +82,12 @@ func (c *captures) start(name string) *capture {
 	}
 	var buf []byte
 	if n := len(c.free); n > 0 {
-		buf, c.free = c.free[n-1][:0], c.free[:n-1]
+		i := mostCap(c.free)
+		buf = c.free[i][:0]
+		c.free[i] = c.free[n-1]
+		c.free = c.free[:n-1]
 	} else {
-		buf = make([]byte, 0, c.slot)
+		buf = make([]byte, 0, max(c.largest, 64<<10))
 	}
 	cp := &capture{buf: buf}
 	c.byPath[name] = cp
@@ -103,6 +110,7 @@ func (c *captures) take(name string, size uint64) []byte {
 		c.putLocked(cp.buf)
 		return nil
 	}
+	c.largest = max(c.largest, len(cp.buf))
 	return cp.buf
 }
 
@@ -126,10 +134,41 @@ func (c *captures) put(bufs [][]byte) {
 	}
 }
 
+// putLocked keeps b for reuse: the free list holds the largest
+// maxFreeBuffers buffers given back.
 func (c *captures) putLocked(b []byte) {
-	if b != nil && cap(b) >= c.slot && len(c.free) < maxFreeBuffers {
-		c.free = append(c.free, b[:0])
+	if cap(b) == 0 {
+		return
 	}
+	if len(c.free) < maxFreeBuffers {
+		c.free = append(c.free, b[:0])
+	} else if i := leastCap(c.free); cap(c.free[i]) < cap(b) {
+		c.free[i] = b[:0]
+	} else {
+		return
+	}
+}
+
+// leastCap and mostCap are the indexes of the buffers of least and
+// most capacity in bufs (not empty).
+func leastCap(bufs [][]byte) int {
+	j := 0
+	for i, b := range bufs {
+		if cap(b) < cap(bufs[j]) {
+			j = i
+		}
+	}
+	return j
+}
+
+func mostCap(bufs [][]byte) int {
+	j := 0
+	for i, b := range bufs {
+		if cap(b) > cap(bufs[j]) {
+			j = i
+		}
+	}
+	return j
 }
 
 // write appends p to the capture; a capture that would outgrow the
@@ -140,8 +179,13 @@ func (c *captures) write(cp *capture, p []byte) {
 	if cp.spoiled {
 		return
 	}
-	if len(cp.buf)+len(p) > cap(cp.buf) {
+	if len(cp.buf)+len(p) > c.slot {
 		cp.spoiled, cp.buf = true, cp.buf[:0]
+		return
+	}
+	if old := cap(cp.buf); len(cp.buf)+len(p) > old {
+		cp.buf = append(cp.buf, p...)
+		c.bytes += cap(cp.buf) - old
 		return
 	}
 	cp.buf = append(cp.buf, p...)

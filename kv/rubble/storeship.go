@@ -26,6 +26,10 @@ type target struct {
 // chain could not take (this node is no longer the head) fails the
 // edit, and the store with it: the node then rejoins by COPY.
 func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
+	sec := s.sec.Load()
+	// The edit's tables not shipped from their captures (none shipped at
+	// all in the fallback) are captured no longer.
+	defer sec.dropCaptures(e)
 	m := s.DB().Metrics()
 	s.mu.Lock()
 	ctx, fellBack := s.ship, s.fellBack
@@ -48,8 +52,6 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 	}
 	start := time.Now()
 	targets, resync := s.targets(ctx)
-	sec := s.sec.Load()
-	defer sec.dropCaptures(e)
 	shipped := shippedFiles(e)
 	var tables [][]byte
 	var size uint64

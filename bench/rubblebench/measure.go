@@ -27,6 +27,14 @@ type NodeUse struct {
 	Compactions           uint64  `json:"compactions"`
 	CompactionBytes       uint64  `json:"compaction_bytes"`
 	CompactionWallSeconds float64 `json:"compaction_wall_s"`
+	// ShipMessages and ShipWrites are the write messages the node sent
+	// down its chains in the phase and the writes in them
+	// (chain.Node.ShipStats, from the node's "chain shipped" debug
+	// lines, logged every second: a phase's count is off by at most a
+	// second's worth at each end). ShipWrites/ShipMessages is group
+	// commit's writes per message.
+	ShipMessages uint64 `json:"ship_messages"`
+	ShipWrites   uint64 `json:"ship_writes"`
 }
 
 // Roles is one figure split by role: the primary's, a secondary's (the
@@ -59,6 +67,9 @@ type Phase struct {
 	// (kv/lsm logs no CPU time for them).
 	Compactions  Roles `json:"compactions"`
 	CompactionMs Roles `json:"compaction_wall_ms"`
+	// WritesPerShip is the writes per Ship message the primary sent (and
+	// a secondary, the mean over those that sent any).
+	WritesPerShip Roles `json:"writes_per_ship_msg"`
 	// MixedRoles: some node headed some groups and not others, so its
 	// figures count in Total only.
 	MixedRoles bool `json:"mixed_roles,omitempty"`
@@ -80,10 +91,11 @@ type sample struct {
 	cpu  map[string]time.Duration
 	tcp  harness.TCPSnapshot
 	comp map[string]compactions
+	ship map[string]shipped
 }
 
 func (m *meter) sample() (sample, error) {
-	s := sample{cpu: map[string]time.Duration{}, comp: map[string]compactions{}}
+	s := sample{cpu: map[string]time.Duration{}, comp: map[string]compactions{}, ship: map[string]shipped{}}
 	var pids []int
 	for _, n := range m.cl.Nodes {
 		cpu, err := harness.ProcCPU(strconv.Itoa(n.Proc.Pid()))
@@ -92,6 +104,7 @@ func (m *meter) sample() (sample, error) {
 		}
 		s.cpu[n.ID] = cpu
 		s.comp[n.ID] = m.logs[n.ID].counts()
+		s.ship[n.ID] = m.logs[n.ID].shipped()
 		pids = append(pids, n.Proc.Pid())
 	}
 	var err error
@@ -110,6 +123,8 @@ func (m *meter) phase(c *clusterRun, workload string, ops uint64, el time.Durati
 		c0, c1 := before.comp[n.ID], after.comp[n.ID]
 		u := NodeUse{ID: n.ID, Role: m.roles[n.ID], CPUSeconds: (after.cpu[n.ID] - before.cpu[n.ID]).Seconds(), Net: moved[n.Proc.Pid()],
 			Compactions: c1.n - c0.n, CompactionBytes: c1.bytes - c0.bytes, CompactionWallSeconds: (c1.wall - c0.wall).Seconds()}
+		s0, s1 := before.ship[n.ID], after.ship[n.ID]
+		u.ShipMessages, u.ShipWrites = s1.total().messages-s0.total().messages, s1.total().writes-s0.total().writes
 		p.MixedRoles = p.MixedRoles || u.Role == RoleMixed
 		p.Nodes = append(p.Nodes, u)
 	}
@@ -118,6 +133,7 @@ func (m *meter) phase(c *clusterRun, workload string, ops uint64, el time.Durati
 	p.NetBytes = byRole(p.Nodes, func(u NodeUse) float64 { return float64(u.Net.Sent+u.Net.Received) * perOp })
 	p.Compactions = byRole(p.Nodes, func(u NodeUse) float64 { return float64(u.Compactions) })
 	p.CompactionMs = byRole(p.Nodes, func(u NodeUse) float64 { return u.CompactionWallSeconds * 1e3 })
+	p.WritesPerShip = writesPerShip(p.Nodes)
 	return p
 }
 
@@ -142,6 +158,46 @@ func byRole(nodes []NodeUse, f func(NodeUse) float64) Roles {
 	return r
 }
 
+// writesPerShip is writes per Ship message by role: the primary's, and
+// the secondaries' that sent any (a tail sends none) pooled.
+func writesPerShip(nodes []NodeUse) Roles {
+	var r Roles
+	var secM, secW, allM, allW uint64
+	for _, u := range nodes {
+		allM, allW = allM+u.ShipMessages, allW+u.ShipWrites
+		switch u.Role {
+		case RolePrimary:
+			if u.ShipMessages > 0 {
+				r.Primary = float64(u.ShipWrites) / float64(u.ShipMessages)
+			}
+		case RoleSecondary:
+			secM, secW = secM+u.ShipMessages, secW+u.ShipWrites
+		}
+	}
+	if secM > 0 {
+		r.Secondary = float64(secW) / float64(secM)
+		r.Secondaries = r.Secondary
+	}
+	if allM > 0 {
+		r.Total = float64(allW) / float64(allM)
+	}
+	return r
+}
+
+// shipped is a node's latest "chain shipped" counts, per group.
+type shipped map[string]shipCount
+
+type shipCount struct{ messages, writes uint64 }
+
+func (s shipped) total() shipCount {
+	var t shipCount
+	for _, c := range s {
+		t.messages += c.messages
+		t.writes += c.writes
+	}
+	return t
+}
+
 // compactions is a node's compaction counters so far.
 type compactions struct {
 	n, bytes uint64
@@ -157,6 +213,7 @@ type nodeLog struct {
 	mu      sync.Mutex
 	partial []byte
 	c       compactions
+	ship    shipped
 }
 
 func (l *nodeLog) Write(b []byte) (int, error) {
@@ -184,6 +241,13 @@ func (l *nodeLog) line(s string) {
 		l.c.wall += took
 		return
 	}
+	if group, c, ok := parseShipped(s); ok {
+		if l.ship == nil {
+			l.ship = shipped{}
+		}
+		l.ship[group] = c
+		return
+	}
 	if l.fwd != nil && (strings.Contains(s, "level=WARN") || strings.Contains(s, "level=ERROR")) {
 		fmt.Fprintf(l.fwd, "%s: %s\n", l.id, s)
 	}
@@ -193,6 +257,42 @@ func (l *nodeLog) counts() compactions {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.c
+}
+
+func (l *nodeLog) shipped() shipped {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make(shipped, len(l.ship))
+	for g, c := range l.ship {
+		out[g] = c
+	}
+	return out
+}
+
+// parseShipped reads the node's chain.Node.ShipStats line as slog's text
+// handler prints it: "… msg=\"chain shipped\" group=G messages=N
+// writes=W".
+func parseShipped(line string) (group string, c shipCount, ok bool) {
+	i := strings.Index(line, `msg="chain shipped" `)
+	if i < 0 {
+		return "", c, false
+	}
+	var haveG, haveM, haveW bool
+	for _, f := range strings.Fields(line[i+len(`msg="chain shipped" `):]) {
+		k, v, _ := strings.Cut(f, "=")
+		var err error
+		switch k {
+		case "group":
+			group, haveG = v, true
+		case "messages":
+			c.messages, err = strconv.ParseUint(v, 10, 64)
+			haveM = err == nil
+		case "writes":
+			c.writes, err = strconv.ParseUint(v, 10, 64)
+			haveW = err == nil
+		}
+	}
+	return group, c, haveG && haveM && haveW
 }
 
 // parseCompacted reads kv/lsm's compaction line as slog's text handler

@@ -136,7 +136,8 @@ func medians(runs []Phase) []Phase {
 			Seconds: med(func(p Phase) float64 { return p.Seconds }), OpsPerSec: med(func(p Phase) float64 { return p.OpsPerSec }),
 			P50us: med(func(p Phase) float64 { return p.P50us }), P99us: med(func(p Phase) float64 { return p.P99us }),
 			CPUus: roles(func(p Phase) Roles { return p.CPUus }), NetBytes: roles(func(p Phase) Roles { return p.NetBytes }),
-			Compactions: roles(func(p Phase) Roles { return p.Compactions }), CompactionMs: roles(func(p Phase) Roles { return p.CompactionMs })}
+			Compactions: roles(func(p Phase) Roles { return p.Compactions }), CompactionMs: roles(func(p Phase) Roles { return p.CompactionMs }),
+			WritesPerShip: roles(func(p Phase) Roles { return p.WritesPerShip })}
 		for _, p := range ps {
 			m.MixedRoles = m.MixedRoles || p.MixedRoles
 			m.ClosedSockets += p.ClosedSockets

@@ -347,8 +347,8 @@ func (c *clusterRun) measure(ctx context.Context) (_ []Phase, err error) {
 		if !sameChains(chains, now) {
 			return phases, fmt.Errorf("%s: %w (%v, then %v): roles are not one node's", w.Name, errChainsChanged, chains, now)
 		}
-		cfg.stage("%s %-4s %8.0f ops/s  p99 %8.0f µs  CPU %6.1f µs/op (primary %.1f, secondaries %.1f)", c.label(), w.Name,
-			p.OpsPerSec, p.P99us, p.CPUus.Total, p.CPUus.Primary, p.CPUus.Secondaries)
+		cfg.stage("%s %-4s %8.0f ops/s  p99 %8.0f µs  CPU %6.1f µs/op (primary %.1f, secondaries %.1f)  writes/msg %.1f (secondary %.1f)", c.label(), w.Name,
+			p.OpsPerSec, p.P99us, p.CPUus.Total, p.CPUus.Primary, p.CPUus.Secondaries, p.WritesPerShip.Primary, p.WritesPerShip.Secondary)
 		phases = append(phases, p)
 	}
 	return phases, nil

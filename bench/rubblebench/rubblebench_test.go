@@ -87,6 +87,32 @@ func TestParseCompacted(t *testing.T) {
 	}
 }
 
+// TestNodeLogShipStats: the latest "chain shipped" line of each group
+// counts, summed over groups; other lines do not.
+func TestNodeLogShipStats(t *testing.T) {
+	nl := &nodeLog{id: "n1"}
+	for _, l := range []string{
+		`time=x level=DEBUG msg="chain shipped" group=g0 messages=10 writes=40`,
+		`time=x level=DEBUG msg="chain shipped" group=g1 messages=1 writes=1`,
+		`time=x level=DEBUG msg="chain shipped" group=g0 messages=12 writes=50`,
+		`time=x level=DEBUG msg="chain shipped" group=g0 messages=x writes=60`,
+		`time=x level=DEBUG msg=compacted in=1 out=1 took=1ms`,
+	} {
+		nl.Write([]byte(l + "\n"))
+	}
+	if c := nl.shipped().total(); c != (shipCount{messages: 13, writes: 51}) {
+		t.Fatalf("%+v", c)
+	}
+	w := writesPerShip([]NodeUse{
+		{Role: RolePrimary, ShipMessages: 10, ShipWrites: 40},
+		{Role: RoleSecondary, ShipMessages: 5, ShipWrites: 40},
+		{Role: RoleSecondary}, // the tail sends none
+	})
+	if w.Primary != 4 || w.Secondary != 8 || w.Total != 80.0/15 {
+		t.Fatalf("%+v", w)
+	}
+}
+
 func TestRolesOf(t *testing.T) {
 	roles := rolesOf(map[string][]string{"g0": {"n2", "n1", "n3"}, "g1": {"n2", "n3", "n1"}})
 	if roles["n2"] != RolePrimary || roles["n1"] != RoleSecondary || roles["n3"] != RoleSecondary {

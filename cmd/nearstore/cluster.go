@@ -204,6 +204,15 @@ prints "node ID serving on ADDR" once it listens. SIGINT or SIGTERM stop it
 				}()
 				defer func() { stopStats(); <-statsDone }()
 			}
+			if log := g.logger(); log.Enabled(cmd.Context(), slog.LevelDebug) {
+				sctx, stopShip := context.WithCancel(cmd.Context())
+				shipDone := make(chan struct{})
+				go func() {
+					defer close(shipDone)
+					logShipStats(sctx, log, groups, nodes, time.Second)
+				}()
+				defer func() { stopShip(); <-shipDone }()
+			}
 			err = runQuiescing(cmd.Context(), h, ln, stores, g.logger())
 			if cmd.Context().Err() != nil {
 				return nil

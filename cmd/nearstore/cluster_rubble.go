@@ -169,8 +169,8 @@ func statsLine(id, group string, st chain.Store) string {
 		m = s.Work()
 		rs := s.Stats()
 		mode = rs.Mode.String()
-		ship = fmt.Sprintf(" shipped_edits=%d shipped_tables=%d shipped_bytes=%d ship_ms=%d installed=%d resyncs=%d reused=%d fell_back=%v",
-			rs.ShippedEdits, rs.ShippedTables, rs.ShippedBytes, rs.ShipTime.Milliseconds(), rs.Installed, rs.Resyncs, rs.Reused, rs.FellBack)
+		ship = fmt.Sprintf(" shipped_edits=%d shipped_tables=%d shipped_captured=%d shipped_bytes=%d ship_ms=%d installed=%d resyncs=%d reused=%d fell_back=%v",
+			rs.ShippedEdits, rs.ShippedTables, rs.ShippedCaptured, rs.ShippedBytes, rs.ShipTime.Milliseconds(), rs.Installed, rs.Resyncs, rs.Reused, rs.FellBack)
 	case interface{ DB() *lsm.DB }:
 		m = s.DB().Metrics()
 	default:
@@ -190,6 +190,35 @@ func printStats(ctx context.Context, w io.Writer, mu *sync.Mutex, id string, gro
 		for i, st := range stores {
 			if l := statsLine(id, groups[i], st); l != "" {
 				fmt.Fprintln(w, l)
+			}
+		}
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			emit()
+			return
+		case <-t.C:
+			emit()
+		}
+	}
+}
+
+// logShipStats logs, at debug level, each group's chain.Node.ShipStats
+// (write messages sent to the successor and the writes in them, since
+// the node started) every interval when they moved, and once more when
+// ctx ends: "msg=\"chain shipped\" group=G messages=N writes=W". The
+// bench reads them from the node's stderr (group commit's writes per
+// message, per role).
+func logShipStats(ctx context.Context, log *slog.Logger, groups []string, nodes []*chain.Node, every time.Duration) {
+	last := make([]chain.ShipStats, len(nodes))
+	emit := func() {
+		for i, n := range nodes {
+			if st := n.ShipStats(); st != last[i] {
+				last[i] = st
+				log.Debug("chain shipped", "group", groups[i], "messages", st.Messages, "writes", st.Writes)
 			}
 		}
 	}

@@ -12,11 +12,14 @@
 //     sequence numbers, installs shipped edits once it holds the writes
 //     they cover, maps table paths to slots, keeps that map on disk
 //     (MapFileName), and releases a slot only when no version holds its
-//     table. lsm.DB.SetReplica switches it to flushing and compacting.
+//     table and a map without it is on disk (one write of the map for
+//     the slots released together). lsm.DB.SetReplica switches it to flushing and compacting.
 //   - Store (store.go, storeship.go): a kv/chain Store whose role
 //     follows the chain. The head is the primary: its lsm BeforeEdit
 //     writes each new table into a free slot of every secondary's pool
-//     over NVMe/TCP (Dialer, TargetDialer) and appends the edit with each
+//     over NVMe/TCP (Dialer, TargetDialer), from the bytes captured as
+//     kv/lsm wrote the table (capture.go; read back from the file when
+//     no whole capture is held), and appends the edit with each
 //     secondary's file map to the chain (chain.Node.Append), in one order
 //     with the writes, which carry the primary's sequence numbers
 //     (chain.Op.Tag). Secondaries report their pool and held slots in

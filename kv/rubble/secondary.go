@@ -3,7 +3,9 @@ package rubble
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/nearstore/nearstore/kv/lsm"
 	"github.com/nearstore/nearstore/offloadfs"
@@ -31,7 +33,8 @@ type SecondaryConfig struct {
 	// PoolDir is the pool's directory on FS (default SlotDir).
 	PoolDir string
 	// Persist keeps the file map in Dir (MapFileName), rewritten before
-	// every install and after every release, so that an existing store
+	// every install and before slots are released (those of the tables
+	// removed within releaseDelay together), so that an existing store
 	// reopens with its tables; without it the map is in memory only and
 	// OpenSecondary refuses an existing store.
 	Persist bool
@@ -60,10 +63,25 @@ type Secondary struct {
 	db   *lsm.DB
 	cfg  SecondaryConfig
 
-	mu      sync.Mutex
-	byPath  map[string]FileSlot // table path in Dir → its slot
-	inUse   map[int]bool        // slots the map names
-	applied chan struct{}       // closed and replaced by every Apply
+	mu     sync.Mutex
+	byPath map[string]FileSlot // table path in Dir → its slot
+	inUse  map[int]bool        // slots the map names
+	// applied, if not nil, is closed by the next Apply: made by an
+	// Install that waits for writes, so a write no install waits for
+	// makes and closes no channel.
+	applied chan struct{}
+	// releasing are slots whose tables were removed from the map and
+	// which stay held until a map without them is persisted (by the
+	// next install, or by releaseTimer after releaseDelay): one write
+	// of the map for the tables a compaction's install lets go of, not
+	// one each.
+	releasing    []int
+	releaseTimer *time.Timer
+	closed       bool
+
+	// captures are the bytes of the tables this store writes as a
+	// primary, for shipping (capture.go).
+	captures captures
 }
 
 // OpenSecondary opens the pool on cfg.FS and a store in cfg.Dir whose
@@ -79,7 +97,8 @@ func OpenSecondary(ctx context.Context, cfg SecondaryConfig) (*Secondary, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Secondary{pool: pool, cfg: cfg, byPath: map[string]FileSlot{}, inUse: map[int]bool{}, applied: make(chan struct{})}
+	s := &Secondary{pool: pool, cfg: cfg, byPath: map[string]FileSlot{}, inUse: map[int]bool{}}
+	s.captures.slot = int(pool.slotSize)
 	o := cfg.Options
 	o.DisableFlushes = true
 	o.DisableAutomaticCompactions = true
@@ -138,7 +157,76 @@ func (s *Secondary) FS() vfs.FS { return slotFS{FS: s.cfg.Local, s: s} }
 func (s *Secondary) Pool() *Pool { return s.pool }
 
 // Close closes the store.
-func (s *Secondary) Close() error { return s.db.Close() }
+func (s *Secondary) Close() error {
+	err := s.db.Close()
+	s.mu.Lock()
+	s.closed = true
+	if s.releaseTimer != nil {
+		s.releaseTimer.Stop()
+		s.releaseTimer = nil
+	}
+	freed, perr := s.releaseLocked()
+	s.mu.Unlock()
+	s.released(freed)
+	if err == nil && perr != nil {
+		err = fmt.Errorf("rubble: release slots: %w", perr)
+	}
+	return err
+}
+
+// releaseDelay is how long a removed table's slot waits for others to
+// be released with it by one write of the map.
+const releaseDelay = 5 * time.Millisecond
+
+// releaseLocked persists the map (it no longer names the releasing
+// slots' tables) and frees the releasing slots, returning them. If the
+// map cannot be written the slots stay held (leaked, never reused: a map
+// on disk naming a free slot could, reopened, open a table since
+// overwritten).
+func (s *Secondary) releaseLocked() ([]int, error) {
+	if len(s.releasing) == 0 {
+		return nil, nil
+	}
+	freed := s.releasing
+	s.releasing = nil
+	if err := s.persistLocked(); err != nil {
+		return nil, err
+	}
+	for _, slot := range freed {
+		delete(s.inUse, slot)
+	}
+	return freed, nil
+}
+
+// released tells cfg.Released of each freed slot (s.mu not held).
+func (s *Secondary) released(freed []int) {
+	if s.cfg.Released == nil {
+		return
+	}
+	for _, slot := range freed {
+		s.cfg.Released(slot)
+	}
+}
+
+// releaseLater frees the releasing slots after releaseDelay.
+func (s *Secondary) releaseLater() {
+	s.mu.Lock()
+	s.releaseTimer = nil
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	freed, err := s.releaseLocked()
+	s.mu.Unlock()
+	if err != nil {
+		log := s.cfg.Options.Logger
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Warn("rubble: slots of removed tables stay held", "dir", s.cfg.Dir, "err", err)
+	}
+	s.released(freed)
+}
 
 // SetReplica switches the store between the secondary's role (true: it
 // installs the primary's edits) and flushing and compacting itself,
@@ -146,7 +234,10 @@ func (s *Secondary) Close() error { return s.db.Close() }
 // secondary that becomes its group's primary, or falls back to
 // compacting locally. Its slot tables stay in its tree until its own
 // compactions delete them, which releases their slots.
+// While it is a primary (beforeEdit set), the tables it writes are
+// captured for shipping (capture.go).
 func (s *Secondary) SetReplica(replica bool, beforeEdit func(*lsm.VersionEdit) error) {
+	s.captures.enable(!replica && beforeEdit != nil)
 	s.db.SetReplica(replica, beforeEdit)
 }
 
@@ -157,12 +248,19 @@ func (s *Secondary) Apply(ctx context.Context, repr []byte, seq lsm.SeqNum) erro
 	if err != nil {
 		return fmt.Errorf("rubble: apply: %w", err)
 	}
+	return s.applyBatch(ctx, b, seq)
+}
+
+// applyBatch is Apply of a batch in hand (not read from its Repr).
+func (s *Secondary) applyBatch(ctx context.Context, b *lsm.Batch, seq lsm.SeqNum) error {
 	if err := s.db.ApplyAt(ctx, b, seq, nil); err != nil {
 		return fmt.Errorf("rubble: apply: %w", err)
 	}
 	s.mu.Lock()
-	close(s.applied)
-	s.applied = make(chan struct{})
+	if s.applied != nil {
+		close(s.applied)
+		s.applied = nil
+	}
 	s.mu.Unlock()
 	return nil
 }
@@ -185,6 +283,9 @@ func (s *Secondary) Install(ctx context.Context, edit []byte, files []FileSlot) 
 	}
 	for {
 		s.mu.Lock()
+		if s.applied == nil {
+			s.applied = make(chan struct{})
+		}
 		ch := s.applied
 		s.mu.Unlock()
 		if s.db.LastSeq() >= covered {
@@ -251,6 +352,17 @@ func (s *Secondary) mapFiles(e *lsm.VersionEdit, files []FileSlot) error {
 			delete(s.inUse, f.Slot)
 		}
 		return fmt.Errorf("rubble: install: %w", err)
+	}
+	// The map just written names none of the releasing slots' tables.
+	freed := s.releasing
+	s.releasing = nil
+	for _, slot := range freed {
+		delete(s.inUse, slot)
+	}
+	if len(freed) > 0 && s.cfg.Released != nil {
+		s.mu.Unlock()
+		s.released(freed)
+		s.mu.Lock()
 	}
 	return nil
 }
@@ -335,28 +447,35 @@ func (f slotFS) Open(name string) (vfs.File, error) {
 	return f.FS.Open(name)
 }
 
+// Create creates name on the store's own file system; a table file's
+// bytes are captured while the store is a primary (capture.go).
+func (f slotFS) Create(name string) (vfs.File, error) {
+	file, err := f.FS.Create(name)
+	if err != nil {
+		return nil, err
+	}
+	if cp := f.s.captures.start(name); cp != nil {
+		return &captureFile{File: file, c: &f.s.captures, cp: cp}, nil
+	}
+	return file, nil
+}
+
 func (f slotFS) Remove(name string) error {
+	f.s.captures.drop(name)
 	f.s.mu.Lock()
 	fs, ok := f.s.byPath[name]
-	var perr error
 	if ok {
+		// The slot is released once a map without its table is
+		// persisted (releaseLocked), with the others removed meanwhile.
 		delete(f.s.byPath, name)
-		// Persisted before the slot is released: a map naming a free
-		// slot could, reopened, open a table since overwritten. If it
-		// cannot be written the slot stays held (leaked, never reused).
-		if perr = f.s.persistLocked(); perr == nil {
-			delete(f.s.inUse, fs.Slot)
+		f.s.releasing = append(f.s.releasing, fs.Slot)
+		if f.s.releaseTimer == nil && !f.s.closed {
+			f.s.releaseTimer = time.AfterFunc(releaseDelay, f.s.releaseLater)
 		}
 	}
 	f.s.mu.Unlock()
 	if !ok {
 		return f.FS.Remove(name)
-	}
-	if perr != nil {
-		return fmt.Errorf("rubble: release slot %d: %w", fs.Slot, perr)
-	}
-	if f.s.cfg.Released != nil {
-		f.s.cfg.Released(fs.Slot)
 	}
 	return nil
 }

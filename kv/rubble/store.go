@@ -195,6 +195,9 @@ type StoreStats struct {
 	// into the secondaries (not the wait for the chain to take the edit).
 	ShippedEdits, ShippedTables, ShippedBytes uint64
 	ShipTime                                  time.Duration
+	// ShippedCaptured: the tables of those edits shipped from the bytes
+	// captured as they were written, not read back (capture.go).
+	ShippedCaptured uint64
 	// Installed: edits installed as a secondary; Resyncs: times a local
 	// replica became a secondary again by installing the primary's
 	// whole tree; Reused: the tables of those trees found in the
@@ -616,7 +619,7 @@ func (s *Store) Apply(ctx context.Context, seq uint64, op chain.Op) error {
 	db := s.DB()
 	if s.mode == ModeSecondary {
 		if op.Tag > uint64(db.LastSeq()) {
-			if err := s.sec.Load().Apply(ctx, b.Repr(), lsm.SeqNum(op.Tag)); err != nil {
+			if err := s.sec.Load().applyBatch(ctx, b, lsm.SeqNum(op.Tag)); err != nil {
 				return err
 			}
 			s.applied.Store(seq)

@@ -26,6 +26,10 @@ type target struct {
 // chain could not take (this node is no longer the head) fails the
 // edit, and the store with it: the node then rejoins by COPY.
 func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
+	sec := s.sec.Load()
+	// The edit's tables not shipped from their captures (none shipped at
+	// all in the fallback) are captured no longer.
+	defer sec.dropCaptures(e)
 	m := s.DB().Metrics()
 	s.mu.Lock()
 	ctx, fellBack := s.ship, s.fellBack
@@ -48,13 +52,14 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 	}
 	start := time.Now()
 	targets, resync := s.targets(ctx)
-	sec := s.sec.Load()
 	shipped := shippedFiles(e)
 	var tables [][]byte
 	var size uint64
+	var captured int
+	reuse := func() {}
 	if len(targets) > 0 {
 		var err error
-		if tables, size, err = readTables(sec.FS(), s.dbDir(), shipped); err != nil {
+		if tables, size, captured, reuse, err = sec.shippedTables(shipped); err != nil {
 			return err
 		}
 	}
@@ -77,11 +82,17 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	failed := false // a slot write of the edit's tables failed
 	send := func(t *target, files []lsm.NewFile, tables [][]byte, reused []FileSlot, what string) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			got, err := s.shipTo(ctx, t, files, tables)
+			if err != nil {
+				mu.Lock()
+				failed = true
+				mu.Unlock()
+			}
 			if err == nil && len(reused) > 0 {
 				err = s.fenceKept(ctx, t)
 			}
@@ -105,6 +116,9 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 		send(t, files, tables, reused, "resync")
 	}
 	wg.Wait()
+	if !failed {
+		reuse() // no slot write holds the captured tables any more
+	}
 	// The shipping the fallback weighs against local compaction: reading
 	// and writing the tables, not the wait for the chain to take the
 	// record (a replicated write waits as long).
@@ -115,6 +129,7 @@ func (s *Store) beforeEdit(e *lsm.VersionEdit) error {
 		s.stats.ShippedEdits++
 		s.stats.ShippedTables += uint64(len(shipped) * len(rc.files))
 		s.stats.ShippedBytes += size * uint64(len(rc.files))
+		s.stats.ShippedCaptured += uint64(captured)
 		s.stats.ShipTime += shipTime
 	}
 	s.mu.Unlock()

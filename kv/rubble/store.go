@@ -758,9 +758,11 @@ func (s *Store) Reset(ctx context.Context) error {
 	if s.kept = append(s.kept, keptOf(s.sec.Load())...); len(s.kept) > 0 {
 		s.keptAt = time.Now()
 	}
-	s.retireLocked(s.sec.Load(), s.dbName)
+	// The new tree is published before the old one is closed: a read
+	// that fails on the closed tree then finds a new one to read again.
+	old, oldName := s.sec.Swap(sec), s.dbName
+	s.retireLocked(old, oldName)
 	s.recent, s.recentBytes, s.dbName = nil, 0, name
-	s.sec.Store(sec)
 	s.ship, s.cancelShip = context.WithCancel(context.Background())
 	s.applied.Store(0)
 	s.mode, s.pending, s.fellBack = ModeSecondary, nil, false
@@ -845,8 +847,7 @@ func (s *Store) resyncLocked(ctx context.Context, base []byte, files []FileSlot,
 		}
 		return err
 	}
-	s.retireLocked(s.sec.Load(), s.dbName)
-	s.sec.Store(sec)
+	s.retireLocked(s.sec.Swap(sec), s.dbName) // published first, as in Reset
 	s.dbName, s.mode, s.recent, s.recentBytes, s.kept = name, ModeSecondary, nil, 0, nil
 	s.stats.Resyncs++
 	s.stats.Reused += uint64(reused)

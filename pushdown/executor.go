@@ -61,39 +61,10 @@ func (e *Executor) check(dev Device, req *Request) error {
 	return nil
 }
 
-// mapRange turns [off, off+n) of file fi into device spans, refusing any
-// byte outside the file.
-func mapRange(files []File, fi uint32, off, n uint64, bs int64) ([]span, error) {
-	if int(fi) >= len(files) {
-		return nil, fmt.Errorf("%w: file %d of %d", ErrOutsideFile, fi, len(files))
-	}
-	f := &files[fi]
-	if off > f.Size || n > f.Size-off {
-		return nil, fmt.Errorf("%w: bytes [%d, +%d) of file %d, which has %d", ErrOutsideFile, off, n, fi, f.Size)
-	}
-	var out []span
-	pos := uint64(0)
-	for _, x := range f.Extents {
-		if n == 0 {
-			break
-		}
-		xlen := uint64(x.Blocks) * uint64(bs)
-		if off < pos+xlen {
-			in := off - pos
-			k := min(xlen-in, n)
-			out = append(out, span{off: int64(x.LBA)*bs + int64(in), n: int64(k)})
-			off += k
-			n -= k
-		}
-		pos += xlen
-	}
-	return out, nil
-}
-
-// readInto reads file bytes into dst, counting device reads. It walks
-// the extents as mapRange does, without collecting the spans first.
-func readInto(dev Device, files []File, nx sandbox.Next, dst []byte, st *Result) error {
-	fi, off, n := nx.File, nx.Offset, nx.Len
+// walkRange calls fn with each device span (byte offset, length) of
+// [off, off+n) of file fi, in file order, refusing any byte outside the
+// file before it calls fn at all.
+func walkRange(files []File, fi uint32, off, n uint64, bs int64, fn func(at, k int64) error) error {
 	if int(fi) >= len(files) {
 		return fmt.Errorf("%w: file %d of %d", ErrOutsideFile, fi, len(files))
 	}
@@ -101,7 +72,6 @@ func readInto(dev Device, files []File, nx sandbox.Next, dst []byte, st *Result)
 	if off > f.Size || n > f.Size-off {
 		return fmt.Errorf("%w: bytes [%d, +%d) of file %d, which has %d", ErrOutsideFile, off, n, fi, f.Size)
 	}
-	bs := int64(dev.BlockSize())
 	pos := uint64(0)
 	for _, x := range f.Extents {
 		if n == 0 {
@@ -111,19 +81,43 @@ func readInto(dev Device, files []File, nx sandbox.Next, dst []byte, st *Result)
 		if off < pos+xlen {
 			in := off - pos
 			k := min(xlen-in, n)
-			at := int64(x.LBA)*bs + int64(in)
-			if _, err := dev.ReadAt(dst[:k], at); err != nil {
-				return fmt.Errorf("pushdown: read %d bytes at %d: %w", k, at, err)
+			if err := fn(int64(x.LBA)*bs+int64(in), int64(k)); err != nil {
+				return err
 			}
-			dst = dst[k:]
-			st.Reads++
-			st.BytesRead += k
 			off += k
 			n -= k
 		}
 		pos += xlen
 	}
 	return nil
+}
+
+// mapRange turns [off, off+n) of file fi into device spans, refusing any
+// byte outside the file.
+func mapRange(files []File, fi uint32, off, n uint64, bs int64) ([]span, error) {
+	var out []span
+	err := walkRange(files, fi, off, n, bs, func(at, k int64) error {
+		out = append(out, span{off: at, n: k})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// readInto reads file bytes into dst, counting device reads, without
+// collecting the spans first.
+func readInto(dev Device, files []File, nx sandbox.Next, dst []byte, st *Result) error {
+	return walkRange(files, nx.File, nx.Offset, nx.Len, int64(dev.BlockSize()), func(at, k int64) error {
+		if _, err := dev.ReadAt(dst[:k], at); err != nil {
+			return fmt.Errorf("pushdown: read %d bytes at %d: %w", k, at, err)
+		}
+		dst = dst[k:]
+		st.Reads++
+		st.BytesRead += uint64(k)
+		return nil
+	})
 }
 
 // Stepper is a pushdown function ready to run one request's steps: what

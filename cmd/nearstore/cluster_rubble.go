@@ -193,17 +193,7 @@ func printStats(ctx context.Context, w io.Writer, mu *sync.Mutex, id string, gro
 			}
 		}
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			emit()
-			return
-		case <-t.C:
-			emit()
-		}
-	}
+	everyUntil(ctx, every, emit)
 }
 
 // logShipStats logs, at debug level, each group's chain.Node.ShipStats
@@ -222,6 +212,11 @@ func logShipStats(ctx context.Context, log *slog.Logger, groups []string, nodes 
 			}
 		}
 	}
+	everyUntil(ctx, every, emit)
+}
+
+// everyUntil calls emit every interval, and once more when ctx ends.
+func everyUntil(ctx context.Context, every time.Duration, emit func()) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {

@@ -8,12 +8,12 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/hist"
+	"github.com/nearstore/nearstore/bench/internal/harness"
 	"github.com/nearstore/nearstore/host"
 )
 
@@ -190,11 +190,10 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	bs := int64(cfg.BlockSize)
 	lbaShift := int64(q.BlockSize())
 	slots := cfg.Region / bs
-	rng := mrand.New(mrand.NewPCG(uint64(idx)+1, uint64(time.Now().UnixNano())))
-	// Sequential patterns give each queue its own stripe of the region.
-	next := slots * int64(idx) / int64(cfg.Queues)
 	write := cfg.Pattern == "write" || cfg.Pattern == "randwrite"
 	random := cfg.Pattern[0] == 'r' && cfg.Pattern != "read"
+	// Sequential patterns give each queue its own stripe of the region.
+	pick := harness.NewSlots(slots, idx, cfg.Queues, random, uint64(time.Now().UnixNano()))
 
 	// The loop's state is touched by whichever goroutine delivers a call:
 	// mostly the queue's reader, also this one (failed submissions), a
@@ -209,14 +208,7 @@ func runQueue(ctx context.Context, q *host.Namespace, cfg Config, idx int, deadl
 	// Two batches, so that one is filled while the other is submitted.
 	batch, spare := q.NewBatch(), q.NewBatch()
 	add := func(buf []byte) { // with mu held
-		var slot int64
-		if random {
-			slot = rng.Int64N(slots)
-		} else {
-			slot = next
-			next = (next + 1) % slots
-		}
-		lba := uint64(slot * bs / lbaShift)
+		lba := uint64(pick.Next() * bs / lbaShift)
 		var c *host.Call
 		t := time.Now()
 		if write {

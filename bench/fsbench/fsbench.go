@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	mrand "math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -538,18 +537,10 @@ func runFSSlice(ctx context.Context, t ioTarget, c FSCase, region int64, d time.
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := mrand.New(mrand.NewPCG(uint64(i)+1, uint64(start.UnixNano())))
+			pick := harness.NewSlots(slots, i, c.Threads, random, uint64(start.UnixNano()))
 			buf := bufs[i]
-			next := slots * int64(i) / int64(c.Threads)
 			for ctx.Err() == nil {
-				var slot int64
-				if random {
-					slot = rng.Int64N(slots)
-				} else {
-					slot = next
-					next = (next + 1) % slots
-				}
-				off := slot * int64(c.BlockSize)
+				off := pick.Next() * int64(c.BlockSize)
 				t0 := time.Now()
 				var err error
 				if write {

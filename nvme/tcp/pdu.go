@@ -141,19 +141,9 @@ type ICReq struct {
 	MaxR2T uint32
 }
 
-func (p *ICReq) marshal(b []byte) {
-	binary.LittleEndian.PutUint16(b[8:], p.PFV)
-	b[10] = p.HPDA
-	b[11] = p.Digest
-	binary.LittleEndian.PutUint32(b[12:], p.MaxR2T)
-}
+func (p *ICReq) marshal(b []byte) { putIC(b, p.PFV, p.HPDA, p.Digest, p.MaxR2T) }
 
-func (p *ICReq) unmarshal(b []byte) {
-	p.PFV = binary.LittleEndian.Uint16(b[8:])
-	p.HPDA = b[10]
-	p.Digest = b[11]
-	p.MaxR2T = binary.LittleEndian.Uint32(b[12:])
-}
+func (p *ICReq) unmarshal(b []byte) { p.PFV, p.HPDA, p.Digest, p.MaxR2T = getIC(b) }
 
 // ICResp is the controller's Initialize Connection Response.
 //
@@ -168,18 +158,23 @@ type ICResp struct {
 	MaxH2CData uint32
 }
 
-func (p *ICResp) marshal(b []byte) {
-	binary.LittleEndian.PutUint16(b[8:], p.PFV)
-	b[10] = p.CPDA
-	b[11] = p.Digest
-	binary.LittleEndian.PutUint32(b[12:], p.MaxH2CData)
+func (p *ICResp) marshal(b []byte) { putIC(b, p.PFV, p.CPDA, p.Digest, p.MaxH2CData) }
+
+func (p *ICResp) unmarshal(b []byte) { p.PFV, p.CPDA, p.Digest, p.MaxH2CData = getIC(b) }
+
+// ICReq and ICResp share one layout from byte 8: PFV, the sender's PDU
+// data alignment, DGST, and a 32-bit limit (MAXR2T, MAXH2CDATA). putIC
+// and getIC are its one encoder and decoder; the rest of the header
+// (bytes 16 to 127) is reserved.
+func putIC(b []byte, pfv uint16, pda, digest uint8, limit uint32) {
+	binary.LittleEndian.PutUint16(b[8:], pfv)
+	b[10] = pda
+	b[11] = digest
+	binary.LittleEndian.PutUint32(b[12:], limit)
 }
 
-func (p *ICResp) unmarshal(b []byte) {
-	p.PFV = binary.LittleEndian.Uint16(b[8:])
-	p.CPDA = b[10]
-	p.Digest = b[11]
-	p.MaxH2CData = binary.LittleEndian.Uint32(b[12:])
+func getIC(b []byte) (pfv uint16, pda, digest uint8, limit uint32) {
+	return binary.LittleEndian.Uint16(b[8:]), b[10], b[11], binary.LittleEndian.Uint32(b[12:])
 }
 
 // DataHeader is the PDU-specific header of H2CData, C2HData and R2T, which

@@ -37,11 +37,23 @@ type offloadEnv struct {
 
 const offloadNQN = "nqn.2026-11.io.nearstore:offload-bench"
 
-// startOffloadEnv starts the processes: the target with a memory volume
-// of size and its engine flags (engineArgs, without the --offload-
-// prefix), behind lk (nil: loopback), and a peer engine if peer (on
-// this side of the link, as another host would be).
-func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []string, peer bool, serverCPUs string, lk *link.Link, log *slog.Logger) (_ *offloadEnv, err error) {
+// Process is what both experiments take from the process that runs
+// them: TargetExe, the nearstore binary, runs as the target (and the
+// peer) on ServerCPUs ("" for any); Pinning is how the report describes
+// where each side runs; Logger is the host side's; Progress, if not nil,
+// is told each stage as it starts.
+type Process struct {
+	TargetExe, ServerCPUs, Pinning string
+	Logger                         *slog.Logger
+	Progress                       func(string)
+}
+
+// startOffloadEnv starts the processes as p says: the target with a
+// memory volume of size and its engine flags (engineArgs, without the
+// --offload- prefix), behind lk (nil: loopback), and a peer engine if
+// peer (on this side of the link, as another host would be).
+func startOffloadEnv(ctx context.Context, p Process, size int64, engineArgs []string, peer bool, lk *link.Link) (_ *offloadEnv, err error) {
+	exe, log := p.TargetExe, p.Logger
 	if exe == "" {
 		return nil, errors.New("bench: the offload benchmarks run the target as its own process (the nearstore binary)")
 	}
@@ -67,7 +79,7 @@ func startOffloadEnv(ctx context.Context, exe string, size int64, engineArgs []s
 	for _, a := range engineArgs {
 		args = append(args, strings.Replace(a, "--", "--offload-", 1))
 	}
-	if e.target, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: exe, Args: args, CPUs: serverCPUs, Netns: netns}); err != nil {
+	if e.target, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: exe, Args: args, CPUs: p.ServerCPUs, Netns: netns}); err != nil {
 		return nil, err
 	}
 	e.closers = append(e.closers, e.target.Stop)

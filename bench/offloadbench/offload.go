@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"runtime"
 	"slices"
 	"strconv"
@@ -35,8 +34,7 @@ const OffloadJainBar = 0.99
 
 // Config configures the admission benchmark.
 type Config struct {
-	TargetExe  string
-	ServerCPUs string
+	Process
 	// Clients offload at once, for Duration, under each of Policies
 	// (none, cpu, tokens).
 	Clients  int
@@ -48,8 +46,6 @@ type Config struct {
 	Tokens       int
 	// Images, Size and Batch shape the tasks: OffloadPrep batches.
 	Images, Size, Batch int
-	Logger              *slog.Logger
-	Progress            func(string)
 }
 
 // OffloadClient is one client's count of tasks.
@@ -98,6 +94,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	harness.Default(&cfg.Size, 128)
 	harness.Default(&cfg.Batch, 4)
 	rep := &Report{Machine: report.DescribeMachine(), Clients: cfg.Clients, Seconds: cfg.Duration.Seconds(), Tokens: cfg.Tokens}
+	rep.Machine.Pinning = cfg.Pinning
 	for _, pol := range cfg.Policies {
 		if _, err := offload.ParsePolicy(pol); err != nil {
 			return nil, err
@@ -127,7 +124,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func runOffloadPolicy(ctx context.Context, cfg Config, pol string) (*OffloadPolicy, error) {
 	args := []string{"--policy=" + pol, "--cpu-of=process", "--token-ttl=2s",
 		"--cpu-threshold=" + strconv.FormatFloat(cfg.CPUThreshold, 'f', -1, 64), "--tokens=" + strconv.Itoa(cfg.Tokens)}
-	env, err := startOffloadEnv(ctx, cfg.TargetExe, int64(cfg.Images)*256<<10+256<<20, args, false, cfg.ServerCPUs, nil, cfg.Logger)
+	env, err := startOffloadEnv(ctx, cfg.Process, int64(cfg.Images)*256<<10+256<<20, args, false, nil)
 	if err != nil {
 		return nil, err
 	}

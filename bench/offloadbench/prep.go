@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"runtime"
 	"slices"
 	"text/tabwriter"
@@ -28,9 +27,7 @@ const PrepBar = 1.5
 
 // PrepConfig configures the OffloadPrep benchmark.
 type PrepConfig struct {
-	// TargetExe is the nearstore binary run as the target (and peer).
-	TargetExe  string
-	ServerCPUs string
+	Process
 	// Images is the size of the synthetic set; Size the output side.
 	Images, Size int
 	// Batch is images per offloaded task; Repeat runs per mode.
@@ -41,9 +38,7 @@ type PrepConfig struct {
 	Modes []string
 	// Link is the emulated link's rate between the host (and the peer)
 	// and the target ("10gbit"; "" for loopback), as bench link makes it.
-	Link     string
-	Logger   *slog.Logger
-	Progress func(string)
+	Link string
 }
 
 // PrepRun is one run of one mode.
@@ -110,7 +105,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 		return nil, err
 	}
 	defer link.Close()
-	env, err := startOffloadEnv(ctx, cfg.TargetExe, size, []string{"--policy=none"}, peer, cfg.ServerCPUs, link, cfg.Logger)
+	env, err := startOffloadEnv(ctx, cfg.Process, size, []string{"--policy=none"}, peer, link)
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +143,7 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 		Machine: report.DescribeMachine(), Link: link.String(), HostProcs: cfg.HostProcs, Images: len(names),
 		Size: cfg.Size, Batch: cfg.Batch, Repeat: cfg.Repeat,
 	}
+	rep.Machine.Pinning = cfg.Pinning
 	r := &prep.Runner{FS: env.fsys, Options: prep.Options{Size: cfg.Size}, Seed: 1, Batch: cfg.Batch}
 	for i := range cfg.Repeat {
 		order := slices.Clone(cfg.Modes)

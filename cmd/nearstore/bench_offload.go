@@ -1,19 +1,21 @@
 package main
 
 import (
+	"context"
+	"io"
 	"strings"
 	"time"
 
 	"github.com/nearstore/nearstore/bench/offloadbench"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 func newBenchPrepCmd(g *globals) *cobra.Command {
 	var (
 		cfg   offloadbench.PrepConfig
 		modes string
-		proc  procFlags
-		rf    reportFlags
+		of    offloadbenchFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "prep",
@@ -34,20 +36,11 @@ and the report says so).`,
   nearstore bench prep --modes host,target --link 10gbit --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bp, err := proc.startOwn(cmd, g)
-			if err != nil {
-				return err
-			}
-			defer bp.stopProfile()
-			cfg.TargetExe, cfg.ServerCPUs, cfg.Logger = bp.exe, proc.serverCPUs, bp.logger
 			cfg.Modes = splitList(modes)
-			cfg.Progress = rf.stages(cmd)
-			rep, err := offloadbench.RunPrep(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			rep.Machine.Pinning = bp.pinning
-			return printReport(&rf, cmd.OutOrStdout(), rep, offloadbench.WritePrepTable, offloadbench.SavePrepPlot)
+			return runOffloadbench(cmd, g, &of, func(ctx context.Context, p offloadbench.Process) (*offloadbench.PrepReport, error) {
+				cfg.Process = p
+				return offloadbench.RunPrep(ctx, cfg)
+			}, offloadbench.WritePrepTable, offloadbench.SavePrepPlot)
 		},
 	}
 	f := cmd.Flags()
@@ -58,8 +51,7 @@ and the report says so).`,
 	f.IntVar(&cfg.HostProcs, "host-procs", 1, "cores (GOMAXPROCS) this process, the host, may use")
 	f.StringVar(&modes, "modes", "host,target,peer,split", "modes to run, comma separated")
 	f.StringVar(&cfg.Link, "link", "", "emulated link to the target, e.g. 10gbit (default: loopback)")
-	proc.add(f, "not supported: the target runs as its own process")
-	rf.add(f, "images/s per mode", "print every run, the medians and the bars as JSON")
+	of.add(f, "images/s per mode", "print every run, the medians and the bars as JSON")
 	return cmd
 }
 
@@ -67,8 +59,7 @@ func newBenchOffloadCmd(g *globals) *cobra.Command {
 	var (
 		cfg      offloadbench.Config
 		policies string
-		proc     procFlags
-		rf       reportFlags
+		of       offloadbenchFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "offload",
@@ -87,20 +78,11 @@ the target's median CPU under its threshold with every task completed.`,
   nearstore bench offload --policies tokens --clients 3 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bp, err := proc.startOwn(cmd, g)
-			if err != nil {
-				return err
-			}
-			defer bp.stopProfile()
-			cfg.TargetExe, cfg.ServerCPUs, cfg.Logger = bp.exe, proc.serverCPUs, bp.logger
 			cfg.Policies = splitList(policies)
-			cfg.Progress = rf.stages(cmd)
-			rep, err := offloadbench.Run(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			rep.Machine.Pinning = bp.pinning
-			return printReport(&rf, cmd.OutOrStdout(), rep, offloadbench.WriteTable, offloadbench.SavePlot)
+			return runOffloadbench(cmd, g, &of, func(ctx context.Context, p offloadbench.Process) (*offloadbench.Report, error) {
+				cfg.Process = p
+				return offloadbench.Run(ctx, cfg)
+			}, offloadbench.WriteTable, offloadbench.SavePlot)
 		},
 	}
 	f := cmd.Flags()
@@ -112,9 +94,42 @@ the target's median CPU under its threshold with every task completed.`,
 	f.IntVar(&cfg.Images, "images", 32, "synthetic images the tasks preprocess")
 	f.IntVar(&cfg.Size, "size", 128, "OffloadPrep output side")
 	f.IntVar(&cfg.Batch, "batch", 4, "images per task")
-	proc.add(f, "not supported: the target runs as its own process")
-	rf.add(f, "tasks per client and policy", "print the runs and the bars as JSON")
+	of.add(f, "tasks per client and policy", "print the runs and the bars as JSON")
 	return cmd
+}
+
+// offloadbenchFlags are the flags of both offloadbench experiments, whose
+// target runs as its own process: the process's (procFlags; --in-process
+// is refused) and the report's.
+type offloadbenchFlags struct {
+	proc procFlags
+	rf   reportFlags
+}
+
+// add registers the flags; plotWhat and jsonWhat are reportFlags.add's.
+func (o *offloadbenchFlags) add(f *pflag.FlagSet, plotWhat, jsonWhat string) {
+	o.proc.add(f, "not supported: the target runs as its own process")
+	o.rf.add(f, plotWhat, jsonWhat)
+}
+
+// runOffloadbench runs an offloadbench experiment as o says: it starts
+// the bench process (pinning, CPU profile), gives run the experiment's
+// Process (this binary as the target, the logger, the stages on stderr
+// unless --quiet), and prints run's report with table and plot.
+func runOffloadbench[R any](cmd *cobra.Command, g *globals, o *offloadbenchFlags, run func(context.Context, offloadbench.Process) (R, error),
+	table func(io.Writer, R) error, plot func(string, R) error) error {
+	bp, err := o.proc.startOwn(cmd, g)
+	if err != nil {
+		return err
+	}
+	defer bp.stopProfile()
+	rep, err := run(cmd.Context(), offloadbench.Process{
+		TargetExe: bp.exe, ServerCPUs: o.proc.serverCPUs, Pinning: bp.pinning, Logger: bp.logger, Progress: o.rf.stages(cmd),
+	})
+	if err != nil {
+		return err
+	}
+	return printReport(&o.rf, cmd.OutOrStdout(), rep, table, plot)
 }
 
 // splitList splits a comma-separated flag, dropping empty items.

@@ -43,15 +43,7 @@ func TestAuthReconnect(t *testing.T) {
 	p := newProxy(t, tgt.Addr())
 	opts := Options{HostNQN: authHostNQN, IOQueues: 2, ReconnectDelay: 10 * time.Millisecond,
 		DHCHAPSecret: secret, DHCHAPCtrlSecret: ctrlSecret}
-	c, err := Connect(ctxT(t, 20*time.Second), p.addr(), testNQN, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ns, err := c.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ns := connectNS(t, ctxT(t, 20*time.Second), p.addr(), 1, opts)
 	readAcrossCut(t, c, ns, p, cutReads{want: bytes.Repeat([]byte("authenticated"), 700), off: 8192, readers: 2, wait: 20 * time.Second})
 
 	// A host whose controller secret is wrong refuses the controller; the

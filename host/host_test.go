@@ -40,6 +40,22 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
+// connectNS connects to testNQN at addr with opts, for the rest of the
+// test, and returns namespace nsid beside the controller.
+func connectNS(t *testing.T, ctx context.Context, addr string, nsid uint32, opts Options) (*Controller, *Namespace) {
+	t.Helper()
+	c, err := Connect(ctx, addr, testNQN, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ns, err := c.Namespace(nsid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ns
+}
+
 func connectFake(t *testing.T, ft *fakeTarget, opts Options) *Controller {
 	t.Helper()
 	c, err := Connect(ctxT(t, 5*time.Second), ft.addr(), "nqn.fake", opts)

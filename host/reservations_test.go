@@ -19,15 +19,7 @@ func TestReservations(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	connect := func(nqn string, id byte) *Namespace {
 		t.Helper()
-		c, err := Connect(ctx, addr, testNQN, Options{HostNQN: nqn, HostID: [16]byte{id, 0xee}, IOQueues: 1, KeepAlive: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		ns, err := c.Namespace(1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, ns := connectNS(t, ctx, addr, 1, Options{HostNQN: nqn, HostID: [16]byte{id, 0xee}, IOQueues: 1, KeepAlive: -1})
 		return ns
 	}
 	const ownerNQN, readerNQN = "nqn.2026-11.io.nearstore:owner", "nqn.2026-11.io.nearstore:reader"
@@ -117,15 +109,7 @@ func TestReservationReportMany(t *testing.T) {
 	const n = reportEntries + 5
 	var first *Namespace
 	for i := range n {
-		c, err := Connect(ctx, addr, testNQN, Options{HostNQN: fmt.Sprintf("nqn.2026-11.io.nearstore:h%d", i), IOQueues: 1, KeepAlive: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		ns, err := c.Namespace(2)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, ns := connectNS(t, ctx, addr, 2, Options{HostNQN: fmt.Sprintf("nqn.2026-11.io.nearstore:h%d", i), IOQueues: 1, KeepAlive: -1})
 		must(t, ns.Register(ctx, RegisterOpts{NewKey: uint64(100 + i)}))
 		if i == 0 {
 			first = ns

@@ -338,15 +338,7 @@ func TestTargetReconnect(t *testing.T) {
 	checkGoroutines(t)
 	addr := startTarget(t)
 	p := newProxy(t, addr)
-	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{IOQueues: 2, ReconnectDelay: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ns, err := c.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, ns := connectNS(t, ctxT(t, 5*time.Second), p.addr(), 1, Options{IOQueues: 2, ReconnectDelay: 10 * time.Millisecond})
 	old := c.CNTLID()
 	ok, lost := readAcrossCut(t, c, ns, p, cutReads{want: bytes.Repeat([]byte("nearstore"), 1000), off: 4096, readers: 1, wait: 5 * time.Second})
 	if ok == 0 {
@@ -370,15 +362,7 @@ func TestReconnectToAnotherVolume(t *testing.T) {
 	addrA := startTarget(t)
 	addrB := startTarget(t) // same specs and NQN, other volumes
 	p := newProxy(t, addrA)
-	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{IOQueues: 2, ReconnectDelay: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	old, err := c.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, old := connectNS(t, ctxT(t, 5*time.Second), p.addr(), 1, Options{IOQueues: 2, ReconnectDelay: 10 * time.Millisecond})
 	ctx := ctxT(t, 20*time.Second)
 	data := bytes.Repeat([]byte("volume A"), 512)
 	if _, err := old.WriteAtContext(ctx, data, 0); err != nil {
@@ -433,16 +417,9 @@ func TestControllerLossTimeout(t *testing.T) {
 	checkGoroutines(t)
 	addr := startTarget(t)
 	p := newProxy(t, addr)
-	c, err := Connect(ctxT(t, 5*time.Second), p.addr(), testNQN, Options{
+	c, ns := connectNS(t, ctxT(t, 5*time.Second), p.addr(), 1, Options{
 		ReconnectDelay: 10 * time.Millisecond, MaxReconnectWait: time.Hour, ControllerLossTimeout: 300 * time.Millisecond,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns, err := c.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dead, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

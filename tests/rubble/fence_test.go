@@ -12,6 +12,7 @@ import (
 	"github.com/nearstore/nearstore/cluster"
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clustertest"
+	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
 	"github.com/nearstore/nearstore/kv/rubble"
 	"github.com/nearstore/nearstore/volume"
@@ -102,17 +103,7 @@ func TestFenceSlots(t *testing.T) {
 // volume; the connection closes when the test ends.
 func connectNode(t *testing.T, addr, id, hostNQN string) *host.Namespace {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ctrl, err := host.Connect(ctx, addr, rubble.NodeNQN(id), host.Options{HostNQN: hostNQN, IOQueues: 1, KeepAlive: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ctrl.Close() })
-	ns, err := ctrl.Namespace(1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ns := testhost.Connect(t, addr, rubble.NodeNQN(id), 1, host.Options{HostNQN: hostNQN, IOQueues: 1, KeepAlive: -1})
 	return ns
 }
 

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -270,12 +272,7 @@ var errHostFwd = errors.New("interop: QEMU could not set up host forwarding")
 
 func kernelCmdline(opts BootOptions) (string, error) {
 	parts := []string{"console=ttyS0", "panic=-1", "scenario=" + opts.Scenario}
-	keys := make([]string, 0, len(opts.Cmdline))
-	for k := range opts.Cmdline {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(opts.Cmdline)) {
 		v := opts.Cmdline[k]
 		if k == "" || strings.ContainsAny(k+v, " \t\n\"'") || strings.Contains(k, "=") {
 			return "", fmt.Errorf("interop: bad kernel parameter %q=%q", k, v)
@@ -288,12 +285,7 @@ func kernelCmdline(opts BootOptions) (string, error) {
 func start(ctx context.Context, env Env, opts BootOptions, appendLine string) (*Guest, error) {
 	ports := make(map[int]int, len(opts.HostFwd))
 	netdev := "user,id=n0"
-	guestPorts := make([]int, 0, len(opts.HostFwd))
-	for gp := range opts.HostFwd {
-		guestPorts = append(guestPorts, gp)
-	}
-	sort.Ints(guestPorts)
-	for _, gp := range guestPorts {
+	for _, gp := range slices.Sorted(maps.Keys(opts.HostFwd)) {
 		hp := opts.HostFwd[gp]
 		if hp == 0 {
 			p, err := FreePort()

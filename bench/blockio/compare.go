@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -90,20 +89,9 @@ func (n *Nearstore) Start(ctx context.Context) error {
 	if n.Exe == "" {
 		return errors.New("bench: nearstore: no executable to run the target")
 	}
-	port, err := proc.FreePort()
-	if err != nil {
-		return err
-	}
-	n.addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	// The benchmark's own target, for its own hosts, on whatever address
-	// its link has: it admits any host rather than name them.
-	args := []string{"target", "serve", "--log-level", "warn", "--listen", n.addr, "--nqn", nearstoreNQN,
-		"--volume", "mem:" + strconv.FormatInt(n.Size, 10), "--poll-spin", n.PollSpin.String(), "--allow-any-host"}
-	n.proc, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: n.Exe, Args: args, CPUs: n.ServerCPUs})
-	if err != nil {
-		return err
-	}
-	if err := proc.WaitListening(ctx, n.addr, n.proc, 10*time.Second); err != nil {
+	var err error
+	if n.proc, n.addr, err = harness.StartTarget(ctx, harness.TargetSpec{Exe: n.Exe, NQN: nearstoreNQN,
+		Volume: "mem:" + strconv.FormatInt(n.Size, 10), Args: []string{"--poll-spin", n.PollSpin.String()}, CPUs: n.ServerCPUs}); err != nil {
 		return err
 	}
 	return n.fill(ctx)

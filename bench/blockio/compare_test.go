@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -35,31 +36,32 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// serveForTest implements the part of `target serve` Nearstore uses.
+// serveForTest implements the part of `target serve` Nearstore uses (the
+// flags harness.StartTarget passes, and --poll-spin).
 func serveForTest(args []string) error {
-	flags := map[string]string{}
 	if len(args) < 2 || args[0] != "target" || args[1] != "serve" {
 		return fmt.Errorf("want target serve, got %q", args)
 	}
-	for i := 2; i+1 < len(args); i += 2 {
-		flags[args[i]] = args[i+1]
+	fs := flag.NewFlagSet("target serve", flag.ContinueOnError)
+	fs.String("log-level", "", "")
+	fs.Bool("allow-any-host", false, "")
+	listen, nqn, spec := fs.String("listen", "", ""), fs.String("nqn", "", ""), fs.String("volume", "", "")
+	spin := fs.Duration("poll-spin", 0, "")
+	if err := fs.Parse(args[2:]); err != nil {
+		return err
 	}
-	vol, err := volume.Open(flags["--volume"])
+	vol, err := volume.Open(*spec)
 	if err != nil {
 		return err
 	}
 	defer vol.Close()
-	spin, err := time.ParseDuration(flags["--poll-spin"])
-	if err != nil {
-		return err
-	}
 	srv, err := target.New(target.Config{Subsystems: []target.SubsystemConfig{{
-		NQN: flags["--nqn"], Namespaces: []target.NamespaceConfig{{Backend: vol, Name: vol.String()}},
-	}}, PollSpin: spin})
+		NQN: *nqn, Namespaces: []target.NamespaceConfig{{Backend: vol, Name: vol.String()}},
+	}}, PollSpin: *spin})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", flags["--listen"])
+	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return err
 	}

@@ -509,28 +509,17 @@ func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *Config) (string, er
 // startTargetProcess runs `nearstore target serve` with metrics on a
 // second port.
 func (e *btreeEnv) startTargetProcess(ctx context.Context, cfg *Config) (string, error) {
-	port, err := proc.FreePort()
-	if err != nil {
-		return "", err
-	}
 	mport, err := proc.FreePort()
 	if err != nil {
 		return "", err
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	maddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(mport))
-	// The benchmark's own target, for its own hosts, on whatever address
-	// its link has: it admits any host rather than name them.
-	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", btreeNQN,
-		"--volume", e.spec, "--metrics", maddr}
-	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
+	p, addr, err := harness.StartTarget(ctx, harness.TargetSpec{Exe: cfg.TargetExe, NQN: btreeNQN, Volume: e.spec,
+		Args: []string{"--metrics", maddr}, CPUs: cfg.ServerCPUs})
 	if err != nil {
 		return "", err
 	}
 	e.closers = append(e.closers, p.Stop)
-	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
-		return "", err
-	}
 	if err := proc.WaitListening(ctx, maddr, p, 10*time.Second); err != nil {
 		return "", err
 	}

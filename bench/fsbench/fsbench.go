@@ -20,7 +20,6 @@ import (
 
 	"github.com/nearstore/nearstore/bench/hist"
 	"github.com/nearstore/nearstore/bench/internal/harness"
-	"github.com/nearstore/nearstore/bench/proc"
 	"github.com/nearstore/nearstore/bench/report"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -426,23 +425,12 @@ func (e *fsEnv) startTargetHere(cfg *Config, size int64) (string, error) {
 // startTargetProcess runs `nearstore target serve` with two memory
 // volumes.
 func (e *fsEnv) startTargetProcess(ctx context.Context, cfg *Config, size int64) (string, error) {
-	port, err := proc.FreePort()
-	if err != nil {
-		return "", err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	vol := "mem:" + strconv.FormatInt(size, 10)
-	// The benchmark's own target, for its own hosts, on whatever address
-	// its link has: it admits any host rather than name them.
-	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", fsNQN, "--volume", vol, "--volume", vol}
-	p, err := proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs})
+	p, addr, err := harness.StartTarget(ctx, harness.TargetSpec{Exe: cfg.TargetExe, NQN: fsNQN, Volume: vol, Args: []string{"--volume", vol}, CPUs: cfg.ServerCPUs})
 	if err != nil {
 		return "", err
 	}
 	e.closers = append(e.closers, p.Stop)
-	if err := proc.WaitListening(ctx, addr, p, 10*time.Second); err != nil {
-		return "", err
-	}
 	return addr, nil
 }
 

@@ -18,7 +18,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -190,19 +189,11 @@ func start(ctx context.Context, cfg *Config) (*env, error) {
 	if cfg.TargetExe == "" {
 		return nil, errors.New("bench isolation: no target binary")
 	}
-	port, err := proc.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	args := append([]string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr,
-		"--nqn", subNQN, "--volume", "mem:" + strconv.FormatInt(cfg.VolumeSize, 10)}, cfg.TargetArgs...)
 	e := &env{}
-	if e.target, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: cfg.TargetExe, Args: args, CPUs: cfg.ServerCPUs}); err != nil {
-		return nil, err
-	}
-	if err := proc.WaitListening(ctx, addr, e.target, 10*time.Second); err != nil {
-		_ = e.close()
+	var addr string
+	var err error
+	if e.target, addr, err = harness.StartTarget(ctx, harness.TargetSpec{Exe: cfg.TargetExe, NQN: subNQN,
+		Volume: "mem:" + strconv.FormatInt(cfg.VolumeSize, 10), Args: cfg.TargetArgs, CPUs: cfg.ServerCPUs}); err != nil {
 		return nil, err
 	}
 	connect := func(nqn string, queues, depth int) (*host.Controller, *host.Namespace, error) {

@@ -67,25 +67,19 @@ func startOffloadEnv(ctx context.Context, p Process, size int64, engineArgs []st
 	if lk != nil {
 		ip, netns = lk.TargetIP(), lk.Netns()
 	}
-	addr, err := freeAddr(ip)
-	if err != nil {
-		return nil, err
-	}
 	if e.engineAddr, err = freeAddr(ip); err != nil {
 		return nil, err
 	}
-	args := []string{"target", "serve", "--log-level", "warn", "--allow-any-host", "--listen", addr, "--nqn", offloadNQN,
-		"--volume", "mem:" + strconv.FormatInt(size, 10), "--offload", e.engineAddr}
+	args := []string{"--offload", e.engineAddr}
 	for _, a := range engineArgs {
 		args = append(args, strings.Replace(a, "--", "--offload-", 1))
 	}
-	if e.target, err = proc.Start(ctx, proc.Spec{Name: "nearstore target", Path: exe, Args: args, CPUs: p.ServerCPUs, Netns: netns}); err != nil {
+	var addr string
+	if e.target, addr, err = harness.StartTarget(ctx, harness.TargetSpec{Exe: exe, NQN: offloadNQN,
+		Volume: "mem:" + strconv.FormatInt(size, 10), Args: args, CPUs: p.ServerCPUs, IP: ip, Netns: netns}); err != nil {
 		return nil, err
 	}
 	e.closers = append(e.closers, e.target.Stop)
-	if err := proc.WaitListening(ctx, addr, e.target, 10*time.Second); err != nil {
-		return nil, err
-	}
 	if err := proc.WaitListening(ctx, e.engineAddr, e.target, 10*time.Second); err != nil {
 		return nil, err
 	}

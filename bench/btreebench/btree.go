@@ -497,13 +497,13 @@ func (e *btreeEnv) startTargetHere(ctx context.Context, cfg *Config) (string, er
 	if err != nil {
 		return "", err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := harness.ServeLoopback(srv)
 	if err != nil {
 		return "", err
 	}
-	e.closers = append(e.closers, harness.ServeInProcess(srv, ln))
+	e.closers = append(e.closers, stop)
 	e.probe = &inProcessProbe{counter: harness.CommandCounter{Reg: reg, NSID: "1"}}
-	return ln.Addr().String(), nil
+	return addr, nil
 }
 
 // startTargetProcess runs `nearstore target serve` with metrics on a

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -414,12 +413,12 @@ func (e *fsEnv) startTargetHere(cfg *Config, size int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := harness.ServeLoopback(srv)
 	if err != nil {
 		return "", err
 	}
-	e.closers = append(e.closers, harness.ServeInProcess(srv, ln))
-	return ln.Addr().String(), nil
+	e.closers = append(e.closers, stop)
+	return addr, nil
 }
 
 // startTargetProcess runs `nearstore target serve` with two memory

@@ -13,7 +13,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"runtime"
 	"slices"
 	"strings"
@@ -806,13 +805,12 @@ func runChain(ctx context.Context, cfg *Config, rts map[sandbox.Kind]sandbox.Run
 	if err != nil {
 		return rep, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := harness.ServeLoopback(srv)
 	if err != nil {
 		return rep, err
 	}
-	stop := harness.ServeInProcess(srv, ln)
 	defer func() { _ = stop() }()
-	ctrl, err := host.Connect(ctx, ln.Addr().String(), chainNQN, harness.HostOptions(host.Options{IOQueues: 1, QueueDepth: 4, Logger: discard}))
+	ctrl, err := host.Connect(ctx, addr, chainNQN, harness.HostOptions(host.Options{IOQueues: 1, QueueDepth: 4, Logger: discard}))
 	if err != nil {
 		return rep, err
 	}

@@ -21,7 +21,6 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -208,12 +207,12 @@ func startEnv(ctx context.Context, kvSize, nvmSize int64, avgValue int) (_ *env,
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, stop, err := harness.ServeLoopback(srv)
 	if err != nil {
 		return nil, err
 	}
-	e.stop = harness.ServeInProcess(srv, ln)
-	if e.ctrl, err = host.Connect(ctx, ln.Addr().String(), nqn, harness.HostOptions(host.Options{Logger: quiet})); err != nil {
+	e.stop = stop
+	if e.ctrl, err = host.Connect(ctx, addr, nqn, harness.HostOptions(host.Options{Logger: quiet})); err != nil {
 		return nil, err
 	}
 	if e.nvm, err = e.ctrl.Namespace(1); err != nil {

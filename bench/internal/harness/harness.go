@@ -30,6 +30,16 @@ func ServeInProcess(srv *target.Server, ln net.Listener) (stop func() error) {
 	}
 }
 
+// ServeLoopback is ServeInProcess on a free port of 127.0.0.1: it returns
+// the address srv serves on and what stops it.
+func ServeLoopback(srv *target.Server) (addr string, stop func() error, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	return ln.Addr().String(), ServeInProcess(srv, ln), nil
+}
+
 // Reconnect bounds of a benchmark's host: its target is its own child
 // process or in this one, so a target gone for long is a run already
 // lost, and the benchmark must fail and exit rather than wait the

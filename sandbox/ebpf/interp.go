@@ -822,9 +822,9 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 // runState is the interpreter's state that the hot loop does not need:
 // budgets, the clock and the call depth.
 type runState struct {
-	ctx      context.Context
-	p        *program
-	lim      *sandbox.Limits
+	ctx context.Context
+	p   *program
+	lim *sandbox.Limits
 	// deadline and done are set when the run starts, or, when lazy is
 	// set, at its first check (arm).
 	deadline time.Time

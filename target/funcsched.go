@@ -287,11 +287,11 @@ type scheduledInstance struct {
 	sandbox.Instance
 	s    *funcScheduler
 	host string
-	// lazy is the claim of a call that yields (runEntry), and yield its
-	// bound method, made once per request so a step allocates nothing
-	// but its context.
-	lazy  lazySlot
-	yield sandbox.Yield
+	// lazy is the claim of a call that yields (runEntry), and lazyCtx
+	// the context carrying its bound yield, made once per request and
+	// pointed at each call's context, so that a step allocates nothing.
+	lazy    lazySlot
+	lazyCtx sandbox.YieldContext
 }
 
 // run runs f under a slot, with the slot's yield in its context.
@@ -336,13 +336,16 @@ func (i *scheduledInstance) yields(compute bool) bool {
 	return ok && y.Yields(compute)
 }
 
-// lazyCtx returns ctx carrying the instance's lazy claim's yield.
-func (i *scheduledInstance) lazyCtx(ctx context.Context) context.Context {
-	if i.yield == nil {
+// lazyCall returns ctx carrying the instance's lazy claim's yield, for
+// one call at a time (the instance's calls are sequential), until the
+// next lazyCall.
+func (i *scheduledInstance) lazyCall(ctx context.Context) context.Context {
+	if i.lazyCtx.Yield == nil {
 		i.lazy = lazySlot{s: i.s, host: i.host}
-		i.yield = i.lazy.yield
+		i.lazyCtx.Yield = i.lazy.yield
 	}
-	return sandbox.WithYield(ctx, i.yield)
+	i.lazyCtx.Context = ctx
+	return &i.lazyCtx
 }
 
 // lazySlot is a call's claim taken at its first yield.
@@ -377,7 +380,7 @@ func (l *lazySlot) release() {
 // stack growth per request on the command's goroutine.
 func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (bool, []sandbox.Next, error) {
 	if i.yields(false) {
-		done, next, err := i.Instance.Step(i.lazyCtx(ctx), curFile, curOffset, n)
+		done, next, err := i.Instance.Step(i.lazyCall(ctx), curFile, curOffset, n)
 		i.lazy.release()
 		return done, next, err
 	}
@@ -392,7 +395,7 @@ func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset 
 
 func (i *scheduledInstance) Compute(ctx context.Context, inLen, outCap int) (int, error) {
 	if i.yields(true) {
-		n, err := i.Instance.Compute(i.lazyCtx(ctx), inLen, outCap)
+		n, err := i.Instance.Compute(i.lazyCall(ctx), inLen, outCap)
 		i.lazy.release()
 		return n, err
 	}

@@ -151,7 +151,9 @@ func (t *functionTable) release(ctx context.Context, f *function) {
 	last := f.refs == 0
 	t.mu.Unlock()
 	if last {
-		_ = f.mod.Close(ctx)
+		// Closing the module must not be cut short by the cancellation
+		// that may have ended its last run.
+		_ = f.mod.Close(context.WithoutCancel(ctx))
 	}
 }
 

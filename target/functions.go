@@ -414,6 +414,12 @@ func (l *callLimiter) acquire(ctx context.Context, host string) (*hostCalls, err
 	}
 	hc.users++
 	l.mu.Unlock()
+	// A free slot needs no look at ctx.
+	select {
+	case hc.slots <- struct{}{}:
+		return hc, nil
+	default:
+	}
 	select {
 	case hc.slots <- struct{}{}:
 		return hc, nil

@@ -349,7 +349,7 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	// host's dispatcher subtracts from the round trip to see the transfer.
 	began := time.Now()
 	// Its code runs on the host's share of the function CPU slots.
-	mod := scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
+	mod := &scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
 	switch r.sqe.Opcode {
 	case nvme.IOPushdownRead:
 		// On a warm worker already (conn.dispatch): its stack has the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -235,10 +236,18 @@ func (s *funcScheduler) forget(host string) {
 
 // scheduledModule runs a module's code under the scheduler, on behalf of
 // the host whose request acquires it.
+//
+// A request makes one and acquires one instance from it: the first
+// Acquire's wrapper lives in the module's own memory (first, firstDrv),
+// so that the request allocates once for both.
 type scheduledModule struct {
 	sandbox.Module
 	s    *funcScheduler
 	host string
+
+	used     atomic.Bool
+	first    scheduledInstance
+	firstDrv scheduledDriver
 }
 
 // idleAcquirer is a module that can hand out an idle instance without
@@ -250,7 +259,7 @@ type idleAcquirer interface {
 // Acquire runs under a slot: a new wasm instance runs the module's start
 // code. An idle instance, and an eBPF instance (Go memory, no program code
 // to run to make one), need none.
-func (m scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) {
+func (m *scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) {
 	var inst sandbox.Instance
 	var err error
 	ok := false
@@ -274,9 +283,19 @@ func (m scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	si := &scheduledInstance{Instance: inst, s: m.s, host: m.host}
+	own := m.used.CompareAndSwap(false, true)
+	si := &m.first
+	if !own {
+		si = new(scheduledInstance)
+	}
+	*si = scheduledInstance{Instance: inst, s: m.s, host: m.host}
 	if d, ok := inst.(sandbox.StepDriver); ok {
-		return &scheduledDriver{scheduledInstance: si, d: d}, nil
+		sd := &m.firstDrv
+		if !own {
+			sd = new(scheduledDriver)
+		}
+		*sd = scheduledDriver{scheduledInstance: si, d: d}
+		return sd, nil
 	}
 	return si, nil
 }

@@ -107,8 +107,12 @@ type machine struct {
 	frames  [maxDepth]frame
 	st      runState
 	stack   [stackSize]byte
-	log     *slog.Logger
-	epoch   time.Time
+	// stackHigh is the deepest call depth mapped since the stack was
+	// last cleared: only the frames of depths 0..stackHigh, the end of
+	// stack from (maxDepth-stackHigh)*frameSize on, can hold anything.
+	stackHigh int
+	log       *slog.Logger
+	epoch     time.Time
 }
 
 // ctxWritable reports whether [off, off+size) lies inside one of the
@@ -153,6 +157,7 @@ func (m *machine) store(a, size uint64) []byte {
 
 // setStack maps the frames of depth 0..d.
 func (m *machine) setStack(d int) {
+	m.stackHigh = max(m.stackHigh, d)
 	lo := (maxDepth - d) * frameSize
 	rg := &m.regions[regionStack]
 	rg.base = stackAddr + uint64(lo)

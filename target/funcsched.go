@@ -289,6 +289,9 @@ func (m *scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error)
 		si = new(scheduledInstance)
 	}
 	*si = scheduledInstance{Instance: inst, s: m.s, host: m.host}
+	if y, ok := inst.(sandbox.Yielder); ok {
+		si.yieldsStep, si.yieldsCompute = y.Yields(false), y.Yields(true)
+	}
 	if d, ok := inst.(sandbox.StepDriver); ok {
 		sd := &m.firstDrv
 		if !own {
@@ -311,6 +314,9 @@ type scheduledInstance struct {
 	// pointed at each call's context, so that a step allocates nothing.
 	lazy    lazySlot
 	lazyCtx sandbox.YieldContext
+	// yieldsStep and yieldsCompute are what the instance's
+	// sandbox.Yielder said of its entries when it was acquired.
+	yieldsStep, yieldsCompute bool
 }
 
 // run runs f under a slot, with the slot's yield in its context.
@@ -351,8 +357,10 @@ func (i *scheduledInstance) Output(n int) (b []byte, err error) {
 // without a slot and takes one at its first yield, so a short step costs
 // the scheduler nothing.
 func (i *scheduledInstance) yields(compute bool) bool {
-	y, ok := i.Instance.(sandbox.Yielder)
-	return ok && y.Yields(compute)
+	if compute {
+		return i.yieldsCompute
+	}
+	return i.yieldsStep
 }
 
 // lazyCall returns ctx carrying the instance's lazy claim's yield, for

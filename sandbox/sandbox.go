@@ -381,6 +381,25 @@ func WithYield(ctx context.Context, y Yield) context.Context {
 	return context.WithValue(ctx, yieldKey{}, y)
 }
 
+// YieldContext is ctx carrying a Yield, as WithYield's is, for a caller
+// that passes one Yield to many calls: it keeps one and points it at each
+// call's context instead of allocating a context per call. Set Context
+// (the parent) and Yield before a call; the call must not keep it past
+// its return, and it serves one call at a time.
+type YieldContext struct {
+	context.Context
+	Yield Yield
+}
+
+// Value returns c's Yield for WithYield's key, the parent's value for
+// any other.
+func (c *YieldContext) Value(key any) any {
+	if _, ok := key.(yieldKey); ok {
+		return c.Yield
+	}
+	return c.Context.Value(key)
+}
+
 // YieldOf returns the Yield WithYield set on ctx, nil if none.
 func YieldOf(ctx context.Context) Yield {
 	y, _ := ctx.Value(yieldKey{}).(Yield)

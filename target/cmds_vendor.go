@@ -314,9 +314,7 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	if f == nil {
 		return status(nvme.StatusFunctionNotFound | nvme.DNR)
 	}
-	// Closing the module must not be cut short by the cancellation that
-	// may have ended its run.
-	defer funcs.release(context.WithoutCancel(ctx), f)
+	defer funcs.release(ctx, f)
 	// Files named by inode run on the maps this host put, at exactly the
 	// versions the request names; the request keeps those maps however
 	// many Puts arrive while it runs.
@@ -351,7 +349,7 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	// host's dispatcher subtracts from the round trip to see the transfer.
 	began := time.Now()
 	// Its code runs on the host's share of the function CPU slots.
-	mod := scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
+	mod := &scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
 	switch r.sqe.Opcode {
 	case nvme.IOPushdownRead:
 		// On a warm worker already (conn.dispatch): its stack has the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -235,10 +236,18 @@ func (s *funcScheduler) forget(host string) {
 
 // scheduledModule runs a module's code under the scheduler, on behalf of
 // the host whose request acquires it.
+//
+// A request makes one and acquires one instance from it: the first
+// Acquire's wrapper lives in the module's own memory (first, firstDrv),
+// so that the request allocates once for both.
 type scheduledModule struct {
 	sandbox.Module
 	s    *funcScheduler
 	host string
+
+	used     atomic.Bool
+	first    scheduledInstance
+	firstDrv scheduledDriver
 }
 
 // idleAcquirer is a module that can hand out an idle instance without
@@ -250,7 +259,7 @@ type idleAcquirer interface {
 // Acquire runs under a slot: a new wasm instance runs the module's start
 // code. An idle instance, and an eBPF instance (Go memory, no program code
 // to run to make one), need none.
-func (m scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) {
+func (m *scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) {
 	var inst sandbox.Instance
 	var err error
 	ok := false
@@ -274,9 +283,22 @@ func (m scheduledModule) Acquire(ctx context.Context) (sandbox.Instance, error) 
 	if err != nil {
 		return nil, err
 	}
-	si := &scheduledInstance{Instance: inst, s: m.s, host: m.host}
+	own := m.used.CompareAndSwap(false, true)
+	si := &m.first
+	if !own {
+		si = new(scheduledInstance)
+	}
+	*si = scheduledInstance{Instance: inst, s: m.s, host: m.host}
+	if y, ok := inst.(sandbox.Yielder); ok {
+		si.yieldsStep, si.yieldsCompute = y.Yields(false), y.Yields(true)
+	}
 	if d, ok := inst.(sandbox.StepDriver); ok {
-		return &scheduledDriver{scheduledInstance: si, d: d}, nil
+		sd := &m.firstDrv
+		if !own {
+			sd = new(scheduledDriver)
+		}
+		*sd = scheduledDriver{scheduledInstance: si, d: d}
+		return sd, nil
 	}
 	return si, nil
 }
@@ -287,11 +309,14 @@ type scheduledInstance struct {
 	sandbox.Instance
 	s    *funcScheduler
 	host string
-	// lazy is the claim of a call that yields (runEntry), and yield its
-	// bound method, made once per request so a step allocates nothing
-	// but its context.
-	lazy  lazySlot
-	yield sandbox.Yield
+	// lazy is the claim of a call that yields (runEntry), and lazyCtx
+	// the context carrying its bound yield, made once per request and
+	// pointed at each call's context, so that a step allocates nothing.
+	lazy    lazySlot
+	lazyCtx sandbox.YieldContext
+	// yieldsStep and yieldsCompute are what the instance's
+	// sandbox.Yielder said of its entries when it was acquired.
+	yieldsStep, yieldsCompute bool
 }
 
 // run runs f under a slot, with the slot's yield in its context.
@@ -332,17 +357,22 @@ func (i *scheduledInstance) Output(n int) (b []byte, err error) {
 // without a slot and takes one at its first yield, so a short step costs
 // the scheduler nothing.
 func (i *scheduledInstance) yields(compute bool) bool {
-	y, ok := i.Instance.(sandbox.Yielder)
-	return ok && y.Yields(compute)
+	if compute {
+		return i.yieldsCompute
+	}
+	return i.yieldsStep
 }
 
-// lazyCtx returns ctx carrying the instance's lazy claim's yield.
-func (i *scheduledInstance) lazyCtx(ctx context.Context) context.Context {
-	if i.yield == nil {
+// lazyCall returns ctx carrying the instance's lazy claim's yield, for
+// one call at a time (the instance's calls are sequential), until the
+// next lazyCall.
+func (i *scheduledInstance) lazyCall(ctx context.Context) context.Context {
+	if i.lazyCtx.Yield == nil {
 		i.lazy = lazySlot{s: i.s, host: i.host}
-		i.yield = i.lazy.yield
+		i.lazyCtx.Yield = i.lazy.yield
 	}
-	return sandbox.WithYield(ctx, i.yield)
+	i.lazyCtx.Context = ctx
+	return &i.lazyCtx
 }
 
 // lazySlot is a call's claim taken at its first yield.
@@ -377,7 +407,7 @@ func (l *lazySlot) release() {
 // stack growth per request on the command's goroutine.
 func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (bool, []sandbox.Next, error) {
 	if i.yields(false) {
-		done, next, err := i.Instance.Step(i.lazyCtx(ctx), curFile, curOffset, n)
+		done, next, err := i.Instance.Step(i.lazyCall(ctx), curFile, curOffset, n)
 		i.lazy.release()
 		return done, next, err
 	}
@@ -392,7 +422,7 @@ func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset 
 
 func (i *scheduledInstance) Compute(ctx context.Context, inLen, outCap int) (int, error) {
 	if i.yields(true) {
-		n, err := i.Instance.Compute(i.lazyCtx(ctx), inLen, outCap)
+		n, err := i.Instance.Compute(i.lazyCall(ctx), inLen, outCap)
 		i.lazy.release()
 		return n, err
 	}

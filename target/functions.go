@@ -151,7 +151,9 @@ func (t *functionTable) release(ctx context.Context, f *function) {
 	last := f.refs == 0
 	t.mu.Unlock()
 	if last {
-		_ = f.mod.Close(ctx)
+		// Closing the module must not be cut short by the cancellation
+		// that may have ended its last run.
+		_ = f.mod.Close(context.WithoutCancel(ctx))
 	}
 }
 
@@ -412,6 +414,12 @@ func (l *callLimiter) acquire(ctx context.Context, host string) (*hostCalls, err
 	}
 	hc.users++
 	l.mu.Unlock()
+	// A free slot needs no look at ctx.
+	select {
+	case hc.slots <- struct{}{}:
+		return hc, nil
+	default:
+	}
 	select {
 	case hc.slots <- struct{}{}:
 		return hc, nil

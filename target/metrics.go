@@ -1,6 +1,7 @@
 package target
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,29 @@ type Metrics struct {
 
 	kvDeviceIOs *prometheus.CounterVec
 	funcCPU     *prometheus.CounterVec
+
+	// cmds caches observe's series by cmdKey: a vector's WithLabelValues
+	// hashes and validates every label value under a lock, three times a
+	// command. No series of those vectors is ever deleted.
+	cmds sync.Map // cmdKey → *cmdSeries
+}
+
+// cmdKey is one kind of completed command: observe's labels.
+type cmdKey struct {
+	ss, op string
+	nsid   uint32
+	hasNS  bool
+	ok     bool
+}
+
+// cmdSeries are the series observe updates for one cmdKey; bytes is nil
+// for a command whose data is not counted, and write says whether it
+// counts the command's data (a write) or its completion's (a read).
+type cmdSeries struct {
+	commands prometheus.Counter
+	latency  prometheus.Observer
+	bytes    prometheus.Counter
+	write    bool
 }
 
 // NewMetrics creates the target's metrics and registers them with reg.
@@ -154,25 +178,52 @@ func (m *Metrics) observe(ss string, admin bool, r *request, st nvme.Status, inB
 			op = "other"
 		}
 	}
-	nsid := "0"
+	k := cmdKey{ss: ss, op: op, ok: st.OK()}
 	if r.ns != nil {
-		nsid = nsLabel(r.ns.id)
+		k.nsid, k.hasNS = r.ns.id, true
 	}
-	result := "ok"
-	if !st.OK() {
-		result = "error"
+	if !k.ok {
 		m.errors.WithLabelValues("command").Inc()
 	}
-	m.commands.WithLabelValues(ss, nsid, op, result).Inc()
-	m.latency.WithLabelValues(ss, nsid, op).Observe(time.Since(r.start).Seconds())
-	if st.OK() && r.ns != nil {
-		switch op {
-		case "read":
-			m.bytes.WithLabelValues(ss, nsid, "read").Add(float64(inBytes))
-		case "write":
-			m.bytes.WithLabelValues(ss, nsid, "write").Add(float64(len(r.data)))
+	c := m.cmdSeriesOf(k)
+	c.commands.Inc()
+	c.latency.Observe(time.Since(r.start).Seconds())
+	if c.bytes != nil {
+		if c.write {
+			c.bytes.Add(float64(len(r.data)))
+		} else {
+			c.bytes.Add(float64(inBytes))
 		}
 	}
+}
+
+// cmdSeriesOf returns k's series, from the cache once made.
+func (m *Metrics) cmdSeriesOf(k cmdKey) *cmdSeries {
+	if v, ok := m.cmds.Load(k); ok {
+		return v.(*cmdSeries)
+	}
+	nsid := "0"
+	if k.hasNS {
+		nsid = nsLabel(k.nsid)
+	}
+	result := "ok"
+	if !k.ok {
+		result = "error"
+	}
+	c := &cmdSeries{
+		commands: m.commands.WithLabelValues(k.ss, nsid, k.op, result),
+		latency:  m.latency.WithLabelValues(k.ss, nsid, k.op),
+	}
+	if k.ok && k.hasNS {
+		switch k.op {
+		case "read":
+			c.bytes = m.bytes.WithLabelValues(k.ss, nsid, "read")
+		case "write":
+			c.bytes, c.write = m.bytes.WithLabelValues(k.ss, nsid, "write"), true
+		}
+	}
+	v, _ := m.cmds.LoadOrStore(k, c)
+	return v.(*cmdSeries)
 }
 
 func (m *Metrics) kvIOs(ss string, nsid uint32, op string, reads, writes int) {

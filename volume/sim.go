@@ -171,10 +171,11 @@ func openSim(s *spec, o *openOptions) (Volume, error) {
 	return v, nil
 }
 
-// wait returns once the model's completion time done has passed.
-func (v *simVolume) wait(done time.Time) {
+// wait returns once the model's completion time done has passed; now is
+// the command's arrival, from reserve.
+func (v *simVolume) wait(done, now time.Time) {
 	if v.waiter != nil {
-		v.waiter.wait(done)
+		v.waiter.wait(done, now)
 		return
 	}
 	waitUntil(done)
@@ -188,13 +189,14 @@ func (v *simVolume) String() string { return v.mem.spec }
 func (v *simVolume) Instance() string { return v.mem.instance }
 
 // reserve runs the model for a command arriving now and returns when it
-// completes.
-func (v *simVolume) reserve(n int64, latency time.Duration) time.Time {
-	now := float64(time.Since(v.start))
+// completes and the clock's reading of now, which wait takes so that a
+// command reads the clock once on its way in.
+func (v *simVolume) reserve(n int64, latency time.Duration) (done, now time.Time) {
+	now = time.Now()
 	v.mu.Lock()
-	done := simSchedule(v.params, &v.st, now, n, latency)
+	d := simSchedule(v.params, &v.st, float64(now.Sub(v.start)), n, latency)
 	v.mu.Unlock()
-	return v.start.Add(time.Duration(math.Ceil(done)))
+	return v.start.Add(time.Duration(math.Ceil(d))), now
 }
 
 // check fails fast, without charging the model, for commands the device
@@ -208,9 +210,9 @@ func (v *simVolume) ReadAt(p []byte, off int64) (int, error) {
 	if err := v.check(off, int64(len(p))); err != nil {
 		return 0, err
 	}
-	done := v.reserve(int64(len(p)), v.params.ReadLatency)
+	done, now := v.reserve(int64(len(p)), v.params.ReadLatency)
 	n, err := v.mem.ReadAt(p, off)
-	v.wait(done)
+	v.wait(done, now)
 	return n, err
 }
 
@@ -220,9 +222,9 @@ func (v *simVolume) WriteAt(p []byte, off int64) (int, error) {
 	if err := v.check(off, int64(len(p))); err != nil {
 		return 0, err
 	}
-	done := v.reserve(int64(len(p)), v.params.WriteLatency)
+	done, now := v.reserve(int64(len(p)), v.params.WriteLatency)
 	n, err := v.mem.WriteAt(p, off)
-	v.wait(done)
+	v.wait(done, now)
 	return n, err
 }
 
@@ -232,9 +234,9 @@ func (v *simVolume) WriteZeroes(off, n int64) error {
 	if err := v.check(off, n); err != nil {
 		return err
 	}
-	done := v.reserve(0, v.params.WriteLatency)
+	done, now := v.reserve(0, v.params.WriteLatency)
 	err := v.mem.WriteZeroes(off, n)
-	v.wait(done)
+	v.wait(done, now)
 	return err
 }
 
@@ -243,9 +245,9 @@ func (v *simVolume) Deallocate(off, n int64) error {
 	if err := v.check(off, n); err != nil {
 		return err
 	}
-	done := v.reserve(0, v.params.WriteLatency)
+	done, now := v.reserve(0, v.params.WriteLatency)
 	err := v.mem.Deallocate(off, n)
-	v.wait(done)
+	v.wait(done, now)
 	return err
 }
 

@@ -154,8 +154,9 @@ func TestDeadlineWaiterNeverEarly(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			for range 50 {
 				d := time.Duration(rng.Int64N(int64(400*time.Microsecond))) - 50*time.Microsecond
-				deadline := time.Now().Add(d)
-				w.wait(deadline)
+				arrived := time.Now()
+				deadline := arrived.Add(d)
+				w.wait(deadline, arrived)
 				if now := time.Now(); now.Before(deadline) {
 					t.Errorf("wait(%+v) returned %v early", d, deadline.Sub(now))
 					return
@@ -180,8 +181,9 @@ func TestDeadlineWaiterClose(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			deadline := time.Now().Add(20 * time.Millisecond)
-			w.wait(deadline)
+			arrived := time.Now()
+			deadline := arrived.Add(20 * time.Millisecond)
+			w.wait(deadline, arrived)
 			if now := time.Now(); now.Before(deadline) {
 				t.Errorf("a parked wait returned %v early after close", deadline.Sub(now))
 			}
@@ -190,11 +192,83 @@ func TestDeadlineWaiterClose(t *testing.T) {
 	time.Sleep(5 * time.Millisecond)
 	w.close()
 	wg.Wait()
-	deadline := time.Now().Add(100 * time.Microsecond)
-	w.wait(deadline)
+	arrived := time.Now()
+	deadline := arrived.Add(100 * time.Microsecond)
+	w.wait(deadline, arrived)
 	if time.Now().Before(deadline) {
 		t.Error("a wait after close returned early")
 	}
+}
+
+// brokenAlarm is an alarm whose timer cannot be set, as a kernel timer
+// never fails for valid arguments: no real part can stand in for it.
+type brokenAlarm struct{ closed chan struct{} }
+
+func (a *brokenAlarm) set(time.Duration) error { return errors.New("timer refused") }
+
+func (a *brokenAlarm) wait() error {
+	<-a.closed
+	return errors.New("closed")
+}
+
+func (a *brokenAlarm) close() error {
+	close(a.closed)
+	return nil
+}
+
+// TestDeadlineWaiterAlarmFails parks commands on a waiter whose alarm
+// cannot be set: each is released before its deadline passes, not due,
+// and must still return no earlier than its deadline.
+func TestDeadlineWaiterAlarmFails(t *testing.T) {
+	w := newDeadlineWaiter(&brokenAlarm{closed: make(chan struct{})})
+	defer w.close()
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				arrived := time.Now()
+				deadline := arrived.Add(time.Duration(50+g*10+i) * time.Microsecond)
+				w.wait(deadline, arrived)
+				if now := time.Now(); now.Before(deadline) {
+					t.Errorf("a released wait returned %v early", deadline.Sub(now))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestDeadlineWaiterStaleNow hands waits a reading of the clock from well
+// before the call, as a sim command's arrival is: they still return no
+// earlier than their deadlines.
+func TestDeadlineWaiterStaleNow(t *testing.T) {
+	al, err := newAlarm()
+	if err != nil {
+		t.Skipf("no alarm here: %v", err)
+	}
+	w := newDeadlineWaiter(al)
+	defer w.close()
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				arrived := time.Now()
+				deadline := arrived.Add(time.Duration(100+g+i) * time.Microsecond)
+				time.Sleep(time.Duration(g%3) * 40 * time.Microsecond)
+				w.wait(deadline, arrived)
+				if now := time.Now(); now.Before(deadline) {
+					t.Errorf("wait returned %v early", deadline.Sub(now))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 // TestSimCloseWithReadsInFlight closes a sim volume while reads wait for

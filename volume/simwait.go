@@ -32,10 +32,13 @@ type alarm interface {
 	close() error
 }
 
-// waitEntry is one parked command.
+// waitEntry is one parked command. Its wake channel (capacity 1) gets
+// true when the loop finds the deadline passed on the clock, false when
+// the command is released without that (close, an alarm that cannot be
+// set), and it must then wait out its deadline itself.
 type waitEntry struct {
 	deadline time.Time
-	wake     chan struct{}
+	wake     chan bool
 }
 
 // waitHeap is a min-heap of parked commands by deadline, typed so that a
@@ -94,7 +97,7 @@ type deadlineWaiter struct {
 	// free are wake channels (capacity 1, empty) to reuse: taken and
 	// given back under mu, which a wait holds anyway (a sync.Pool cost
 	// more, its per-P caches missing as commands move between Ps).
-	free  []chan struct{}
+	free  []chan bool
 	armed time.Time // when the alarm fires; zero when disarmed
 	// spinning is set while the loop yields on the clock: it looks at
 	// every new command itself, so none needs to arm the alarm.
@@ -109,9 +112,12 @@ func newDeadlineWaiter(al alarm) *deadlineWaiter {
 	return w
 }
 
-// wait returns at or after deadline, never before.
-func (w *deadlineWaiter) wait(deadline time.Time) {
-	if !time.Now().Before(deadline) {
+// wait returns at or after deadline, never before. now is a reading of
+// the clock taken before the call (the command's arrival): a deadline not
+// after it has passed, and the wait returns without looking at the clock
+// again.
+func (w *deadlineWaiter) wait(deadline, now time.Time) {
+	if !now.Before(deadline) {
 		return
 	}
 	w.mu.Lock()
@@ -120,24 +126,26 @@ func (w *deadlineWaiter) wait(deadline time.Time) {
 		waitUntil(deadline)
 		return
 	}
-	var ch chan struct{}
+	var ch chan bool
 	if n := len(w.free); n > 0 {
 		ch = w.free[n-1]
 		w.free = w.free[:n-1]
 	} else {
-		ch = make(chan struct{}, 1)
+		ch = make(chan bool, 1)
 	}
 	w.q.push(waitEntry{deadline: deadline, wake: ch})
 	if !w.spinning && (w.armed.IsZero() || deadline.Before(w.armed)) {
+		// The clock afresh: a now from before the call would set the
+		// alarm late by the time since.
 		w.armLocked(deadline, time.Now())
 	}
 	w.mu.Unlock()
-	<-ch
+	due := <-ch
 	w.mu.Lock()
 	w.free = append(w.free, ch)
 	w.mu.Unlock()
-	// Woken by close: the model's time still holds.
-	if time.Now().Before(deadline) {
+	// Released early: the model's time still holds.
+	if !due {
 		waitUntil(deadline)
 	}
 }
@@ -156,11 +164,11 @@ func (w *deadlineWaiter) armLocked(deadline, now time.Time) {
 	w.armed = deadline
 }
 
-// wakeAllLocked releases every parked command (each checks its own
-// deadline again); callers hold mu.
+// wakeAllLocked releases every parked command, not due (each waits out
+// its own deadline on the clock); callers hold mu.
 func (w *deadlineWaiter) wakeAllLocked() {
 	for i, e := range w.q {
-		e.wake <- struct{}{}
+		e.wake <- false
 		w.q[i] = waitEntry{}
 	}
 	w.q = w.q[:0]
@@ -192,7 +200,7 @@ func (w *deadlineWaiter) loop() {
 			now := time.Now()
 			for len(w.q) > 0 && !w.q[0].deadline.After(now) {
 				e := w.q.pop()
-				e.wake <- struct{}{}
+				e.wake <- true
 			}
 			w.armed = time.Time{}
 			if len(w.q) == 0 || w.q[0].deadline.Sub(now) > spinWindow {

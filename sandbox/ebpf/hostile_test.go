@@ -306,3 +306,47 @@ func TestClosedModule(t *testing.T) {
 		t.Error("Acquire on a closed module succeeded")
 	}
 }
+
+// TestStackClearedBetweenRequests: what a request's nested call left in
+// its frame is gone when the next request gets the instance, at every
+// depth the last one reached.
+func TestStackClearedBetweenRequests(t *testing.T) {
+	// main calls f(3); f reads and returns the word at its frame's
+	// bottom, after it stores 0x55 there, and recurses while r1 > 0, so
+	// the frames of depths 1 to 4 are written.
+	insns := asm.Instructions{
+		asm.Mov.Imm(r1, 3),
+		asm.Call.Label("f"),
+		asm.Return(),
+		asm.LoadMem(r6, r10, -512, asm.DWord).WithSymbol("f"),
+		asm.Mov.Imm(r2, 0x55),
+		asm.StoreMem(r10, -512, r2, asm.DWord),
+		asm.JEq.Imm(r1, 0, "out"),
+		asm.Add.Imm(r1, -1),
+		asm.Call.Label("f"),
+		asm.Or.Reg(r6, r0),
+		asm.Mov.Reg(r0, r6).WithSymbol("out"),
+		asm.Return(),
+	}
+	m := mustModule(t, insns, "pushdown", sandbox.Limits{})
+	defer m.Close(context.Background())
+	ctx := context.Background()
+	for i := range 3 {
+		inst, err := m.Acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := inst.Data(0); err != nil {
+			t.Fatal(err)
+		}
+		in := inst.(*instance)
+		r0, err := in.run(ctx, m.pushdown, &m.lim, [5]uint64{ctxAddr})
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if r0 != 0 {
+			t.Fatalf("request %d read %#x an earlier request left on the stack", i, r0)
+		}
+		inst.Release()
+	}
+}

@@ -32,6 +32,9 @@ type instance struct {
 	cc       callCtx
 	// resultLen is the result length the last finished step set.
 	resultLen int
+	// next holds the reads the last step asked for: Step's result, valid
+	// until the instance's next Step or Release, so a step allocates none.
+	next [sandbox.MaxFanout]sandbox.Next
 }
 
 var _ sandbox.Instance = (*instance)(nil)
@@ -137,7 +140,8 @@ func stepCtx(c []byte, curFile uint32, curOffset uint64, n int) []byte {
 	return c
 }
 
-// Step runs the pushdown entry on the first n bytes of Data.
+// Step runs the pushdown entry on the first n bytes of Data. The reads it
+// returns are valid until the instance's next Step or Release.
 func (in *instance) Step(ctx context.Context, curFile uint32, curOffset uint64, n int) (bool, []sandbox.Next, error) {
 	p := in.m.pushdown
 	if p == nil {
@@ -177,7 +181,7 @@ func (in *instance) stepResult(r0 uint64, c []byte) (bool, []sandbox.Next, error
 		in.resultLen = n
 		return true, nil, nil
 	}
-	var next []sandbox.Next
+	next := in.next[:0]
 	var total uint64
 	limit := uint64(in.m.lim.MaxStepBytes)
 	for i := range sandbox.MaxFanout {
@@ -195,7 +199,7 @@ func (in *instance) stepResult(r0 uint64, c []byte) (bool, []sandbox.Next, error
 			Len:    size,
 		})
 	}
-	return false, next, nil
+	return false, next[:len(next):len(next)], nil
 }
 
 // Compute runs compute(input[:inLen], output[:outCap]).

@@ -107,8 +107,12 @@ type machine struct {
 	frames  [maxDepth]frame
 	st      runState
 	stack   [stackSize]byte
-	log     *slog.Logger
-	epoch   time.Time
+	// stackHigh is the deepest call depth mapped since the stack was
+	// last cleared: only the frames of depths 0..stackHigh, the end of
+	// stack from (maxDepth-stackHigh)*frameSize on, can hold anything.
+	stackHigh int
+	log       *slog.Logger
+	epoch     time.Time
 }
 
 // ctxWritable reports whether [off, off+size) lies inside one of the
@@ -153,6 +157,7 @@ func (m *machine) store(a, size uint64) []byte {
 
 // setStack maps the frames of depth 0..d.
 func (m *machine) setStack(d int) {
+	m.stackHigh = max(m.stackHigh, d)
 	lo := (maxDepth - d) * frameSize
 	rg := &m.regions[regionStack]
 	rg.base = stackAddr + uint64(lo)
@@ -225,18 +230,16 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 	r[10] = stackAddr + stackSize
 	m.setStack(0)
 
-	deadline := time.Now().Add(lim.Time)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
 	// The cold state lives in m.st, in memory, so that the hot loop keeps
 	// only pc, the program and the machine in registers. Instructions are
 	// counted per straight-line run, when control transfers (a taken
 	// jump, a call, a return): a run is at most the program's length, so
-	// the budget is exact to within 4096.
+	// the budget is exact to within 4096. The clock, the context's end and
+	// its Yield are looked at from the first check on (runState.arm): a
+	// run that ends within clockEvery instructions, as a pushdown step
+	// does, reads neither.
 	st := &m.st
-	*st = runState{ctx: ctx, p: p, lim: lim, deadline: deadline, done: ctx.Done(), checkAt: min(lim.MaxInstructions, clockEvery),
-		yield: sandbox.YieldOf(ctx)}
+	*st = runState{ctx: ctx, p: p, lim: lim, checkAt: min(lim.MaxInstructions, clockEvery), lazy: true}
 	insns := p.insns
 	pc := 0
 	for {
@@ -824,11 +827,14 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 // runState is the interpreter's state that the hot loop does not need:
 // budgets, the clock and the call depth.
 type runState struct {
-	ctx      context.Context
-	p        *program
-	lim      *sandbox.Limits
+	ctx context.Context
+	p   *program
+	lim *sandbox.Limits
+	// deadline and done are set when the run starts, or, when lazy is
+	// set, at its first check (arm).
 	deadline time.Time
 	done     <-chan struct{}
+	lazy     bool
 	checkAt  uint64
 	executed uint64
 	back     uint64
@@ -839,11 +845,30 @@ type runState struct {
 	yield sandbox.Yield
 }
 
+// arm sets a lazy run's deadline, context end and Yield at its first
+// check. The rule: a run's time limit counts from its first check, which
+// comes after at most clockEvery instructions, so a run may overrun
+// lim.Time by the time its first clockEvery instructions took (a few
+// hundred microseconds of interpretation, plus any time the OS took the
+// CPU away); every check after it holds the limit exactly as before.
+func (b *runState) arm() {
+	b.lazy = false
+	b.deadline = time.Now().Add(b.lim.Time)
+	if d, ok := b.ctx.Deadline(); ok && d.Before(b.deadline) {
+		b.deadline = d
+	}
+	b.done = b.ctx.Done()
+	b.yield = sandbox.YieldOf(b.ctx)
+}
+
 // check is called when executed passes checkAt, at instruction i.
 func (b *runState) check(i int) error {
 	executed := b.executed
 	if executed > b.lim.MaxInstructions {
 		return fmt.Errorf("%w: %s: %d instructions executed, over the limit of %d", sandbox.ErrTimeout, b.p.where(i), executed, b.lim.MaxInstructions)
+	}
+	if b.lazy {
+		b.arm()
 	}
 	select {
 	case <-b.done:

@@ -407,7 +407,9 @@ func (m *module) Acquire(ctx context.Context) (sandbox.Instance, error) {
 		}
 	}
 	clear(in.scratch[:])
-	clear(in.stack[:])
+	// The frames no run reached are zero still.
+	clear(in.stack[(maxDepth-in.stackHigh)*frameSize:])
+	in.stackHigh = 0
 	for _, w := range []*wasmInst{in.wp, in.wc} {
 		if w != nil {
 			b := w.view()

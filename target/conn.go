@@ -277,7 +277,7 @@ func (q *conn) handleCapsule(h *tcp.Header) error {
 			r.status = nvme.StatusTransientTransport
 		}
 	}
-	q.sess.touch()
+	q.sess.touch(r.start)
 	cid := r.sqe.CID
 	q.mu.Lock()
 	if q.cmds[cid] != nil {

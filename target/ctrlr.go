@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"sync/atomic"
+	"time"
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/auth"
@@ -163,13 +164,13 @@ type session struct {
 	authOK atomic.Bool
 }
 
-// touch counts a command as keep-alive traffic. Commands of a queue that
+// touch counts a command that arrived at at as keep-alive traffic. Commands of a queue that
 // has yet to authenticate do not count: an association that never
 // authenticates ends when its keep-alive timeout (or MaxIdle) runs out,
 // whatever it sends.
-func (s *session) touch() {
+func (s *session) touch(at time.Time) {
 	if s.ctrl != nil && (s.auth == nil || s.authOK.Load()) {
-		s.ctrl.touch()
+		s.ctrl.touch(at)
 	}
 }
 

@@ -262,12 +262,20 @@ type controller struct {
 	// every I/O command of a KV namespace, so not under mu.
 	kvEnabled atomic.Bool
 
+	// lastTraffic is the newest keep-alive traffic, as time since
+	// created: every counted command raises it with one atomic operation
+	// (touch) rather than resetting the timer, as Linux nvmet's
+	// reset_tbkas. The timer, when it fires, rearms for lastTraffic plus
+	// the timeout if that is still ahead (keepAliveFired), so the
+	// controller goes exactly one timeout after its last traffic.
+	lastTraffic atomic.Int64
+
 	mu       sync.Mutex
 	cc       uint32
 	csts     uint32
 	kato     time.Duration
-	kaTimer  *time.Timer
-	ioQueues int // granted by Set Features Number of Queues
+	kaTimer  *time.Timer // nil until startKeepAlive; then the one timer, rearmed
+	ioQueues int         // granted by Set Features Number of Queues
 	queues   map[uint16]qpair
 	vwc      bool
 	dead     bool
@@ -395,15 +403,19 @@ func (c *controller) startKeepAlive() {
 	c.armKeepAliveLocked()
 }
 
-// armKeepAliveLocked (re)starts the keep-alive timer for the current KATO.
+// armKeepAliveLocked (re)starts the keep-alive timer for the current
+// timeout, counting now as traffic: a change of timeout runs from when it
+// is made.
 func (c *controller) armKeepAliveLocked() {
 	if c.dead {
 		return
 	}
-	if c.kaTimer != nil {
-		c.kaTimer.Stop()
+	c.noteTraffic(time.Since(c.created))
+	if c.kaTimer == nil {
+		c.kaTimer = time.AfterFunc(c.timeoutLocked(), c.keepAliveFired)
+		return
 	}
-	c.kaTimer = time.AfterFunc(c.timeoutLocked(), c.keepAliveExpired)
+	c.kaTimer.Reset(c.timeoutLocked())
 }
 
 // timeoutLocked is the keep-alive timeout in force: KATO, or MaxIdle if
@@ -444,12 +456,23 @@ func (c *controller) authenticated(qid uint16) {
 	}
 }
 
-func (c *controller) touch() {
-	c.mu.Lock()
-	if c.kaTimer != nil && !c.dead {
-		c.kaTimer.Reset(c.timeoutLocked())
+// touch counts a command that arrived at at (a time with a monotonic
+// reading) as keep-alive traffic. It is on every command's path, so it
+// takes no lock and leaves the timer alone (see lastTraffic).
+func (c *controller) touch(at time.Time) {
+	c.noteTraffic(at.Sub(c.created))
+}
+
+// noteTraffic raises lastTraffic to d. Queues run on their own
+// goroutines, so a command may arrive at an earlier time than one already
+// noted: lastTraffic never goes back.
+func (c *controller) noteTraffic(d time.Duration) {
+	for {
+		old := c.lastTraffic.Load()
+		if int64(d) <= old || c.lastTraffic.CompareAndSwap(old, int64(d)) {
+			return
+		}
 	}
-	c.mu.Unlock()
 }
 
 // fail ends the controller at once, as Linux nvmet's fatal error: every
@@ -464,7 +487,23 @@ func (c *controller) fail() {
 	c.ss.removeController(c)
 }
 
-func (c *controller) keepAliveExpired() {
+// keepAliveFired runs when the keep-alive timer fires: if traffic came
+// since it was armed, the timer is rearmed for one timeout after the last
+// of it; otherwise the timeout has passed without traffic and the
+// controller is torn down.
+func (c *controller) keepAliveFired() {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	left := time.Duration(c.lastTraffic.Load()) + c.timeoutLocked() - time.Since(c.created)
+	if left > 0 {
+		c.kaTimer.Reset(left)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
 	c.ss.srv.log.Warn("keep alive timeout: tearing down controller",
 		"subsystem", c.ss.nqn, "cntlid", c.id, "host", c.hostNQN, "kato", c.kato, "max_idle", c.ss.srv.cfg.MaxIdle)
 	c.ss.srv.metrics.error("keep_alive_timeout")

@@ -436,6 +436,36 @@ func TestKeepAliveTimeout(t *testing.T) {
 	}
 }
 
+// TestTrafficKeepsControllerAlive: with Traffic Based Keep Alive, any
+// command on any of the controller's queues counts as keep-alive traffic:
+// reads on an I/O queue keep the controller up for well past KATO with no
+// Keep Alive command, and the silence after them still ends it.
+func TestTrafficKeepsControllerAlive(t *testing.T) {
+	_, addr := startServer(t, Config{})
+	a := dialRaw(t, addr, 0)
+	// KATO 1 s, a read every 50 ms: far inside it however loaded the
+	// machine, and 40 reads span twice KATO.
+	a.ok(a.connect(testNQN, 0, 31, 0xFFFF, 1000))
+	a.ok(a.property(true, nvme.PropCC, false, nvme.CCEnable|6<<16|4<<20))
+	q := ioQueue(t, addr, a, 1, 0)
+	for i := 0; i < 40; i++ {
+		q.ok(q.exec(rw(nvme.IORead, 1, 0, 1), nil, make([]byte, 512), false))
+		time.Sleep(50 * time.Millisecond)
+	}
+	// The admin queue, silent all along, is still up.
+	a.ok(a.property(false, nvme.PropCSTS, false, 0))
+	// Then silence: the target must drop the controller, and with it the
+	// I/O queue.
+	_ = a.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := a.f.ReadHeader(); err == nil {
+		t.Fatal("admin queue still up after the keep-alive timeout")
+	}
+	_ = q.conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := q.f.ReadHeader(); err == nil {
+		t.Fatal("I/O queue still up after the keep-alive timeout")
+	}
+}
+
 func TestAsyncEventNamespaceAdded(t *testing.T) {
 	s, addr := startServer(t, Config{})
 	a := adminQueue(t, addr, testNQN)

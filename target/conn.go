@@ -446,19 +446,26 @@ func (q *conn) dispatch(r *request) {
 	}
 	q.executing.add()
 	q.srv.inflight.add()
-	q.srv.warm.start(&blockingCommand{q: q, r: r})
+	r.warm = blockingCommand{q: q, r: r}
+	q.srv.warm.start(&r.warm)
 }
 
-// blockingCommand is a command that may block, run on a warm worker.
+// blockingCommand is a command that may block, run on a warm worker. It
+// lives in its request (request.warm), so dispatching allocates nothing:
+// the worker holds it from dispatch until runWarm returns. The request is
+// freed while runWarm runs, but never recycled (only requests no goroutine
+// but the reader held go back to the pool, conn.complete), so the worker's
+// pointer stays good; runWarm still reads it only before executing.
 type blockingCommand struct {
 	q *conn
 	r *request
 }
 
 func (c *blockingCommand) runWarm() {
-	defer c.q.srv.inflight.done()
-	defer c.q.executing.done()
-	c.q.execute(c.r, false)
+	q, r := c.q, c.r
+	defer q.srv.inflight.done()
+	defer q.executing.done()
+	q.execute(r, false)
 }
 
 // execute has the controller layer execute r and sends its completion.

@@ -102,6 +102,10 @@ type request struct {
 	status nvme.Status
 
 	capsule, h2c, result []byte // pooled buffers owned, released by free
+
+	// warm is the task a blocking command runs as on a warm worker
+	// (conn.dispatch), held by that worker until the command completes.
+	warm blockingCommand
 }
 
 func newRequest(sqe nvme.Command, pool *bufPool) *request {

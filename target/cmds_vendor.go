@@ -305,7 +305,9 @@ func grantRelease(_ context.Context, s *session, r *request) completion {
 // execFunction runs Pushdown Read, λ Read and λ Write under ctx, which
 // ends the function's run when the queue goes away.
 func execFunction(ctx context.Context, s *session, r *request) completion {
-	var req pushdown.Request
+	// The decoded request and the module wrapper live in r (r.fn), not
+	// one allocation each per command.
+	req := &r.fn.req
 	if err := req.Unmarshal(r.data); err != nil {
 		return status(nvme.StatusBadFunctionRequest | nvme.DNR)
 	}
@@ -324,7 +326,7 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 		return status(functionStatus(err, false))
 	}
 	req.Files = files
-	refs, st := s.admitFunction(r, &req)
+	refs, st := s.admitFunction(r, req)
 	if st != 0 {
 		return status(st)
 	}
@@ -349,7 +351,8 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	// host's dispatcher subtracts from the round trip to see the transfer.
 	began := time.Now()
 	// Its code runs on the host's share of the function CPU slots.
-	mod := &scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
+	mod := &r.fn.mod
+	*mod = scheduledModule{Module: f.mod, s: s.srv.sched, host: s.ctrl.hostNQN}
 	switch r.sqe.Opcode {
 	case nvme.IOPushdownRead:
 		// On a warm worker already (conn.dispatch): its stack has the
@@ -360,14 +363,14 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 			out = r.resultBuf(min(r.inCap, pushdown.ResultSize+sandbox.ScratchSize))
 			into = out[pushdown.ResultSize:pushdown.ResultSize]
 		}
-		res, err = exec.PushdownInto(ctx, dev, mod, &req, into)
+		res, err = exec.PushdownInto(ctx, dev, mod, req, into)
 		res.TargetMicros = pushdown.MicrosOf(time.Since(began))
 	case nvme.IOLambdaRead:
-		res, err = exec.LambdaRead(ctx, dev, mod, &req, r.inCap-pushdown.ResultSize)
+		res, err = exec.LambdaRead(ctx, dev, mod, req, r.inCap-pushdown.ResultSize)
 		res.TargetMicros = pushdown.MicrosOf(time.Since(began))
 	case nvme.IOLambdaWrite:
 		var n int64
-		res, n, err = exec.LambdaWrite(ctx, dev, mod, &req)
+		res, n, err = exec.LambdaWrite(ctx, dev, mod, req)
 		if err == nil {
 			// The output went to whole blocks, padded with zeroes.
 			bs := int64(r.ns.backend.BlockSize())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/nvme"
+	"github.com/nearstore/nearstore/pushdown"
 )
 
 // reqState is where a request is in its life, as SPDK's
@@ -106,6 +107,18 @@ type request struct {
 	// warm is the task a blocking command runs as on a warm worker
 	// (conn.dispatch), held by that worker until the command completes.
 	warm blockingCommand
+	// fn is a function command's working state (execFunction). Function
+	// commands are blocking, and a blocking command's request is never
+	// recycled (requestPool), so a pointer into fn that something keeps
+	// after the command stays good, as a separate allocation's would.
+	fn functionCall
+}
+
+// functionCall is what execFunction works on: the decoded function
+// request and the module wrapper its code runs through.
+type functionCall struct {
+	req pushdown.Request
+	mod scheduledModule
 }
 
 func newRequest(sqe nvme.Command, pool *bufPool) *request {

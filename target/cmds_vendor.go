@@ -339,7 +339,7 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	defer s.srv.calls.release(hc)
 	// The function's instance is the host's own: no other host's request
 	// ever ran in its memory (sandbox.WithTenant).
-	ctx = sandbox.WithTenant(ctx, s.ctrl.hostNQN)
+	ctx = s.tenantContext(ctx)
 	f.calls.Add(1)
 	dev := r.ns.dev
 	exec := s.srv.exec

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/tcp"
+	"github.com/nearstore/nearstore/sandbox"
 )
 
 // The connection layer: one conn per TCP connection, one NVMe queue pair.
@@ -489,6 +490,8 @@ func (q *conn) execute(r *request, onReader bool) {
 func (q *conn) bound() {
 	q.connected = true
 	q.depth, q.noSQFlow = q.sess.depth, q.sess.noSQFlow
+	q.sess.tenantBase = q.ctx
+	q.sess.tenantCtx = sandbox.WithTenant(q.ctx, q.sess.ctrl.hostNQN)
 	if q.sess.qid != 0 {
 		q.f.MaxCapsuleData = q.srv.cfg.InCapsuleData
 	}

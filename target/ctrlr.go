@@ -10,6 +10,7 @@ import (
 
 	"github.com/nearstore/nearstore/nvme"
 	"github.com/nearstore/nearstore/nvme/auth"
+	"github.com/nearstore/nearstore/sandbox"
 )
 
 // The controller layer: it executes a command, session.exec(ctx, r) →
@@ -162,6 +163,19 @@ type session struct {
 	// reader: only the reader runs the transaction (its commands are not
 	// blocking), so it alone writes auth and authOK.
 	authOK atomic.Bool
+	// tenantCtx is tenantBase (the queue's context) with the host as
+	// sandbox tenant, made once when Connect binds the queue (conn.bound),
+	// before any function command runs, and only read after: function
+	// commands need not make it each (tenantContext).
+	tenantBase, tenantCtx context.Context
+}
+
+// tenantContext returns ctx with the controller's host as sandbox tenant.
+func (s *session) tenantContext(ctx context.Context) context.Context {
+	if s.tenantCtx != nil && ctx == s.tenantBase {
+		return s.tenantCtx
+	}
+	return sandbox.WithTenant(ctx, s.ctrl.hostNQN)
 }
 
 // touch counts a command that arrived at at as keep-alive traffic. Commands of a queue that

@@ -44,6 +44,7 @@ func BenchmarkLSMGetDrive(b *testing.B) {
 		len     uint64
 	}
 	var gets []get
+	files := map[uint64][]byte{}
 	for i := 0; i < n; i += 7 {
 		rs, err := d.loadReadState()
 		if err != nil {
@@ -54,10 +55,14 @@ func BenchmarkLSMGetDrive(b *testing.B) {
 		if s.done || len(s.plan) != 1 {
 			b.Fatalf("%s: done %v, %d tables", key(i), s.done, len(s.plan))
 		}
-		r := s.plan[0].h.reader()
-		f := make([]byte, r.size)
-		if _, err := r.f.ReadAt(f, 0); err != nil {
-			b.Fatal(err)
+		f := files[s.plan[0].meta.FileNum]
+		if f == nil {
+			r := s.plan[0].h.reader()
+			f = make([]byte, r.size)
+			if _, err := r.f.ReadAt(f, 0); err != nil {
+				b.Fatal(err)
+			}
+			files[s.plan[0].meta.FileNum] = f
 		}
 		ps := &pushState{valueCap: lgValueMax}
 		scratch, start, err := ps.request(s.plan, []byte(key(i)), snap, false)

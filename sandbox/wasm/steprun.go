@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,17 @@ import (
 //
 // $next reads the step's result from the context, calls the caller's
 // StepReader for the reads it asks for, fills in the context for the next
-// step and returns 1; or returns 0 when the function is done or anything
-// failed. Each step's function code still runs under Limits.Time (runCtx),
-// and the caller's context still interrupts it.
+// step and returns 1. When the request ends (the function is done, or
+// anything failed), $next does not return to end the call: it hands the
+// request back to DriveSteps and waits there, inside the call, for the
+// instance's next request, and returns 1 for its first step. So the run
+// call lasts as long as the instance (a coroutine, iter.Pull: DriveSteps
+// switches to it and back once per request), and wazero's goroutine that
+// watches the call's context, which it starts on every call, is started
+// once per instance rather than once per request. $next returns 0, ending
+// the call, only when the instance is closed or put aside (stopRunner).
+// Each step's function code still runs under Limits.Time (runCtx), and
+// the caller's context still interrupts it.
 //
 // runnerWasm is that module in the binary format (no wabt needed to build
 // it; wazero validates it when the Runtime compiles it).
@@ -118,7 +127,17 @@ func next(ctx context.Context, _ api.Module, stack []uint64) {
 		// Only the runner imports $next, and only DriveSteps calls it.
 		panic(errors.New("wasm: step runner called outside a request"))
 	}
-	stack[0] = s.nextStep(int32(uint32(stack[0])))
+	if s.nextStep(int32(uint32(stack[0]))) == 1 {
+		stack[0] = 1
+		return
+	}
+	// The request ended: hand it back to DriveSteps and wait for the next
+	// one, whose first step DriveSteps has set up, or for stopRunner.
+	if s.yield == nil || !s.yield(nil) {
+		stack[0] = 0
+		return
+	}
+	stack[0] = 1
 }
 
 // driving is the state of a DriveSteps call, between steps.
@@ -155,12 +174,21 @@ func (h *instance) DriveSteps(ctx context.Context, first []sandbox.Next, read sa
 	d := &s.drive
 	*d = driving{read: read}
 	defer func() { d.read = nil }()
-	rc := s.beginRun(ctx)
-	s.stack[0] = uint64(s.ctx.ptr)
+	if s.pull == nil {
+		s.startRunner()
+	}
+	rc := s.rc
+	rc.begin(ctx)
 	rc.beginStep()
-	err = s.run.CallWithStack(rc, s.stack[:1])
+	err, ok := s.pull()
 	rc.endStep()
-	s.endRun()
+	rc.end()
+	if !ok {
+		// The run call ended without handing a request back, which only
+		// stopRunner makes it do.
+		s.broken = true
+		return errors.New("wasm: internal error: the step runner ended during a request")
+	}
 	if err == nil && d.err == nil && rc.Err() != nil {
 		err = rc.Err()
 	}
@@ -212,28 +240,48 @@ func (s *state) nextStep(ret int32) uint64 {
 	return 1
 }
 
-// beginRun readies s.rc for a run call on behalf of ctx.
-func (s *state) beginRun(ctx context.Context) *runCtx {
-	if s.rc == nil || !s.rc.reusable() {
-		s.rc = newRunCtx(s)
-	}
-	s.rc.begin(ctx)
-	return s.rc
+// startRunner starts s's run call as a coroutine, with a new runCtx
+// (wazero watches the context of the call it was started with, for the
+// whole call). The coroutine runs the call until stopRunner: each pull
+// resumes it with a request set up in s.drive and s.ctx and returns when
+// the request ends (nil) or the call fails (its error; the instance is
+// then broken, and the call over).
+func (s *state) startRunner() {
+	s.rc = newRunCtx(s)
+	rc := s.rc
+	s.pull, s.stop = iter.Pull(func(yield func(error) bool) {
+		s.yield = yield
+		s.runStack[0] = uint64(s.ctx.ptr)
+		err := s.run.CallWithStack(rc, s.runStack[:])
+		s.yield = nil
+		if err == nil {
+			// Only a refused yield ($next returning 0) ends the call
+			// without an error: the runner is being stopped.
+			return
+		}
+		yield(err)
+	})
 }
 
-func (s *state) endRun() {
-	if s.rc != nil {
-		s.rc.end()
+// stopRunner ends s's run call, if there is one, between requests: the
+// waiting $next returns 0 and the call returns. An instance is stopped
+// before it is closed or put aside as a spare (whose coroutine would
+// otherwise keep it, and its goroutines, alive for good).
+func (s *state) stopRunner() {
+	if s.stop != nil {
+		s.stop()
+		s.pull, s.stop = nil, nil
 	}
 }
 
 // runCtx is the context of a run call: wazero watches its Done channel
-// (one goroutine per call, so one per request) and closes the runner when
+// (one goroutine per call, so one per instance) and closes the runner when
 // it is closed. It is closed when a step's function code has run for
 // Limits.Time (the limit is per step, as for a call per step: the time
 // the caller spends reading between steps does not count), or when the
-// caller's context ends (noticed within cancelPoll). A runCtx whose Done
-// was never closed is reused by the state's next request.
+// caller's context ends (noticed within cancelPoll), only while a request
+// runs (begin to end). Each request of the call is a generation; one
+// whose Done was closed breaks the instance.
 type runCtx struct {
 	s     *state
 	limit time.Duration
@@ -280,8 +328,6 @@ func newRunCtx(s *state) *runCtx {
 	c.timer.Stop()
 	return c
 }
-
-func (c *runCtx) reusable() bool { return c.st.Load()&0xff == whyIdle }
 
 // begin starts a request's run call on behalf of parent.
 func (c *runCtx) begin(parent context.Context) {

@@ -271,6 +271,7 @@ func (s *state) stopRunner() {
 	if s.stop != nil {
 		s.stop()
 		s.pull, s.stop = nil, nil
+		s.rc.stopTimer()
 	}
 }
 
@@ -297,6 +298,8 @@ type runCtx struct {
 	// stepStart is when the running step began, in nanoseconds since
 	// epoch plus one, or 0 between steps.
 	stepStart atomic.Int64
+	// armed: the timer is set (arm).
+	armed atomic.Bool
 
 	// parentDone is the caller's context's Done channel, which the timer
 	// polls (cancelPoll) while the request runs; nil if it has none.
@@ -338,29 +341,44 @@ func (c *runCtx) begin(parent context.Context) {
 	c.mu.Lock()
 	c.parentDone = pd
 	c.mu.Unlock()
-	// The timer looks at the running step every Limits.Time at most
-	// (cancelPoll if there is a caller's context to watch), and closes
-	// done once a step has run that long or the caller's context ended.
-	wait := c.limit
-	if pd != nil {
-		wait = min(wait, cancelPoll)
-		if parent.Err() != nil {
-			c.close(gen, whyCanceled)
-		}
+	if pd != nil && parent.Err() != nil {
+		c.close(gen, whyCanceled)
 	}
-	c.timer.Reset(wait)
+	c.arm()
 }
 
-// end stops watching the clock and the caller's context.
+// end stops watching the clock and the caller's context for the request.
+// The timer is left to run out: it finds the runCtx idle and stops.
 func (c *runCtx) end() {
 	gen := c.st.Load() >> 8
 	c.st.CompareAndSwap(gen<<8|whyRunning, gen<<8|whyIdle)
-	c.timer.Stop()
 	c.mu.Lock()
 	c.parentDone = nil
 	c.mu.Unlock()
 	c.stepStart.Store(0)
 }
+
+// checkEvery is how often at most the timer looks at a running request:
+// Limits.Time, or cancelPoll if that is shorter (any request may bring a
+// caller's context to watch).
+func (c *runCtx) checkEvery() time.Duration { return min(c.limit, cancelPoll) }
+
+// arm starts the timer unless it is already armed. The timer is not
+// stopped and started per request (two timer-heap operations, about as
+// much as the rest of a request's bookkeeping): once armed it fires every
+// checkEvery while requests keep coming, and disarms itself when it fires
+// between requests. Invariant: while armed is set, the timer will fire,
+// or its callback runs and has not yet cleared armed; the callback clears
+// armed before it looks at st, and begin sets st before arm, so a request
+// that begins is always watched.
+func (c *runCtx) arm() {
+	if c.armed.CompareAndSwap(false, true) {
+		c.timer.Reset(c.checkEvery())
+	}
+}
+
+// stopTimer stops the timer for good (the run call is over).
+func (c *runCtx) stopTimer() { c.timer.Stop() }
 
 func (c *runCtx) now() int64 { return int64(time.Since(c.epoch)) + 1 }
 
@@ -369,9 +387,10 @@ func (c *runCtx) beginStep() { c.stepStart.Store(c.now()) }
 func (c *runCtx) endStep() { c.stepStart.Store(0) }
 
 func (c *runCtx) onTimer() {
+	c.armed.Store(false)
 	st := c.st.Load()
 	if st&0xff != whyRunning {
-		return
+		return // idle: the next begin arms the timer again
 	}
 	c.mu.Lock()
 	pd := c.parentDone
@@ -384,19 +403,18 @@ func (c *runCtx) onTimer() {
 		default:
 		}
 	}
-	wait := c.limit
+	wait := c.checkEvery()
 	if start := c.stepStart.Load(); start != 0 {
 		ran := time.Duration(c.now() - start)
 		if ran >= c.limit {
 			c.close(st>>8, whyDeadline)
 			return
 		}
-		wait = c.limit - ran
+		wait = min(wait, c.limit-ran)
 	}
-	if pd != nil {
-		wait = min(wait, cancelPoll)
+	if c.armed.CompareAndSwap(false, true) {
+		c.timer.Reset(wait)
 	}
-	c.timer.Reset(wait)
 }
 
 // close closes done for why, if generation gen is still running.

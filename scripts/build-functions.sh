@@ -31,6 +31,7 @@ done
 wasm_flags() {
 	case $1 in
 	grep | stats64) echo -msimd128 ;;
+	lsm_get) echo -mbulk-memory ;;
 	esac
 }
 

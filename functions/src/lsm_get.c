@@ -27,11 +27,14 @@
 #include "lsm.h"
 
 /*
- * wazero checks for a timeout at every loop back-edge (about 35 ns each,
- * functions/README.md) and the eBPF interpreter pays for every
- * instruction, so the hot paths avoid loops: varints of one or two bytes
- * (all but values of 16 KiB or more) take no loop, keys compare 8 bytes
- * at a time with the tail masked, and copies are unrolled.
+ * wazero checks for a timeout at every loop header it enters, by leaving
+ * the compiled code (tens of nanoseconds each time, functions/README.md),
+ * and the eBPF interpreter pays for every instruction, so the hot paths
+ * avoid loops: varints of one or two bytes (all but values of 16 KiB or
+ * more) take no loop, keys compare 8 bytes at a time with the tail masked,
+ * the first 32 bytes in straight-line code in wasm, and wasm copies are
+ * one memory.copy (bulk memory: a call of the runtime's memmove, no loop),
+ * eBPF's 8 bytes at a time.
  */
 
 /* get_uv_slow decodes a uvarint below 2^32 at d[*off], before end. */
@@ -71,15 +74,20 @@ NS_INLINE int get_uv(const u8 *d, u32 end, u32 *off, u32 *v)
 	return get_uv_slow(d, end, off, v);
 }
 
-/* copy copies n bytes, 8 at a time then byte by byte. */
+/* copy copies n bytes: one memory.copy in wasm, else 8 at a time then
+ * byte by byte. */
 NS_INLINE void copy(u8 *d, const u8 *s, u32 n)
 {
+#if defined(__wasm__)
+	__builtin_memcpy(d, s, n);
+#else
 	u32 i = 0;
 #pragma clang loop unroll_count(8)
 	for (; i + 8 <= n; i += 8)
 		ns_store64(d + i, ns_load64(s + i));
 	for (; i < n; i++)
 		d[i] = s[i];
+#endif
 }
 
 /* cmp_bytes compares a[0:n) with b[0:n) bytewise. Both may be read up to
@@ -89,6 +97,19 @@ NS_INLINE int cmp_bytes(const u8 *a, const u8 *b, u32 n)
 {
 	u32 i = 0;
 	u64 x = 0, y = 0;
+#if defined(__wasm__)
+	/* Keys of up to 32 bytes (kv/lsm's bench keys are 24) take no loop. */
+#pragma clang loop unroll(full)
+	for (u32 j = 0; j < 4; j++) {
+		if (i + 8 > n)
+			break;
+		x = ns_load64(a + i);
+		y = ns_load64(b + i);
+		if (x != y)
+			goto differ;
+		i += 8;
+	}
+#endif
 	for (; i + 8 <= n; i += 8) {
 		x = ns_load64(a + i);
 		y = ns_load64(b + i);

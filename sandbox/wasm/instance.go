@@ -46,12 +46,19 @@ type state struct {
 	// depth is the stack depth global the runtime adds (stack.go).
 	depth api.Global
 
-	// runner calls pushdown once per step, inside one call to run per
-	// request (steprun.go); rc is its context and drive its state.
-	runner api.Module
-	run    api.Function
-	rc     *runCtx
-	drive  driving
+	// runner calls pushdown once per step, inside one call to run that
+	// lasts from the instance's first request until stopRunner
+	// (steprun.go): pull resumes it with a request, stop ends it, and
+	// yield, inside it, hands a request back. rc is the call's context,
+	// drive the request's state, runStack the call's parameter stack.
+	runner   api.Module
+	run      api.Function
+	rc       *runCtx
+	drive    driving
+	pull     func() (error, bool)
+	stop     func()
+	yield    func(error) bool
+	runStack [1]uint64
 
 	// Buffers. C modules: fixed layout from __heap_base (ctx, scratch,
 	// data, then input and output). Go modules: from ns_alloc.
@@ -240,6 +247,7 @@ func (s *state) reset(context.Context) error {
 }
 
 func (s *state) close() {
+	s.stopRunner()
 	// Closing only releases wazero's bookkeeping for the instance, and
 	// the context is not used by it.
 	if s.runner != nil {

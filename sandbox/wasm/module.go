@@ -238,16 +238,25 @@ const keepBytes = 1 << 20
 func (m *Module) release(s *state) {
 	if !s.broken {
 		m.mu.Lock()
-		if !m.closed {
-			if len(m.free) < m.rt.opts.PoolSize && s.mem.Size() <= keepBytes {
-				m.free = append(m.free, s)
-			} else {
-				m.sparesOf(s.tenant).Put(s)
-			}
+		if !m.closed && len(m.free) < m.rt.opts.PoolSize && s.mem.Size() <= keepBytes {
+			m.free = append(m.free, s)
 			m.mu.Unlock()
 			return
 		}
+		closed := m.closed
 		m.mu.Unlock()
+		if !closed {
+			// A spare's run call ends first (outside mu: it runs the
+			// runner's way out), or it would keep the spare alive.
+			s.stopRunner()
+			m.mu.Lock()
+			if !m.closed {
+				m.sparesOf(s.tenant).Put(s)
+				m.mu.Unlock()
+				return
+			}
+			m.mu.Unlock()
+		}
 	}
 	s.close()
 }
@@ -266,6 +275,7 @@ func (m *Module) Close(ctx context.Context) error {
 	m.mu.Unlock()
 	var errs []error
 	for _, s := range free {
+		s.stopRunner()
 		if s.runner != nil {
 			errs = append(errs, s.runner.Close(ctx))
 		}

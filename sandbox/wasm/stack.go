@@ -130,6 +130,14 @@ func instrumentCode(r *reader, info *moduleInfo, global uint32, stackBytes uint6
 			if werr != nil {
 				return
 			}
+			if (op == 0x23 || op == 0x24) && globalIndex(imm) >= uint64(info.globals) {
+				// The stack global is the module's next index, which the
+				// module's own code must not name: it is checked here
+				// because wazero validates only the rewritten module.
+				werr = fmt.Errorf("global.%s of global %d, out of range (the module has %d)",
+					map[byte]string{0x23: "get", 0x24: "set"}[op], globalIndex(imm), info.globals)
+				return
+			}
 			var cost uint64
 			switch {
 			case op == 0x10 && callee >= 0 && uint64(callee) >= uint64(info.imported):
@@ -165,6 +173,14 @@ func instrumentCode(r *reader, info *moduleInfo, global uint32, stackBytes uint6
 		return nil, errors.New("trailing bytes after the function bodies")
 	}
 	return out, nil
+}
+
+// globalIndex decodes a global.get or global.set immediate (walkCode has
+// checked it is a LEB128 u32).
+func globalIndex(imm []byte) uint64 {
+	r := &reader{b: imm}
+	v, _ := r.u32()
+	return uint64(v)
 }
 
 // appendCharge appends: global += cost; if global > limit { global =

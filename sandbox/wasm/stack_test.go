@@ -85,6 +85,32 @@ func TestStackExportReserved(t *testing.T) {
 	}
 }
 
+// TestStackGlobalUnreachable: a module's code may not name the stack
+// global, the index after its own globals (it could reset its depth and
+// recurse past the limit); wazero only sees the rewritten module, in which
+// that index is valid.
+func TestStackGlobalUnreachable(t *testing.T) {
+	// (func (export "f") (global.set 0 (i32.const 0))), no globals.
+	m := []byte("\x00asm\x01\x00\x00\x00" +
+		"\x01\x04\x01\x60\x00\x00" + // type () -> ()
+		"\x03\x02\x01\x00" + // function 0 of type 0
+		"\x07\x05\x01\x01f\x00\x00" + // export "f" func 0
+		"\x0a\x08\x01\x06\x00\x41\x00\x24\x00\x0b") // i32.const 0; global.set 0
+	if _, err := prepare(m, 1, 1<<20); !errors.Is(err, sandbox.ErrBadModule) || !strings.Contains(err.Error(), "global.set of global 0, out of range") {
+		t.Fatalf("a module setting the stack global: %v", err)
+	}
+	// Its own global, index 0, is fine.
+	withGlobal := []byte("\x00asm\x01\x00\x00\x00" +
+		"\x01\x04\x01\x60\x00\x00" +
+		"\x03\x02\x01\x00" +
+		"\x06\x06\x01\x7f\x01\x41\x00\x0b" + // (global (mut i32) (i32.const 0))
+		"\x07\x05\x01\x01f\x00\x00" +
+		"\x0a\x08\x01\x06\x00\x41\x00\x24\x00\x0b")
+	if _, err := prepare(withGlobal, 1, 1<<20); err != nil {
+		t.Fatalf("a module setting its own global: %v", err)
+	}
+}
+
 // FuzzStackInstrument: whatever prepare accepts and wazero compiles as
 // it was given, wazero compiles after prepare's instrumentation too: the
 // call charges never make a valid module invalid.

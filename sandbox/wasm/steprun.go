@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,9 +32,17 @@ import (
 //
 // $next reads the step's result from the context, calls the caller's
 // StepReader for the reads it asks for, fills in the context for the next
-// step and returns 1; or returns 0 when the function is done or anything
-// failed. Each step's function code still runs under Limits.Time (runCtx),
-// and the caller's context still interrupts it.
+// step and returns 1. When the request ends (the function is done, or
+// anything failed), $next does not return to end the call: it hands the
+// request back to DriveSteps and waits there, inside the call, for the
+// instance's next request, and returns 1 for its first step. So the run
+// call lasts as long as the instance (a coroutine, iter.Pull: DriveSteps
+// switches to it and back once per request), and wazero's goroutine that
+// watches the call's context, which it starts on every call, is started
+// once per instance rather than once per request. $next returns 0, ending
+// the call, only when the instance is closed or put aside (stopRunner).
+// Each step's function code still runs under Limits.Time (runCtx), and
+// the caller's context still interrupts it.
 //
 // runnerWasm is that module in the binary format (no wabt needed to build
 // it; wazero validates it when the Runtime compiles it).
@@ -118,7 +127,17 @@ func next(ctx context.Context, _ api.Module, stack []uint64) {
 		// Only the runner imports $next, and only DriveSteps calls it.
 		panic(errors.New("wasm: step runner called outside a request"))
 	}
-	stack[0] = s.nextStep(int32(uint32(stack[0])))
+	if s.nextStep(int32(uint32(stack[0]))) == 1 {
+		stack[0] = 1
+		return
+	}
+	// The request ended: hand it back to DriveSteps and wait for the next
+	// one, whose first step DriveSteps has set up, or for stopRunner.
+	if s.yield == nil || !s.yield(nil) {
+		stack[0] = 0
+		return
+	}
+	stack[0] = 1
 }
 
 // driving is the state of a DriveSteps call, between steps.
@@ -155,12 +174,21 @@ func (h *instance) DriveSteps(ctx context.Context, first []sandbox.Next, read sa
 	d := &s.drive
 	*d = driving{read: read}
 	defer func() { d.read = nil }()
-	rc := s.beginRun(ctx)
-	s.stack[0] = uint64(s.ctx.ptr)
+	if s.pull == nil {
+		s.startRunner()
+	}
+	rc := s.rc
+	rc.begin(ctx)
 	rc.beginStep()
-	err = s.run.CallWithStack(rc, s.stack[:1])
+	err, ok := s.pull()
 	rc.endStep()
-	s.endRun()
+	rc.end()
+	if !ok {
+		// The run call ended without handing a request back, which only
+		// stopRunner makes it do.
+		s.broken = true
+		return errors.New("wasm: internal error: the step runner ended during a request")
+	}
 	if err == nil && d.err == nil && rc.Err() != nil {
 		err = rc.Err()
 	}
@@ -212,28 +240,49 @@ func (s *state) nextStep(ret int32) uint64 {
 	return 1
 }
 
-// beginRun readies s.rc for a run call on behalf of ctx.
-func (s *state) beginRun(ctx context.Context) *runCtx {
-	if s.rc == nil || !s.rc.reusable() {
-		s.rc = newRunCtx(s)
-	}
-	s.rc.begin(ctx)
-	return s.rc
+// startRunner starts s's run call as a coroutine, with a new runCtx
+// (wazero watches the context of the call it was started with, for the
+// whole call). The coroutine runs the call until stopRunner: each pull
+// resumes it with a request set up in s.drive and s.ctx and returns when
+// the request ends (nil) or the call fails (its error; the instance is
+// then broken, and the call over).
+func (s *state) startRunner() {
+	s.rc = newRunCtx(s)
+	rc := s.rc
+	s.pull, s.stop = iter.Pull(func(yield func(error) bool) {
+		s.yield = yield
+		s.runStack[0] = uint64(s.ctx.ptr)
+		err := s.run.CallWithStack(rc, s.runStack[:])
+		s.yield = nil
+		if err == nil {
+			// Only a refused yield ($next returning 0) ends the call
+			// without an error: the runner is being stopped.
+			return
+		}
+		yield(err)
+	})
 }
 
-func (s *state) endRun() {
-	if s.rc != nil {
-		s.rc.end()
+// stopRunner ends s's run call, if there is one, between requests: the
+// waiting $next returns 0 and the call returns. An instance is stopped
+// before it is closed or put aside as a spare (whose coroutine would
+// otherwise keep it, and its goroutines, alive for good).
+func (s *state) stopRunner() {
+	if s.stop != nil {
+		s.stop()
+		s.pull, s.stop = nil, nil
+		s.rc.stopTimer()
 	}
 }
 
 // runCtx is the context of a run call: wazero watches its Done channel
-// (one goroutine per call, so one per request) and closes the runner when
+// (one goroutine per call, so one per instance) and closes the runner when
 // it is closed. It is closed when a step's function code has run for
 // Limits.Time (the limit is per step, as for a call per step: the time
 // the caller spends reading between steps does not count), or when the
-// caller's context ends (noticed within cancelPoll). A runCtx whose Done
-// was never closed is reused by the state's next request.
+// caller's context ends (noticed within cancelPoll), only while a request
+// runs (begin to end). Each request of the call is a generation; one
+// whose Done was closed breaks the instance.
 type runCtx struct {
 	s     *state
 	limit time.Duration
@@ -249,6 +298,8 @@ type runCtx struct {
 	// stepStart is when the running step began, in nanoseconds since
 	// epoch plus one, or 0 between steps.
 	stepStart atomic.Int64
+	// armed: the timer is set (arm).
+	armed atomic.Bool
 
 	// parentDone is the caller's context's Done channel, which the timer
 	// polls (cancelPoll) while the request runs; nil if it has none.
@@ -281,8 +332,6 @@ func newRunCtx(s *state) *runCtx {
 	return c
 }
 
-func (c *runCtx) reusable() bool { return c.st.Load()&0xff == whyIdle }
-
 // begin starts a request's run call on behalf of parent.
 func (c *runCtx) begin(parent context.Context) {
 	gen := c.st.Load()>>8 + 1
@@ -292,29 +341,44 @@ func (c *runCtx) begin(parent context.Context) {
 	c.mu.Lock()
 	c.parentDone = pd
 	c.mu.Unlock()
-	// The timer looks at the running step every Limits.Time at most
-	// (cancelPoll if there is a caller's context to watch), and closes
-	// done once a step has run that long or the caller's context ended.
-	wait := c.limit
-	if pd != nil {
-		wait = min(wait, cancelPoll)
-		if parent.Err() != nil {
-			c.close(gen, whyCanceled)
-		}
+	if pd != nil && parent.Err() != nil {
+		c.close(gen, whyCanceled)
 	}
-	c.timer.Reset(wait)
+	c.arm()
 }
 
-// end stops watching the clock and the caller's context.
+// end stops watching the clock and the caller's context for the request.
+// The timer is left to run out: it finds the runCtx idle and stops.
 func (c *runCtx) end() {
 	gen := c.st.Load() >> 8
 	c.st.CompareAndSwap(gen<<8|whyRunning, gen<<8|whyIdle)
-	c.timer.Stop()
 	c.mu.Lock()
 	c.parentDone = nil
 	c.mu.Unlock()
 	c.stepStart.Store(0)
 }
+
+// checkEvery is how often at most the timer looks at a running request:
+// Limits.Time, or cancelPoll if that is shorter (any request may bring a
+// caller's context to watch).
+func (c *runCtx) checkEvery() time.Duration { return min(c.limit, cancelPoll) }
+
+// arm starts the timer unless it is already armed. The timer is not
+// stopped and started per request (two timer-heap operations, about as
+// much as the rest of a request's bookkeeping): once armed it fires every
+// checkEvery while requests keep coming, and disarms itself when it fires
+// between requests. Invariant: while armed is set, the timer will fire,
+// or its callback runs and has not yet cleared armed; the callback clears
+// armed before it looks at st, and begin sets st before arm, so a request
+// that begins is always watched.
+func (c *runCtx) arm() {
+	if c.armed.CompareAndSwap(false, true) {
+		c.timer.Reset(c.checkEvery())
+	}
+}
+
+// stopTimer stops the timer for good (the run call is over).
+func (c *runCtx) stopTimer() { c.timer.Stop() }
 
 func (c *runCtx) now() int64 { return int64(time.Since(c.epoch)) + 1 }
 
@@ -323,9 +387,10 @@ func (c *runCtx) beginStep() { c.stepStart.Store(c.now()) }
 func (c *runCtx) endStep() { c.stepStart.Store(0) }
 
 func (c *runCtx) onTimer() {
+	c.armed.Store(false)
 	st := c.st.Load()
 	if st&0xff != whyRunning {
-		return
+		return // idle: the next begin arms the timer again
 	}
 	c.mu.Lock()
 	pd := c.parentDone
@@ -338,19 +403,18 @@ func (c *runCtx) onTimer() {
 		default:
 		}
 	}
-	wait := c.limit
+	wait := c.checkEvery()
 	if start := c.stepStart.Load(); start != 0 {
 		ran := time.Duration(c.now() - start)
 		if ran >= c.limit {
 			c.close(st>>8, whyDeadline)
 			return
 		}
-		wait = c.limit - ran
+		wait = min(wait, c.limit-ran)
 	}
-	if pd != nil {
-		wait = min(wait, cancelPoll)
+	if c.armed.CompareAndSwap(false, true) {
+		c.timer.Reset(wait)
 	}
-	c.timer.Reset(wait)
 }
 
 // close closes done for why, if generation gen is still running.

@@ -3,6 +3,7 @@ package wasm
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -212,5 +213,70 @@ func TestLargeInstanceIsSpare(t *testing.T) {
 	}
 	if _, err := sandbox.Compute(ctx, m, randomU64s(16, 1), 32); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDriveLongLivedCall: an instance's requests share one run call
+// (steprun.go), which must not change what a request sees: the caller's
+// context still interrupts a later request of the same instance, that
+// instance is then not pooled, and stopping the calls (spares, Close)
+// leaves no goroutine behind.
+func TestDriveLongLivedCall(t *testing.T) {
+	ctx := context.Background()
+	base := runtime.NumGoroutine()
+	r, err := NewRuntime(ctx, Options{PoolSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := load(t, r, "chain", sandbox.Limits{Time: 10 * time.Second})
+
+	inst, _ := m.Acquire(ctx)
+	for i := range 20 {
+		if steps, err := drive(ctx, inst, chainFiles(), 0, 0, 16); err != nil || steps != 4 {
+			t.Fatalf("request %d: %d steps, %v", i, steps, err)
+		}
+	}
+	// A never-ending chain whose caller gives up at its fifth read.
+	cctx, cancel := context.WithCancel(ctx)
+	err = driveData(cctx, inst, record(16, 1), func(step int) error {
+		if step == 5 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("a later request whose caller gave up: %v, want context.Canceled", err)
+	}
+	inst.Release()
+	if n := len(m.free); n != 0 {
+		t.Fatalf("%d interrupted instances pooled", n)
+	}
+
+	// Two instances for a pool of one: one stays, one is a spare, and
+	// each ran requests on its own call.
+	a, _ := m.Acquire(ctx)
+	b, _ := m.Acquire(ctx)
+	for _, inst := range []sandbox.Instance{a, b} {
+		if _, err := drive(ctx, inst, chainFiles(), 0, 0, 16); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Release()
+	b.Release()
+	checkChain(t, m)
+	if err := m.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The runners' coroutines and wazero's watchers of their calls end
+	// with them (the interrupted one's when it was released).
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		t.Fatalf("%d goroutines after closing, %d before", n, base)
 	}
 }

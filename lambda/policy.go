@@ -66,7 +66,7 @@ import "time"
 //     runs compare the sides as they are; a picked side's later runs,
 //     against the other side's two or three from the profile, compare two
 //     moments' loads instead, and a slow spell over the picked side's
-//     runs switches a write to the side that is slower under any load
+//     runs can switch a write to the side that is slower under any load
 //     (rule 4's recheck, two or three runs a side, does not reliably
 //     undo it). A side that gets slower, like one that gets faster, is
 //     seen at the next profile.

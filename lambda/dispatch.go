@@ -1068,13 +1068,13 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, c WriteCall) (int, Mo
 	}
 	switch mode {
 	case Target:
-		return d.writeOn(ctx, d.state(f.Ino(), fn), Target, true, nil, c)
+		return d.writeOn(ctx, d.state(f.Ino(), fn), Target, false, nil, c)
 	case Host:
 		hf, err := d.hostFunctionFor(fn, mode)
 		if err != nil {
 			return 0, Auto, err
 		}
-		return d.writeOn(ctx, d.state(f.Ino(), fn), Host, true, hf, c)
+		return d.writeOn(ctx, d.state(f.Ino(), fn), Host, false, hf, c)
 	case Buffered:
 		hf, err := d.hostFunctionFor(fn, mode)
 		if err != nil {
@@ -1102,8 +1102,10 @@ func (d *Dispatcher) write(ctx context.Context, mode Mode, c WriteCall) (int, Mo
 }
 
 // writeOn runs a λ write on side (Host, with hf, or Target) and feeds its
-// time to ks's model; picked says it is a run of the side picked
-// (outside a profile), which keeps that side's samples at the next one.
+// measurement to ks's model; picked says it is a run of the side picked
+// (outside a profile), whose time the model does not take (policy rule
+// 7). A call in mode K or T is no pick: measured alone, its time feeds
+// the model as a profile's run does.
 func (d *Dispatcher) writeOn(ctx context.Context, ks *keyState, side Mode, picked bool, hf *hostFunction, c WriteCall) (int, Mode, error) {
 	var (
 		k    int

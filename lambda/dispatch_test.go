@@ -618,7 +618,7 @@ func TestProfileReadsAlternate(t *testing.T) {
 	ks.p.pick, ks.p.rechecked = Host, 0
 	ks.mu.Unlock()
 	ks.mu.Lock()
-	rechecked := ks.p.recheck(Target, false).recheck
+	rechecked := ks.p.recheck(Target, false, false).recheck
 	ks.mu.Unlock()
 	if !rechecked {
 		t.Fatal("a switch to the target was not rechecked")

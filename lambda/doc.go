@@ -65,7 +65,10 @@
 // side being left is measured afresh; a key's first pick, and a first
 // pick after a profile that leaves the side picked before it, are
 // confirmed the same way; and a switch brings the next profile within a
-// quarter period (probation). Calls in modes K and T bypass the policy's
+// quarter period (probation). A write's pick rests on its last profile
+// alone, whose alternating runs see the same load: a write profile
+// measures both sides afresh, and a picked write feeds the model only
+// its output ratio. Calls in modes K and T bypass the policy's
 // decisions but feed its model. The host's estimate for a write is its
 // compute, the cost of putting the output in the cache, and the output's
 // write-back at the cache's measured cost.

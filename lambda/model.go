@@ -248,6 +248,16 @@ func (e *estimator) addWriteTarget(n, out int64, total time.Duration, done bool)
 	e.addWrite(&e.wrTotal, n, out, total, done)
 }
 
+// addWriteRatio records the output ratio of a λ write of n input bytes
+// that ran to the end, and not its time.
+func (e *estimator) addWriteRatio(n, out int64) {
+	if n <= 0 {
+		return
+	}
+	e.writes = true
+	e.ratio.add(float64(out) / float64(n))
+}
+
 // addWrite records a λ write of n input bytes that took d into per, as
 // seconds per input byte, and, when it ran to the end, its output ratio.
 func (e *estimator) addWrite(per *window, n, out int64, d time.Duration, done bool) {

@@ -175,11 +175,11 @@ func TestDecisionFollowsModel(t *testing.T) {
 			total: secs(tgt * n), targetMicros: uint32(math.Round(tgt * n / 2 * 1e6))}, Auto)
 	}
 	for i := range 5 {
-		if !p.scheduled() {
+		if !p.scheduled(false) {
 			t.Fatalf("request %d not profiled", i)
 		}
 	}
-	if p.scheduled() {
+	if p.scheduled(false) {
 		t.Fatal("request 5 profiled")
 	}
 	model := p.fitted(0, 0)

@@ -21,7 +21,8 @@ import "time"
 //  2. Forget the unpicked side. At each scheduled profile, a side that
 //     ran no picked request since the last one loses its samples, so it
 //     rests on what this profile measures; the picked side keeps its
-//     own, which are recent and were measured alone.
+//     own, which are recent and were measured alone. (A write's profile
+//     drops both sides' samples: rule 7.)
 //  3. Pick. Outside a profile the side the model predicts faster runs,
 //     alone, and its run counts as the pick's.
 //  4. Recheck a switch. When the pick changes between profiles, the call
@@ -54,9 +55,21 @@ import "time"
 //     stopped and would hold the CPUs the host's next requests need, and
 //     where the sides are close a race measures the host at its worst. A
 //     recheck's reads alternate too, the new pick first.
-//  7. How a profiled write runs. A write cannot run on both sides, its
-//     output being written once, so a key's profiled writes alternate
-//     sides, target first, each measured alone.
+//  7. How a profiled write runs, and what a write's pick rests on. A
+//     write cannot run on both sides, its output being written once, so
+//     a key's profiled writes alternate sides, target first (counted
+//     across profiles), each measured alone. A write's pick rests on its
+//     last profile alone: each write profile (scheduled, or a recheck's)
+//     starts with both sides' time samples dropped, and a write run as
+//     the pick feeds the model its output ratio only. Runs a call apart
+//     see the same load on the shared machine, so a profile's alternating
+//     runs compare the sides as they are; a picked side's later runs,
+//     against the other side's two or three from the profile, compare two
+//     moments' loads instead, and a slow spell over the picked side's
+//     runs can switch a write to the side that is slower under any load
+//     (rule 4's recheck, two or three runs a side, does not reliably
+//     undo it). A side that gets slower, like one that gets faster, is
+//     seen at the next profile.
 //  8. Read ahead. A read picked for the target that continues the key's
 //     last read (it starts where that one ended) keeps the next `ahead`
 //     ranges of the same size in flight at the target too: the target
@@ -221,7 +234,7 @@ func (p *policy) readAhead(r request, d decision) int {
 
 // route counts a request and says where it runs.
 func (p *policy) route(r request) decision {
-	if p.scheduled() {
+	if p.scheduled(r.write) {
 		return p.profileTurn(r, decision{profiled: true})
 	}
 	m := p.fitted(r.missCost, r.writeBackCost)
@@ -234,7 +247,7 @@ func (p *policy) route(r request) decision {
 		near = closeCall(host, target)
 	}
 	pick := pickOf(host, target)
-	d := p.recheck(pick, near)
+	d := p.recheck(pick, near, r.write)
 	if d.recheck {
 		d.profiled = true
 		return p.profileTurn(r, d)
@@ -243,9 +256,9 @@ func (p *policy) route(r request) decision {
 	return d
 }
 
-// scheduled counts a request and says whether the schedule profiles it
-// (rules 1 and 2).
-func (p *policy) scheduled() bool {
+// scheduled counts a request (a write if write) and says whether the
+// schedule profiles it (rules 1, 2 and 7).
+func (p *policy) scheduled(write bool) bool {
 	i := p.count
 	p.count++
 	p.seen++
@@ -255,16 +268,20 @@ func (p *policy) scheduled() bool {
 		p.alone, p.turn = p.last == Host || (p.last == Target && p.near), 0
 	}
 	if i > 0 && i%every == 0 {
-		p.est.forgetUnpicked()
+		if write {
+			p.forgetBoth()
+		} else {
+			p.est.forgetUnpicked()
+		}
 		p.stale = true
 	}
 	return i%every < p.sched.first || p.est.samples == 0
 }
 
-// recheck is told the side the model picked for a request outside a
-// profile, and says whether that request begins a recheck's profile
-// instead (rule 4) or put the key on probation (rule 5).
-func (p *policy) recheck(pick Mode, near bool) decision {
+// recheck is told the side the model picked for a request (a write if
+// write) outside a profile, and says whether that request begins a
+// recheck's profile instead (rule 4) or put the key on probation (rule 5).
+func (p *policy) recheck(pick Mode, near, write bool) decision {
 	var d decision
 	every := p.sched.every
 	leaving, held := p.pick, false
@@ -299,8 +316,12 @@ func (p *policy) recheck(pick Mode, near bool) decision {
 	p.count = (p.count/every+1)*every + 1
 	p.pick, p.rechecking = Auto, true
 	p.alone, p.turn = true, 0
-	p.est.forget(leaving)
-	p.est.hostRuns, p.est.targetRuns = 0, 0
+	if write {
+		p.forgetBoth()
+	} else {
+		p.est.forget(leaving)
+		p.est.hostRuns, p.est.targetRuns = 0, 0
+	}
 	p.stale = true
 	d.recheck = true
 	return d
@@ -349,17 +370,25 @@ func (p *policy) observeRead(s readSample, picked Mode) {
 
 // observeWrite feeds a finished λ write on side (Host or Target) of n
 // input bytes and out output bytes that took took; picked says it ran as
-// the pick.
+// the pick, whose time the model does not take (rule 7).
 func (p *policy) observeWrite(side Mode, n, out int64, took time.Duration, picked bool) {
-	if side == Host {
+	switch {
+	case picked:
+		p.est.addWriteRatio(n, out)
+	case side == Host:
 		p.est.addWriteHost(n, out, took, true)
-	} else {
+	default:
 		p.est.addWriteTarget(n, out, took, true)
 	}
-	if picked {
-		p.est.picked(side)
-	}
 	p.stale = true
+}
+
+// forgetBoth drops both sides' time samples, as a write's profile does
+// (rule 7).
+func (p *policy) forgetBoth() {
+	p.est.forget(Host)
+	p.est.forget(Target)
+	p.est.hostRuns, p.est.targetRuns = 0, 0
 }
 
 // fitted returns the key's model, fitting it again if measurements came

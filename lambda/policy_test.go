@@ -116,6 +116,55 @@ func TestPolicyProfileWrites(t *testing.T) {
 	}
 }
 
+// TestPolicyWritePickRestsOnProfile: a write's pick rests on its last
+// profile's runs alone (rule 7). A target that gets slower in the
+// period's picked runs does not switch the key to the host until the
+// next profile measures both sides again; that profile's pick is then
+// rechecked (rule 4), with both sides measured afresh once more.
+func TestPolicyWritePickRestsOnProfile(t *testing.T) {
+	p := &policy{sched: schedule{every: 10, first: 3}}
+	w := request{write: true, n: 1 << 20}
+	// The host 1.5x slower than the target: the first profile, the first
+	// pick's recheck, probation, and the next two profiles.
+	if got, want := p.actions(w, 23, 1.5e-9, 1e-9), "tkt"+"k+tk"+"TTT"+"tkt"+"TTTTTTT"+"ktk"+"T"; got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	// The target's picked runs now 5x slower than before: it stays
+	// picked to the period's end.
+	if got, want := p.actions(w, 6, 1.5e-9, 5e-9), "TTTTTT"; got != want {
+		t.Fatalf("a slower target's picked runs: got %s, want %s", got, want)
+	}
+	// The next profile measures it, the switch to the host is rechecked,
+	// and holds (on probation).
+	if got, want := p.actions(w, 10, 1.5e-9, 5e-9), "tkt"+"k+tk"+"KKK"+"t"; got != want {
+		t.Errorf("the next profile: got %s, want %s", got, want)
+	}
+}
+
+// TestPolicyWriteProfileForgetsBoth: a write run as the pick feeds the
+// model its output ratio only, and a write profile starts with both
+// sides' time samples dropped, whichever side was picked (rule 7).
+func TestPolicyWriteProfileForgetsBoth(t *testing.T) {
+	p := &policy{sched: schedule{every: 10, first: 3}}
+	w := request{write: true, n: 1 << 20}
+	p.actions(w, 19, 1.5e-9, 1e-9) // up to the fourth period's profile
+	host, target := len(p.est.hostCPU.v), len(p.est.wrTotal.v)
+	p.observeWrite(Target, w.n, 2*w.n, secs(1e-9*float64(w.n)), true)
+	if len(p.est.hostCPU.v) != host || len(p.est.wrTotal.v) != target || p.est.ratio.v[len(p.est.ratio.v)-1] != 2 {
+		t.Errorf("a picked write: %d host, %d target time samples (before: %d, %d), last ratio %g; want the same counts and ratio 2",
+			len(p.est.hostCPU.v), len(p.est.wrTotal.v), host, target, p.est.ratio.v[len(p.est.ratio.v)-1])
+	}
+	p.est.hostCPU.add(1e-9) // a read's or a forced run's host sample
+	ratios := len(p.est.ratio.v)
+	if d := p.decide(w); !d.profiled {
+		t.Fatal("the fourth period's first request not profiled")
+	}
+	if len(p.est.hostCPU.v)+len(p.est.wrTotal.v) != 0 || len(p.est.ratio.v) != ratios {
+		t.Errorf("at a write profile: %d host, %d target time samples, %d ratios (before: %d); want none, none, the same",
+			len(p.est.hostCPU.v), len(p.est.wrTotal.v), len(p.est.ratio.v), ratios)
+	}
+}
+
 // TestPolicyNear: the model's estimates within raceMargin of each other
 // make the next profile alternate; farther apart, race.
 func TestPolicyNear(t *testing.T) {
@@ -219,9 +268,9 @@ func TestPolicyRecheck(t *testing.T) {
 			fill()
 		}
 		got := st.pick.String()
-		if p.scheduled() {
+		if p.scheduled(false) {
 			got = "P"
-		} else if d := p.recheck(st.pick, false); d.recheck {
+		} else if d := p.recheck(st.pick, false, false); d.recheck {
 			got = "R"
 			rechecks++
 		} else if d.probation {

@@ -2,6 +2,7 @@ package volume
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -135,16 +136,36 @@ func TestSimParams(t *testing.T) {
 	v.Close()
 }
 
+// newTestWaiter starts a waiter on this platform's alarm; the test is
+// skipped where there is none. The caller closes it.
+func newTestWaiter(t *testing.T) *deadlineWaiter {
+	t.Helper()
+	al, err := newAlarm()
+	if err != nil {
+		t.Skipf("no alarm here: %v", err)
+	}
+	return newDeadlineWaiter(al)
+}
+
+// waitNotEarly waits on w for deadline (arrived is the caller's reading of
+// the clock, as a sim command's arrival) and reports whether it returned
+// no earlier than deadline; an early return fails t, naming what waited.
+func waitNotEarly(t *testing.T, w *deadlineWaiter, deadline, arrived time.Time, what string) bool {
+	t.Helper()
+	w.wait(deadline, arrived)
+	if now := time.Now(); now.Before(deadline) {
+		t.Errorf("%s returned %v early", what, deadline.Sub(now))
+		return false
+	}
+	return true
+}
+
 // TestDeadlineWaiterNeverEarly parks many commands at once with deadlines
 // in the past, now and the near future, in random order: every one must
 // return, and none before its deadline. How late they are belongs to
 // BenchmarkSimNAND.
 func TestDeadlineWaiterNeverEarly(t *testing.T) {
-	al, err := newAlarm()
-	if err != nil {
-		t.Skipf("no alarm here: %v", err)
-	}
-	w := newDeadlineWaiter(al)
+	w := newTestWaiter(t)
 	defer w.close()
 	var wg sync.WaitGroup
 	for g := range 64 {
@@ -156,9 +177,7 @@ func TestDeadlineWaiterNeverEarly(t *testing.T) {
 				d := time.Duration(rng.Int64N(int64(400*time.Microsecond))) - 50*time.Microsecond
 				arrived := time.Now()
 				deadline := arrived.Add(d)
-				w.wait(deadline, arrived)
-				if now := time.Now(); now.Before(deadline) {
-					t.Errorf("wait(%+v) returned %v early", d, deadline.Sub(now))
+				if !waitNotEarly(t, w, deadline, arrived, fmt.Sprintf("wait(%+v)", d)) {
 					return
 				}
 			}
@@ -171,11 +190,7 @@ func TestDeadlineWaiterNeverEarly(t *testing.T) {
 // still returns, not before its deadline, and waits after the close work
 // on the clock.
 func TestDeadlineWaiterClose(t *testing.T) {
-	al, err := newAlarm()
-	if err != nil {
-		t.Skipf("no alarm here: %v", err)
-	}
-	w := newDeadlineWaiter(al)
+	w := newTestWaiter(t)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -183,10 +198,7 @@ func TestDeadlineWaiterClose(t *testing.T) {
 			defer wg.Done()
 			arrived := time.Now()
 			deadline := arrived.Add(20 * time.Millisecond)
-			w.wait(deadline, arrived)
-			if now := time.Now(); now.Before(deadline) {
-				t.Errorf("a parked wait returned %v early after close", deadline.Sub(now))
-			}
+			waitNotEarly(t, w, deadline, arrived, "a parked wait after close")
 		}()
 	}
 	time.Sleep(5 * time.Millisecond)
@@ -194,10 +206,7 @@ func TestDeadlineWaiterClose(t *testing.T) {
 	wg.Wait()
 	arrived := time.Now()
 	deadline := arrived.Add(100 * time.Microsecond)
-	w.wait(deadline, arrived)
-	if time.Now().Before(deadline) {
-		t.Error("a wait after close returned early")
-	}
+	waitNotEarly(t, w, deadline, arrived, "a wait after close")
 }
 
 // brokenAlarm is an alarm whose timer cannot be set, as a kernel timer
@@ -230,9 +239,7 @@ func TestDeadlineWaiterAlarmFails(t *testing.T) {
 			for i := range 20 {
 				arrived := time.Now()
 				deadline := arrived.Add(time.Duration(50+g*10+i) * time.Microsecond)
-				w.wait(deadline, arrived)
-				if now := time.Now(); now.Before(deadline) {
-					t.Errorf("a released wait returned %v early", deadline.Sub(now))
+				if !waitNotEarly(t, w, deadline, arrived, "a released wait") {
 					return
 				}
 			}
@@ -245,11 +252,7 @@ func TestDeadlineWaiterAlarmFails(t *testing.T) {
 // before the call, as a sim command's arrival is: they still return no
 // earlier than their deadlines.
 func TestDeadlineWaiterStaleNow(t *testing.T) {
-	al, err := newAlarm()
-	if err != nil {
-		t.Skipf("no alarm here: %v", err)
-	}
-	w := newDeadlineWaiter(al)
+	w := newTestWaiter(t)
 	defer w.close()
 	var wg sync.WaitGroup
 	for g := range 32 {
@@ -260,9 +263,7 @@ func TestDeadlineWaiterStaleNow(t *testing.T) {
 				arrived := time.Now()
 				deadline := arrived.Add(time.Duration(100+g+i) * time.Microsecond)
 				time.Sleep(time.Duration(g%3) * 40 * time.Microsecond)
-				w.wait(deadline, arrived)
-				if now := time.Now(); now.Before(deadline) {
-					t.Errorf("wait returned %v early", deadline.Sub(now))
+				if !waitNotEarly(t, w, deadline, arrived, "a wait on a stale arrival") {
 					return
 				}
 			}

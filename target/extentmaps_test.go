@@ -66,7 +66,7 @@ var echoModuleBytes = []byte("\x00asm\x01\x00\x00\x00echo")
 
 // connectAs connects a host under the given NQN and returns namespace
 // nsid.
-func connectAs(t *testing.T, addr, hostNQN string, nsid uint32) (*host.Controller, *host.Namespace) {
+func connectAs(t testing.TB, addr, hostNQN string, nsid uint32) (*host.Controller, *host.Namespace) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -13,6 +13,9 @@ import (
 	"github.com/nearstore/nearstore/volume"
 )
 
+// benchHostNQN is the host the benchmarks below connect as.
+const benchHostNQN = "nqn.2026-11.io.nearstore:bench"
+
 // BenchmarkFunctionCommand: one λ read of a block by the echo function,
 // host and target in one process: the path every function command takes
 // (capsule, checks, warm worker, execFunction, completion). Its allocs/op,
@@ -21,15 +24,7 @@ import (
 func BenchmarkFunctionCommand(b *testing.B) {
 	ctx := context.Background()
 	_, addr := startServer(b, Config{Runtimes: []sandbox.Runtime{echoRuntime{}}})
-	c, err := host.Connect(ctx, addr, testNQN, host.Options{HostNQN: "nqn.2026-11.io.nearstore:bench", KeepAlive: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	ns, err := c.Namespace(1)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c, ns := connectAs(b, addr, benchHostNQN, 1)
 	fn, err := c.LoadFunction(ctx, echoModuleBytes)
 	if err != nil {
 		b.Fatal(err)
@@ -79,15 +74,7 @@ func BenchmarkBPFKVPushdown(b *testing.B) {
 		Subsystems: []SubsystemConfig{{NQN: testNQN, Namespaces: []NamespaceConfig{{Backend: v, Name: "bpfkv"}}}},
 	}
 	_, addr := startServer(b, cfg)
-	c, err := host.Connect(ctx, addr, testNQN, host.Options{HostNQN: "nqn.2026-11.io.nearstore:bench", KeepAlive: -1})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
-	ns, err := c.Namespace(1)
-	if err != nil {
-		b.Fatal(err)
-	}
+	c, ns := connectAs(b, addr, benchHostNQN, 1)
 	code, err := functions.Module("btree_lookup", sandbox.KindEBPF)
 	if err != nil {
 		b.Fatal(err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
+	"github.com/nearstore/nearstore/functions"
 	"github.com/nearstore/nearstore/sandbox"
 )
 
@@ -96,5 +98,64 @@ func TestConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// BenchmarkBTreeLookup runs BPF-KV gets (functions/src/btree_lookup.c,
+// interpreted, as the target runs pushdown entries) over a tree of 5000
+// keys, the one target's BenchmarkBPFKVPushdown reads: three node steps
+// and the value step per op, Acquire and Release included. Each node
+// step scans about half of a 31-key node, the interpreter's hot loop.
+func BenchmarkBTreeLookup(b *testing.B) {
+	keys := make([]uint64, 5000)
+	for i := range keys {
+		keys[i] = uint64(i)*7 + 1
+	}
+	index, values := functions.BuildBTree(keys, functions.DefaultValueSize)
+	files := [][]byte{index, values}
+	code, err := functions.Module("btree_lookup", sandbox.KindEBPF)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	m, err := NewRuntime(Options{}).Load(ctx, code, sandbox.Limits{Time: testTime})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close(ctx)
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		key := keys[i%len(keys)]
+		i += 997
+		in, err := m.Acquire(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		functions.BTreeRequest{Mode: functions.BTreeGet, Key: key, ValueSize: functions.DefaultValueSize}.Encode(in.Scratch())
+		next := sandbox.Next{File: functions.IndexFile, Len: functions.NodeSize}
+		for steps := 0; ; steps++ {
+			if steps == 8 {
+				b.Fatal("too many steps")
+			}
+			buf, err := in.Data(int(next.Len))
+			if err != nil {
+				b.Fatal(err)
+			}
+			copy(buf, files[next.File][next.Offset:][:next.Len])
+			done, more, err := in.Step(ctx, next.File, next.Offset, int(next.Len))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if done {
+				break
+			}
+			next = more[0]
+		}
+		r, err := functions.ParseBTreeResult(in.Scratch())
+		if err != nil || r.Status != functions.BTreeFound || r.ValueOff != uint64(slices.Index(keys, key))*functions.DefaultValueSize {
+			b.Fatalf("get %d: %+v, %v", key, r, err)
+		}
+		in.Release()
 	}
 }

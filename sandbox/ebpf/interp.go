@@ -138,21 +138,11 @@ func (m *machine) load(a, size uint64) []byte {
 	return rg.buf[off:]
 }
 
-// store returns the memory at a for a size-byte store, or nil.
-func (m *machine) store(a, size uint64) []byte {
-	hi := a >> 32
-	if hi >= numRegions {
-		return nil
-	}
-	rg := &m.regions[hi]
-	off := a - rg.base
-	if off >= uint64(len(rg.buf)) || off+size > uint64(len(rg.buf)) {
-		return nil
-	}
-	if rg.perm != permRW && (rg.perm != permCtx || !ctxWritable(off, size)) {
-		return nil
-	}
-	return rg.buf[off:]
+// writable reports whether a size-byte store may go to a, an address load
+// maps for it: to a read/write region, or to a writable context field.
+func (m *machine) writable(a, size uint64) bool {
+	rg := &m.regions[(a>>32)%numRegions]
+	return rg.perm == permRW || rg.perm == permCtx && ctxWritable(a-rg.base, size)
 }
 
 // setStack maps the frames of depth 0..d.
@@ -223,34 +213,146 @@ func (m *machine) run(ctx context.Context, p *program, lim *sandbox.Limits, args
 	return r0, err
 }
 
-// runLoop is run's interpreter loop.
+// event is why exec stopped at an instruction: what it needs is left to
+// runLoop.
+type event uint8
+
+const (
+	evExit       event = iota // exit
+	evCall                    // BPF-to-BPF call
+	evHelper                  // helper call
+	evLoadFault               // a load the region map refuses
+	evStoreFault              // a store the region map refuses
+	evBackJumps               // a taken backward jump over the limit, counted
+	evCheck                   // a taken jump that brought executed past checkAt, counted
+	evBadPC                   // pc outside the program
+	evBadOp                   // an opcode the verifier should have refused
+)
+
+// runLoop runs p: exec runs the instructions, and runLoop does at the
+// instructions exec stops at what takes a function call (calls and
+// returns, helpers, the budget and clock checks, error messages), then
+// resumes it.
 func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, args [5]uint64) (uint64, error) {
 	var r [16]uint64
 	copy(r[1:6], args[:])
 	r[10] = stackAddr + stackSize
 	m.setStack(0)
 
-	// The cold state lives in m.st, in memory, so that the hot loop keeps
-	// only pc, the program and the machine in registers. Instructions are
-	// counted per straight-line run, when control transfers (a taken
-	// jump, a call, a return): a run is at most the program's length, so
-	// the budget is exact to within 4096. The clock, the context's end and
-	// its Yield are looked at from the first check on (runState.arm): a
-	// run that ends within clockEvery instructions, as a pushdown step
-	// does, reads neither.
+	// Instructions are counted per straight-line run, when control
+	// transfers (a taken jump, a call, a return): a run is at most the
+	// program's length, so the budget is exact to within 4096. The
+	// clock, the context's end and its Yield are looked at from the first
+	// check on (runState.arm): a run that ends within clockEvery
+	// instructions, as a pushdown step does, reads neither.
 	st := &m.st
 	*st = runState{ctx: ctx, p: p, lim: lim, checkAt: min(lim.MaxInstructions, clockEvery), lazy: true}
 	insns := p.insns
 	pc := 0
 	for {
-		if uint(pc) >= uint(len(insns)) {
+		i, ev := m.exec(&r, insns, pc)
+		if ev == evBadPC {
 			// The verifier makes this impossible; never index out of range.
-			return 0, fmt.Errorf("ebpf: internal error: pc %d outside the program", pc)
+			return 0, fmt.Errorf("ebpf: internal error: pc %d outside the program", i)
+		}
+		ins := &insns[i]
+		pc = i + 1
+		switch ev {
+		case evCheck:
+			if err := st.check(i); err != nil {
+				return 0, err
+			}
+			pc = int(ins.off)
+			st.runStart = pc
+		case evBackJumps:
+			return 0, fmt.Errorf("%w: %s: %d backward jumps taken, the limit", sandbox.ErrTimeout, p.where(i), lim.MaxBackJumps)
+		case evLoadFault:
+			return 0, m.fault(p, i, "load", r[ins.src&15]+uint64(int64(ins.off)), sizeOf(ins.op))
+		case evStoreFault:
+			return 0, m.fault(p, i, "store", r[ins.dst&15]+uint64(int64(ins.off)), sizeOf(ins.op))
+		case evCall:
+			if st.depth >= maxDepth {
+				return 0, fmt.Errorf("%w: %s: BPF-to-BPF calls nested deeper than %d", sandbox.ErrMemory, p.where(i), maxDepth)
+			}
+			if st.executed += uint64(pc - st.runStart); st.executed > st.checkAt {
+				if err := st.check(i); err != nil {
+					return 0, err
+				}
+			}
+			f := &m.frames[st.depth]
+			f.ret = pc
+			f.saved = [4]uint64{r[6], r[7], r[8], r[9]}
+			st.depth++
+			r[10] -= frameSize
+			m.setStack(st.depth)
+			pc = int(ins.off)
+			st.runStart = pc
+		case evHelper:
+			switch ins.imm {
+			case helperKtimeGetNs:
+				r[0] = uint64(time.Since(m.epoch))
+			case helperTracePrintk:
+				v, err := m.tracePrintk(ctx, p, i, &r)
+				if err != nil {
+					return 0, err
+				}
+				r[0] = v
+			default:
+				return 0, fmt.Errorf("ebpf: internal error: %s: helper %d passed the verifier", p.where(i), ins.imm)
+			}
+		case evExit:
+			if st.depth == 0 {
+				return r[0], nil
+			}
+			if st.executed += uint64(pc - st.runStart); st.executed > st.checkAt {
+				if err := st.check(i); err != nil {
+					return 0, err
+				}
+			}
+			st.depth--
+			f := &m.frames[st.depth]
+			pc = f.ret
+			st.runStart = pc
+			r[6], r[7], r[8], r[9] = f.saved[0], f.saved[1], f.saved[2], f.saved[3]
+			r[10] += frameSize
+			m.setStack(st.depth)
+		default:
+			return 0, fmt.Errorf("ebpf: internal error: %s: opcode %d passed the verifier", p.where(i), ins.op)
+		}
+	}
+}
+
+// exec runs insns from pc until an instruction that needs runLoop, and
+// returns its index and the event. It calls no function: Go has no
+// callee-saved registers, so a call anywhere in this loop would make it
+// keep pc and the program on the stack, storing and reloading them at
+// every instruction. The region map's checks are inlined (load,
+// writable).
+func (m *machine) exec(r *[16]uint64, insns []insn, pc int) (int, event) {
+	// The budgets live in registers while exec runs: left is what
+	// executed may grow by before the next check (executed <= checkAt
+	// whenever exec starts: runLoop checks first), backLeft the backward
+	// jumps still allowed (back <= MaxBackJumps likewise).
+	st := &m.st
+	start := st.runStart
+	left := st.checkAt - st.executed
+	backLeft := st.lim.MaxBackJumps - st.back
+	_ = r[0] // one nil check, which dominates the loop's: none per access
+	var ev event
+run:
+	for {
+		if uint(pc) >= uint(len(insns)) {
+			pc++ // returned as pc-1
+			ev = evBadPC
+			break
 		}
 		ins := &insns[pc]
 		pc++
 		d, s := ins.dst&15, ins.src&15
 		switch ins.op {
+		case opInvalid:
+			ev = evBadOp
+			break run
 		// ALU64
 		case opAddI:
 			r[d] += ins.imm
@@ -469,58 +571,58 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 
 		// Loads.
 		case opLdxB:
-			a := r[s] + uint64(int64(ins.off))
-			b := m.load(a, 1)
+			b := m.load(r[s]+uint64(int64(ins.off)), 1)
 			if b == nil {
-				return 0, m.fault(p, pc-1, "load", a, 1)
+				ev = evLoadFault
+				break run
 			}
 			r[d] = uint64(b[0])
 			continue
 		case opLdxH:
-			a := r[s] + uint64(int64(ins.off))
-			b := m.load(a, 2)
+			b := m.load(r[s]+uint64(int64(ins.off)), 2)
 			if b == nil {
-				return 0, m.fault(p, pc-1, "load", a, 2)
+				ev = evLoadFault
+				break run
 			}
 			r[d] = uint64(binary.LittleEndian.Uint16(b))
 			continue
 		case opLdxW:
-			a := r[s] + uint64(int64(ins.off))
-			b := m.load(a, 4)
+			b := m.load(r[s]+uint64(int64(ins.off)), 4)
 			if b == nil {
-				return 0, m.fault(p, pc-1, "load", a, 4)
+				ev = evLoadFault
+				break run
 			}
 			r[d] = uint64(binary.LittleEndian.Uint32(b))
 			continue
 		case opLdxDW:
-			a := r[s] + uint64(int64(ins.off))
-			b := m.load(a, 8)
+			b := m.load(r[s]+uint64(int64(ins.off)), 8)
 			if b == nil {
-				return 0, m.fault(p, pc-1, "load", a, 8)
+				ev = evLoadFault
+				break run
 			}
 			r[d] = binary.LittleEndian.Uint64(b)
 			continue
 		case opLdxSB:
-			a := r[s] + uint64(int64(ins.off))
-			b := m.load(a, 1)
+			b := m.load(r[s]+uint64(int64(ins.off)), 1)
 			if b == nil {
-				return 0, m.fault(p, pc-1, "load", a, 1)
+				ev = evLoadFault
+				break run
 			}
 			r[d] = uint64(int64(int8(b[0])))
 			continue
 		case opLdxSH:
-			a := r[s] + uint64(int64(ins.off))
-			b := m.load(a, 2)
+			b := m.load(r[s]+uint64(int64(ins.off)), 2)
 			if b == nil {
-				return 0, m.fault(p, pc-1, "load", a, 2)
+				ev = evLoadFault
+				break run
 			}
 			r[d] = uint64(int64(int16(binary.LittleEndian.Uint16(b))))
 			continue
 		case opLdxSW:
-			a := r[s] + uint64(int64(ins.off))
-			b := m.load(a, 4)
+			b := m.load(r[s]+uint64(int64(ins.off)), 4)
 			if b == nil {
-				return 0, m.fault(p, pc-1, "load", a, 4)
+				ev = evLoadFault
+				break run
 			}
 			r[d] = uint64(int64(int32(binary.LittleEndian.Uint32(b))))
 			continue
@@ -532,9 +634,10 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 				v = r[s]
 			}
 			a := r[d] + uint64(int64(ins.off))
-			b := m.store(a, 1)
-			if b == nil {
-				return 0, m.fault(p, pc-1, "store", a, 1)
+			b := m.load(a, 1)
+			if b == nil || !m.writable(a, 1) {
+				ev = evStoreFault
+				break run
 			}
 			b[0] = byte(v)
 			continue
@@ -544,9 +647,10 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 				v = r[s]
 			}
 			a := r[d] + uint64(int64(ins.off))
-			b := m.store(a, 2)
-			if b == nil {
-				return 0, m.fault(p, pc-1, "store", a, 2)
+			b := m.load(a, 2)
+			if b == nil || !m.writable(a, 2) {
+				ev = evStoreFault
+				break run
 			}
 			binary.LittleEndian.PutUint16(b, uint16(v))
 			continue
@@ -556,9 +660,10 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 				v = r[s]
 			}
 			a := r[d] + uint64(int64(ins.off))
-			b := m.store(a, 4)
-			if b == nil {
-				return 0, m.fault(p, pc-1, "store", a, 4)
+			b := m.load(a, 4)
+			if b == nil || !m.writable(a, 4) {
+				ev = evStoreFault
+				break run
 			}
 			binary.LittleEndian.PutUint32(b, uint32(v))
 			continue
@@ -568,9 +673,10 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 				v = r[s]
 			}
 			a := r[d] + uint64(int64(ins.off))
-			b := m.store(a, 8)
-			if b == nil {
-				return 0, m.fault(p, pc-1, "store", a, 8)
+			b := m.load(a, 8)
+			if b == nil || !m.writable(a, 8) {
+				ev = evStoreFault
+				break run
 			}
 			binary.LittleEndian.PutUint64(b, v)
 			continue
@@ -755,73 +861,44 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 			}
 
 		case opCall:
-			if st.depth >= maxDepth {
-				return 0, fmt.Errorf("%w: %s: BPF-to-BPF calls nested deeper than %d", sandbox.ErrMemory, p.where(pc-1), maxDepth)
-			}
-			if st.executed += uint64(pc - st.runStart); st.executed > st.checkAt {
-				if err := st.check(pc - 1); err != nil {
-					return 0, err
-				}
-			}
-			f := &m.frames[st.depth]
-			f.ret = pc
-			f.saved = [4]uint64{r[6], r[7], r[8], r[9]}
-			st.depth++
-			r[10] -= frameSize
-			m.setStack(st.depth)
-			pc = int(ins.off)
-			st.runStart = pc
-			continue
+			ev = evCall
+			break run
 		case opHelper:
-			switch ins.imm {
-			case helperKtimeGetNs:
-				r[0] = uint64(time.Since(m.epoch))
-			case helperTracePrintk:
-				v, err := m.tracePrintk(ctx, p, pc-1, &r)
-				if err != nil {
-					return 0, err
-				}
-				r[0] = v
-			default:
-				return 0, fmt.Errorf("ebpf: internal error: %s: helper %d passed the verifier", p.where(pc-1), ins.imm)
-			}
-			continue
+			ev = evHelper
+			break run
 		case opExit:
-			if st.depth == 0 {
-				return r[0], nil
-			}
-			if st.executed += uint64(pc - st.runStart); st.executed > st.checkAt {
-				if err := st.check(pc - 1); err != nil {
-					return 0, err
-				}
-			}
-			st.depth--
-			f := &m.frames[st.depth]
-			pc = f.ret
-			st.runStart = pc
-			r[6], r[7], r[8], r[9] = f.saved[0], f.saved[1], f.saved[2], f.saved[3]
-			r[10] += frameSize
-			m.setStack(st.depth)
-			continue
+			ev = evExit
+			break run
 		default:
-			return 0, fmt.Errorf("ebpf: internal error: %s: opcode %d passed the verifier", p.where(pc-1), ins.op)
+			ev = evBadOp
+			break run
 		}
 		// A taken jump.
 		t := int(ins.off)
 		if t < pc {
-			st.back++
-			if st.back > lim.MaxBackJumps {
-				return 0, fmt.Errorf("%w: %s: %d backward jumps taken, the limit", sandbox.ErrTimeout, p.where(pc-1), lim.MaxBackJumps)
+			if backLeft == 0 {
+				ev = evBackJumps
+				st.back = st.lim.MaxBackJumps + 1
+				break
 			}
+			backLeft--
 		}
-		if st.executed += uint64(pc - st.runStart); st.executed > st.checkAt {
-			if err := st.check(pc - 1); err != nil {
-				return 0, err
-			}
+		n := uint64(pc - start)
+		if n > left {
+			st.executed = st.checkAt - left + n
+			st.back = st.lim.MaxBackJumps - backLeft
+			return pc - 1, evCheck
 		}
+		left -= n
 		pc = t
-		st.runStart = t
+		start = t
 	}
+	st.runStart = start
+	st.executed = st.checkAt - left
+	if ev != evBackJumps {
+		st.back = st.lim.MaxBackJumps - backLeft
+	}
+	return pc - 1, ev
 }
 
 // runState is the interpreter's state that the hot loop does not need:

@@ -103,6 +103,11 @@ type frame struct {
 // machine is the interpreter state of one instance. Its regions are the
 // only way a program reaches memory.
 type machine struct {
+	// regs is the register file. Programs use R0-R10 (the verifier
+	// refuses any other register); it has 256 so that the interpreter
+	// indexes it with an instruction's uint8 register fields as they
+	// are, without a bounds check or mask per operand.
+	regs    [256]uint64
 	regions [numRegions]region
 	frames  [maxDepth]frame
 	st      runState
@@ -179,7 +184,7 @@ func (m *machine) fault(p *program, i int, kind string, a, size uint64) error {
 
 // tracePrintk implements bpf_trace_printk(fmt, fmt_size, a1, a2, a3): the
 // format is read through the region check and logged at debug level.
-func (m *machine) tracePrintk(ctx context.Context, p *program, i int, r *[16]uint64) (uint64, error) {
+func (m *machine) tracePrintk(ctx context.Context, p *program, i int, r *[256]uint64) (uint64, error) {
 	size := r[2]
 	if size == 0 || size > 1024 {
 		return 0, fmt.Errorf("%w: %s: bpf_trace_printk format of %d bytes", sandbox.ErrMemory, p.where(i), size)
@@ -234,7 +239,8 @@ const (
 // returns, helpers, the budget and clock checks, error messages), then
 // resumes it.
 func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, args [5]uint64) (uint64, error) {
-	var r [16]uint64
+	r := &m.regs
+	clear(r[:11])
 	copy(r[1:6], args[:])
 	r[10] = stackAddr + stackSize
 	m.setStack(0)
@@ -250,7 +256,7 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 	insns := p.insns
 	pc := 0
 	for {
-		i, ev := m.exec(&r, insns, pc)
+		i, ev := m.exec(insns, pc)
 		if ev == evBadPC {
 			// The verifier makes this impossible; never index out of range.
 			return 0, fmt.Errorf("ebpf: internal error: pc %d outside the program", i)
@@ -267,9 +273,9 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 		case evBackJumps:
 			return 0, fmt.Errorf("%w: %s: %d backward jumps taken, the limit", sandbox.ErrTimeout, p.where(i), lim.MaxBackJumps)
 		case evLoadFault:
-			return 0, m.fault(p, i, "load", r[ins.src&15]+uint64(int64(ins.off)), sizeOf(ins.op))
+			return 0, m.fault(p, i, "load", r[ins.src]+uint64(int64(ins.off)), sizeOf(ins.op))
 		case evStoreFault:
-			return 0, m.fault(p, i, "store", r[ins.dst&15]+uint64(int64(ins.off)), sizeOf(ins.op))
+			return 0, m.fault(p, i, "store", r[ins.dst]+uint64(int64(ins.off)), sizeOf(ins.op))
 		case evCall:
 			if st.depth >= maxDepth {
 				return 0, fmt.Errorf("%w: %s: BPF-to-BPF calls nested deeper than %d", sandbox.ErrMemory, p.where(i), maxDepth)
@@ -292,7 +298,7 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 			case helperKtimeGetNs:
 				r[0] = uint64(time.Since(m.epoch))
 			case helperTracePrintk:
-				v, err := m.tracePrintk(ctx, p, i, &r)
+				v, err := m.tracePrintk(ctx, p, i, r)
 				if err != nil {
 					return 0, err
 				}
@@ -328,7 +334,7 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 // keep pc and the program on the stack, storing and reloading them at
 // every instruction. The region map's checks are inlined (load,
 // writable).
-func (m *machine) exec(r *[16]uint64, insns []insn, pc int) (int, event) {
+func (m *machine) exec(insns []insn, pc int) (int, event) {
 	// The budgets live in registers while exec runs: left is what
 	// executed may grow by before the next check (executed <= checkAt
 	// whenever exec starts: runLoop checks first), backLeft the backward
@@ -337,7 +343,7 @@ func (m *machine) exec(r *[16]uint64, insns []insn, pc int) (int, event) {
 	start := st.runStart
 	left := st.checkAt - st.executed
 	backLeft := st.lim.MaxBackJumps - st.back
-	_ = r[0] // one nil check, which dominates the loop's: none per access
+	r := &m.regs
 	var ev event
 run:
 	for {
@@ -348,7 +354,7 @@ run:
 		}
 		ins := &insns[pc]
 		pc++
-		d, s := ins.dst&15, ins.src&15
+		d, s := ins.dst, ins.src
 		switch ins.op {
 		case opInvalid:
 			ev = evBadOp

@@ -256,7 +256,7 @@ func (m *machine) runLoop(ctx context.Context, p *program, lim *sandbox.Limits, 
 	insns := p.insns
 	pc := 0
 	for {
-		i, ev := m.exec(insns, pc)
+		i, ev := m.exec(p.code, pc)
 		if ev == evBadPC {
 			// The verifier makes this impossible; never index out of range.
 			return 0, fmt.Errorf("ebpf: internal error: pc %d outside the program", i)
@@ -355,6 +355,7 @@ run:
 		ins := &insns[pc]
 		pc++
 		d, s := ins.dst, ins.src
+		var t int // a taken jump's target
 		switch ins.op {
 		case opInvalid:
 			ev = evBadOp
@@ -866,6 +867,80 @@ run:
 				continue
 			}
 
+		// Fused pairs (fuse): the pair's first instruction, then, with pc
+		// past it, its second, as the cases above run them; a fault or a
+		// taken jump is the second's.
+		case opMovRAddR:
+			r[d] = r[s]
+			j := &insns[pc]
+			pc++
+			r[j.dst] += r[j.src]
+			continue
+		case opAddIMovR:
+			r[d] += ins.imm
+			j := &insns[pc]
+			pc++
+			r[j.dst] = r[j.src]
+			continue
+		case opAddIJneI:
+			r[d] += ins.imm
+			j := &insns[pc]
+			pc++
+			if r[j.dst] == j.imm {
+				continue
+			}
+			t = int(j.off)
+			goto taken
+		case opAddIJltI:
+			r[d] += ins.imm
+			j := &insns[pc]
+			pc++
+			if r[j.dst] >= j.imm {
+				continue
+			}
+			t = int(j.off)
+			goto taken
+		case opLdxDWMovR:
+			b := m.load(r[s]+uint64(int64(ins.off)), 8)
+			if b == nil {
+				ev = evLoadFault
+				break run
+			}
+			r[d] = binary.LittleEndian.Uint64(b)
+			j := &insns[pc]
+			pc++
+			r[j.dst] = r[j.src]
+			continue
+		case opMovRLdxDW:
+			r[d] = r[s]
+			j := &insns[pc]
+			pc++
+			b := m.load(r[j.src]+uint64(int64(j.off)), 8)
+			if b == nil {
+				ev = evLoadFault
+				break run
+			}
+			r[j.dst] = binary.LittleEndian.Uint64(b)
+			continue
+		case opMovRJeqI:
+			r[d] = r[s]
+			j := &insns[pc]
+			pc++
+			if r[j.dst] != j.imm {
+				continue
+			}
+			t = int(j.off)
+			goto taken
+		case opMovRJgtR:
+			r[d] = r[s]
+			j := &insns[pc]
+			pc++
+			if r[j.dst] <= r[j.src] {
+				continue
+			}
+			t = int(j.off)
+			goto taken
+
 		case opCall:
 			ev = evCall
 			break run
@@ -880,7 +955,8 @@ run:
 			break run
 		}
 		// A taken jump.
-		t := int(ins.off)
+		t = int(ins.off)
+	taken:
 		if t < pc {
 			if backLeft == 0 {
 				ev = evBackJumps

@@ -1,6 +1,10 @@
 package ebpf
 
-import "github.com/cilium/ebpf/asm"
+import (
+	"slices"
+
+	"github.com/cilium/ebpf/asm"
+)
 
 // The tables below are the one list of BPF's two-operand ALU operations
 // and conditional jumps that decode and the wasm translator both read: an
@@ -120,4 +124,39 @@ func condJumpOf(o op) (j *condJump, is32, imm bool) {
 		i = int(o - opJeq32I)
 	}
 	return &condJumps[i/2], is32, i%2 == 0
+}
+
+// fusedOps are the interpreter's superinstructions: pairs of adjacent
+// instructions it runs as one, saving a dispatch, because clang emits
+// them back to back in loops (BPF-KV's node scans and value copy:
+// functions/src/btree_lookup.c). The first of each pair never jumps, so
+// the second always follows it.
+var fusedOps = [...]struct{ first, second, fused op }{
+	{opMovR, opAddR, opMovRAddR},   // a = b + c
+	{opAddI, opMovR, opAddIMovR},   // p += 8; a = b
+	{opAddI, opJneI, opAddIJneI},   // a loop's latch: i++; if i != n
+	{opAddI, opJltI, opAddIJltI},   // i++; if j < n
+	{opLdxDW, opMovR, opLdxDWMovR}, // k = *p; a = b
+	{opMovR, opLdxDW, opMovRLdxDW}, // a = b; k = *p
+	{opMovR, opJeqI, opMovRJeqI},   // a = b; if k == c
+	{opMovR, opJgtR, opMovRJgtR},   // a = b; if k > key
+}
+
+// fuse returns the interpreter's code for insns: a copy in which the
+// first instruction of every pair in fusedOps has the fused opcode. Every
+// other field stays the first instruction's, and the second instruction
+// stays as it was, both for the fused op to read and for jumps to it.
+// Nothing else reads the fused opcodes: the verifier, error messages and
+// the translation to wasm keep to insns.
+func fuse(insns []insn) []insn {
+	code := slices.Clone(insns)
+	for i := 0; i+1 < len(insns); i++ {
+		for _, f := range fusedOps {
+			if insns[i].op == f.first && insns[i+1].op == f.second {
+				code[i].op = f.fused
+				break
+			}
+		}
+	}
+	return code
 }

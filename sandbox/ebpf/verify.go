@@ -165,6 +165,16 @@ const (
 	opCall   // BPF-to-BPF call, target in off
 	opHelper // helper call, id in imm
 	opExit
+	// Pairs the interpreter runs as one (fusedOps in ops.go); only
+	// program.code has them.
+	opMovRAddR
+	opAddIMovR
+	opAddIJneI
+	opAddIJltI
+	opLdxDWMovR
+	opMovRLdxDW
+	opMovRJeqI
+	opMovRJgtR
 )
 
 // insn is one decoded instruction: 16 bytes, lddw included.
@@ -187,6 +197,8 @@ type program struct {
 	// function for a program from an ELF object.
 	label string
 	insns []insn
+	// code is what the interpreter runs: insns with fused pairs (fuse).
+	code []insn
 	// raw is each instruction's offset in raw 8-byte slots, for messages.
 	raw []int32
 	// funcs are the start indices of the functions, ascending; funcs[0]
@@ -371,6 +383,7 @@ func link(name, section string, insns asm.Instructions, rodata rodataRef) (*prog
 	if err := p.checkFlow(isCall); err != nil {
 		return nil, err
 	}
+	p.code = fuse(p.insns)
 	return p, nil
 }
 

@@ -3,6 +3,7 @@ package ebpf
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf/asm"
@@ -143,5 +144,88 @@ func TestRegistersClearedBetweenRuns(t *testing.T) {
 		if r0 != 0 {
 			t.Fatalf("run %d: R0 and R2-R9 held %#x as it started, want 0", i, r0)
 		}
+	}
+}
+
+// TestFusedPairs runs every pair in fusedOps (runRaw: against the wasm
+// translation too, unless -interpreter) with aliased registers, unsigned
+// comparisons, jumps into the pair's second instruction and faults in
+// either half, and checks that fuse did fuse the pair at the index given.
+func TestFusedPairs(t *testing.T) {
+	const r3, r4 = asm.R3, asm.R4
+	stack := func(v int32) asm.Instructions { // [r10-8] = v
+		return asm.Instructions{asm.Mov.Imm(r4, v), asm.StoreMem(r10, -8, r4, asm.DWord)}
+	}
+	cat := func(parts ...asm.Instructions) asm.Instructions {
+		var all asm.Instructions
+		for _, p := range parts {
+			all = append(all, p...)
+		}
+		return append(all, asm.Return())
+	}
+	for _, tc := range []struct {
+		name  string
+		insns asm.Instructions
+		at    int // the fused pair's first instruction
+		fused op
+		want  uint64
+		err   string // the error's text after "instruction ", if any
+		lim   sandbox.Limits
+	}{
+		{"mov+add aliased", cat(asm.Instructions{asm.Mov.Imm(r0, 5), asm.Mov.Imm(r1, 7),
+			asm.Mov.Reg(r1, r0), asm.Add.Reg(r1, r1), asm.Mov.Reg(r0, r1)}), 2, opMovRAddR, 10, "", sandbox.Limits{}},
+		{"jump into mov+add's add", cat(asm.Instructions{asm.Mov.Imm(r0, 1), asm.Mov.Imm(r1, 2), asm.Ja.Label("add"),
+			asm.Mov.Reg(r0, r1), asm.Add.Reg(r0, r1).WithSymbol("add")}), 3, opMovRAddR, 3, "", sandbox.Limits{}},
+		{"add+mov", cat(asm.Instructions{asm.Mov.Imm(r1, 1), asm.Add.Imm(r1, -2), asm.Mov.Reg(r0, r1)}), 1, opAddIMovR, ^uint64(0), "", sandbox.Limits{}},
+		{"add+jne loop", cat(asm.Instructions{asm.Mov.Imm(r0, 0), asm.Mov.Imm(r1, 10),
+			asm.Add.Imm(r0, 3).WithSymbol("loop"), asm.Add.Imm(r1, -1), asm.JNE.Imm(r1, 0, "loop")}), 3, opAddIJneI, 30, "", sandbox.Limits{}},
+		{"add+jne back jumps", cat(asm.Instructions{asm.Mov.Imm(r0, 0), asm.Mov.Imm(r1, 10),
+			asm.Add.Imm(r0, 3).WithSymbol("loop"), asm.Add.Imm(r1, -1), asm.JNE.Imm(r1, 0, "loop")}), 3, opAddIJneI, 0,
+			"4: 5 backward jumps taken, the limit", sandbox.Limits{MaxBackJumps: 5}},
+		{"add+jlt loop", cat(asm.Instructions{asm.Mov.Imm(r0, 0),
+			asm.Add.Imm(r0, 1).WithSymbol("loop"), asm.JLT.Imm(r0, 7, "loop")}), 1, opAddIJltI, 7, "", sandbox.Limits{}},
+		{"add+jlt is unsigned", cat(asm.Instructions{asm.Mov.Imm(r0, -5),
+			asm.Add.Imm(r0, 1).WithSymbol("loop"), asm.JLT.Imm(r0, 3, "loop")}), 1, opAddIJltI, ^uint64(3), "", sandbox.Limits{}},
+		{"ldx+mov aliased", cat(stack(0x1234), asm.Instructions{asm.Mov.Reg(r1, r10),
+			asm.LoadMem(r1, r1, -8, asm.DWord), asm.Mov.Reg(r0, r1)}), 3, opLdxDWMovR, 0x1234, "", sandbox.Limits{}},
+		{"ldx+mov faulting load", cat(asm.Instructions{asm.LoadMem(r0, r1, 360, asm.DWord), asm.Mov.Reg(r2, r0)}), 0, opLdxDWMovR, 0,
+			"0: load of 8 bytes at 0x100000168", sandbox.Limits{}},
+		{"mov+ldx aliased", cat(stack(-7), asm.Instructions{asm.Mov.Reg(r3, r10),
+			asm.LoadMem(r3, r3, -8, asm.DWord), asm.Mov.Reg(r0, r3)}), 2, opMovRLdxDW, uint64(1<<64 - 7), "", sandbox.Limits{}},
+		{"mov+ldx faulting load", cat(asm.Instructions{asm.Mov.Reg(r2, r1), asm.LoadMem(r0, r2, 356, asm.DWord)}), 0, opMovRLdxDW, 0,
+			"1: load of 8 bytes at 0x100000164", sandbox.Limits{}},
+		{"mov+jeq taken", cat(asm.Instructions{asm.Mov.Imm(r0, 0), asm.Mov.Imm(r1, -1),
+			asm.Mov.Reg(r2, r1), asm.JEq.Imm(r2, -1, "out"), asm.Mov.Imm(r0, 2), asm.Ja.Label("end"),
+			asm.Mov.Imm(r0, 1).WithSymbol("out"), asm.Mov.Reg(r0, r0).WithSymbol("end")}), 2, opMovRJeqI, 1, "", sandbox.Limits{}},
+		{"mov+jeq not taken", cat(asm.Instructions{asm.Mov.Imm(r0, 0), asm.Mov.Imm(r1, 1),
+			asm.Mov.Reg(r2, r1), asm.JEq.Imm(r2, -1, "out"), asm.Mov.Imm(r0, 2), asm.Ja.Label("end"),
+			asm.Mov.Imm(r0, 1).WithSymbol("out"), asm.Mov.Reg(r0, r0).WithSymbol("end")}), 2, opMovRJeqI, 2, "", sandbox.Limits{}},
+		{"mov+jgt is unsigned", cat(asm.Instructions{asm.Mov.Imm(r0, 0), asm.Mov.Imm(r1, -1), asm.Mov.Imm(r2, 1),
+			asm.Mov.Reg(r3, r1), asm.JGT.Reg(r3, r2, "out"), asm.Mov.Imm(r0, 2), asm.Ja.Label("end"),
+			asm.Mov.Imm(r0, 1).WithSymbol("out"), asm.Mov.Reg(r0, r0).WithSymbol("end")}), 3, opMovRJgtR, 1, "", sandbox.Limits{}},
+		{"mov+jgt aliased, not taken", cat(asm.Instructions{asm.Mov.Imm(r0, 0), asm.Mov.Imm(r1, 5), asm.Mov.Imm(r2, 9),
+			asm.Mov.Reg(r1, r2), asm.JGT.Reg(r1, r2, "out"), asm.Mov.Imm(r0, 2), asm.Ja.Label("end"),
+			asm.Mov.Imm(r0, 1).WithSymbol("out"), asm.Mov.Reg(r0, r0).WithSymbol("end")}), 3, opMovRJgtR, 2, "", sandbox.Limits{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := link("pushdown", "", tc.insns, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.code[tc.at].op; got != tc.fused {
+				t.Fatalf("instruction %d: opcode %d, want the fused %d", tc.at, got, tc.fused)
+			}
+			got, err := runRaw(t, tc.insns, tc.lim)
+			switch {
+			case tc.err != "":
+				if err == nil || !strings.Contains(err.Error(), "instruction "+tc.err) {
+					t.Fatalf("got %#x, %v; want the error %q", got, err, "instruction "+tc.err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			case got != tc.want:
+				t.Fatalf("got %#x, want %#x", got, tc.want)
+			}
+		})
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"testing"
 
@@ -126,7 +125,8 @@ func BenchmarkBTreeLookup(b *testing.B) {
 	i := 0
 	b.ReportAllocs()
 	for b.Loop() {
-		key := keys[i%len(keys)]
+		k := i % len(keys)
+		key := keys[k]
 		i += 997
 		in, err := m.Acquire(ctx)
 		if err != nil {
@@ -153,7 +153,7 @@ func BenchmarkBTreeLookup(b *testing.B) {
 			next = more[0]
 		}
 		r, err := functions.ParseBTreeResult(in.Scratch())
-		if err != nil || r.Status != functions.BTreeFound || r.ValueOff != uint64(slices.Index(keys, key))*functions.DefaultValueSize {
+		if err != nil || r.Status != functions.BTreeFound || r.ValueOff != uint64(k)*functions.DefaultValueSize {
 			b.Fatalf("get %d: %+v, %v", key, r, err)
 		}
 		in.Release()

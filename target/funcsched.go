@@ -84,9 +84,7 @@ type cpuSlot struct {
 func (s *funcScheduler) acquire(ctx context.Context, host string) (*cpuSlot, error) {
 	c := s.join(host)
 	if err := c.resume(ctx); err != nil {
-		s.mu.Lock()
-		s.leaveLocked(c.h)
-		s.mu.Unlock()
+		c.leave()
 		return nil, err
 	}
 	return c, nil
@@ -95,6 +93,14 @@ func (s *funcScheduler) acquire(ctx context.Context, host string) (*cpuSlot, err
 // join returns a claim for host that holds no slot yet (paused): resume
 // takes one, release ends the claim.
 func (s *funcScheduler) join(host string) *cpuSlot {
+	c := new(cpuSlot)
+	s.joinInto(c, host)
+	return c
+}
+
+// joinInto is join into c, a claim of the caller's not held: its wake
+// channel, if it has one, is kept for its next wait.
+func (s *funcScheduler) joinInto(c *cpuSlot, host string) {
 	s.mu.Lock()
 	h := s.hosts[host]
 	if h == nil {
@@ -105,7 +111,7 @@ func (s *funcScheduler) join(host string) *cpuSlot {
 	}
 	h.users++
 	s.mu.Unlock()
-	return &cpuSlot{s: s, h: h}
+	*c = cpuSlot{s: s, h: h, wake: c.wake}
 }
 
 // resume waits for a slot for c's host, or for ctx to end.
@@ -210,6 +216,11 @@ func (c *cpuSlot) pause() {
 // release ends the claim: the slot, if held, goes back.
 func (c *cpuSlot) release() {
 	c.pause()
+	c.leave()
+}
+
+// leave ends a claim that holds no slot.
+func (c *cpuSlot) leave() {
 	c.s.mu.Lock()
 	c.s.leaveLocked(c.h)
 	c.s.mu.Unlock()
@@ -314,19 +325,37 @@ type scheduledInstance struct {
 	// pointed at each call's context, so that a step allocates nothing.
 	lazy    lazySlot
 	lazyCtx sandbox.YieldContext
+	// claim is the claim of a call that takes its slot before running
+	// code, and claimCtx the context carrying its bound yield: the
+	// instance's calls are sequential, so one claim, made once per
+	// request, serves each in turn.
+	claim    cpuSlot
+	claimCtx sandbox.YieldContext
 	// yieldsStep and yieldsCompute are what the instance's
 	// sandbox.Yielder said of its entries when it was acquired.
 	yieldsStep, yieldsCompute bool
 }
 
-// run runs f under a slot, with the slot's yield in its context.
-func (i *scheduledInstance) run(ctx context.Context, f func(context.Context) error) error {
-	slot, err := i.s.acquire(ctx, i.host)
-	if err != nil {
-		return err
+// claimCall readies the instance's claim for one call, holding no slot
+// yet, and returns ctx carrying the claim's yield, until the claim's
+// release.
+func (i *scheduledInstance) claimCall(ctx context.Context) context.Context {
+	i.s.joinInto(&i.claim, i.host)
+	if i.claimCtx.Yield == nil {
+		i.claimCtx.Yield = i.claim.yield
 	}
-	defer slot.release()
-	return f(sandbox.WithYield(ctx, slot.yield))
+	i.claimCtx.Context = ctx
+	return &i.claimCtx
+}
+
+// take is claimCall, then waits for a slot, or for ctx to end.
+func (i *scheduledInstance) take(ctx context.Context) (context.Context, error) {
+	cctx := i.claimCall(ctx)
+	if err := i.claim.resume(ctx); err != nil {
+		i.claim.leave()
+		return nil, err
+	}
+	return cctx, nil
 }
 
 // noCode reports whether the instance's Input and Output run no function
@@ -336,19 +365,27 @@ func (i *scheduledInstance) noCode() bool {
 	return ok
 }
 
-func (i *scheduledInstance) Input(n int) (b []byte, err error) {
+func (i *scheduledInstance) Input(n int) ([]byte, error) {
 	if i.noCode() {
 		return i.Instance.Input(n)
 	}
-	err = i.run(context.Background(), func(context.Context) error { b, err = i.Instance.Input(n); return err })
+	if _, err := i.take(context.Background()); err != nil {
+		return nil, err
+	}
+	b, err := i.Instance.Input(n)
+	i.claim.release()
 	return b, err
 }
 
-func (i *scheduledInstance) Output(n int) (b []byte, err error) {
+func (i *scheduledInstance) Output(n int) ([]byte, error) {
 	if i.noCode() {
 		return i.Instance.Output(n)
 	}
-	err = i.run(context.Background(), func(context.Context) error { b, err = i.Instance.Output(n); return err })
+	if _, err := i.take(context.Background()); err != nil {
+		return nil, err
+	}
+	b, err := i.Instance.Output(n)
+	i.claim.release()
 	return b, err
 }
 
@@ -411,12 +448,12 @@ func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset 
 		i.lazy.release()
 		return done, next, err
 	}
-	slot, err := i.s.acquire(ctx, i.host)
+	cctx, err := i.take(ctx)
 	if err != nil {
 		return false, nil, err
 	}
-	done, next, err := i.Instance.Step(sandbox.WithYield(ctx, slot.yield), curFile, curOffset, n)
-	slot.release()
+	done, next, err := i.Instance.Step(cctx, curFile, curOffset, n)
+	i.claim.release()
 	return done, next, err
 }
 
@@ -426,12 +463,12 @@ func (i *scheduledInstance) Compute(ctx context.Context, inLen, outCap int) (int
 		i.lazy.release()
 		return n, err
 	}
-	slot, err := i.s.acquire(ctx, i.host)
+	cctx, err := i.take(ctx)
 	if err != nil {
 		return 0, err
 	}
-	n, err := i.Instance.Compute(sandbox.WithYield(ctx, slot.yield), inLen, outCap)
-	slot.release()
+	n, err := i.Instance.Compute(cctx, inLen, outCap)
+	i.claim.release()
 	return n, err
 }
 
@@ -446,9 +483,10 @@ type scheduledDriver struct {
 // without one: a StepDriver reads the first step's data before it runs
 // any function code, and takes one after that read.
 func (i *scheduledDriver) DriveSteps(ctx context.Context, first []sandbox.Next, read sandbox.StepReader) error {
-	slot := i.s.join(i.host)
+	cctx := i.claimCall(ctx)
+	slot := &i.claim
 	defer slot.release()
-	return i.d.DriveSteps(sandbox.WithYield(ctx, slot.yield), first, func(next []sandbox.Next) (uint32, uint64, int, error) {
+	return i.d.DriveSteps(cctx, first, func(next []sandbox.Next) (uint32, uint64, int, error) {
 		slot.pause()
 		f, off, n, err := read(next)
 		if err != nil {

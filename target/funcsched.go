@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -320,17 +321,15 @@ type scheduledInstance struct {
 	sandbox.Instance
 	s    *funcScheduler
 	host string
-	// lazy is the claim of a call that yields (runEntry), and lazyCtx
-	// the context carrying its bound yield, made once per request and
-	// pointed at each call's context, so that a step allocates nothing.
-	lazy    lazySlot
-	lazyCtx sandbox.YieldContext
-	// claim is the claim of a call that takes its slot before running
-	// code, and claimCtx the context carrying its bound yield: the
-	// instance's calls are sequential, so one claim, made once per
-	// request, serves each in turn.
+	// lazy is the claim of a call that yields (runEntry), and claim
+	// that of a call that takes its slot before running code; lazyCtx
+	// and claimCtx are the contexts carrying their yields, pointed at
+	// each call's context. The instance's calls are sequential, so each
+	// serves every call in turn, and a step allocates nothing.
+	lazy     lazySlot
 	claim    cpuSlot
-	claimCtx sandbox.YieldContext
+	lazyCtx  yieldContext
+	claimCtx yieldContext
 	// yieldsStep and yieldsCompute are what the instance's
 	// sandbox.Yielder said of its entries when it was acquired.
 	yieldsStep, yieldsCompute bool
@@ -341,11 +340,7 @@ type scheduledInstance struct {
 // release.
 func (i *scheduledInstance) claimCall(ctx context.Context) context.Context {
 	i.s.joinInto(&i.claim, i.host)
-	if i.claimCtx.Yield == nil {
-		i.claimCtx.Yield = i.claim.yield
-	}
-	i.claimCtx.Context = ctx
-	return &i.claimCtx
+	return i.claimCtx.call(ctx, &i.claim)
 }
 
 // take is claimCall, then waits for a slot, or for ctx to end.
@@ -404,12 +399,55 @@ func (i *scheduledInstance) yields(compute bool) bool {
 // one call at a time (the instance's calls are sequential), until the
 // next lazyCall.
 func (i *scheduledInstance) lazyCall(ctx context.Context) context.Context {
-	if i.lazyCtx.Yield == nil {
+	if i.lazy.s == nil {
 		i.lazy = lazySlot{s: i.s, host: i.host}
-		i.lazyCtx.Yield = i.lazy.yield
 	}
-	i.lazyCtx.Context = ctx
-	return &i.lazyCtx
+	return i.lazyCtx.call(ctx, &i.lazy)
+}
+
+// yielder is a claim whose yield a call's context carries.
+type yielder interface {
+	yield(ctx context.Context) (time.Duration, error)
+}
+
+// yieldContext is a call's context carrying a claim's yield as
+// claimYield, one function for every claim, which finds the claim in the
+// context it is called with: a bound method value would be an
+// allocation per request.
+type yieldContext struct {
+	sandbox.YieldContext
+	claim yielder
+}
+
+// claimKey is yieldContext's Value key for its claim.
+type claimKey struct{}
+
+// call points c at ctx and claim, for one call, and returns it.
+func (c *yieldContext) call(ctx context.Context, claim yielder) context.Context {
+	c.Context, c.Yield, c.claim = ctx, claimYield, claim
+	return c
+}
+
+// Value returns c's claim for claimKey, else what the YieldContext does.
+func (c *yieldContext) Value(key any) any {
+	if _, ok := key.(claimKey); ok {
+		return c.claim
+	}
+	return c.YieldContext.Value(key)
+}
+
+// errNoClaim: a yield called with a context that does not carry its
+// claim, which only a runtime calling its Yield with an unrelated
+// context would do.
+var errNoClaim = errors.New("target: internal error: a function yielded outside its call's context")
+
+// claimYield is the Yield of every yieldContext: the yield of the claim
+// the context it is called with carries.
+func claimYield(ctx context.Context) (time.Duration, error) {
+	if y, ok := ctx.Value(claimKey{}).(yielder); ok {
+		return y.yield(ctx)
+	}
+	return 0, errNoClaim
 }
 
 // lazySlot is a call's claim taken at its first yield.

@@ -226,6 +226,8 @@ func TestScheduledAcquireIdle(t *testing.T) {
 	inst.Release()
 }
 
+type probeKey struct{}
+
 // slotProbe is an instance whose compute-entry calls record whether they
 // ran holding a slot of s, with a yield in their context.
 type slotProbe struct {
@@ -242,7 +244,9 @@ func (p *slotProbe) note(ctx context.Context) {
 		y := sandbox.YieldOf(ctx)
 		ok := y != nil
 		if ok {
-			d, err := y(ctx)
+			// The runtime may call it with a context made from the
+			// call's.
+			d, err := y(context.WithValue(ctx, probeKey{}, 1))
 			ok = d == 0 && err == nil
 		}
 		p.yieldSet = append(p.yieldSet, ok)
@@ -318,5 +322,8 @@ func TestScheduledInstanceClaim(t *testing.T) {
 	}
 	if len(p.held) != 9 || len(p.yieldSet) != 3 || slices.Contains(p.yieldSet, false) {
 		t.Fatalf("%d calls ran, yields %v", len(p.held), p.yieldSet)
+	}
+	if _, err := claimYield(ctx); !errors.Is(err, errNoClaim) {
+		t.Fatalf("a yield outside any call: %v", err)
 	}
 }

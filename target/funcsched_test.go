@@ -229,37 +229,32 @@ func TestScheduledAcquireIdle(t *testing.T) {
 type probeKey struct{}
 
 // slotProbe is an instance whose compute-entry calls record whether they
-// ran holding a slot of s, with a yield in their context.
+// ran holding a slot of s, and Compute whether its context carries a
+// working yield.
 type slotProbe struct {
 	echoInstance
 	s              *funcScheduler
 	held, yieldSet []bool
 }
 
-func (p *slotProbe) note(ctx context.Context) {
+func (p *slotProbe) noteHeld() {
 	p.s.mu.Lock()
 	p.held = append(p.held, p.s.running == 1)
 	p.s.mu.Unlock()
-	if ctx != nil {
-		y := sandbox.YieldOf(ctx)
-		ok := y != nil
-		if ok {
-			// The runtime may call it with a context made from the
-			// call's.
-			d, err := y(context.WithValue(ctx, probeKey{}, 1))
-			ok = d == 0 && err == nil
-		}
-		p.yieldSet = append(p.yieldSet, ok)
-	}
 }
 
-func (p *slotProbe) Input(n int) ([]byte, error) { p.note(nil); return p.echoInstance.Input(n) }
-func (p *slotProbe) Output(n int) ([]byte, error) {
-	p.note(nil)
-	return p.echoInstance.Output(n)
-}
+func (p *slotProbe) Input(n int) ([]byte, error)  { p.noteHeld(); return p.echoInstance.Input(n) }
+func (p *slotProbe) Output(n int) ([]byte, error) { p.noteHeld(); return p.echoInstance.Output(n) }
 func (p *slotProbe) Compute(ctx context.Context, inLen, outCap int) (int, error) {
-	p.note(ctx)
+	p.noteHeld()
+	y := sandbox.YieldOf(ctx)
+	ok := y != nil
+	if ok {
+		// The runtime may call it with a context made from the call's.
+		d, err := y(context.WithValue(ctx, probeKey{}, 1))
+		ok = d == 0 && err == nil
+	}
+	p.yieldSet = append(p.yieldSet, ok)
 	return p.echoInstance.Compute(ctx, inLen, outCap)
 }
 

@@ -108,8 +108,25 @@ func FuzzRequestUnmarshal(f *testing.F) {
 		if len(again) != len(b) {
 			t.Fatalf("re-encoded %d bytes from %d", len(again), len(b))
 		}
+		// Decoded into a Request that held another table, it reads the same.
+		var used Request
+		if err := used.Unmarshal(reuseSeed); err != nil {
+			t.Fatal(err)
+		}
+		if err := used.Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(used.Marshal(), again) {
+			t.Fatal("decoding over another table reads differently")
+		}
 	})
 }
+
+// reuseSeed is a request whose table is past a Request's arrays.
+var reuseSeed = (&Request{Files: []File{
+	{ID: 1, Size: 1 << 30, Extents: make([]Extent, 20)}, {ID: 2, Extents: []Extent{{LBA: 9, Blocks: 1}}},
+	{}, {}, {Size: 7},
+}}).Marshal()
 
 func TestMapRange(t *testing.T) {
 	files := []File{{Size: 6 * 512, Extents: []Extent{{LBA: 10, Blocks: 2}, {LBA: 50, Blocks: 4}}}}

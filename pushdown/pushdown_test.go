@@ -47,6 +47,55 @@ func TestRequestRoundTrip(t *testing.T) {
 	}
 }
 
+// TestRequestUnmarshalReuse: decoding into a Request again reuses its
+// storage, and each decode reads back exactly its own table, whether it
+// fits the Request's arrays or not; a small table decodes with no
+// allocation.
+func TestRequestUnmarshalReuse(t *testing.T) {
+	table := func(nfiles, extentsEach int, lba uint64) []File {
+		fs := make([]File, nfiles)
+		for i := range fs {
+			fs[i] = File{ID: uint64(i + 1), Version: lba, Size: 1 << 20}
+			for j := range extentsEach {
+				fs[i].Extents = append(fs[i].Extents, Extent{LBA: lba + uint64(100*i+j), Blocks: uint32(j + 1)})
+			}
+		}
+		return fs
+	}
+	var got Request
+	for _, tc := range []struct{ nfiles, extentsEach int }{
+		{2, 3}, {1, 0}, {inlineFiles, inlineExtents / inlineFiles}, {MaxFiles, 5}, {3, 40}, {2, 2},
+	} {
+		want := table(tc.nfiles, tc.extentsEach, uint64(1000*tc.nfiles+tc.extentsEach))
+		if err := got.Unmarshal((&Request{Files: want, Params: []byte{1}}).Marshal()); err != nil {
+			t.Fatal(err)
+		}
+		if len(got.Files) != len(want) {
+			t.Fatalf("%d files, want %d", len(got.Files), len(want))
+		}
+		for i, f := range got.Files {
+			w := want[i]
+			if f.ID != w.ID || f.Version != w.Version || f.Size != w.Size || len(f.Extents) != len(w.Extents) || cap(f.Extents) != len(w.Extents) {
+				t.Fatalf("%d×%d: file %d is %+v, want %+v", tc.nfiles, tc.extentsEach, i, f, w)
+			}
+			for j := range f.Extents {
+				if f.Extents[j] != w.Extents[j] {
+					t.Fatalf("%d×%d: file %d extent %d is %v, want %v", tc.nfiles, tc.extentsEach, i, j, f.Extents[j], w.Extents[j])
+				}
+			}
+		}
+	}
+	b := (&Request{Files: table(2, 3, 7), Params: []byte{1}}).Marshal()
+	var r Request
+	if n := testing.AllocsPerRun(100, func() {
+		if err := r.Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("decoding a two-file table allocates %v times", n)
+	}
+}
+
 func FuzzRequestUnmarshal(f *testing.F) {
 	f.Add((&Request{Files: []File{Raw(1<<20, 512)}, Params: []byte{1}}).Marshal())
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -59,8 +108,25 @@ func FuzzRequestUnmarshal(f *testing.F) {
 		if len(again) != len(b) {
 			t.Fatalf("re-encoded %d bytes from %d", len(again), len(b))
 		}
+		// Decoded into a Request that held another table, it reads the same.
+		var used Request
+		if err := used.Unmarshal(reuseSeed); err != nil {
+			t.Fatal(err)
+		}
+		if err := used.Unmarshal(b); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(used.Marshal(), again) {
+			t.Fatal("decoding over another table reads differently")
+		}
 	})
 }
+
+// reuseSeed is a request whose table is past a Request's arrays.
+var reuseSeed = (&Request{Files: []File{
+	{ID: 1, Size: 1 << 30, Extents: make([]Extent, 20)}, {ID: 2, Extents: []Extent{{LBA: 9, Blocks: 1}}},
+	{}, {}, {Size: 7},
+}}).Marshal()
 
 func TestMapRange(t *testing.T) {
 	files := []File{{Size: 6 * 512, Extents: []Extent{{LBA: 10, Blocks: 2}, {LBA: 50, Blocks: 4}}}}

@@ -73,6 +73,11 @@ type File struct {
 // reserved (4), and that many extents of LBA (8), blocks (4), reserved (4).
 // Then P bytes of parameters (pushdown: the initial scratch; λ: a header
 // the function's input starts with), then D bytes of data.
+//
+// Unmarshal decodes the file table into storage the Request owns and
+// reuses, so the Files it sets share memory with the Request: a copy of
+// the Request shares them, and the next Unmarshal of the same Request
+// overwrites them.
 type Request struct {
 	Function    sandbox.ID
 	Files       []File
@@ -81,6 +86,45 @@ type Request struct {
 	StartFile   uint32
 	Params      []byte
 	Data        []byte
+
+	table fileTable
+}
+
+// Tables of up to inlineFiles files and inlineExtents extents in all
+// decode into a Request's arrays (a pushdown's table is one or two files
+// of a few extents).
+const (
+	inlineFiles   = 4
+	inlineExtents = 16
+)
+
+// fileTable is where a Request's Unmarshal puts the file table: a small
+// table in the arrays, held in the Request itself, so that decoding one
+// allocates nothing; a larger one in the slices, kept for the next decode.
+type fileTable struct {
+	files       [inlineFiles]File
+	extents     [inlineExtents]Extent
+	moreFiles   []File
+	moreExtents []Extent
+}
+
+// take returns storage for nfiles files and nextents extents, whatever
+// it held before.
+func (t *fileTable) take(nfiles, nextents int) ([]File, []Extent) {
+	files, extents := t.files[:], t.extents[:]
+	if nfiles > len(files) {
+		if cap(t.moreFiles) < nfiles {
+			t.moreFiles = make([]File, nfiles)
+		}
+		files = t.moreFiles
+	}
+	if nextents > len(extents) {
+		if cap(t.moreExtents) < nextents {
+			t.moreExtents = make([]Extent, nextents)
+		}
+		extents = t.moreExtents
+	}
+	return files[:nfiles:nfiles], extents[:nextents:nextents]
 }
 
 // Marshal encodes the request.
@@ -142,30 +186,41 @@ func (r *Request) Unmarshal(b []byte) error {
 	if int(r.StartFile) >= nfiles {
 		return bad("start file %d of %d", r.StartFile, nfiles)
 	}
-	off := HeaderSize
-	r.Files = make([]File, nfiles)
-	for i := range r.Files {
+	// The first pass checks the layout and counts the extents, so that
+	// the second decodes into storage of the right size.
+	off, nextents := HeaderSize, 0
+	for i := range nfiles {
 		if len(b)-off < FileSize {
 			return bad("file %d truncated", i)
 		}
-		f := &r.Files[i]
-		f.ID = le.Uint64(b[off:])
-		f.Version = le.Uint64(b[off+8:])
-		f.Size = le.Uint64(b[off+16:])
 		ne := int(le.Uint32(b[off+24:]))
 		off += FileSize
 		if ne > MaxExtents || (len(b)-off)/ExtentSize < ne {
 			return bad("file %d: %d extents do not fit", i, ne)
 		}
-		f.Extents = make([]Extent, ne)
+		off += ne * ExtentSize
+		nextents += ne
+	}
+	if uint64(len(b)-off) != plen+dlen {
+		return bad("%d bytes after the file table, header says %d + %d", len(b)-off, plen, dlen)
+	}
+	files, extents := r.table.take(nfiles, nextents)
+	off = HeaderSize
+	for i := range files {
+		f := &files[i]
+		f.ID = le.Uint64(b[off:])
+		f.Version = le.Uint64(b[off+8:])
+		f.Size = le.Uint64(b[off+16:])
+		ne := int(le.Uint32(b[off+24:]))
+		off += FileSize
+		f.Extents = extents[:ne:ne]
+		extents = extents[ne:]
 		for j := range f.Extents {
 			f.Extents[j] = Extent{LBA: le.Uint64(b[off:]), Blocks: le.Uint32(b[off+8:])}
 			off += ExtentSize
 		}
 	}
-	if uint64(len(b)-off) != plen+dlen {
-		return bad("%d bytes after the file table, header says %d + %d", len(b)-off, plen, dlen)
-	}
+	r.Files = files
 	r.Params = b[off : off+int(plen)]
 	r.Data = b[off+int(plen):]
 	return nil

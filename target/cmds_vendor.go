@@ -332,7 +332,7 @@ func execFunction(ctx context.Context, s *session, r *request) completion {
 	}
 	defer refs.release()
 	// At most MaxFunctionCallsPerHost of the host's requests run at once.
-	hc, err := s.srv.calls.acquire(ctx, s.ctrl.hostNQN)
+	hc, err := s.srv.calls.acquire(ctx, s.ctrl.calls)
 	if err != nil {
 		return status(nvme.StatusAbortSQDeleted)
 	}

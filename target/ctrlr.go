@@ -168,6 +168,10 @@ type session struct {
 	// before any function command runs, and only read after: function
 	// commands need not make it each (tenantContext).
 	tenantBase, tenantCtx context.Context
+	// lastSeries is the metrics series the queue's last completion
+	// updated: most of a queue's commands are of one kind, so record
+	// seldom looks further (Metrics.observe).
+	lastSeries atomic.Pointer[cmdSeries]
 }
 
 // tenantContext returns ctx with the controller's host as sandbox tenant.
@@ -321,7 +325,7 @@ func (s *session) record(r *request, c completion) {
 		s.ctrl.recordError(s.qid, r.sqe.CID, c.status, r.sqe.NSID, lba, vendorLog)
 	}
 	if s.ss != nil {
-		s.srv.metrics.observe(s.ss.nqn, s.qid == 0, r, c.status, len(c.data))
+		s.srv.metrics.observe(&s.lastSeries, s.ss.nqn, s.qid == 0, r, c.status, len(c.data))
 	}
 }
 

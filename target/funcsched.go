@@ -2,6 +2,7 @@ package target
 
 import (
 	"context"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -84,9 +85,7 @@ type cpuSlot struct {
 func (s *funcScheduler) acquire(ctx context.Context, host string) (*cpuSlot, error) {
 	c := s.join(host)
 	if err := c.resume(ctx); err != nil {
-		s.mu.Lock()
-		s.leaveLocked(c.h)
-		s.mu.Unlock()
+		c.leave()
 		return nil, err
 	}
 	return c, nil
@@ -95,6 +94,14 @@ func (s *funcScheduler) acquire(ctx context.Context, host string) (*cpuSlot, err
 // join returns a claim for host that holds no slot yet (paused): resume
 // takes one, release ends the claim.
 func (s *funcScheduler) join(host string) *cpuSlot {
+	c := new(cpuSlot)
+	s.joinInto(c, host)
+	return c
+}
+
+// joinInto is join into c, a claim of the caller's not held: its wake
+// channel, if it has one, is kept for its next wait.
+func (s *funcScheduler) joinInto(c *cpuSlot, host string) {
 	s.mu.Lock()
 	h := s.hosts[host]
 	if h == nil {
@@ -105,7 +112,7 @@ func (s *funcScheduler) join(host string) *cpuSlot {
 	}
 	h.users++
 	s.mu.Unlock()
-	return &cpuSlot{s: s, h: h}
+	*c = cpuSlot{s: s, h: h, wake: c.wake}
 }
 
 // resume waits for a slot for c's host, or for ctx to end.
@@ -210,6 +217,11 @@ func (c *cpuSlot) pause() {
 // release ends the claim: the slot, if held, goes back.
 func (c *cpuSlot) release() {
 	c.pause()
+	c.leave()
+}
+
+// leave ends a claim that holds no slot.
+func (c *cpuSlot) leave() {
 	c.s.mu.Lock()
 	c.s.leaveLocked(c.h)
 	c.s.mu.Unlock()
@@ -309,24 +321,36 @@ type scheduledInstance struct {
 	sandbox.Instance
 	s    *funcScheduler
 	host string
-	// lazy is the claim of a call that yields (runEntry), and lazyCtx
-	// the context carrying its bound yield, made once per request and
-	// pointed at each call's context, so that a step allocates nothing.
-	lazy    lazySlot
-	lazyCtx sandbox.YieldContext
+	// lazy is the claim of a call that yields (runEntry), and claim
+	// that of a call that takes its slot before running code; lazyCtx
+	// and claimCtx are the contexts carrying their yields, pointed at
+	// each call's context. The instance's calls are sequential, so each
+	// serves every call in turn, and a step allocates nothing.
+	lazy     lazySlot
+	claim    cpuSlot
+	lazyCtx  yieldContext
+	claimCtx yieldContext
 	// yieldsStep and yieldsCompute are what the instance's
 	// sandbox.Yielder said of its entries when it was acquired.
 	yieldsStep, yieldsCompute bool
 }
 
-// run runs f under a slot, with the slot's yield in its context.
-func (i *scheduledInstance) run(ctx context.Context, f func(context.Context) error) error {
-	slot, err := i.s.acquire(ctx, i.host)
-	if err != nil {
-		return err
+// claimCall readies the instance's claim for one call, holding no slot
+// yet, and returns ctx carrying the claim's yield, until the claim's
+// release.
+func (i *scheduledInstance) claimCall(ctx context.Context) context.Context {
+	i.s.joinInto(&i.claim, i.host)
+	return i.claimCtx.call(ctx, &i.claim)
+}
+
+// take is claimCall, then waits for a slot, or for ctx to end.
+func (i *scheduledInstance) take(ctx context.Context) (context.Context, error) {
+	cctx := i.claimCall(ctx)
+	if err := i.claim.resume(ctx); err != nil {
+		i.claim.leave()
+		return nil, err
 	}
-	defer slot.release()
-	return f(sandbox.WithYield(ctx, slot.yield))
+	return cctx, nil
 }
 
 // noCode reports whether the instance's Input and Output run no function
@@ -336,19 +360,27 @@ func (i *scheduledInstance) noCode() bool {
 	return ok
 }
 
-func (i *scheduledInstance) Input(n int) (b []byte, err error) {
+func (i *scheduledInstance) Input(n int) ([]byte, error) {
 	if i.noCode() {
 		return i.Instance.Input(n)
 	}
-	err = i.run(context.Background(), func(context.Context) error { b, err = i.Instance.Input(n); return err })
+	if _, err := i.take(context.Background()); err != nil {
+		return nil, err
+	}
+	b, err := i.Instance.Input(n)
+	i.claim.release()
 	return b, err
 }
 
-func (i *scheduledInstance) Output(n int) (b []byte, err error) {
+func (i *scheduledInstance) Output(n int) ([]byte, error) {
 	if i.noCode() {
 		return i.Instance.Output(n)
 	}
-	err = i.run(context.Background(), func(context.Context) error { b, err = i.Instance.Output(n); return err })
+	if _, err := i.take(context.Background()); err != nil {
+		return nil, err
+	}
+	b, err := i.Instance.Output(n)
+	i.claim.release()
 	return b, err
 }
 
@@ -367,12 +399,55 @@ func (i *scheduledInstance) yields(compute bool) bool {
 // one call at a time (the instance's calls are sequential), until the
 // next lazyCall.
 func (i *scheduledInstance) lazyCall(ctx context.Context) context.Context {
-	if i.lazyCtx.Yield == nil {
+	if i.lazy.s == nil {
 		i.lazy = lazySlot{s: i.s, host: i.host}
-		i.lazyCtx.Yield = i.lazy.yield
 	}
-	i.lazyCtx.Context = ctx
-	return &i.lazyCtx
+	return i.lazyCtx.call(ctx, &i.lazy)
+}
+
+// yielder is a claim whose yield a call's context carries.
+type yielder interface {
+	yield(ctx context.Context) (time.Duration, error)
+}
+
+// yieldContext is a call's context carrying a claim's yield as
+// claimYield, one function for every claim, which finds the claim in the
+// context it is called with: a bound method value would be an
+// allocation per request.
+type yieldContext struct {
+	sandbox.YieldContext
+	claim yielder
+}
+
+// claimKey is yieldContext's Value key for its claim.
+type claimKey struct{}
+
+// call points c at ctx and claim, for one call, and returns it.
+func (c *yieldContext) call(ctx context.Context, claim yielder) context.Context {
+	c.Context, c.Yield, c.claim = ctx, claimYield, claim
+	return c
+}
+
+// Value returns c's claim for claimKey, else what the YieldContext does.
+func (c *yieldContext) Value(key any) any {
+	if _, ok := key.(claimKey); ok {
+		return c.claim
+	}
+	return c.YieldContext.Value(key)
+}
+
+// errNoClaim: a yield called with a context that does not carry its
+// claim, which only a runtime calling its Yield with an unrelated
+// context would do.
+var errNoClaim = errors.New("target: internal error: a function yielded outside its call's context")
+
+// claimYield is the Yield of every yieldContext: the yield of the claim
+// the context it is called with carries.
+func claimYield(ctx context.Context) (time.Duration, error) {
+	if y, ok := ctx.Value(claimKey{}).(yielder); ok {
+		return y.yield(ctx)
+	}
+	return 0, errNoClaim
 }
 
 // lazySlot is a call's claim taken at its first yield.
@@ -411,12 +486,12 @@ func (i *scheduledInstance) Step(ctx context.Context, curFile uint32, curOffset 
 		i.lazy.release()
 		return done, next, err
 	}
-	slot, err := i.s.acquire(ctx, i.host)
+	cctx, err := i.take(ctx)
 	if err != nil {
 		return false, nil, err
 	}
-	done, next, err := i.Instance.Step(sandbox.WithYield(ctx, slot.yield), curFile, curOffset, n)
-	slot.release()
+	done, next, err := i.Instance.Step(cctx, curFile, curOffset, n)
+	i.claim.release()
 	return done, next, err
 }
 
@@ -426,12 +501,12 @@ func (i *scheduledInstance) Compute(ctx context.Context, inLen, outCap int) (int
 		i.lazy.release()
 		return n, err
 	}
-	slot, err := i.s.acquire(ctx, i.host)
+	cctx, err := i.take(ctx)
 	if err != nil {
 		return 0, err
 	}
-	n, err := i.Instance.Compute(sandbox.WithYield(ctx, slot.yield), inLen, outCap)
-	slot.release()
+	n, err := i.Instance.Compute(cctx, inLen, outCap)
+	i.claim.release()
 	return n, err
 }
 
@@ -446,9 +521,10 @@ type scheduledDriver struct {
 // without one: a StepDriver reads the first step's data before it runs
 // any function code, and takes one after that read.
 func (i *scheduledDriver) DriveSteps(ctx context.Context, first []sandbox.Next, read sandbox.StepReader) error {
-	slot := i.s.join(i.host)
+	cctx := i.claimCall(ctx)
+	slot := &i.claim
 	defer slot.release()
-	return i.d.DriveSteps(sandbox.WithYield(ctx, slot.yield), first, func(next []sandbox.Next) (uint32, uint64, int, error) {
+	return i.d.DriveSteps(cctx, first, func(next []sandbox.Next) (uint32, uint64, int, error) {
 		slot.pause()
 		f, off, n, err := read(next)
 		if err != nil {

@@ -225,3 +225,100 @@ func TestScheduledAcquireIdle(t *testing.T) {
 	}
 	inst.Release()
 }
+
+type probeKey struct{}
+
+// slotProbe is an instance whose compute-entry calls record whether they
+// ran holding a slot of s, and Compute whether its context carries a
+// working yield.
+type slotProbe struct {
+	echoInstance
+	s              *funcScheduler
+	held, yieldSet []bool
+}
+
+func (p *slotProbe) noteHeld() {
+	p.s.mu.Lock()
+	p.held = append(p.held, p.s.running == 1)
+	p.s.mu.Unlock()
+}
+
+func (p *slotProbe) Input(n int) ([]byte, error)  { p.noteHeld(); return p.echoInstance.Input(n) }
+func (p *slotProbe) Output(n int) ([]byte, error) { p.noteHeld(); return p.echoInstance.Output(n) }
+func (p *slotProbe) Compute(ctx context.Context, inLen, outCap int) (int, error) {
+	p.noteHeld()
+	y := sandbox.YieldOf(ctx)
+	ok := y != nil
+	if ok {
+		// The runtime may call it with a context made from the call's.
+		d, err := y(context.WithValue(ctx, probeKey{}, 1))
+		ok = d == 0 && err == nil
+	}
+	p.yieldSet = append(p.yieldSet, ok)
+	return p.echoInstance.Compute(ctx, inLen, outCap)
+}
+
+// TestScheduledInstanceClaim: an instance's calls that run code take a
+// slot each, one after another on the instance's one claim, with the
+// slot's yield in the call's context; a wait that ends with its context
+// leaves nothing queued, and the claim's later waits are granted as
+// before; each call gives the slot and the host's standing back.
+func TestScheduledInstanceClaim(t *testing.T) {
+	s := newFuncScheduler(1, time.Millisecond, nil)
+	ctx := context.Background()
+	p := &slotProbe{s: s}
+	si := &scheduledInstance{Instance: p, s: s, host: "a"}
+	idle := func(what string) {
+		t.Helper()
+		if len(s.hosts) != 0 || s.running != 0 {
+			t.Fatalf("after %s: %d hosts, %d running", what, len(s.hosts), s.running)
+		}
+	}
+	compute := func(ctx context.Context) error {
+		if _, err := si.Input(4); err != nil {
+			return err
+		}
+		if _, err := si.Output(4); err != nil {
+			return err
+		}
+		_, err := si.Compute(ctx, 4, 4)
+		return err
+	}
+	if err := compute(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idle("a call with the slot free")
+
+	holder, _ := s.acquire(ctx, "b")
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := si.Compute(short, 4, 4); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call with the slot held elsewhere: %v", err)
+	}
+	if s.queued() != 0 || len(s.hosts) != 1 {
+		t.Fatalf("a call that gave up left %d queued, %d hosts", s.queued(), len(s.hosts))
+	}
+	holder.release()
+	for range 2 {
+		holder, _ = s.acquire(ctx, "b")
+		done := make(chan error)
+		go func() { done <- compute(ctx) }()
+		waitFor(t, "the call to wait for the slot", func() bool { return s.waiting() })
+		holder.release()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		idle("a call that waited")
+	}
+	for i, h := range p.held {
+		if !h {
+			t.Fatalf("call %d ran without the slot", i)
+		}
+	}
+	if len(p.held) != 9 || len(p.yieldSet) != 3 || slices.Contains(p.yieldSet, false) {
+		t.Fatalf("%d calls ran, yields %v", len(p.held), p.yieldSet)
+	}
+	if _, err := claimYield(ctx); !errors.Is(err, errNoClaim) {
+		t.Fatalf("a yield outside any call: %v", err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -384,36 +385,75 @@ func functionStatus(err error, write bool) nvme.Status {
 // of its own to finish, never for another host's, so a host keeping many
 // looping functions in flight holds at most that many requests' buffers
 // and instances. Their CPU is funcScheduler's.
+//
+// A host has one entry (hostCalls) at a time, and every slot of the host
+// is taken from it. Each controller of the host holds the entry for its
+// life (join at creation, leave at removal), so a request takes a slot
+// with one atomic add and a channel send, no lock or map lookup. A
+// request keeps the entry too while it holds or waits for a slot: a
+// controller torn down with requests still running (a backend call cannot
+// be interrupted) leaves them counted on the entry, and a new controller
+// of the host joins that same entry rather than getting fresh slots.
 type callLimiter struct {
 	max   int
 	mu    sync.Mutex
 	hosts map[string]*hostCalls
 }
 
-// hostCalls is one host's slots; users counts the requests holding or
-// waiting for one, and the entry goes when it drops to zero.
+// hostCalls is one host's slots. users counts the controllers holding the
+// entry and the requests holding or waiting for a slot. When it falls to
+// zero the entry leaves hosts, under callLimiter.mu and only if users is
+// still zero, and users becomes goneUsers, so that it stays negative
+// whatever stale adds follow: a request that raises it to no more than
+// zero knows its entry has left and takes the host's current one.
 type hostCalls struct {
 	slots chan struct{}
 	host  string
-	users int
+	users atomic.Int64
 }
+
+// goneUsers marks an entry that has left callLimiter.hosts: far below
+// zero, beyond any number of adds.
+const goneUsers = math.MinInt64 / 2
 
 func newCallLimiter(max int) *callLimiter {
 	return &callLimiter{max: max, hosts: make(map[string]*hostCalls)}
 }
 
-// acquire waits for one of host's slots, or for ctx to end, and returns
-// the host's entry, which the caller gives back with release; nil comes
-// with ctx's error.
-func (l *callLimiter) acquire(ctx context.Context, host string) (*hostCalls, error) {
+// join returns host's entry with one more user, made if the host has
+// none; the caller gives the use back with leave.
+func (l *callLimiter) join(host string) *hostCalls {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.joinLocked(host)
+}
+
+func (l *callLimiter) joinLocked(host string) *hostCalls {
 	hc := l.hosts[host]
 	if hc == nil {
 		hc = &hostCalls{slots: make(chan struct{}, l.max), host: host}
 		l.hosts[host] = hc
 	}
-	hc.users++
-	l.mu.Unlock()
+	hc.users.Add(1)
+	return hc
+}
+
+// use adds a user to hc, an entry the caller got from join: hc itself
+// unless it has left, else the host's current entry.
+func (l *callLimiter) use(hc *hostCalls) *hostCalls {
+	if hc.users.Add(1) > 0 {
+		return hc
+	}
+	hc.users.Add(-1)
+	return l.join(hc.host)
+}
+
+// acquire waits for one of the slots of hc's host, or for ctx to end. hc
+// is an entry from join (a controller's): the returned one, hc unless hc
+// had left, is what the caller gives back with release; nil comes with
+// ctx's error.
+func (l *callLimiter) acquire(ctx context.Context, hc *hostCalls) (*hostCalls, error) {
+	hc = l.use(hc)
 	// A free slot needs no look at ctx.
 	select {
 	case hc.slots <- struct{}{}:
@@ -435,10 +475,14 @@ func (l *callLimiter) release(hc *hostCalls) {
 	l.leave(hc)
 }
 
-// leave drops one user of hc.
+// leave drops one user of hc, and the entry with its last.
 func (l *callLimiter) leave(hc *hostCalls) {
+	if hc.users.Add(-1) > 0 {
+		return
+	}
 	l.mu.Lock()
-	if hc.users--; hc.users == 0 {
+	// A join may have come between the add and the lock.
+	if hc.users.CompareAndSwap(0, goneUsers) {
 		delete(l.hosts, hc.host)
 	}
 	l.mu.Unlock()

@@ -90,14 +90,15 @@ func TestFunctionQuota(t *testing.T) {
 func TestCallLimiter(t *testing.T) {
 	l := newCallLimiter(2)
 	ctx := context.Background()
-	a1, _ := l.acquire(ctx, "a")
-	a2, _ := l.acquire(ctx, "a")
+	ca, cb := l.join("a"), l.join("b") // the hosts' controllers
+	a1, _ := l.acquire(ctx, ca)
+	a2, _ := l.acquire(ctx, ca)
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := l.acquire(cctx, "a"); !errors.Is(err, context.Canceled) {
+	if _, err := l.acquire(cctx, ca); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a third call of a full host: %v", err)
 	}
-	b, err := l.acquire(ctx, "b")
+	b, err := l.acquire(ctx, cb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,9 +108,91 @@ func TestCallLimiter(t *testing.T) {
 	l.release(a1)
 	l.release(a2)
 	l.release(b)
+	if len(l.hosts) != 2 {
+		t.Fatalf("%d hosts tracked while their controllers live, want 2", len(l.hosts))
+	}
+	l.leave(ca)
+	l.leave(cb)
 	if len(l.hosts) != 0 {
 		t.Fatalf("%d hosts still tracked", len(l.hosts))
 	}
+}
+
+// TestCallLimiterOutlivesController: the calls a torn-down controller
+// left running still count against its host's bound, both for the host's
+// next controller and for its own calls starting late; the host's entry
+// goes only with the last of them.
+func TestCallLimiterOutlivesController(t *testing.T) {
+	l := newCallLimiter(2)
+	ctx := context.Background()
+	full, cancel := context.WithCancel(ctx)
+	cancel()
+	old := l.join("a")
+	a1, _ := l.acquire(ctx, old)
+	a2, _ := l.acquire(ctx, old)
+	l.leave(old) // torn down; a1 and a2 still run
+	next := l.join("a")
+	if _, err := l.acquire(full, next); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the next controller's call beside two running: %v, want it to wait", err)
+	}
+	if n := l.running("a"); n != 2 {
+		t.Fatalf("running %d, want 2", n)
+	}
+	l.release(a1)
+	n1, err := l.acquire(ctx, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A call of the old controller starting now takes the same slots.
+	if _, err := l.acquire(full, old); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a late call of the old controller beside two running: %v, want it to wait", err)
+	}
+	l.release(a2)
+	l.release(n1)
+	l.leave(next)
+	if len(l.hosts) != 0 {
+		t.Fatalf("%d hosts tracked with no controller or call", len(l.hosts))
+	}
+	// Once the entry has gone, a late call of the old controller counts
+	// on the host's current one.
+	third := l.join("a")
+	late, err := l.acquire(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if late != third || l.running("a") != 1 {
+		t.Fatalf("a late call took entry %p (current %p), running %d", late, third, l.running("a"))
+	}
+	if _, err := l.acquire(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.acquire(full, third); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a third call beside a late one and the controller's: %v, want it to wait", err)
+	}
+}
+
+// TestCallLimiterControllers: a controller holds its host's entry from
+// Connect until it goes.
+func TestCallLimiterControllers(t *testing.T) {
+	s, addr := startServer(t, Config{Runtimes: []sandbox.Runtime{echoRuntime{}}})
+	const nqn = "nqn.2026-11.io.nearstore:limited"
+	users := func() int64 {
+		s.calls.mu.Lock()
+		defer s.calls.mu.Unlock()
+		if hc := s.calls.hosts[nqn]; hc != nil {
+			return hc.users.Load()
+		}
+		return 0
+	}
+	c1, _ := connectAs(t, addr, nqn, 1)
+	c2, _ := connectAs(t, addr, nqn, 1)
+	if n := users(); n != 2 {
+		t.Fatalf("%d users of the host's entry with two controllers, want 2", n)
+	}
+	c1.Close()
+	waitFor(t, "one controller to go", func() bool { return users() == 1 })
+	c2.Close()
+	waitFor(t, "the host's entry to go", func() bool { return users() == 0 })
 }
 
 // TestHostStateLease: issue 18's "kept after disconnect". What a host put

@@ -2,6 +2,7 @@ package target
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,7 @@ type cmdKey struct {
 // for a command whose data is not counted, and write says whether it
 // counts the command's data (a write) or its completion's (a read).
 type cmdSeries struct {
+	key      cmdKey
 	commands prometheus.Counter
 	latency  prometheus.Observer
 	bytes    prometheus.Counter
@@ -162,8 +164,9 @@ func (m *Metrics) error(kind string) {
 }
 
 // observe records one completed command of subsystem ss, on an admin
-// queue or an I/O queue.
-func (m *Metrics) observe(ss string, admin bool, r *request, st nvme.Status, inBytes int) {
+// queue or an I/O queue. last is the caller's (a queue's) cache of the
+// series it updated last, tried before the shared map.
+func (m *Metrics) observe(last *atomic.Pointer[cmdSeries], ss string, admin bool, r *request, st nvme.Status, inBytes int) {
 	if m == nil {
 		return
 	}
@@ -185,7 +188,11 @@ func (m *Metrics) observe(ss string, admin bool, r *request, st nvme.Status, inB
 	if !k.ok {
 		m.errors.WithLabelValues("command").Inc()
 	}
-	c := m.cmdSeriesOf(k)
+	c := last.Load()
+	if c == nil || c.key != k {
+		c = m.cmdSeriesOf(k)
+		last.Store(c)
+	}
 	c.commands.Inc()
 	c.latency.Observe(time.Since(r.start).Seconds())
 	if c.bytes != nil {
@@ -211,6 +218,7 @@ func (m *Metrics) cmdSeriesOf(k cmdKey) *cmdSeries {
 		result = "error"
 	}
 	c := &cmdSeries{
+		key:      k,
 		commands: m.commands.WithLabelValues(k.ss, nsid, k.op, result),
 		latency:  m.latency.WithLabelValues(k.ss, nsid, k.op),
 	}

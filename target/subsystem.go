@@ -197,6 +197,7 @@ func (ss *subsystem) newController(hostNQN string, hostID [16]byte, kato time.Du
 		created:     time.Now(),
 		changedNS:   make(map[uint32]struct{}),
 		aenMaskedNS: false,
+		calls:       ss.srv.calls.join(hostNQN),
 	}
 	ss.nextCNTLID++
 	ss.controllers[c.id] = c
@@ -219,7 +220,12 @@ func (ss *subsystem) removeController(c *controller) {
 		delete(ss.controllers, c.id)
 	}
 	ss.mu.Unlock()
-	if removed && !c.discovery {
+	if !removed {
+		return
+	}
+	// Its requests still running keep the entry until they finish.
+	ss.srv.calls.leave(c.calls)
+	if !c.discovery {
 		ss.srv.hostDown(c.hostNQN)
 	}
 }
@@ -257,6 +263,10 @@ type controller struct {
 	hostID    [16]byte
 	discovery bool
 	created   time.Time
+	// calls is the host's entry in the server's call limiter, held from
+	// newController to removeController, so that a function request
+	// takes its slot without looking the host up (callLimiter).
+	calls *hostCalls
 
 	// kvEnabled: CC.CSS enabled the KV command set (iocs.go); read by
 	// every I/O command of a KV namespace, so not under mu.

@@ -213,7 +213,9 @@ NS_INLINE int seek(const u8 *d, u32 len, const u8 *k, u32 kl, u64 t, u8 *kb, str
 	 * is >= the target or not, the scan starts there unless a later
 	 * restart's key is below the target. wasm skips that probe, which
 	 * leaves a block of one restart (16 entries) with no loop to enter;
-	 * eBPF keeps its code.
+	 * eBPF keeps its code. A malformed restart-0 entry is then refused
+	 * only when the scan reads it, as any entry the search does not
+	 * reach already was (an unsorted block is not detected either).
 	 */
 #if defined(__wasm__)
 	u32 lo = 1, hi = nr;

@@ -59,3 +59,50 @@ func TestYieldContext(t *testing.T) {
 		t.Fatal("a YieldContext without a Yield carries one")
 	}
 }
+
+// countingYield is a Yielding that counts its calls.
+type countingYield struct{ calls int }
+
+func (y *countingYield) Yield(context.Context) (time.Duration, error) {
+	y.calls++
+	return time.Millisecond, nil
+}
+
+// TestYieldContextBy: a YieldContext's By is its yield when Yield is
+// unset, reached through contexts made from the YieldContext, the
+// innermost one's; setting it and yielding allocate nothing.
+func TestYieldContextBy(t *testing.T) {
+	var a, b countingYield
+	outer := &YieldContext{Context: WithTenant(context.Background(), "h1"), By: &a}
+	y := YieldOf(outer)
+	if y == nil {
+		t.Fatal("no yield")
+	}
+	derived := WithTenant(outer, "h2")
+	if p, err := YieldOf(derived)(derived); err != nil || p != time.Millisecond || a.calls != 1 {
+		t.Fatalf("through a derived context: %v, %v, %d calls", p, err, a.calls)
+	}
+	inner := &YieldContext{Context: derived, By: &b}
+	if _, err := YieldOf(inner)(inner); err != nil || a.calls != 1 || b.calls != 1 {
+		t.Fatalf("nested: %v, calls %d and %d, want 1 and 1", err, a.calls, b.calls)
+	}
+	// Yield wins over By.
+	called := false
+	inner.Yield = func(context.Context) (time.Duration, error) { called = true; return 0, nil }
+	if _, err := YieldOf(inner)(inner); err != nil || !called || b.calls != 1 {
+		t.Fatalf("Yield set: called %v, By calls %d", called, b.calls)
+	}
+	inner.Yield = nil
+	c := &YieldContext{}
+	var s countingYield
+	allocs := testing.AllocsPerRun(100, func() {
+		c.Context = context.Background()
+		c.By = &s
+		if _, err := YieldOf(c)(c); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 || s.calls == 0 {
+		t.Fatalf("%v allocations per bind and yield, %d calls", allocs, s.calls)
+	}
+}

@@ -109,6 +109,10 @@ NS_INLINE int cmp_bytes(const u8 *a, const u8 *b, u32 n)
 			goto differ;
 		i += 8;
 	}
+	/* The loop's header is an exit in wazero even when its first test
+	 * fails, as it does for every key that matches in those 32 bytes:
+	 * enter it only for longer keys. */
+	if (i + 8 <= n)
 #endif
 	for (; i + 8 <= n; i += 8) {
 		x = ns_load64(a + i);
@@ -157,6 +161,40 @@ struct hit {
 	u32 vlen;
 };
 
+/* SCAN_ON: scan_entry's entry is below the target; go on. */
+#define SCAN_ON 2
+
+/* scan_entry reads the entry at *off (the previous entry's key, prev
+ * bytes, in kb): 1 if its key is >= (k, t) (its key in kb, h set), a
+ * negative error, or SCAN_ON with *off and *prev moved past it. */
+NS_INLINE int scan_entry(const u8 *d, u32 ro, u32 *off, u32 *prev, const u8 *k, u32 kl, u64 t, u8 *kb,
+			 struct hit *h)
+{
+	u32 o = *off;
+	u32 shared, unshared, vlen;
+	if (!get_uv(d, ro, &o, &shared) || !get_uv(d, ro, &o, &unshared) ||
+	    !get_uv(d, ro, &o, &vlen) || shared > *prev ||
+	    unshared > ro - o || vlen > ro - o - unshared)
+		return NS_EINVAL;
+	u32 klen = shared + unshared;
+	if (klen > LSM_KEYBUF)
+		return LSM_E2BIG;
+	copy(kb + shared, d + o, unshared);
+	o += unshared;
+	int c = cmp_ikey(kb, klen, k, kl, t);
+	if (c == -2)
+		return NS_EINVAL;
+	if (c >= 0) {
+		h->klen = klen;
+		h->voff = o;
+		h->vlen = vlen;
+		return 1;
+	}
+	*prev = klen;
+	*off = o + vlen;
+	return SCAN_ON;
+}
+
 /* seek finds the block's first entry whose key is >= (k, t): 1 found (its
  * key in kb), 0 none, or a negative error. */
 NS_INLINE int seek(const u8 *d, u32 len, const u8 *k, u32 kl, u64 t, u8 *kb, struct hit *h)
@@ -169,8 +207,22 @@ NS_INLINE int seek(const u8 *d, u32 len, const u8 *k, u32 kl, u64 t, u8 *kb, str
 	u32 ro = len - 4 - 4 * nr;
 	if (ro == 0)
 		return 0;
-	/* The first restart whose key is >= the target. */
+	/*
+	 * The first restart whose key is >= the target; the scan starts at
+	 * the one before it. Restart 0 need not be probed: whether its key
+	 * is >= the target or not, the scan starts there unless a later
+	 * restart's key is below the target. wasm skips that probe, which
+	 * leaves a block of one restart (16 entries) with no loop to enter;
+	 * eBPF keeps its code. A malformed restart-0 entry is then refused
+	 * only when the scan reads it, as any entry the search does not
+	 * reach already was (an unsorted block is not detected either).
+	 */
+#if defined(__wasm__)
+	u32 lo = 1, hi = nr;
+#else
 	u32 lo = 0, hi = nr;
+#endif
+	NS_WASM_UNROLL(unroll_count(4))
 	while (lo < hi) {
 		u32 mid = lo + (hi - lo) / 2;
 		u32 off = ns_load32(d + ro + 4 * mid);
@@ -188,28 +240,23 @@ NS_INLINE int seek(const u8 *d, u32 len, const u8 *k, u32 kl, u64 t, u8 *kb, str
 	}
 	u32 off = ns_load32(d + ro + 4 * (lo > 0 ? lo - 1 : 0));
 	u32 prev = 0;
+#if defined(__wasm__)
+	/* The first 8 entries in straight-line code: a block of about 9
+	 * entries (400-byte values) is mostly settled there. */
+#pragma clang loop unroll(full)
+	for (u32 j = 0; j < 8; j++) {
+		if (off >= ro)
+			return 0;
+		int r = scan_entry(d, ro, &off, &prev, k, kl, t, kb, h);
+		if (r != SCAN_ON)
+			return r;
+	}
+#endif
+	NS_WASM_UNROLL(unroll_count(4))
 	while (off < ro) {
-		u32 shared, unshared, vlen;
-		if (!get_uv(d, ro, &off, &shared) || !get_uv(d, ro, &off, &unshared) ||
-		    !get_uv(d, ro, &off, &vlen) || shared > prev ||
-		    unshared > ro - off || vlen > ro - off - unshared)
-			return NS_EINVAL;
-		u32 klen = shared + unshared;
-		if (klen > LSM_KEYBUF)
-			return LSM_E2BIG;
-		copy(kb + shared, d + off, unshared);
-		off += unshared;
-		int c = cmp_ikey(kb, klen, k, kl, t);
-		if (c == -2)
-			return NS_EINVAL;
-		if (c >= 0) {
-			h->klen = klen;
-			h->voff = off;
-			h->vlen = vlen;
-			return 1;
-		}
-		prev = klen;
-		off += vlen;
+		int r = scan_entry(d, ro, &off, &prev, k, kl, t, kb, h);
+		if (r != SCAN_ON)
+			return r;
 	}
 	return 0;
 }

@@ -25,9 +25,12 @@ import (
 // function's pushdown and a host function, and loops:
 //
 //	(func (export "run") (param $ctx i32) (result i32) (local $r i32)
-//	  (loop $l
-//	    (local.set $r (call $pushdown (local.get $ctx)))
-//	    (br_if $l (call $next (local.get $r))))
+//	  (block $out
+//	    (loop $l
+//	      (local.set $r (call $pushdown (local.get $ctx)))
+//	      (br_if $out (i32.eqz (call $next (local.get $r))))
+//	      ... runnerUnroll times in all, the last one
+//	      (br_if $l (call $next (local.get $r)))))
 //	  (local.get $r))
 //
 // $next reads the step's result from the context, calls the caller's
@@ -44,33 +47,55 @@ import (
 // Each step's function code still runs under Limits.Time (runCtx), and
 // the caller's context still interrupts it.
 //
+// The loop's body is runnerUnroll steps because wazero leaves the
+// compiled code at every loop header it enters, to look for a closed
+// instance (WithCloseOnContextDone): one exit per runnerUnroll steps
+// instead of one per step, which for a one-step request was about as
+// many exits as the function's own search.
+const runnerUnroll = 8
+
 // runnerWasm is that module in the binary format (no wabt needed to build
 // it; wazero validates it when the Runtime compiles it).
-var runnerWasm = []byte{
-	0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
-	// type section: 1 type, (i32) -> i32
-	0x01, 0x06, 0x01, 0x60, 0x01, 0x7f, 0x01, 0x7f,
-	// import section, 32 bytes, 2 imports:
-	0x02, 0x20, 0x02,
-	// "nearstore" "next" func type 0
-	0x09, 'n', 'e', 'a', 'r', 's', 't', 'o', 'r', 'e', 0x04, 'n', 'e', 'x', 't', 0x00, 0x00,
-	// "fn" "pushdown" func type 0
-	0x02, 'f', 'n', 0x08, 'p', 'u', 's', 'h', 'd', 'o', 'w', 'n', 0x00, 0x00,
-	// function section: 1 function of type 0 (index 2)
-	0x03, 0x02, 0x01, 0x00,
-	// export section: "run" func 2
-	0x07, 0x07, 0x01, 0x03, 'r', 'u', 'n', 0x00, 0x02,
-	// code section, 21 bytes, 1 body of 19 bytes, 1 local i32
-	0x0a, 0x15, 0x01, 0x13, 0x01, 0x01, 0x7f,
-	0x03, 0x40, // loop
-	0x20, 0x00, // local.get 0
-	0x10, 0x01, // call pushdown
-	0x22, 0x01, // local.tee 1
-	0x10, 0x00, // call next
-	0x0d, 0x00, // br_if 0
-	0x0b,       // end loop
-	0x20, 0x01, // local.get 1
-	0x0b, // end
+var runnerWasm = buildRunner(runnerUnroll)
+
+// buildRunner returns the runner module with unroll steps per loop
+// iteration.
+func buildRunner(unroll int) []byte {
+	body := []byte{0x01, 0x01, 0x7f}            // 1 local i32
+	body = append(body, 0x02, 0x40, 0x03, 0x40) // block $out, loop $l
+	for i := range unroll {
+		body = append(body,
+			0x20, 0x00, // local.get $ctx
+			0x10, 0x01, // call $pushdown
+			0x22, 0x01, // local.tee $r
+			0x10, 0x00) // call $next
+		if i < unroll-1 {
+			body = append(body, 0x45, 0x0d, 0x01) // i32.eqz, br_if $out
+		} else {
+			body = append(body, 0x0d, 0x00) // br_if $l
+		}
+	}
+	body = append(body, 0x0b, 0x0b, 0x20, 0x01, 0x0b)  // end loop, end block, local.get $r, end
+	code := appendU32([]byte{0x01}, uint32(len(body))) // 1 body
+	code = append(code, body...)
+	m := []byte{
+		0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // magic, version 1
+		// type section: 1 type, (i32) -> i32
+		0x01, 0x06, 0x01, 0x60, 0x01, 0x7f, 0x01, 0x7f,
+		// import section, 32 bytes, 2 imports:
+		0x02, 0x20, 0x02,
+		// "nearstore" "next" func type 0
+		0x09, 'n', 'e', 'a', 'r', 's', 't', 'o', 'r', 'e', 0x04, 'n', 'e', 'x', 't', 0x00, 0x00,
+		// "fn" "pushdown" func type 0
+		0x02, 'f', 'n', 0x08, 'p', 'u', 's', 'h', 'd', 'o', 'w', 'n', 0x00, 0x00,
+		// function section: 1 function of type 0 (index 2)
+		0x03, 0x02, 0x01, 0x00,
+		// export section: "run" func 2
+		0x07, 0x07, 0x01, 0x03, 'r', 'u', 'n', 0x00, 0x02,
+	}
+	// code section: 1 body
+	m = appendU32(append(m, 0x0a), uint32(len(code)))
+	return append(m, code...)
 }
 
 // Names the runner imports. hostModule is registered in the Runtime's

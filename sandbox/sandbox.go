@@ -367,24 +367,14 @@ func Compute(ctx context.Context, m Module, in []byte, outCap int) ([]byte, erro
 
 // Yield is how a long call lets its caller's scheduler run others: a
 // runtime that can pause a call calls it at bounded intervals (the eBPF
-// interpreter every 64 Ki instructions), with the call's context (or one
-// made from it), and it returns how long the call was paused, which does
-// not count against Limits.Time, or an error that ends the call (the
-// caller's context ended while it waited). A yield that finds no reason
-// to pause returns at once.
+// interpreter every 64 Ki instructions), and it returns how long the call
+// was paused, which does not count against Limits.Time, or an error that
+// ends the call (the caller's context ended while it waited). A yield
+// that finds no reason to pause returns at once.
 type Yield func(ctx context.Context) (paused time.Duration, err error)
 
-// Yielding is a Yield as a method, for YieldContext.By.
-type Yielding interface {
-	Yield(ctx context.Context) (paused time.Duration, err error)
-}
-
-// yieldKey is the context key of WithYield; yieldCtxKey finds the
-// innermost YieldContext.
-type (
-	yieldKey    struct{}
-	yieldCtxKey struct{}
-)
+// yieldKey is the context key of WithYield.
+type yieldKey struct{}
 
 // WithYield returns ctx carrying y for the calls it is passed to.
 func WithYield(ctx context.Context, y Yield) context.Context {
@@ -394,42 +384,20 @@ func WithYield(ctx context.Context, y Yield) context.Context {
 // YieldContext is ctx carrying a Yield, as WithYield's is, for a caller
 // that passes one Yield to many calls: it keeps one and points it at each
 // call's context instead of allocating a context per call. Set Context
-// (the parent) and Yield or By before a call; the call must not keep it
-// past its return, and it serves one call at a time.
+// (the parent) and Yield before a call; the call must not keep it past
+// its return, and it serves one call at a time.
 type YieldContext struct {
 	context.Context
 	Yield Yield
-	// By, used when Yield is nil, is the yield as a method of the
-	// caller's state. A pointer in an interface costs no allocation,
-	// where binding a method value to Yield costs one each time it is
-	// bound (per request, for a caller whose state is per request).
-	By Yielding
 }
 
-// Value returns c's yield for WithYield's key, the parent's value for
+// Value returns c's Yield for WithYield's key, the parent's value for
 // any other.
 func (c *YieldContext) Value(key any) any {
-	switch key.(type) {
-	case yieldKey:
-		if c.Yield == nil && c.By != nil {
-			return Yield(yieldBy)
-		}
+	if _, ok := key.(yieldKey); ok {
 		return c.Yield
-	case yieldCtxKey:
-		return c
 	}
 	return c.Context.Value(key)
-}
-
-// yieldBy is the Yield of a YieldContext whose By is set: it calls the
-// By of the innermost YieldContext of the context it is called with,
-// which is the call's (Yield's rule), so that no method value is made.
-func yieldBy(ctx context.Context) (time.Duration, error) {
-	c, _ := ctx.Value(yieldCtxKey{}).(*YieldContext)
-	if c == nil || c.By == nil {
-		return 0, nil
-	}
-	return c.By.Yield(ctx)
 }
 
 // YieldOf returns the Yield WithYield set on ctx, nil if none.

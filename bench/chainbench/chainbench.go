@@ -372,10 +372,7 @@ func WriteTable(w io.Writer, r *Report) error {
 	if t.Err != nil {
 		return t.Err
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return report.WriteBars(w, r.Bars)
+	return report.WriteTableBars(w, tw, r.Bars)
 }
 
 func iopsLabel(v float64) string {

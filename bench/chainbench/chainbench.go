@@ -138,15 +138,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Binary == "" {
 		return nil, fmt.Errorf("chainbench: no nearstore binary")
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "nearstore-chainbench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, removeDir, err := harness.WorkDir(cfg.Dir, "nearstore-chainbench-")
+	if err != nil {
+		return nil, err
 	}
+	defer removeDir()
 	progress("starting etcd")
 	e, err := cluster.StartEmbedded(ctx, cluster.EmbedConfig{Dir: filepath.Join(dir, "etcd")})
 	if err != nil {

@@ -775,8 +775,7 @@ func plotFS(r *Report) (*plot.Plot, error) {
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	p.Add(l)
-	p.NominalX(labels...)
-	p.X.Min, p.X.Max = -0.6, float64(len(r.Data))-0.4
+	report.NominalBars(p, labels...)
 	p.Y.Max = top * 1.3
 	p.Legend.Top = true
 	p.Legend.Left = true

@@ -96,14 +96,13 @@ func Run(ctx context.Context, ns *host.Namespace, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 	var cnt blockIOCounts
-	hists := make([]*hist.Histogram, cfg.Queues)
+	hists := hist.NewSet(cfg.Queues)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	deadline := time.Now().Add(cfg.Duration)
 	start := time.Now()
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Queues; i++ {
-		hists[i] = hist.New()
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
@@ -150,10 +149,7 @@ func us(d time.Duration) float64 { return float64(d) / 1e3 }
 // newResult states n operations of cfg done in elapsed, with the latencies
 // the queues' histograms recorded.
 func newResult(system string, cfg Config, elapsed time.Duration, n int64, hists []*hist.Histogram) Result {
-	h := hist.New()
-	for _, q := range hists {
-		h.Merge(q)
-	}
+	h := hist.Merged(hists)
 	return Result{
 		System: system, Pattern: cfg.Pattern, BlockSize: cfg.BlockSize,
 		QueueDepth: cfg.QueueDepth, Queues: cfg.Queues,

@@ -104,14 +104,13 @@ func (p *PingPong) Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, errors.New("bench: pingpong: queue depth, queues, block size and duration must be positive")
 	}
 	var ops atomic.Int64
-	hists := make([]*hist.Histogram, cfg.Queues)
+	hists := hist.NewSet(cfg.Queues)
 	errs := make([]error, cfg.Queues)
 	start := time.Now()
 	deadline := start.Add(cfg.Duration)
 	cpu := startCPU(0)
 	var wg sync.WaitGroup
 	for i := range hists {
-		hists[i] = hist.New()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -66,9 +66,8 @@ func plotComparison(c *Comparison) (*plot.Plot, error) {
 	for j, r := range c.Rows {
 		labels[j] = strings.Replace(r.Point.Label(), " QD", "\nQD", 1)
 	}
-	p.NominalX(labels...)
+	report.NominalBars(p, labels...)
 	p.Y.Max = top * 1.25
-	p.X.Min, p.X.Max = -0.6, float64(len(c.Rows))-0.4
 	if n > 1 {
 		xy := plotterXYLabels(c, top)
 		l, err := report.CenteredLabels(xy, vg.Points(9))

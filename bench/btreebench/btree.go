@@ -834,13 +834,11 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 	var late atomic.Bool
 	var firstErr error
 	var errOnce sync.Once
-	hists := make([]*hist.Histogram, threads)
+	hists := hist.NewSet(threads)
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
-	for t := range threads {
-		h := hist.New()
-		hists[t] = h
+	for t, h := range hists {
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(cfg.Seed+seed, uint64(t)))
 			for runCtx.Err() == nil {
@@ -904,10 +902,7 @@ func (b *btreeBench) run(ctx context.Context, mode btree.Mode, threads int, d ti
 	if err != nil {
 		return BTreeRun{}, err
 	}
-	h := hist.New()
-	for _, x := range hists {
-		h.Merge(x)
-	}
+	h := hist.Merged(hists)
 	n := int64(h.Count())
 	return BTreeRun{
 		Lookups: n, Seconds: secs, OpsPerSec: float64(n) / secs,

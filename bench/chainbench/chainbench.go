@@ -138,15 +138,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Binary == "" {
 		return nil, fmt.Errorf("chainbench: no nearstore binary")
 	}
-	dir := cfg.Dir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "nearstore-chainbench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, removeDir, err := harness.WorkDir(cfg.Dir, "nearstore-chainbench-")
+	if err != nil {
+		return nil, err
 	}
+	defer removeDir()
 	progress("starting etcd")
 	e, err := cluster.StartEmbedded(ctx, cluster.EmbedConfig{Dir: filepath.Join(dir, "etcd")})
 	if err != nil {
@@ -372,10 +368,7 @@ func WriteTable(w io.Writer, r *Report) error {
 	if t.Err != nil {
 		return t.Err
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return report.WriteBars(w, r.Bars)
+	return report.WriteTableBars(w, tw, r.Bars)
 }
 
 func iopsLabel(v float64) string {

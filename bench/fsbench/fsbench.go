@@ -515,12 +515,11 @@ func runFSSlice(ctx context.Context, t ioTarget, c FSCase, region int64, d time.
 	var ops atomic.Int64
 	var firstErr error
 	var errOnce sync.Once
-	hists := make([]*hist.Histogram, c.Threads)
+	hists := hist.NewSet(c.Threads)
 	start := time.Now()
 	deadline := start.Add(d)
 	var wg sync.WaitGroup
 	for i := range c.Threads {
-		hists[i] = hist.New()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -556,11 +555,7 @@ func runFSSlice(ctx context.Context, t ioTarget, c FSCase, region int64, d time.
 	if err := ctx.Err(); err != nil {
 		return sliceAcc{}, err
 	}
-	h := hist.New()
-	for _, x := range hists {
-		h.Merge(x)
-	}
-	return sliceAcc{ops: ops.Load(), secs: el.Seconds(), hist: h}, nil
+	return sliceAcc{ops: ops.Load(), secs: el.Seconds(), hist: hist.Merged(hists)}, nil
 }
 
 // Metadata operations measured, in report order.
@@ -780,8 +775,7 @@ func plotFS(r *Report) (*plot.Plot, error) {
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	p.Add(l)
-	p.NominalX(labels...)
-	p.X.Min, p.X.Max = -0.6, float64(len(r.Data))-0.4
+	report.NominalBars(p, labels...)
 	p.Y.Max = top * 1.3
 	p.Legend.Top = true
 	p.Legend.Left = true

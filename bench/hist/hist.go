@@ -70,6 +70,26 @@ func (h *Histogram) Merge(o *Histogram) {
 	h.max = max(h.max, o.max)
 }
 
+// NewSet returns n empty histograms, one for each worker of a run to
+// record into alone (a Histogram is not safe for concurrent use); Merged
+// combines them once the workers are done.
+func NewSet(n int) []*Histogram {
+	hs := make([]*Histogram, n)
+	for i := range hs {
+		hs[i] = New()
+	}
+	return hs
+}
+
+// Merged returns a new histogram holding every observation of hs.
+func Merged(hs []*Histogram) *Histogram {
+	h := New()
+	for _, x := range hs {
+		h.Merge(x)
+	}
+	return h
+}
+
 // Count returns the number of observations.
 func (h *Histogram) Count() uint64 { return h.n }
 

@@ -50,3 +50,30 @@ func TestHistogramBuckets(t *testing.T) {
 		t.Fatalf("merge: count %d max %v median %v", a.Count(), a.Quantile(1), a.Quantile(0.5))
 	}
 }
+
+// TestSetMerged: a set's histograms are separate and empty, and Merged
+// holds every observation of them all, leaving them as they were.
+func TestSetMerged(t *testing.T) {
+	hs := NewSet(3)
+	if len(hs) != 3 || hs[0] == hs[1] || hs[1] == hs[2] {
+		t.Fatalf("NewSet(3) = %v: want 3 distinct histograms", hs)
+	}
+	for i, h := range hs {
+		if h.Count() != 0 {
+			t.Fatalf("histogram %d starts with %d observations", i, h.Count())
+		}
+		for j := range i + 1 {
+			h.Record(time.Duration(j+1) * time.Millisecond)
+		}
+	}
+	m := Merged(hs)
+	if m.Count() != 6 || m.Quantile(1) < 3*time.Millisecond || m.Mean() <= 0 {
+		t.Errorf("merged: count %d, max %v, mean %v; want 6 observations up to 3ms", m.Count(), m.Quantile(1), m.Mean())
+	}
+	if hs[2].Count() != 3 {
+		t.Errorf("merging changed a member: %d observations, want 3", hs[2].Count())
+	}
+	if Merged(nil).Count() != 0 {
+		t.Error("Merged(nil) is not empty")
+	}
+}

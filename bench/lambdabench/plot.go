@@ -84,8 +84,7 @@ func plotLambda(r *Report) (*plot.Plot, error) {
 	}
 	l.Offset = vg.Point{Y: vg.Points(4)}
 	p.Add(l)
-	p.NominalX(labels...)
-	p.X.Min, p.X.Max = -0.6, float64(len(r.Modes))-0.4
+	report.NominalBars(p, labels...)
 	p.Y.Max = max(top, 1) * 1.3
 	return p, nil
 }

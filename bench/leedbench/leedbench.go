@@ -545,20 +545,34 @@ func runSize(ctx context.Context, cfg *Config, r *Report, size int) error {
 	return nil
 }
 
+// openRAMStore makes a LEED store for values of about size bytes on a
+// new RAM volume of raw bytes; closeStore closes the store, then the
+// volume.
+func openRAMStore(ctx context.Context, raw int64, size int) (_ *leed.Store, closeStore func(), err error) {
+	v, err := volume.Open(fmt.Sprintf("mem:%d", raw))
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := leed.Open(ctx, v, leed.Options{Create: true, AvgValueSize: size, MaxValueSize: 4096, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		v.Close()
+		return nil, nil, err
+	}
+	return s, func() {
+		s.Close()
+		v.Close()
+	}, nil
+}
+
 // measureScale loads n objects into a store on a RAM volume sized for
 // them, in this process, and reports SegTbl's bytes per object.
 func measureScale(ctx context.Context, n, size int) (Scale, error) {
 	raw := int64(float64(n)*float64(size+12+40)*1.15) + 2<<20 // and the logs' reserves
-	v, err := volume.Open(fmt.Sprintf("mem:%d", (raw+(1<<20))&^(1<<20-1)))
+	s, closeStore, err := openRAMStore(ctx, (raw+(1<<20))&^(1<<20-1), size)
 	if err != nil {
 		return Scale{}, err
 	}
-	defer v.Close()
-	s, err := leed.Open(ctx, v, leed.Options{Create: true, AvgValueSize: size, MaxValueSize: 4096, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return Scale{}, err
-	}
-	defer s.Close()
+	defer closeStore()
 	// Loaded in batches (leed.Store.ImportBatch: one chain read, value
 	// write and chain write per segment per batch), so 10M objects load
 	// in minutes; the index it builds is the one Puts would.
@@ -593,16 +607,11 @@ func measureScale(ctx context.Context, n, size int) (Scale, error) {
 // measureCapacity fills a store on a RAM volume of raw bytes with new
 // objects until it answers ErrFull, then checks a sample of them.
 func measureCapacity(ctx context.Context, raw int64, size int) (Capacity, error) {
-	v, err := volume.Open(fmt.Sprintf("mem:%d", raw))
+	s, closeStore, err := openRAMStore(ctx, raw, size)
 	if err != nil {
 		return Capacity{}, err
 	}
-	defer v.Close()
-	s, err := leed.Open(ctx, v, leed.Options{Create: true, AvgValueSize: size, MaxValueSize: 4096, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return Capacity{}, err
-	}
-	defer s.Close()
+	defer closeStore()
 	val := make([]byte, size)
 	var n uint64
 	for ; ; n++ {

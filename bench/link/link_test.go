@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/nearstore/nearstore/bench/proc"
+	"github.com/nearstore/nearstore/internal/syncbuf"
 )
 
 func TestParseRate(t *testing.T) {
@@ -92,8 +93,8 @@ func TestLinkLoopback(t *testing.T) {
 // cannot make one, saying why (and only then).
 func openShaped(t *testing.T, rate string) *Link {
 	t.Helper()
-	var logBuf bytes.Buffer
-	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logBuf}, nil))
+	var logBuf syncbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logBuf, nil))
 	l, err := Open(t.Context(), rate, log)
 	if err != nil {
 		t.Fatal(err)
@@ -116,17 +117,6 @@ func openShaped(t *testing.T, rate string) *Link {
 		}
 	})
 	return l
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
 }
 
 // exchange sends n bytes to a listener from l.Listen and has it send back

@@ -344,16 +344,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	base := cfg.Dir
-	if base == "" {
-		d, err := os.MkdirTemp("", "nearstore-bench-lsm-")
-		if err != nil {
-			return nil, err
-		}
-		base = d
-		if !cfg.Keep {
-			defer os.RemoveAll(base)
-		}
+	base, removeBase, err := harness.WorkDir(cfg.Dir, "nearstore-bench-lsm-")
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.Keep {
+		defer removeBase()
 	}
 	zipf := ycsb.NewZipfian(cfg.Records, ycsb.Theta)
 	rep := &Report{Records: cfg.Records, Ops: cfg.Ops, Threads: cfg.Threads, ValueSize: cfg.ValueSize,

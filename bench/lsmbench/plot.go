@@ -96,8 +96,7 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 			names[j] = "YCSB " + w
 		}
 	}
-	tp.NominalX(names...)
-	tp.X.Min, tp.X.Max = -0.6, float64(len(workloads))-0.4
+	report.NominalBars(tp, names...)
 	tp.Y.Max = max(top, 1) * 1.2
 
 	// The second chart: write amplification on Load, or, for the
@@ -138,8 +137,7 @@ func plots(rep *Report) ([]*plot.Plot, error) {
 	for i, e := range engines {
 		short[i] = strings.TrimPrefix(e, "kv/lsm:") // offload modes
 	}
-	wp.NominalX(short...)
-	wp.X.Min, wp.X.Max = -0.6, float64(len(engines))-0.4
+	report.NominalBars(wp, short...)
 	wp.Y.Max = max(wtop, 1) * 1.25
 	return []*plot.Plot{tp, wp}, nil
 }

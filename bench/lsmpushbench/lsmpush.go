@@ -626,12 +626,11 @@ func (e *env) ops(ctx context.Context, d engine, ins *inserts, wl string, v vari
 	case v.Dist == DistZipfian:
 		keys = ycsb.Scrambled{Z: e.zipf}
 	}
-	hists := make([]*hist.Histogram, v.Threads)
+	hists := hist.NewSet(v.Threads)
 	start := time.Now()
 	deadline := start.Add(dur)
 	var wg sync.WaitGroup
 	for t := range v.Threads {
-		hists[t] = hist.New()
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(seed, uint64(t)))
 			v := make([]byte, cfg.ValueSize)

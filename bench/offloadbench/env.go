@@ -133,6 +133,22 @@ func freeAddr(ip string) (string, error) {
 }
 
 // client dials an engine as a named client that runs rejected tasks here.
+// imageSetVolume is the volume size n synthetic images fit in (each well
+// under 256 KiB), with room to spare for the file system.
+func imageSetVolume(n int) int64 { return int64(n)*256<<10 + 256<<20 }
+
+// imageSetDir is where the experiments write their synthetic image set.
+const imageSetDir = "/prep"
+
+// writeImages writes n synthetic images into the file system and returns
+// their names.
+func (e *offloadEnv) writeImages(ctx context.Context, n int) ([]string, error) {
+	if err := prep.Generate(ctx, e.fsys, imageSetDir, n, 1, nil); err != nil {
+		return nil, err
+	}
+	return prep.List(e.fsys, imageSetDir)
+}
+
 func (e *offloadEnv) client(addr, name string, m *offload.Metrics) (*offload.Client, error) {
 	c, err := offload.Dial(addr, offload.ClientOptions{Name: name, Local: e.local, Metrics: m})
 	if err != nil {

@@ -124,15 +124,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 func runOffloadPolicy(ctx context.Context, cfg Config, pol string) (*OffloadPolicy, error) {
 	args := []string{"--policy=" + pol, "--cpu-of=process", "--token-ttl=2s",
 		"--cpu-threshold=" + strconv.FormatFloat(cfg.CPUThreshold, 'f', -1, 64), "--tokens=" + strconv.Itoa(cfg.Tokens)}
-	env, err := startOffloadEnv(ctx, cfg.Process, int64(cfg.Images)*256<<10+256<<20, args, false, nil)
+	env, err := startOffloadEnv(ctx, cfg.Process, imageSetVolume(cfg.Images), args, false, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer env.Close()
-	if err := prep.Generate(ctx, env.fsys, "/prep", cfg.Images, 1, nil); err != nil {
-		return nil, err
-	}
-	names, err := prep.List(env.fsys, "/prep")
+	names, err := env.writeImages(ctx, cfg.Images)
 	if err != nil {
 		return nil, err
 	}
@@ -266,10 +263,7 @@ func WriteTable(w io.Writer, r *Report) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%s\t%s\t\n", p.Policy, c.Client, c.Engine, c.Local, jain, cpu, rate)
 		}
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return report.WriteBars(w, r.Bars)
+	return report.WriteTableBars(w, tw, r.Bars)
 }
 
 // SavePlot draws each client's tasks on the engine and locally,

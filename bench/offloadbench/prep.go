@@ -99,22 +99,18 @@ func RunPrep(ctx context.Context, cfg PrepConfig) (*PrepReport, error) {
 		cfg.Modes = []string{"host", "target", "peer", "split"}
 	}
 	peer := slices.Contains(cfg.Modes, "peer")
-	size := int64(cfg.Images)*256<<10 + 256<<20
 	link, err := link.Open(ctx, cfg.Link, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
 	defer link.Close()
-	env, err := startOffloadEnv(ctx, cfg.Process, size, []string{"--policy=none"}, peer, link)
+	env, err := startOffloadEnv(ctx, cfg.Process, imageSetVolume(cfg.Images), []string{"--policy=none"}, peer, link)
 	if err != nil {
 		return nil, err
 	}
 	defer env.Close()
 	harness.Stage(cfg.Progress, "writing %d synthetic images", cfg.Images)
-	if err := prep.Generate(ctx, env.fsys, "/prep", cfg.Images, 1, nil); err != nil {
-		return nil, err
-	}
-	names, err := prep.List(env.fsys, "/prep")
+	names, err := env.writeImages(ctx, cfg.Images)
 	if err != nil {
 		return nil, err
 	}
@@ -213,10 +209,7 @@ func WritePrepTable(w io.Writer, r *PrepReport) error {
 	for _, m := range r.Modes {
 		fmt.Fprintf(tw, "%s\t%.1f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", m.Mode, m.ImagesPerSec, m.Speedup, m.Host, m.Target, m.Peer, m.Total())
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	return report.WriteBars(w, r.Bars)
+	return report.WriteTableBars(w, tw, r.Bars)
 }
 
 // SavePrepPlot draws images/s per mode as bars, with host CPU per image

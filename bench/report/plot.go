@@ -77,6 +77,14 @@ func CenteredLabels(xy plotter.XYLabels, size vg.Length) (*plotter.Labels, error
 	return l, nil
 }
 
+// NominalBars names p's x axis for one bar (or group of bars) per name,
+// the first at x 0, and fits the axis to them, from -0.6 to n-0.4: the
+// range GoalLine draws across.
+func NominalBars(p *plot.Plot, names ...string) {
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
+}
+
 // GoalLine is a dashed line in c at height y across a chart of n nominal
 // bars (x from -0.6 to n-0.4, as the charts set their x range).
 func GoalLine(y float64, n int, c color.Color) (*plotter.Line, error) {

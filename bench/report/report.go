@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"gonum.org/v1/plot"
@@ -85,6 +86,15 @@ func WriteBars(w io.Writer, bars []Bar) error {
 	}
 	_, err := fmt.Fprintln(w)
 	return err
+}
+
+// WriteTableBars flushes tw, a table being printed to w, then prints
+// bars under it (WriteBars): how a report's table ends.
+func WriteTableBars(w io.Writer, tw *tabwriter.Writer, bars []Bar) error {
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return WriteBars(w, bars)
 }
 
 // KiloTicks labels the IOPS axis in thousands ("40k").

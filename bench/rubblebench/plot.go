@@ -101,8 +101,7 @@ func plots(r *Report) (cpu, tput *plot.Plot, err error) {
 	for _, p := range []*plot.Plot{cpu, tput} {
 		p.Y.Min = 0
 		p.Legend.Top = true
-		p.NominalX(labels...)
-		p.X.Min, p.X.Max = -0.6, float64(len(points))-0.4
+		report.NominalBars(p, labels...)
 		p.X.Tick.Label.Rotation = 0.5
 		p.X.Tick.Label.XAlign = draw.XRight
 	}

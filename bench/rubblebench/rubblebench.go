@@ -225,15 +225,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	root := cfg.Dir
-	if root == "" {
-		d, err := os.MkdirTemp("", "nearstore-rubblebench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(d)
-		root = d
+	root, removeRoot, err := harness.WorkDir(cfg.Dir, "nearstore-rubblebench-")
+	if err != nil {
+		return nil, err
 	}
+	defer removeRoot()
 	shards, err := YCSBShards(cfg.Groups)
 	if err != nil {
 		return nil, err

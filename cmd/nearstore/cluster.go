@@ -64,6 +64,22 @@ func (f *etcdFlags) control() (*cluster.Control, func(), error) {
 	return ctl, func() { ctl.Close() }, nil
 }
 
+// withControl runs fn with a control-plane connection and a context that
+// ends after timeout (0: only when ctx does), closing both after.
+func (f *etcdFlags) withControl(ctx context.Context, timeout time.Duration, fn func(context.Context, *cluster.Control) error) error {
+	ctl, closeCtl, err := f.control()
+	if err != nil {
+		return err
+	}
+	defer closeCtl()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return fn(ctx, ctl)
+}
+
 func newClusterEtcdCmd(g *globals) *cobra.Command {
 	var dir, clientAddr, peerAddr string
 	cmd := &cobra.Command{
@@ -401,53 +417,53 @@ then "(joining: N)" if a node is joining), then the shard map's ranges
 cluster without a shard map is the one group --group.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctl, closeCtl, err := ef.control()
-			if err != nil {
-				return err
-			}
-			defer closeCtl()
-			ctx, cancel := context.WithTimeout(cmd.Context(), 10*time.Second)
-			defer cancel()
-			m, err := ctl.ShardMap(ctx)
-			switch {
-			case errors.Is(err, cluster.ErrNoShardMap):
-				m = cluster.ShardMap{Shards: []cluster.Shard{{Group: ef.group}}}
-			case err != nil:
-				return err
-			}
-			out := cmd.OutOrStdout()
-			for _, gr := range m.Groups() {
-				c, err := ctl.Chain(ctx, gr)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(out, "group %s epoch %d chain %s", c.Group, c.Epoch, strings.Join(c.Members, " -> "))
-				if c.Joining != "" {
-					fmt.Fprintf(out, " (joining: %s)", c.Joining)
-				}
-				fmt.Fprintln(out)
-			}
-			if m.Version > 0 {
-				for _, sh := range m.Shards {
-					end := "∞"
-					if len(sh.End) > 0 {
-						end = strconv.Quote(string(sh.End))
-					}
-					fmt.Fprintf(out, "shard [%q, %s) group %s%s\n", sh.Start, end, sh.Group, shardFlags(sh))
-				}
-			}
-			nodes, err := ctl.Nodes(ctx)
-			if err != nil {
-				return err
-			}
-			for _, id := range slices.Sorted(maps.Keys(nodes)) {
-				fmt.Fprintf(out, "node %s %s %s\n", id, nodes[id].Addr, strings.Join(nodes[id].Groups, ","))
-			}
-			return nil
+			return ef.withControl(cmd.Context(), 10*time.Second, func(ctx context.Context, ctl *cluster.Control) error {
+				return printStatus(ctx, cmd.OutOrStdout(), ctl, ef.group)
+			})
 		},
 	}
 	ef.add(cmd)
 	return cmd
+}
+
+// printStatus prints "cluster status"'s lines: each group's chain, the
+// shard map's ranges, then the live nodes.
+func printStatus(ctx context.Context, out io.Writer, ctl *cluster.Control, group string) error {
+	m, err := ctl.ShardMap(ctx)
+	switch {
+	case errors.Is(err, cluster.ErrNoShardMap):
+		m = cluster.ShardMap{Shards: []cluster.Shard{{Group: group}}}
+	case err != nil:
+		return err
+	}
+	for _, gr := range m.Groups() {
+		c, err := ctl.Chain(ctx, gr)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "group %s epoch %d chain %s", c.Group, c.Epoch, strings.Join(c.Members, " -> "))
+		if c.Joining != "" {
+			fmt.Fprintf(out, " (joining: %s)", c.Joining)
+		}
+		fmt.Fprintln(out)
+	}
+	if m.Version > 0 {
+		for _, sh := range m.Shards {
+			end := "∞"
+			if len(sh.End) > 0 {
+				end = strconv.Quote(string(sh.End))
+			}
+			fmt.Fprintf(out, "shard [%q, %s) group %s%s\n", sh.Start, end, sh.Group, shardFlags(sh))
+		}
+	}
+	nodes, err := ctl.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, id := range slices.Sorted(maps.Keys(nodes)) {
+		fmt.Fprintf(out, "node %s %s %s\n", id, nodes[id].Addr, strings.Join(nodes[id].Groups, ","))
+	}
+	return nil
 }
 
 func newClusterPutCmd() *cobra.Command {
@@ -572,21 +588,16 @@ type kvClient interface {
 // withClient runs fn with a client routing by the cluster's shard map
 // (or, with none, to --group), within 30 seconds of retries.
 func (f *etcdFlags) withClient(ctx context.Context, mode chain.ReadMode, fn func(context.Context, kvClient) error) error {
-	ctl, closeCtl, err := f.control()
-	if err != nil {
-		return err
-	}
-	defer closeCtl()
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	var cl kvClient
-	cl, err = chain.NewRouter(ctx, chain.RouterConfig{Control: ctl, Reads: mode})
-	if errors.Is(err, cluster.ErrNoShardMap) {
-		cl, err = chain.NewClient(ctx, chain.ClientConfig{Control: ctl, Group: f.group, Reads: mode})
-	}
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	return fn(ctx, cl)
+	return f.withControl(ctx, 30*time.Second, func(ctx context.Context, ctl *cluster.Control) error {
+		var cl kvClient
+		cl, err := chain.NewRouter(ctx, chain.RouterConfig{Control: ctl, Reads: mode})
+		if errors.Is(err, cluster.ErrNoShardMap) {
+			cl, err = chain.NewClient(ctx, chain.ClientConfig{Control: ctl, Group: f.group, Reads: mode})
+		}
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		return fn(ctx, cl)
+	})
 }

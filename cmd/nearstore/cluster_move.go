@@ -51,17 +51,14 @@ with --abort.`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if abort {
-				ctl, closeCtl, err := ef.control()
-				if err != nil {
-					return err
-				}
-				defer closeCtl()
-				m, err := chain.AbortMove(cmd.Context(), ctl)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "aborted: shard map version %d\n", m.Version)
-				return nil
+				return ef.withControl(cmd.Context(), 0, func(ctx context.Context, ctl *cluster.Control) error {
+					m, err := chain.AbortMove(ctx, ctl)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "aborted: shard map version %d\n", m.Version)
+					return nil
+				})
 			}
 			if to == "" || !cmd.Flags().Changed("start") {
 				return usageErrorf("--start and --to are required")
@@ -76,19 +73,14 @@ with --abort.`,
 					return err
 				}
 			}
-			ctl, closeCtl, err := ef.control()
-			if err != nil {
-				return err
-			}
-			defer closeCtl()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			st, err := chain.MoveRange(ctx, chain.MoveConfig{Control: ctl, Start: start, End: end, To: to})
-			if err != nil {
-				return err
-			}
-			printMove(cmd, start, end, st, to)
-			return nil
+			return ef.withControl(cmd.Context(), timeout, func(ctx context.Context, ctl *cluster.Control) error {
+				st, err := chain.MoveRange(ctx, chain.MoveConfig{Control: ctl, Start: start, End: end, To: to})
+				if err != nil {
+					return err
+				}
+				printMove(cmd, start, end, st, to)
+				return nil
+			})
 		},
 	}
 	ef.add(cmd)
@@ -126,27 +118,22 @@ idlest group, as "cluster move" does. It prints each group's writes, then
 "moved ..." or "balanced: no move".`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctl, closeCtl, err := ef.control()
-			if err != nil {
-				return err
-			}
-			defer closeCtl()
-			cfg.Control = ctl
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			p, moved, st, err := chain.Balance(ctx, cfg)
-			for _, g := range slices.Sorted(maps.Keys(p.Load)) {
-				fmt.Fprintf(cmd.OutOrStdout(), "group %s writes %.0f\n", g, p.Load[g])
-			}
-			if err != nil {
-				return err
-			}
-			if !moved {
-				fmt.Fprintln(cmd.OutOrStdout(), "balanced: no move")
+			return ef.withControl(cmd.Context(), timeout, func(ctx context.Context, ctl *cluster.Control) error {
+				cfg.Control = ctl
+				p, moved, st, err := chain.Balance(ctx, cfg)
+				for _, g := range slices.Sorted(maps.Keys(p.Load)) {
+					fmt.Fprintf(cmd.OutOrStdout(), "group %s writes %.0f\n", g, p.Load[g])
+				}
+				if err != nil {
+					return err
+				}
+				if !moved {
+					fmt.Fprintln(cmd.OutOrStdout(), "balanced: no move")
+					return nil
+				}
+				printMove(cmd, p.Start, p.End, st, p.To)
 				return nil
-			}
-			printMove(cmd, p.Start, p.End, st, p.To)
-			return nil
+			})
 		},
 	}
 	ef.add(cmd)

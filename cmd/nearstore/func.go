@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"os"
@@ -57,17 +58,14 @@ says. call, list and unload know the standard functions by name too.`,
 			if err != nil {
 				return err
 			}
-			ctrl, _, err := c.open(cmd.Context(), g, host.Options{})
-			if err != nil {
-				return err
-			}
-			defer ctrl.Close()
-			id, err := ctrl.LoadProgram(cmd.Context(), module, program)
-			if err != nil {
-				return explainRefusal(cmd.Context(), module, program, err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), id)
-			return nil
+			return c.with(cmd.Context(), g, host.Options{}, func(ctrl *host.Controller, _ *host.Namespace) error {
+				id, err := ctrl.LoadProgram(cmd.Context(), module, program)
+				if err != nil {
+					return explainRefusal(cmd.Context(), module, program, err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), id)
+				return nil
+			})
 		},
 	}
 	c.flags(cmd)
@@ -127,54 +125,56 @@ func newFuncListCmd(g *globals) *cobra.Command {
 		Use:   "list",
 		Short: "List the functions loaded on the target",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctrl, _, err := c.open(cmd.Context(), g, host.Options{})
-			if err != nil {
-				return err
-			}
-			defer ctrl.Close()
-			fs, err := ctrl.ListFunctions(cmd.Context())
-			if err != nil {
-				return err
-			}
-			names := standardNames()
-			if asJSON {
-				type entry struct {
-					ID       string `json:"id"`
-					Name     string `json:"name,omitempty"`
-					Kind     string `json:"kind"`
-					Pushdown bool   `json:"pushdown"`
-					Compute  bool   `json:"compute"`
-					Bytes    int    `json:"bytes"`
-					Calls    uint64 `json:"calls"`
+			return c.with(cmd.Context(), g, host.Options{}, func(ctrl *host.Controller, _ *host.Namespace) error {
+				fs, err := ctrl.ListFunctions(cmd.Context())
+				if err != nil {
+					return err
 				}
-				out := make([]entry, len(fs))
-				for i, f := range fs {
-					out[i] = entry{f.ID.String(), names[f.ID], f.Kind.String(), f.HasPushdown, f.HasCompute, f.Size, f.Calls}
-				}
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tNAME\tKIND\tENTRIES\tBYTES\tCALLS")
-			for _, f := range fs {
-				entries := ""
-				if f.HasPushdown {
-					entries += "pushdown "
-				}
-				if f.HasCompute {
-					entries += "compute"
-				}
-				name := names[f.ID]
-				if name == "" {
-					name = "-"
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", f.ID, name, f.Kind, entries, f.Size, f.Calls)
-			}
-			return tw.Flush()
+				return printFunctions(cmd.OutOrStdout(), fs, asJSON)
+			})
 		},
 	}
 	c.flags(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// printFunctions prints "func list": a table, or JSON with asJSON.
+func printFunctions(w io.Writer, fs []host.FunctionInfo, asJSON bool) error {
+	names := standardNames()
+	if asJSON {
+		type entry struct {
+			ID       string `json:"id"`
+			Name     string `json:"name,omitempty"`
+			Kind     string `json:"kind"`
+			Pushdown bool   `json:"pushdown"`
+			Compute  bool   `json:"compute"`
+			Bytes    int    `json:"bytes"`
+			Calls    uint64 `json:"calls"`
+		}
+		out := make([]entry, len(fs))
+		for i, f := range fs {
+			out[i] = entry{f.ID.String(), names[f.ID], f.Kind.String(), f.HasPushdown, f.HasCompute, f.Size, f.Calls}
+		}
+		return json.NewEncoder(w).Encode(out)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tNAME\tKIND\tENTRIES\tBYTES\tCALLS")
+	for _, f := range fs {
+		entries := ""
+		if f.HasPushdown {
+			entries += "pushdown "
+		}
+		if f.HasCompute {
+			entries += "compute"
+		}
+		name := names[f.ID]
+		if name == "" {
+			name = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\n", f.ID, name, f.Kind, entries, f.Size, f.Calls)
+	}
+	return tw.Flush()
 }
 
 func newFuncUnloadCmd(g *globals) *cobra.Command {
@@ -184,16 +184,13 @@ func newFuncUnloadCmd(g *globals) *cobra.Command {
 		Short: "Unload a function (ID or a unique prefix of it)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctrl, _, err := c.open(cmd.Context(), g, host.Options{})
-			if err != nil {
-				return err
-			}
-			defer ctrl.Close()
-			fn, err := resolveFunction(cmd.Context(), ctrl, args[0])
-			if err != nil {
-				return err
-			}
-			return ctrl.UnloadFunction(cmd.Context(), fn.ID)
+			return c.with(cmd.Context(), g, host.Options{}, func(ctrl *host.Controller, _ *host.Namespace) error {
+				fn, err := resolveFunction(cmd.Context(), ctrl, args[0])
+				if err != nil {
+					return err
+				}
+				return ctrl.UnloadFunction(cmd.Context(), fn.ID)
+			})
 		},
 	}
 	c.flags(cmd)

@@ -148,6 +148,17 @@ func (c *conn) open(ctx context.Context, g *globals, opts host.Options) (*host.C
 	return ctrl, ns, nil
 }
 
+// with connects, runs fn with the controller and the namespace, and
+// disconnects.
+func (c *conn) with(ctx context.Context, g *globals, opts host.Options, fn func(*host.Controller, *host.Namespace) error) error {
+	ctrl, ns, err := c.open(ctx, g, opts)
+	if err != nil {
+		return err
+	}
+	defer ctrl.Close()
+	return fn(ctrl, ns)
+}
+
 // noSubsystem explains a Connect the target refused with Invalid
 // Parameters, which is almost always a subsystem NQN it does not serve:
 // it asks the discovery controller what it does serve.

@@ -32,6 +32,7 @@ import (
 
 	"github.com/nearstore/nearstore/host"
 	"github.com/nearstore/nearstore/internal/clitest"
+	"github.com/nearstore/nearstore/internal/syncbuf"
 	"github.com/nearstore/nearstore/internal/testfs"
 	"github.com/nearstore/nearstore/internal/testhost"
 	"github.com/nearstore/nearstore/internal/testtarget"
@@ -185,28 +186,9 @@ type mounted struct {
 	t      *testing.T
 	dir    string
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer // the process's stderr copier writes, the test reads
 	exited chan struct{}
 	err    error // the process's exit, once exited is closed
-}
-
-// syncBuffer is a bytes.Buffer the process's stderr copier and the test
-// can share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }
 
 // mount starts `nearstore fs mount` on a new directory and waits until
@@ -217,7 +199,7 @@ func (e *env) mount(extra ...string) *mounted {
 	requireFUSE(e.t)
 	dir := e.t.TempDir()
 	args := append(append([]string{"fs", "mount", dir}, e.target()...), extra...)
-	m := &mounted{t: e.t, dir: dir, cmd: exec.Command(e.bin, args...), stderr: &syncBuffer{}, exited: make(chan struct{})}
+	m := &mounted{t: e.t, dir: dir, cmd: exec.Command(e.bin, args...), stderr: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	m.cmd.Stderr = m.stderr
 	if err := m.cmd.Start(); err != nil {
 		e.t.Fatal(err)

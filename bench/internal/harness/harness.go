@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"time"
 
 	"github.com/nearstore/nearstore/host"
@@ -90,6 +91,21 @@ func RunLength(d *time.Duration, def time.Duration, repeat *int) error {
 		return fmt.Errorf("bench: repeat %d", *repeat)
 	}
 	return nil
+}
+
+// WorkDir is dir, a bench's data directory as its Config names it, or,
+// when dir is empty, a new temporary directory named from pattern (as
+// os.MkdirTemp's). remove deletes the temporary directory; a given dir is
+// the caller's, and remove leaves it alone.
+func WorkDir(dir, pattern string) (_ string, remove func(), err error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	d, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		return "", nil, err
+	}
+	return d, func() { os.RemoveAll(d) }, nil
 }
 
 // Closers is what a benchmark's environment must undo, in the order it

@@ -54,12 +54,11 @@ func RunOps(ctx context.Context, o Ops) (*hist.Histogram, time.Duration, error) 
 		}()
 	}
 	threads := max(o.Threads, 1)
-	hists := make([]*hist.Histogram, threads)
+	hists := hist.NewSet(threads)
 	errs := make([]error, threads)
 	var wg sync.WaitGroup
 	start := time.Now()
 	for t := range threads {
-		hists[t] = hist.New()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -80,9 +79,5 @@ func RunOps(ctx context.Context, o Ops) (*hist.Histogram, time.Duration, error) 
 	}
 	wg.Wait()
 	el := time.Since(start)
-	h := hist.New()
-	for _, x := range hists {
-		h.Merge(x)
-	}
-	return h, el, errors.Join(append(errs, ctx.Err())...)
+	return hist.Merged(hists), el, errors.Join(append(errs, ctx.Err())...)
 }

@@ -87,7 +87,7 @@ with --abort.`,
 	cmd.Flags().StringVar(&startArg, "start", "", "first key of the range (required; \"\" is the start of the key space)")
 	cmd.Flags().StringVar(&endArg, "end", "", "key past the range (default: the end of the key space)")
 	cmd.Flags().StringVar(&to, "to", "", "group to move the range to (required)")
-	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up (undoing the move if it has not switched) after this long")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up (undoing the move if it has not switched) after this long (0: never)")
 	cmd.Flags().BoolVar(&abort, "abort", false, "undo the unfinished move that has not switched (no other flag needed)")
 	return cmd
 }
@@ -140,7 +140,7 @@ idlest group, as "cluster move" does. It prints each group's writes, then
 	cmd.Flags().DurationVar(&cfg.Window, "window", 5*time.Second, "how long to count writes")
 	cmd.Flags().Float64Var(&cfg.Ratio, "ratio", 2, "move when the busiest group took this many times the idlest's writes")
 	cmd.Flags().Float64Var(&cfg.MinWrites, "min-writes", 100, "and at least this many writes in the window")
-	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up after this long")
+	cmd.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "give up after this long (0: never)")
 	return cmd
 }
 

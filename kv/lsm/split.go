@@ -122,7 +122,7 @@ func (d *DB) split(rs readState, ukey []byte, snap SeqNum) splitResult {
 			h.release()
 			continue
 		}
-		bh := r.index[i].h
+		bh := r.wins[i].h // next to the windows blockIndex compared last
 		if len(res.plan) == 0 {
 			if b, ok := r.cache.get(r.fileNum, bh.offset); ok {
 				res.cached++

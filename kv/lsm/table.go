@@ -339,12 +339,13 @@ type tableReader struct {
 	size    int64
 	cache   *blockCache
 	index   []indexEntry
-	// The index's user keys all begin with keyPre; keyWin[i] is the
-	// window of index[i]'s user key after it (indexWindow), so that a
-	// search compares one dense array of integers and reads a key only
-	// where two windows are equal (blockIndex).
+	// The index's user keys all begin with keyPre; wins[i] holds the
+	// window of index[i]'s user key after it (indexWindow) and its
+	// handle, so that a search compares one dense array of integers,
+	// reads a key only where two windows are equal (blockIndex), and
+	// finds the handle next to the windows it compared last.
 	keyPre  []byte
-	keyWin  []uint64
+	wins    []indexWin
 	filter  bloom
 	tombs   []tombstone
 	frags   []fragment // tombs, fragmented for point lookups
@@ -528,10 +529,10 @@ func (r *tableReader) blockIndex(key []byte) int {
 	w := indexWindow(u, len(pre))
 	// The first i whose last key is >= key: windows that differ order
 	// the keys (they share pre); equal ones need the keys compared.
-	lo, hi := 0, len(r.keyWin)
+	lo, hi := 0, len(r.wins)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
-		kw := r.keyWin[m]
+		kw := r.wins[m].win
 		if kw > w || (kw == w && compareInternal(r.index[m].lastKey, key) >= 0) {
 			hi = m
 		} else {
@@ -539,6 +540,12 @@ func (r *tableReader) blockIndex(key []byte) int {
 		}
 	}
 	return lo
+}
+
+// indexWin is an index entry's key window and block handle.
+type indexWin struct {
+	win uint64
+	h   blockHandle
 }
 
 // indexWindowLen is the bytes of a user key an index window holds.
@@ -559,11 +566,11 @@ func indexWindow(ukey []byte, skip int) uint64 {
 	return binary.BigEndian.Uint64(b[:])
 }
 
-// indexWindows sets keyPre and keyWin from the index, which is in order:
+// indexWindows sets keyPre and wins from the index, which is in order:
 // every key between the first and the last begins with their common
 // prefix.
 func (r *tableReader) indexWindows() {
-	r.keyPre, r.keyWin = nil, nil
+	r.keyPre, r.wins = nil, nil
 	if len(r.index) == 0 {
 		return
 	}
@@ -573,9 +580,9 @@ func (r *tableReader) indexWindows() {
 		n++
 	}
 	r.keyPre = first[:n:n]
-	r.keyWin = make([]uint64, len(r.index))
+	r.wins = make([]indexWin, len(r.index))
 	for i, e := range r.index {
-		r.keyWin[i] = indexWindow(userKey(e.lastKey), n)
+		r.wins[i] = indexWin{win: indexWindow(userKey(e.lastKey), n), h: e.h}
 	}
 }
 

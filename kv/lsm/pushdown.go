@@ -151,7 +151,9 @@ func (d *DB) getSplit(key []byte, snap SeqNum) ([]byte, error) {
 		return nil, err
 	}
 	defer d.releaseReadState(rs)
-	s := d.split(rs, key, snap)
+	b := getPushBufs()
+	defer b.put() // after s.release
+	s := d.splitInto(rs, key, snap, b)
 	defer s.release()
 	ps := d.pd
 	if s.done {
@@ -162,7 +164,7 @@ func (d *DB) getSplit(key []byte, snap SeqNum) ([]byte, error) {
 		ps.sampled.Add(1)
 		return runPlainly(s.plan, key, snap)
 	}
-	return d.runPushdown(context.Background(), s.plan, key, snap)
+	return d.runPushdown(context.Background(), b, s.plan, key, snap)
 }
 
 // errNotPushable marks a plan that cannot be pushed down.
@@ -170,10 +172,8 @@ var errNotPushable = errors.New("lsm: plan cannot be pushed down")
 
 // runPushdown runs a plan as pushdown requests of at most 16 tables each,
 // falling back to ordinary reads when a request cannot run.
-func (d *DB) runPushdown(ctx context.Context, plan []planTable, key []byte, snap SeqNum) ([]byte, error) {
+func (d *DB) runPushdown(ctx context.Context, b *pushBufs, plan []planTable, key []byte, snap SeqNum) ([]byte, error) {
 	ps := d.pd
-	b := getPushBufs()
-	defer pushBufPool.Put(b)
 	for len(plan) > 0 {
 		n := min(len(plan), lgMaxTables)
 		chunk := plan[:n]
@@ -206,12 +206,21 @@ func answer(val []byte) ([]byte, error) {
 	return slices.Clone(val), nil
 }
 
-// pushBufs are what one pushdown Get encodes its request and receives its
-// result in, recycled from Get to Get (pushBufPool).
+// pushBufs are what one Get with query splitting builds its search key and
+// plan in, and encodes its request and receives its result in, recycled
+// from Get to Get (pushBufPool).
 type pushBufs struct {
+	sk      [64]byte // longer search keys are allocated
+	plan    [lgMaxTables]planTable
 	files   [lgMaxTables]*offloadfs.File
 	scratch [lgOffKey + lgMaxKey]byte
 	out     [sandbox.ScratchSize]byte
+}
+
+// put recycles b, holding no table.
+func (b *pushBufs) put() {
+	clear(b.plan[:])
+	pushBufPool.Put(b)
 }
 
 var pushBufPool sync.Pool

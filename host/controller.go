@@ -43,8 +43,9 @@ type Controller struct {
 	ns       map[uint32]*Namespace // every namespace ever seen, unpinned handles
 	activeNS []uint32              // from the latest scan, ascending
 
-	// results recycles pushdown result buffers (*[]byte, functions.go).
-	results sync.Pool
+	// fnCalls recycles function commands' calls and buffers (*fnCall,
+	// functions.go).
+	fnCalls sync.Pool
 }
 
 // association is one incarnation of the connection: admin queue, I/O

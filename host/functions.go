@@ -180,15 +180,24 @@ func (ns *Namespace) RawFile() pushdown.File { return pushdown.Raw(ns.Size(), ns
 // target does not hold the version, the error matches ErrStaleExtentMap.
 // The same holds for LambdaRead and LambdaWrite.
 func (ns *Namespace) Pushdown(ctx context.Context, fn sandbox.ID, files []pushdown.File, start Start, scratch []byte) (pushdown.Result, error) {
+	return ns.PushdownInto(ctx, fn, files, start, scratch, nil)
+}
+
+// PushdownInto is Pushdown with the result's Output copied into buf's
+// array, as append(buf[:0], ...) would: it aliases buf when it fits (a
+// whole scratch, sandbox.ScratchSize bytes, always does), so a caller
+// that reuses buf allocates nothing for results. With buf nil it is
+// Pushdown, whose Output is the caller's own.
+func (ns *Namespace) PushdownInto(ctx context.Context, fn sandbox.ID, files []pushdown.File, start Start, scratch, buf []byte) (pushdown.Result, error) {
 	req := pushdown.Request{Function: fn, Files: files, StartFile: start.File, StartOffset: start.Offset, StartLength: start.Length, Params: scratch}
-	return ns.functionCall(ctx, nvme.IOPushdownRead, &req, pushdown.ResultSize+sandbox.ScratchSize)
+	return ns.functionCall(ctx, nvme.IOPushdownRead, &req, pushdownInCap, buf)
 }
 
 // LambdaRead runs fn's compute on params followed by the start range's
 // bytes at the target and returns its output (at most outCap bytes).
 func (ns *Namespace) LambdaRead(ctx context.Context, fn sandbox.ID, files []pushdown.File, start Start, params []byte, outCap int) (pushdown.Result, error) {
 	req := pushdown.Request{Function: fn, Files: files, StartFile: start.File, StartOffset: start.Offset, StartLength: start.Length, Params: params}
-	return ns.functionCall(ctx, nvme.IOLambdaRead, &req, pushdown.ResultSize+outCap)
+	return ns.functionCall(ctx, nvme.IOLambdaRead, &req, pushdown.ResultSize+outCap, nil)
 }
 
 // LambdaWrite runs fn's compute on params followed by data at the target
@@ -209,29 +218,67 @@ func (ns *Namespace) LambdaWrite(ctx context.Context, fn sandbox.ID, files []pus
 // result header and a whole scratch.
 const pushdownInCap = pushdown.ResultSize + sandbox.ScratchSize
 
-// resultBuf returns a zeroed buffer of n bytes for a function command's
-// result: for a pushdown's, one the controller recycles (a pushdown
-// result is usually far shorter than its 4 KiB buffer, which would
-// otherwise be most of the bytes a pushdown allocates).
-func (c *Controller) resultBuf(n int) *[]byte {
-	if n == pushdownInCap {
-		if b, _ := c.results.Get().(*[]byte); b != nil {
-			clear(*b)
-			return b
-		}
-	}
-	b := make([]byte, n)
-	return &b
+// fnCall is what a function command uses besides its request: the Call,
+// the request's encoding, and for a Pushdown Read the buffer its result
+// arrives in. The controller recycles those of commands that completed
+// with no context to watch (fnCall.reusable), which no goroutine of the
+// queue touches once they are delivered; the others are left to the
+// collector, as a command that failed may have been abandoned with its
+// data still to arrive.
+//
+// A recycled result buffer is not cleared: a result is read only from
+// the bytes the controller sent for it (Call.inEnd), and whatever else the
+// buffer holds are results the same controller sent before.
+type fnCall struct {
+	call Call
+	out  []byte
+	in   [pushdownInCap]byte
 }
 
-func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.Request, inCap int) (pushdown.Result, error) {
-	buf := ns.c.resultBuf(inCap)
-	in := *buf
+// getFnCall returns a recycled fnCall or a new one.
+func (c *Controller) getFnCall() *fnCall {
+	if f, _ := c.fnCalls.Get().(*fnCall); f != nil {
+		return f
+	}
+	return &fnCall{call: Call{Done: make(chan *Call, 1)}}
+}
+
+// reset readies f's Call for a new command, as Namespace.Go makes one.
+func (f *fnCall) reset(ns *Namespace, cmd *nvme.Command, out, in []byte) *Call {
+	c := &f.call
+	c.Cmd, c.Out, c.In = *cmd, out, in
+	c.Cmd.NSID = ns.st.nsid
+	c.Completion, c.Err, c.OnDone = nvme.Completion{}, nil, nil
+	c.q, c.ns = nil, ns.st
+	c.state.Store(0)
+	c.stopCtx, c.watch = nil, nil
+	c.r2tEnd, c.xferErr, c.inEnd = 0, false, 0
+	c.r2tBusy.Store(false)
+	return c
+}
+
+// reusable reports whether f's command is over for every goroutine of the
+// queue: it completed, and no context watch or data sender can still
+// hold it.
+func (f *fnCall) reusable(watched bool) bool {
+	return f.call.Err == nil && !watched && !f.call.outR2T
+}
+
+func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.Request, inCap int, dst []byte) (pushdown.Result, error) {
+	f := ns.c.getFnCall()
+	var in []byte
+	if inCap == pushdownInCap {
+		in = f.in[:]
+	} else {
+		in = make([]byte, inCap)
+	}
+	f.out = req.AppendMarshal(f.out[:0])
 	cmd := nvme.Command{Opcode: opc}
-	cpl, err := ns.IO(ctx, &cmd, req.Marshal(), in)
+	watched := ctx.Done() != nil
+	call := ns.c.goCall(ctx, f.reset(ns, &cmd, f.out, in), ns.pin)
+	<-call.Done
+	cpl, err := call.Completion, call.Err
 	if err != nil {
-		// The buffer is not recycled: a command that failed may have
-		// been abandoned with its data still to arrive.
 		what := "pushdown"
 		if opc == nvme.IOLambdaRead {
 			what = "λ read"
@@ -239,12 +286,17 @@ func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.
 		return failedResult(cpl, err, what)
 	}
 	var res pushdown.Result
-	if err := res.Unmarshal(in); err != nil {
+	if err := res.Unmarshal(in[:call.inEnd]); err != nil {
 		return res, fmt.Errorf("host: function result: %w", err)
 	}
-	if inCap == pushdownInCap {
+	switch {
+	case dst != nil:
+		res.Output = append(dst[:0], res.Output...)
+	case inCap == pushdownInCap:
 		res.Output = bytes.Clone(res.Output)
-		ns.c.results.Put(buf)
+	}
+	if f.reusable(watched) {
+		ns.c.fnCalls.Put(f)
 	}
 	return res, nil
 }

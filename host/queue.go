@@ -58,6 +58,7 @@ type Call struct {
 
 	// Touched only by the queue's reader goroutine.
 	r2tEnd  int  // end of the last R2T; the next must not start before it
+	inEnd   int  // end of the furthest C2HData received
 	xferErr bool // a data digest failed: the command fails however it completes
 
 	r2tBusy atomic.Bool // an R2T is being answered (MAXR2T 0 allows one)
@@ -941,6 +942,7 @@ func (q *queue) handleData(h *tcp.Header) error {
 	} else if err != nil {
 		return err
 	}
+	c.inEnd = max(c.inEnd, int(dh.Offset+dh.Length))
 	q.st.bytesRead.Add(uint64(dh.Length))
 	if success {
 		// The controller elided the CapsuleResp: success is implied.

@@ -70,6 +70,8 @@ type call struct {
 	params []byte // the scratch of a pushdown
 	data   []byte // λ write
 	outCap int    // λ read
+	// buf, when set, receives a pushdown's Output (PushdownInto).
+	buf []byte
 }
 
 // functions are the modules registered for host-side runs.
@@ -179,14 +181,31 @@ func (fsys *FS) reload(ctx context.Context, id sandbox.ID) {
 // ErrNoFallback when the request could run neither at the target nor on
 // the host.
 func (fsys *FS) Pushdown(ctx context.Context, fn sandbox.ID, files []*File, start host.Start, scratch []byte) (pushdown.Result, error) {
+	return fsys.PushdownInto(ctx, fn, files, start, scratch, nil)
+}
+
+// PushdownInto is Pushdown with the result's Output copied into buf's
+// array, as append(buf[:0], ...) would, wherever the request ran: it
+// aliases buf when it fits (a whole scratch, sandbox.ScratchSize bytes,
+// always does), so a caller that reuses buf allocates nothing for
+// results. With buf nil it is Pushdown.
+func (fsys *FS) PushdownInto(ctx context.Context, fn sandbox.ID, files []*File, start host.Start, scratch, buf []byte) (pushdown.Result, error) {
 	if err := fsys.checkCall(opPushdown, files, start, false); err != nil {
 		return pushdown.Result{}, err
 	}
 	if len(scratch) > sandbox.ScratchSize {
 		return pushdown.Result{}, fmt.Errorf("offloadfs: pushdown: %d bytes of scratch, at most %d: %w", len(scratch), sandbox.ScratchSize, iofs.ErrInvalid)
 	}
-	return fsys.read(ctx, &call{op: opPushdown, fn: fn, files: files, start: start, params: scratch})
+	return fsys.read(ctx, &call{op: opPushdown, fn: fn, files: files, start: start, params: scratch, buf: buf})
 }
+
+// intoRemote is a Remote that receives a pushdown's Output into the
+// caller's buffer (*host.Namespace does).
+type intoRemote interface {
+	PushdownInto(ctx context.Context, fn sandbox.ID, files []pushdown.File, start host.Start, scratch, buf []byte) (pushdown.Result, error)
+}
+
+var _ intoRemote = (*host.Namespace)(nil)
 
 // LambdaRead runs fn's compute entry on params followed by the file's
 // bytes [off, off+n), and returns its output (at most outCap bytes) as the
@@ -356,14 +375,25 @@ func (fsys *FS) read(ctx context.Context, c *call) (pushdown.Result, error) {
 		}
 	}
 	res, err := fsys.runHost(ctx, c, false)
+	c.into(&res.Result)
 	return res.Result, err
+}
+
+// into copies a pushdown's Output into c.buf, if it has one.
+func (c *call) into(res *pushdown.Result) {
+	if c.buf != nil && res.Output != nil {
+		res.Output = append(c.buf[:0], res.Output...)
+	}
 }
 
 // readRemote sends a read request to the target if the target holds the
 // files' versions, and returns its result if the versions still hold
 // after it. ok false means: run it on the host.
 func (fsys *FS) readRemote(ctx context.Context, c *call) (_ pushdown.Result, _ error, ok bool) {
-	snaps := snapshot(c.files)
+	b := getRemoteBufs()
+	defer b.put()
+	snaps := snapshotInto(b.snaps[:0], c.files)
+	table := snapTableInto(b.table[:0], snaps)
 	if !fsys.syncer.holds(snaps) {
 		fsys.ctr.notSynced.Add(1)
 		fsys.opts.Metrics.mismatch(c.op, "before")
@@ -373,9 +403,14 @@ func (fsys *FS) readRemote(ctx context.Context, c *call) (_ pushdown.Result, _ e
 	var res pushdown.Result
 	var err error
 	if c.op == opPushdown {
-		res, err = fsys.opts.Remote.Pushdown(ctx, c.fn, snapTable(snaps), c.start, c.params)
+		if ir, ok := fsys.opts.Remote.(intoRemote); ok && c.buf != nil {
+			res, err = ir.PushdownInto(ctx, c.fn, table, c.start, c.params, c.buf)
+		} else {
+			res, err = fsys.opts.Remote.Pushdown(ctx, c.fn, table, c.start, c.params)
+			c.into(&res)
+		}
 	} else {
-		res, err = fsys.opts.Remote.LambdaRead(ctx, c.fn, snapTable(snaps), c.start, c.params, c.outCap)
+		res, err = fsys.opts.Remote.LambdaRead(ctx, c.fn, table, c.start, c.params, c.outCap)
 	}
 	switch classify(err) {
 	case outcomeStale:
@@ -414,14 +449,40 @@ func (fsys *FS) refused(c *call, snaps []fileSnap) {
 
 // snapshot takes each file's version and size, under its inode's lock.
 func snapshot(files []*File) []fileSnap {
-	out := make([]fileSnap, len(files))
-	for i, f := range files {
+	return snapshotInto(make([]fileSnap, 0, len(files)), files)
+}
+
+// snapshotInto is snapshot appending to out.
+func snapshotInto(out []fileSnap, files []*File) []fileSnap {
+	for _, f := range files {
 		in := f.in
 		in.io.RLock()
-		out[i] = fileSnap{in: in, version: in.version, size: in.size}
+		out = append(out, fileSnap{in: in, version: in.version, size: in.size})
 		in.io.RUnlock()
 	}
 	return out
+}
+
+// remoteBufs hold a request's snapshots and file table while it is sent
+// (readRemote), recycled from request to request: a Remote keeps neither.
+type remoteBufs struct {
+	snaps [pushdown.MaxFiles]fileSnap
+	table [pushdown.MaxFiles]pushdown.File
+}
+
+var remoteBufPool sync.Pool
+
+func getRemoteBufs() *remoteBufs {
+	if b, _ := remoteBufPool.Get().(*remoteBufs); b != nil {
+		return b
+	}
+	return new(remoteBufs)
+}
+
+// put recycles b, holding no inode.
+func (b *remoteBufs) put() {
+	clear(b.snaps[:])
+	remoteBufPool.Put(b)
 }
 
 // snapshotLocked is snapshot for a caller holding the inodes' locks.
@@ -450,9 +511,13 @@ func unchanged(snaps []fileSnap) bool {
 // snapTable is a request's file table naming the files by inode and
 // version only: the target runs it on the maps it holds.
 func snapTable(snaps []fileSnap) []pushdown.File {
-	t := make([]pushdown.File, len(snaps))
-	for i, s := range snaps {
-		t[i] = pushdown.File{ID: s.in.ino, Version: s.version, Size: s.size}
+	return snapTableInto(make([]pushdown.File, 0, len(snaps)), snaps)
+}
+
+// snapTableInto is snapTable appending to t.
+func snapTableInto(t []pushdown.File, snaps []fileSnap) []pushdown.File {
+	for _, s := range snaps {
+		t = append(t, pushdown.File{ID: s.in.ino, Version: s.version, Size: s.size})
 	}
 	return t
 }

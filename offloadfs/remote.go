@@ -16,8 +16,9 @@ import (
 // owner uses it: the synchronizer keeps the target's extent maps in step
 // (docs/PROTOCOL.md, "Extent Map Put" and "Extent Map Query"), the
 // file-level function calls send requests naming files by inode and
-// version, and grants go through it. *host.Namespace satisfies it; tests
-// put delays or faults in between.
+// version, and grants go through it. A call keeps none of its arguments
+// once it returns (the file system reuses its file tables). *host.Namespace
+// satisfies it; tests put delays or faults in between.
 type Remote interface {
 	// UpdateExtentMaps sends puts and removals in order and returns how
 	// many the target applied and how many it ignored as not newer than

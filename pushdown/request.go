@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/nearstore/nearstore/sandbox"
@@ -128,12 +129,18 @@ func (t *fileTable) take(nfiles, nextents int) ([]File, []Extent) {
 }
 
 // Marshal encodes the request.
-func (r *Request) Marshal() []byte {
+func (r *Request) Marshal() []byte { return r.AppendMarshal(nil) }
+
+// AppendMarshal appends the request's encoding to dst and returns the
+// extended slice, for a caller that reuses its buffer.
+func (r *Request) AppendMarshal(dst []byte) []byte {
 	n := HeaderSize + len(r.Params) + len(r.Data)
 	for _, f := range r.Files {
 		n += FileSize + ExtentSize*len(f.Extents)
 	}
-	b := make([]byte, n)
+	dst = slices.Grow(dst, n)
+	b := dst[len(dst) : len(dst)+n]
+	clear(b) // reserved fields are zero
 	le := binary.LittleEndian
 	copy(b[0:32], r.Function[:])
 	le.PutUint16(b[32:], Format)
@@ -158,7 +165,7 @@ func (r *Request) Marshal() []byte {
 	}
 	off += copy(b[off:], r.Params)
 	copy(b[off:], r.Data)
-	return b
+	return dst[:len(dst)+n]
 }
 
 // Unmarshal decodes and checks a request: counts within bounds, lengths

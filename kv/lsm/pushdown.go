@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/nearstore/nearstore/functions"
@@ -40,9 +41,10 @@ type Pusher interface {
 	// RegisterFunction makes a function module available to Pushdown
 	// (at the node and for host-side runs) and returns its ID.
 	RegisterFunction(ctx context.Context, module []byte) (sandbox.ID, error)
-	// Pushdown runs fn from start over files (1 to 16) with scratch as
-	// its initial scratch; the result's Output is the final scratch.
-	Pushdown(ctx context.Context, fn sandbox.ID, files []*offloadfs.File, start host.Start, scratch []byte) (pushdown.Result, error)
+	// PushdownInto runs fn from start over files (1 to 16) with scratch
+	// as its initial scratch; the result's Output is the final scratch,
+	// copied into buf's array as append(buf[:0], ...) would.
+	PushdownInto(ctx context.Context, fn sandbox.ID, files []*offloadfs.File, start host.Start, scratch, buf []byte) (pushdown.Result, error)
 }
 
 // Layout of lsm_get's scratch (functions/include/lsm.h).
@@ -149,7 +151,9 @@ func (d *DB) getSplit(key []byte, snap SeqNum) ([]byte, error) {
 		return nil, err
 	}
 	defer d.releaseReadState(rs)
-	s := d.split(rs, key, snap)
+	b := getPushBufs()
+	defer b.put() // after s.release
+	s := d.splitInto(rs, key, snap, b)
 	defer s.release()
 	ps := d.pd
 	if s.done {
@@ -160,7 +164,7 @@ func (d *DB) getSplit(key []byte, snap SeqNum) ([]byte, error) {
 		ps.sampled.Add(1)
 		return runPlainly(s.plan, key, snap)
 	}
-	return d.runPushdown(context.Background(), s.plan, key, snap)
+	return d.runPushdown(context.Background(), b, s.plan, key, snap)
 }
 
 // errNotPushable marks a plan that cannot be pushed down.
@@ -168,13 +172,13 @@ var errNotPushable = errors.New("lsm: plan cannot be pushed down")
 
 // runPushdown runs a plan as pushdown requests of at most 16 tables each,
 // falling back to ordinary reads when a request cannot run.
-func (d *DB) runPushdown(ctx context.Context, plan []planTable, key []byte, snap SeqNum) ([]byte, error) {
+func (d *DB) runPushdown(ctx context.Context, b *pushBufs, plan []planTable, key []byte, snap SeqNum) ([]byte, error) {
 	ps := d.pd
 	for len(plan) > 0 {
 		n := min(len(plan), lgMaxTables)
 		chunk := plan[:n]
 		plan = plan[n:]
-		st, at, val, err := ps.push(ctx, chunk, key, snap, false)
+		st, at, val, err := ps.push(ctx, b, chunk, key, snap, false)
 		if err != nil {
 			d.log.Debug("lsm: pushdown get ran plainly", "err", err)
 			ps.plain.Add(1)
@@ -202,13 +206,43 @@ func answer(val []byte) ([]byte, error) {
 	return slices.Clone(val), nil
 }
 
+// pushBufs are what one Get with query splitting builds its search key and
+// plan in, and encodes its request and receives its result in, recycled
+// from Get to Get (pushBufPool).
+type pushBufs struct {
+	sk      [64]byte // longer search keys are allocated
+	plan    [lgMaxTables]planTable
+	files   [lgMaxTables]*offloadfs.File
+	scratch [lgOffKey + lgMaxKey]byte
+	out     [sandbox.ScratchSize]byte
+}
+
+// put recycles b, holding no table.
+func (b *pushBufs) put() {
+	clear(b.plan[:])
+	pushBufPool.Put(b)
+}
+
+var pushBufPool sync.Pool
+
+func getPushBufs() *pushBufs {
+	if b, _ := pushBufPool.Get().(*pushBufs); b != nil {
+		return b
+	}
+	return new(pushBufs)
+}
+
 // push sends one request for plan (at most 16 tables), starting each table
-// at its data block, or with fromIndex at its top-level index. It returns
-// the status, the plan entry that settled it and, for lgSet and lgDel, the
-// value (nil if the entry is a deletion or deleted by a range tombstone),
-// which aliases the result.
-func (ps *pushState) push(ctx context.Context, plan []planTable, key []byte, snap SeqNum, fromIndex bool) (status uint32, at int, val []byte, err error) {
-	files := make([]*offloadfs.File, len(plan))
+// at its data block, or with fromIndex at its top-level index, encoded in
+// and answered into b. It returns the status, the plan entry that settled
+// it and, for lgSet and lgDel, the value (nil if the entry is a deletion or
+// deleted by a range tombstone), which aliases b.
+func (ps *pushState) push(ctx context.Context, b *pushBufs, plan []planTable, key []byte, snap SeqNum, fromIndex bool) (status uint32, at int, val []byte, err error) {
+	if len(plan) > lgMaxTables {
+		return 0, 0, nil, fmt.Errorf("%w: %d tables", errNotPushable, len(plan))
+	}
+	files := b.files[:len(plan)]
+	defer clear(files) // the pool holds no files
 	for i, p := range plan {
 		f, ok := p.h.reader().f.(*offloadfs.File)
 		if !ok {
@@ -216,12 +250,12 @@ func (ps *pushState) push(ctx context.Context, plan []planTable, key []byte, sna
 		}
 		files[i] = f
 	}
-	scratch, start, err := ps.request(plan, key, snap, fromIndex)
+	scratch, start, err := ps.requestInto(b.scratch[:0], plan, key, snap, fromIndex)
 	if err != nil {
 		return 0, 0, nil, err
 	}
 	ps.pushed.Add(1)
-	res, err := ps.p.Pushdown(ctx, ps.fn, files, start, scratch)
+	res, err := ps.p.PushdownInto(ctx, ps.fn, files, start, scratch, b.out[:0])
 	if err != nil {
 		return 0, 0, nil, err
 	}
@@ -234,13 +268,19 @@ func (ps *pushState) push(ctx context.Context, plan []planTable, key []byte, sna
 // request encodes lsm_get's scratch for plan (file i of the request is
 // plan table i) and returns it with the request's first read.
 func (ps *pushState) request(plan []planTable, key []byte, snap SeqNum, fromIndex bool) ([]byte, host.Start, error) {
+	return ps.requestInto(nil, plan, key, snap, fromIndex)
+}
+
+// requestInto is request encoding into buf's array when it fits.
+func (ps *pushState) requestInto(buf []byte, plan []planTable, key []byte, snap SeqNum, fromIndex bool) ([]byte, host.Start, error) {
 	if len(key) == 0 || len(key) > lgMaxKey {
 		return nil, host.Start{}, fmt.Errorf("%w: %d-byte key", errNotPushable, len(key))
 	}
 	if len(plan) == 0 || len(plan) > lgMaxTables {
 		return nil, host.Start{}, fmt.Errorf("%w: %d tables", errNotPushable, len(plan))
 	}
-	scratch := make([]byte, lgOffKey+len(key))
+	scratch := slices.Grow(buf[:0], lgOffKey+len(key))[:lgOffKey+len(key)]
+	clear(scratch) // fields not set are zero
 	le := binary.LittleEndian
 	le.PutUint32(scratch[0:], lgMagic)
 	le.PutUint64(scratch[8:], snap)

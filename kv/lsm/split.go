@@ -90,6 +90,12 @@ func resolveEntry(ikey, val []byte, tomb SeqNum) ([]byte, error) {
 // split does a Get's in-memory part as of snap over rs. The caller must
 // release the result's plan.
 func (d *DB) split(rs readState, ukey []byte, snap SeqNum) splitResult {
+	return d.splitInto(rs, ukey, snap, nil)
+}
+
+// splitInto is split building its search key and plan in b's arrays
+// (where they fit), if b is not nil: the plan aliases b.
+func (d *DB) splitInto(rs readState, ukey []byte, snap SeqNum, b *pushBufs) splitResult {
 	var res splitResult
 	var tomb SeqNum
 	for _, m := range rs.mems {
@@ -100,7 +106,12 @@ func (d *DB) split(rs readState, ukey []byte, snap SeqNum) splitResult {
 			return res
 		}
 	}
-	sk := searchKey(ukey, snap)
+	var sk []byte
+	if b != nil {
+		sk = appendInternalKey(b.sk[:0], ukey, snap, kindMax)
+	} else {
+		sk = searchKey(ukey, snap)
+	}
 	hash := bloomHash(ukey)
 	var buf [16]*FileMeta
 	cands := candidates(buf[:0], rs.v, ukey)
@@ -122,7 +133,7 @@ func (d *DB) split(rs readState, ukey []byte, snap SeqNum) splitResult {
 			h.release()
 			continue
 		}
-		bh := r.index[i].h
+		bh := r.wins[i].h // next to the windows blockIndex compared last
 		if len(res.plan) == 0 {
 			if b, ok := r.cache.get(r.fileNum, bh.offset); ok {
 				res.cached++
@@ -141,7 +152,11 @@ func (d *DB) split(rs readState, ukey []byte, snap SeqNum) splitResult {
 			}
 		}
 		if res.plan == nil {
-			res.plan = make([]planTable, 0, len(cands))
+			if b != nil && len(cands) <= len(b.plan) {
+				res.plan = b.plan[:0]
+			} else {
+				res.plan = make([]planTable, 0, len(cands))
+			}
 		}
 		res.plan = append(res.plan, planTable{h: h, meta: f, data: bh, top: r.top, tomb: tomb})
 	}

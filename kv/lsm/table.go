@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 
 	"github.com/nearstore/nearstore/vfs"
@@ -340,6 +339,13 @@ type tableReader struct {
 	size    int64
 	cache   *blockCache
 	index   []indexEntry
+	// The index's user keys all begin with keyPre; wins[i] holds the
+	// window of index[i]'s user key after it (indexWindow) and its
+	// handle, so that a search compares one dense array of integers,
+	// reads a key only where two windows are equal (blockIndex), and
+	// finds the handle next to the windows it compared last.
+	keyPre  []byte
+	wins    []indexWin
 	filter  bloom
 	tombs   []tombstone
 	frags   []fragment // tombs, fragmented for point lookups
@@ -431,6 +437,7 @@ func openTable(f vfs.File, name string, fileNum uint64, size int64, cache *block
 			return nil, corrupt(ft.index, errors.New("index keys out of order"))
 		}
 	}
+	r.indexWindows()
 	fdata, err := readBlockAt(f, name, ft.filter)
 	if err != nil {
 		return nil, err
@@ -509,7 +516,74 @@ func (r *tableReader) readBlock(h blockHandle) (block, error) {
 // blockIndex returns the index of the first data block whose last key is
 // >= key (len(index) if none).
 func (r *tableReader) blockIndex(key []byte) int {
-	return sort.Search(len(r.index), func(i int) bool { return compareInternal(r.index[i].lastKey, key) >= 0 })
+	u := userKey(key)
+	pre := r.keyPre
+	if c := bytes.Compare(u[:min(len(u), len(pre))], pre); c != 0 {
+		// Below every index key (c < 0: also when u is a proper prefix
+		// of pre), or above them all.
+		if c < 0 {
+			return 0
+		}
+		return len(r.index)
+	}
+	w := indexWindow(u, len(pre))
+	// The first i whose last key is >= key: windows that differ order
+	// the keys (they share pre); equal ones need the keys compared.
+	lo, hi := 0, len(r.wins)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		kw := r.wins[m].win
+		if kw > w || (kw == w && compareInternal(r.index[m].lastKey, key) >= 0) {
+			hi = m
+		} else {
+			lo = m + 1
+		}
+	}
+	return lo
+}
+
+// indexWin is an index entry's key window and block handle.
+type indexWin struct {
+	win uint64
+	h   blockHandle
+}
+
+// indexWindowLen is the bytes of a user key an index window holds.
+const indexWindowLen = 8
+
+// indexWindow returns the indexWindowLen bytes of ukey after its first
+// skip, big-endian, zero-padded past the key's end. For two keys sharing
+// their first skip bytes, a smaller window means a smaller key: where the
+// windows first differ, either both keys have a byte there and the
+// smaller byte is the smaller key's, or the smaller key ended before it
+// (the bytes of the other after its end were zero until there) and is a
+// prefix of the other.
+func indexWindow(ukey []byte, skip int) uint64 {
+	var b [indexWindowLen]byte
+	if skip < len(ukey) {
+		copy(b[:], ukey[skip:])
+	}
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// indexWindows sets keyPre and wins from the index, which is in order:
+// every key between the first and the last begins with their common
+// prefix.
+func (r *tableReader) indexWindows() {
+	r.keyPre, r.wins = nil, nil
+	if len(r.index) == 0 {
+		return
+	}
+	first, last := userKey(r.index[0].lastKey), userKey(r.index[len(r.index)-1].lastKey)
+	n := 0
+	for n < len(first) && n < len(last) && first[n] == last[n] {
+		n++
+	}
+	r.keyPre = first[:n:n]
+	r.wins = make([]indexWin, len(r.index))
+	for i, e := range r.index {
+		r.wins[i] = indexWin{win: indexWindow(userKey(e.lastKey), n), h: e.h}
+	}
 }
 
 // get returns the newest entry of ukey with seq <= seq, if the table has

@@ -162,3 +162,51 @@ func TestTableCorruption(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockIndexWindows checks blockIndex, which compares key windows
+// before keys, against a plain binary search of the keys: on indexes of
+// keys that share long prefixes, differ in length, are prefixes of one
+// another or hold zero bytes, for search keys inside, between and outside
+// them.
+func TestBlockIndexWindows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 11))
+	alphabet := []byte{0, 1, 'a', 'b', 0xff}
+	randKey := func(pre []byte) []byte {
+		k := slices.Clone(pre)
+		for range rng.IntN(14) {
+			k = append(k, alphabet[rng.IntN(len(alphabet))])
+		}
+		return k
+	}
+	for trial := range 300 {
+		pre := bytes.Repeat([]byte{'p'}, rng.IntN(12))
+		var ikeys [][]byte
+		for range 1 + rng.IntN(40) {
+			ikeys = append(ikeys, makeInternalKey(randKey(pre), SeqNum(rng.IntN(5)), KindSet))
+		}
+		slices.SortFunc(ikeys, compareInternal)
+		ikeys = slices.CompactFunc(ikeys, func(a, b []byte) bool { return compareInternal(a, b) == 0 })
+		r := &tableReader{}
+		for _, k := range ikeys {
+			r.index = append(r.index, indexEntry{lastKey: k})
+		}
+		r.indexWindows()
+		queries := slices.Clone(ikeys)
+		for range 60 {
+			q := randKey(pre[:rng.IntN(len(pre)+1)])
+			if rng.IntN(4) == 0 && len(q) > 0 {
+				q[rng.IntN(len(q))]++ // off the prefix
+			}
+			queries = append(queries, makeInternalKey(q, SeqNum(rng.IntN(6)), KindSet))
+		}
+		for _, k := range ikeys {
+			queries = append(queries, searchKey(userKey(k), MaxSeqNum), searchKey(userKey(k), 0))
+		}
+		for _, q := range queries {
+			want := sort.Search(len(r.index), func(i int) bool { return compareInternal(r.index[i].lastKey, q) >= 0 })
+			if got := r.blockIndex(q); got != want {
+				t.Fatalf("trial %d: blockIndex(%q) = %d, want %d (index %q)", trial, q, got, want, ikeys)
+			}
+		}
+	}
+}

@@ -221,10 +221,11 @@ const pushdownInCap = pushdown.ResultSize + sandbox.ScratchSize
 // fnCall is what a function command uses besides its request: the Call,
 // the request's encoding, and for a Pushdown Read the buffer its result
 // arrives in. The controller recycles those of commands that completed
-// with no context to watch (fnCall.reusable), which no goroutine of the
-// queue touches once they are delivered; the others are left to the
-// collector, as a command that failed may have been abandoned with its
-// data still to arrive.
+// while their context had not ended (fnCall.reusable), which no goroutine
+// of the queue touches once they are delivered; the others are left to
+// the collector, as a command that failed may have been abandoned with
+// its data still to arrive, and a context's watch that fired may still
+// be about to abandon it.
 //
 // A recycled result buffer is not cleared: a result is read only from
 // the bytes the controller sent for it (Call.inEnd), and whatever else the
@@ -258,10 +259,14 @@ func (f *fnCall) reset(ns *Namespace, cmd *nvme.Command, out, in []byte) *Call {
 }
 
 // reusable reports whether f's command is over for every goroutine of the
-// queue: it completed, and no context watch or data sender can still
-// hold it.
-func (f *fnCall) reusable(watched bool) bool {
-	return f.call.Err == nil && !watched && !f.call.outR2T
+// queue: it completed, no data sender holds it, and its context had not
+// ended when it was delivered. The last is what keeps a watch off it: a
+// watch abandons calls only after the context ends (context.AfterFunc),
+// and a call delivered before that left the watch first (ctxWatch.drop,
+// or an AfterFunc stopped before it ran), so no abandonment of it can
+// still come and land on the fnCall's next command.
+func (f *fnCall) reusable(ctx context.Context) bool {
+	return f.call.Err == nil && ctx.Err() == nil && !f.call.outR2T
 }
 
 func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.Request, inCap int, dst []byte) (pushdown.Result, error) {
@@ -274,7 +279,6 @@ func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.
 	}
 	f.out = req.AppendMarshal(f.out[:0])
 	cmd := nvme.Command{Opcode: opc}
-	watched := ctx.Done() != nil
 	call := ns.c.goCall(ctx, f.reset(ns, &cmd, f.out, in), ns.pin)
 	<-call.Done
 	cpl, err := call.Completion, call.Err
@@ -295,7 +299,7 @@ func (ns *Namespace) functionCall(ctx context.Context, opc uint8, req *pushdown.
 	case inCap == pushdownInCap:
 		res.Output = bytes.Clone(res.Output)
 	}
-	if f.reusable(watched) {
+	if f.reusable(ctx) {
 		ns.c.fnCalls.Put(f)
 	}
 	return res, nil

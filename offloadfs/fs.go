@@ -103,20 +103,23 @@ type Change struct {
 // FS.grantMu are taken last. No call to the Remote is made holding any of
 // these but Grant.mu (a release) and a λ write's inode.io (shared).
 type FS struct {
-	dev     Device
-	sb      *superblock
-	uuid    *[16]byte
-	bs      uint64 // block size
-	devBS   uint64 // device block size, the unit of exported extents
-	ipb     uint64 // inodes per inode table block
-	bpb     uint64 // bits per bitmap block
-	epb     int    // extents per extent block
-	ro      bool
-	opts    Options
-	log     *slog.Logger
-	maxTxn  uint64 // commit before a transaction may exceed this many blocks
-	specMin uint64 // speculative preallocation bounds, in blocks
-	specMax uint64
+	dev Device
+	// remoteBufs recycles readRemote's snapshots and file tables
+	// (*remoteBufs, offload.go).
+	remoteBufs sync.Pool
+	sb         *superblock
+	uuid       *[16]byte
+	bs         uint64 // block size
+	devBS      uint64 // device block size, the unit of exported extents
+	ipb        uint64 // inodes per inode table block
+	bpb        uint64 // bits per bitmap block
+	epb        int    // extents per extent block
+	ro         bool
+	opts       Options
+	log        *slog.Logger
+	maxTxn     uint64 // commit before a transaction may exceed this many blocks
+	specMin    uint64 // speculative preallocation bounds, in blocks
+	specMax    uint64
 
 	// down is set once the file system is closed or has failed, so the
 	// data path can notice without the metadata lock.

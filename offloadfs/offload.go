@@ -390,8 +390,8 @@ func (c *call) into(res *pushdown.Result) {
 // files' versions, and returns its result if the versions still hold
 // after it. ok false means: run it on the host.
 func (fsys *FS) readRemote(ctx context.Context, c *call) (_ pushdown.Result, _ error, ok bool) {
-	b := getRemoteBufs()
-	defer b.put()
+	b := fsys.getRemoteBufs()
+	defer fsys.putRemoteBufs(b)
 	snaps := snapshotInto(b.snaps[:0], c.files)
 	table := snapTableInto(b.table[:0], snaps)
 	if !fsys.syncer.holds(snaps) {
@@ -464,25 +464,25 @@ func snapshotInto(out []fileSnap, files []*File) []fileSnap {
 }
 
 // remoteBufs hold a request's snapshots and file table while it is sent
-// (readRemote), recycled from request to request: a Remote keeps neither.
+// (readRemote), recycled from request to request (FS.remoteBufs): a
+// Remote keeps neither.
 type remoteBufs struct {
 	snaps [pushdown.MaxFiles]fileSnap
 	table [pushdown.MaxFiles]pushdown.File
 }
 
-var remoteBufPool sync.Pool
-
-func getRemoteBufs() *remoteBufs {
-	if b, _ := remoteBufPool.Get().(*remoteBufs); b != nil {
+// getRemoteBufs returns a recycled remoteBufs or a new one.
+func (fsys *FS) getRemoteBufs() *remoteBufs {
+	if b, _ := fsys.remoteBufs.Get().(*remoteBufs); b != nil {
 		return b
 	}
 	return new(remoteBufs)
 }
 
-// put recycles b, holding no inode.
-func (b *remoteBufs) put() {
+// putRemoteBufs recycles b, holding no inode.
+func (fsys *FS) putRemoteBufs(b *remoteBufs) {
 	clear(b.snaps[:])
-	remoteBufPool.Put(b)
+	fsys.remoteBufs.Put(b)
 }
 
 // snapshotLocked is snapshot for a caller holding the inodes' locks.

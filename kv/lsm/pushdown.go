@@ -104,6 +104,8 @@ type pushState struct {
 
 	inMemory, pushed, hostRuns, sampled, plain, blockReads atomic.Uint64
 	tables, blocks                                         atomic.Uint64
+
+	bufs sync.Pool // *pushBufs, recycled from Get to Get
 }
 
 // openPushdown registers lsm_get with opts.Pusher.
@@ -151,11 +153,11 @@ func (d *DB) getSplit(key []byte, snap SeqNum) ([]byte, error) {
 		return nil, err
 	}
 	defer d.releaseReadState(rs)
-	b := getPushBufs()
-	defer b.put() // after s.release
+	ps := d.pd
+	b := ps.getBufs()
+	defer ps.putBufs(b) // after s.release
 	s := d.splitInto(rs, key, snap, b)
 	defer s.release()
-	ps := d.pd
 	if s.done {
 		ps.inMemory.Add(1)
 		return s.value, s.err
@@ -208,7 +210,7 @@ func answer(val []byte) ([]byte, error) {
 
 // pushBufs are what one Get with query splitting builds its search key and
 // plan in, and encodes its request and receives its result in, recycled
-// from Get to Get (pushBufPool).
+// from Get to Get (pushState.bufs).
 type pushBufs struct {
 	sk      [64]byte // longer search keys are allocated
 	plan    [lgMaxTables]planTable
@@ -217,19 +219,18 @@ type pushBufs struct {
 	out     [sandbox.ScratchSize]byte
 }
 
-// put recycles b, holding no table.
-func (b *pushBufs) put() {
-	clear(b.plan[:])
-	pushBufPool.Put(b)
-}
-
-var pushBufPool sync.Pool
-
-func getPushBufs() *pushBufs {
-	if b, _ := pushBufPool.Get().(*pushBufs); b != nil {
+// getBufs returns a recycled pushBufs or a new one.
+func (ps *pushState) getBufs() *pushBufs {
+	if b, _ := ps.bufs.Get().(*pushBufs); b != nil {
 		return b
 	}
 	return new(pushBufs)
+}
+
+// putBufs recycles b, holding no table.
+func (ps *pushState) putBufs(b *pushBufs) {
+	clear(b.plan[:])
+	ps.bufs.Put(b)
 }
 
 // push sends one request for plan (at most 16 tables), starting each table
